@@ -1,0 +1,247 @@
+//! The bootstrap: node, admin, static and dynamic resources; and the checks that
+//! span resources (unique names, routes that name existing clusters).
+
+use crate::cluster::{self, Cluster};
+use crate::config_source::{self, ApiConfigSource, ConfigSource};
+use crate::core::{self, MetadataMap, SocketAddress};
+use crate::ctx::Ctx;
+use crate::listener::{self, Listener, access_log::AccessLog};
+use crate::path::Path;
+use crate::support::{ALL, Support};
+use envoy_types::pb::envoy::config::bootstrap::v3 as pb;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Fields of the bootstrap messages courier implements.
+pub(crate) const SUPPORT: &[Support] = &[
+    (
+        "envoy.config.bootstrap.v3.Bootstrap",
+        &["node", "static_resources", "dynamic_resources", "admin"],
+    ),
+    (
+        "envoy.config.bootstrap.v3.Bootstrap.StaticResources",
+        &["listeners", "clusters"],
+    ),
+    (
+        "envoy.config.bootstrap.v3.Bootstrap.DynamicResources",
+        &["lds_config", "cds_config", "ads_config"],
+    ),
+    (
+        "envoy.config.bootstrap.v3.Admin",
+        &["access_log", "access_log_path", "address"],
+    ),
+    ("envoy.config.core.v3.BuildVersion", ALL),
+];
+
+/// The node identity courier presents to control planes.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Node {
+    /// `node.id` (or `--service-node`).
+    pub id: String,
+    /// `node.cluster` (or `--service-cluster`).
+    pub cluster: String,
+    /// `node.metadata`, as JSON.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    /// `node.locality` (region, zone, sub_zone).
+    pub locality: Option<(String, String, String)>,
+    /// `node.user_agent_name`.
+    pub user_agent_name: String,
+}
+
+/// The admin endpoint.
+#[derive(Debug, Clone)]
+pub struct Admin {
+    /// Where admin listens.
+    pub address: SocketAddress,
+    /// Access logs of admin requests (`access_log`, or the deprecated `access_log_path`).
+    pub access_log: Vec<AccessLog>,
+}
+
+/// Dynamic resources: where LDS and CDS come from, and the ADS stream.
+#[derive(Debug, Clone)]
+pub struct DynamicResources {
+    /// Listener discovery.
+    pub lds_config: Option<ConfigSource>,
+    /// Cluster discovery.
+    pub cds_config: Option<ConfigSource>,
+    /// The aggregated stream used by every source that says `ads: {}`.
+    pub ads_config: Option<ApiConfigSource>,
+}
+
+/// A validated, translated bootstrap.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    /// Node identity.
+    pub node: Node,
+    /// Admin endpoint, if configured.
+    pub admin: Option<Admin>,
+    /// Static listeners, in config order.
+    pub listeners: Vec<Arc<Listener>>,
+    /// Static clusters, in config order.
+    pub clusters: Vec<Arc<Cluster>>,
+    /// Dynamic resources, if configured.
+    pub dynamic_resources: Option<DynamicResources>,
+}
+
+/// Translates a bootstrap, checking every field and every cross-reference.
+pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
+    let root = Path::ROOT;
+    let node = bs.node.as_ref().map(node).unwrap_or_default();
+    let sr = root.field("static_resources");
+    let empty = pb::bootstrap::StaticResources::default();
+    let statics = bs.static_resources.as_ref().unwrap_or(&empty);
+
+    // Clusters first: listeners' routes and filters refer to them.
+    let cp = sr.field("clusters");
+    let mut clusters = Vec::with_capacity(statics.clusters.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, c) in statics.clusters.iter().enumerate() {
+        let path = cp.index(i);
+        if let Some(first) = seen.insert(c.name.as_str(), i) {
+            ctx.error(
+                &path.field("name"),
+                format!(
+                    "duplicate cluster name '{}' (also static_resources.clusters[{first}])",
+                    c.name
+                ),
+            );
+        }
+        if let Some(c) = cluster::translate(c, &path, ctx) {
+            clusters.push(Arc::new(c));
+        }
+    }
+    let names: HashSet<String> = statics.clusters.iter().map(|c| c.name.clone()).collect();
+    ctx.set_static_clusters(Arc::new(names));
+
+    let lp = sr.field("listeners");
+    let mut listeners = Vec::with_capacity(statics.listeners.len());
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for (i, l) in statics.listeners.iter().enumerate() {
+        let path = lp.index(i);
+        if !l.name.is_empty()
+            && let Some(first) = seen.insert(l.name.as_str(), i)
+        {
+            ctx.error(
+                &path.field("name"),
+                format!(
+                    "duplicate listener name '{}' (also static_resources.listeners[{first}])",
+                    l.name
+                ),
+            );
+        }
+        if let Some(l) = listener::translate(l, &path, ctx) {
+            listeners.push(Arc::new(l));
+        }
+    }
+    check_listener_addresses(&listeners, &lp, &statics.listeners, ctx);
+
+    let admin = bs
+        .admin
+        .as_ref()
+        .and_then(|a| admin(a, &root.field("admin"), ctx));
+    let dynamic_resources = bs
+        .dynamic_resources
+        .as_ref()
+        .map(|d| dynamic_resources(d, &root.field("dynamic_resources"), ctx));
+    Bootstrap {
+        node,
+        admin,
+        listeners,
+        clusters,
+        dynamic_resources,
+    }
+}
+
+fn node(n: &envoy_types::pb::envoy::config::core::v3::Node) -> Node {
+    Node {
+        id: n.id.clone(),
+        cluster: n.cluster.clone(),
+        metadata: n
+            .metadata
+            .as_ref()
+            .map(core::struct_to_json)
+            .unwrap_or_default(),
+        locality: n
+            .locality
+            .as_ref()
+            .map(|l| (l.region.clone(), l.zone.clone(), l.sub_zone.clone())),
+        user_agent_name: n.user_agent_name.clone(),
+    }
+}
+
+/// Two listeners may not bind the same address and port (port 0 excepted).
+fn check_listener_addresses(
+    listeners: &[Arc<Listener>],
+    path: &Path<'_>,
+    raw: &[envoy_types::pb::envoy::config::listener::v3::Listener],
+    ctx: &mut Ctx,
+) {
+    let mut seen: HashMap<(String, u16), usize> = HashMap::new();
+    for (i, l) in listeners.iter().enumerate() {
+        if l.address.port == 0 {
+            continue;
+        }
+        // `listeners` may be shorter than `raw` when one failed; find its index by name.
+        let index = raw.iter().position(|r| r.name == l.name).unwrap_or(i);
+        if let Some(first) = seen.insert((l.address.host.clone(), l.address.port), index) {
+            ctx.error(
+                &path.index(index).field("address"),
+                format!(
+                    "address {} is already used by static_resources.listeners[{first}]",
+                    l.address
+                ),
+            );
+        }
+    }
+}
+
+fn admin(a: &pb::Admin, path: &Path<'_>, ctx: &mut Ctx) -> Option<Admin> {
+    let address = match a.address.as_ref() {
+        Some(addr) => core::address(Some(addr), &path.field("address"), ctx)?,
+        // Envoy starts no admin endpoint without an address.
+        None => return None,
+    };
+    let mut access_log =
+        listener::access_log::translate_all(&a.access_log, &path.field("access_log"), ctx);
+    #[allow(deprecated)]
+    if !a.access_log_path.is_empty() {
+        access_log.push(AccessLog::file(&a.access_log_path));
+    }
+    Some(Admin {
+        address,
+        access_log,
+    })
+}
+
+fn dynamic_resources(
+    d: &pb::bootstrap::DynamicResources,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> DynamicResources {
+    let ads_config = d
+        .ads_config
+        .as_ref()
+        .and_then(|a| config_source::api_config_source(a, &path.field("ads_config"), ctx));
+    let mut source = |cs: Option<&envoy_types::pb::envoy::config::core::v3::ConfigSource>,
+                      name: &'static str| {
+        let p = path.field(name);
+        let cs = config_source::translate(cs?, &p, ctx)?;
+        if matches!(cs.kind, config_source::ConfigSourceKind::Ads) && ads_config.is_none() {
+            ctx.error(
+                &p.field("ads"),
+                "uses ADS but dynamic_resources.ads_config is not set",
+            );
+        }
+        Some(cs)
+    };
+    let lds_config = source(d.lds_config.as_ref(), "lds_config");
+    let cds_config = source(d.cds_config.as_ref(), "cds_config");
+    DynamicResources {
+        lds_config,
+        cds_config,
+        ads_config,
+    }
+}
+
+/// Metadata helper re-exported for modules that translate `metadata` fields.
+pub type Metadata = MetadataMap;

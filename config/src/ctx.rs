@@ -1,0 +1,78 @@
+//! The translation context: collects every error found while translating.
+
+use crate::error::{ConfigError, FieldError};
+use crate::path::Path;
+
+/// Collects errors while a config is translated, so all of them are reported in one run.
+#[derive(Debug, Default)]
+pub struct Ctx {
+    errors: Vec<FieldError>,
+    static_clusters: Option<std::sync::Arc<std::collections::HashSet<String>>>,
+}
+
+impl Ctx {
+    /// A context with no errors.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records an error at `path`.
+    pub fn error(&mut self, path: &Path<'_>, message: impl Into<String>) {
+        self.errors.push(FieldError {
+            path: path.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Records that the field at `path` names a feature courier does not implement.
+    pub fn unsupported(&mut self, path: &Path<'_>, what: impl std::fmt::Display) {
+        self.error(path, format!("{what} is not supported"));
+    }
+
+    /// Declares the clusters known when this config is loaded, so references to
+    /// clusters (routes, gRPC services) can be checked. Left unset where the set
+    /// is not known yet (a resource arriving over xDS before its clusters).
+    pub fn set_static_clusters(
+        &mut self,
+        names: std::sync::Arc<std::collections::HashSet<String>>,
+    ) {
+        self.static_clusters = Some(names);
+    }
+
+    /// `Some(true/false)` when the cluster set is known, `None` when it cannot be told.
+    pub fn cluster_known(&self, name: &str) -> Option<bool> {
+        self.static_clusters.as_ref().map(|s| s.contains(name))
+    }
+
+    /// Whether any error was recorded.
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty()
+    }
+
+    /// Number of errors recorded so far (lets a caller tell whether a step added any).
+    pub fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// Adds the errors of another translation, each path prefixed by `path`.
+    pub fn extend(&mut self, path: &Path<'_>, err: ConfigError) {
+        let prefix = path.to_string();
+        let err = if prefix.is_empty() {
+            err
+        } else {
+            err.prefixed(&prefix)
+        };
+        self.errors.extend(err.errors);
+    }
+
+    /// `Ok(value)` if no error was recorded, else every error.
+    pub fn finish<T>(self, value: T) -> Result<T, ConfigError> {
+        if self.errors.is_empty() {
+            Ok(value)
+        } else {
+            Err(ConfigError {
+                errors: self.errors,
+            })
+        }
+    }
+}

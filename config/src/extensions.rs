@@ -1,0 +1,72 @@
+//! The extensions courier implements: their names (current and legacy) and type URLs.
+
+/// `@type` prefix of every Envoy `Any`.
+pub const TYPE_URL_PREFIX: &str = "type.googleapis.com/";
+
+/// The HTTP router filter.
+pub const ROUTER: &str = "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router";
+/// The JWT authentication HTTP filter.
+pub const JWT_AUTHN: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication";
+/// Per-route config of the JWT authentication filter.
+pub const JWT_AUTHN_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig";
+/// The external authorization HTTP filter.
+pub const EXT_AUTHZ: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz";
+/// Per-route config of the external authorization filter.
+pub const EXT_AUTHZ_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute";
+/// The RBAC HTTP filter.
+pub const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC";
+/// Per-route config of the RBAC filter.
+pub const RBAC_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute";
+/// The generic per-route wrapper (`is_optional`, `disabled`).
+pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
+/// The HTTP connection manager network filter.
+pub const HTTP_CONNECTION_MANAGER: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+/// The TLS transport socket, downstream side.
+pub const DOWNSTREAM_TLS: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";
+/// The TLS transport socket, upstream side.
+pub const UPSTREAM_TLS: &str =
+    "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
+/// Upstream HTTP protocol options (`typed_extension_protocol_options`).
+pub const HTTP_PROTOCOL_OPTIONS: &str =
+    "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+/// Key under which `typed_extension_protocol_options` holds the HTTP options.
+pub const HTTP_PROTOCOL_OPTIONS_KEY: &str =
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+/// File access logger.
+pub const FILE_ACCESS_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
+/// Stdout access logger.
+pub const STDOUT_ACCESS_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StdoutAccessLog";
+/// Stderr access logger.
+pub const STDERR_ACCESS_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
+/// Typed load-balancing policies that map onto courier's built-in balancers.
+pub const LB_ROUND_ROBIN: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";
+/// Least-request typed load-balancing policy.
+pub const LB_LEAST_REQUEST: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest";
+/// Random typed load-balancing policy.
+pub const LB_RANDOM: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.random.v3.Random";
+
+/// The `@type` an HTTP filter stands for when it is configured by name alone.
+///
+/// Envoy resolves a filter without `typed_config` through its factory name; the
+/// legacy names (`envoy.router`, `envoy.ext_authz`) are still accepted by Envoy.
+pub fn http_filter_type_by_name(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "envoy.filters.http.router" | "envoy.router" => ROUTER,
+        "envoy.filters.http.jwt_authn" | "envoy.extensions.filters.http.jwt_authn" => JWT_AUTHN,
+        "envoy.filters.http.ext_authz" | "envoy.ext_authz" => EXT_AUTHZ,
+        "envoy.filters.http.rbac" | "envoy.rbac" => RBAC,
+        _ => return None,
+    })
+}

@@ -1,0 +1,140 @@
+//! xDS resources: one entry point that turns an `Any` (from a gRPC stream, a REST
+//! poll or a `path_config_source` file) into a validated resource.
+
+use crate::bootstrap::Bootstrap;
+use crate::cluster::{self, Cluster, LoadAssignment};
+use crate::config_source::ConfigSourceKind;
+use crate::ctx::Ctx;
+use crate::error::ConfigError;
+use crate::listener::{self, Listener};
+use crate::load;
+use crate::path::Path;
+use crate::route::{self, RouteConfig};
+use crate::support;
+use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterProto;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment as ClaProto;
+use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerProto;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration as RouteProto;
+use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use envoy_types::pb::google::protobuf::Any;
+use prost::Name;
+
+/// A validated xDS resource.
+#[derive(Debug, Clone)]
+pub enum Resource {
+    /// LDS.
+    Listener(Listener),
+    /// RDS.
+    RouteConfig(RouteConfig),
+    /// CDS.
+    Cluster(Cluster),
+    /// EDS.
+    LoadAssignment(LoadAssignment),
+}
+
+impl Resource {
+    /// The resource's name (listener, route config, cluster, or CLA cluster name).
+    pub fn name(&self) -> &str {
+        match self {
+            Resource::Listener(l) => &l.name,
+            Resource::RouteConfig(r) => &r.name,
+            Resource::Cluster(c) => &c.name,
+            Resource::LoadAssignment(a) => &a.cluster_name,
+        }
+    }
+}
+
+/// Decodes and validates one resource. `ctx` may carry the known cluster set.
+pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
+    let root = Path::ROOT;
+    let url = any.type_url.as_str();
+    if url == ListenerProto::type_url() {
+        let m = decode::<ListenerProto>(any, ctx)?;
+        listener::translate(&m, &root, ctx).map(Resource::Listener)
+    } else if url == RouteProto::type_url() {
+        let m = decode::<RouteProto>(any, ctx)?;
+        route::translate(&m, &root, ctx).map(Resource::RouteConfig)
+    } else if url == ClusterProto::type_url() {
+        let m = decode::<ClusterProto>(any, ctx)?;
+        cluster::translate(&m, &root, ctx).map(Resource::Cluster)
+    } else if url == ClaProto::type_url() {
+        let m = decode::<ClaProto>(any, ctx)?;
+        cluster::load_assignment(&m, &root, ctx).map(Resource::LoadAssignment)
+    } else {
+        ctx.unsupported(&root, format!("resource type {url}"));
+        None
+    }
+}
+
+fn decode<M: prost::Message + Name + Default>(any: &Any, ctx: &mut Ctx) -> Option<M> {
+    let m = match M::decode(any.value.as_slice()) {
+        Ok(m) => m,
+        Err(e) => {
+            ctx.error(&Path::ROOT, format!("cannot decode {}: {e}", any.type_url));
+            return None;
+        }
+    };
+    match load::dynamic_from_typed(&m) {
+        Ok(d) => support::check(&d, &Path::ROOT, ctx),
+        Err(e) => ctx.extend(&Path::ROOT, e),
+    }
+    Some(m)
+}
+
+/// Reads a `path_config_source` file: a `DiscoveryResponse` in YAML or JSON.
+pub fn read_path_source(path: &std::path::Path) -> Result<DiscoveryResponse, ConfigError> {
+    let dynamic = load::dynamic_from_file(path, &DiscoveryResponse::full_name())?;
+    load::typed_from_dynamic(&dynamic)
+}
+
+/// Validates the resources inside every `path_config_source` file the bootstrap
+/// names (Envoy only reads them at run time; courier checks them up front).
+pub fn check_path_sources(bootstrap: &Bootstrap, ctx: &mut Ctx) {
+    let Some(dynamic) = &bootstrap.dynamic_resources else {
+        return;
+    };
+    let root = Path::ROOT;
+    let dr = root.field("dynamic_resources");
+    for (name, source) in [
+        ("lds_config", &dynamic.lds_config),
+        ("cds_config", &dynamic.cds_config),
+    ] {
+        let Some(source) = source else { continue };
+        let ConfigSourceKind::Path { path, .. } = &source.kind else {
+            continue;
+        };
+        let source_path = dr.field(name);
+        check_path_source(path, &source_path.field("path_config_source.path"), ctx);
+    }
+}
+
+/// Validates the resources in one `path_config_source` file; errors are reported at
+/// `field` (the `path` field naming the file) with the resource index in the message.
+pub fn check_path_source(file: &str, field: &Path<'_>, ctx: &mut Ctx) {
+    let response = match read_path_source(std::path::Path::new(file)) {
+        Ok(r) => r,
+        Err(e) => {
+            for err in e.errors {
+                let at = if err.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", err.path)
+                };
+                ctx.error(field, format!("in {file}{at}: {}", err.message));
+            }
+            return;
+        }
+    };
+    for (i, any) in response.resources.iter().enumerate() {
+        let mut inner = Ctx::new();
+        translate(any, &mut inner);
+        if let Err(e) = inner.finish(()) {
+            for err in e.errors {
+                ctx.error(
+                    field,
+                    format!("in {file}: resources[{i}].{}: {}", err.path, err.message),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! "No field is silently ignored": every field set in a config must be one courier
+//! implements.
+//!
+//! Each config module declares, per proto message, the fields it translates (its
+//! `SUPPORT` table). This walker visits every set field of a decoded message and
+//! reports, at its path, each one that is not declared. It runs on a
+//! `DynamicMessage`, so it works the same for a bootstrap read from YAML and for an
+//! xDS resource decoded from protobuf.
+//!
+//! An `Any` whose type has no table entry is not walked here: the code that
+//! dispatches on that `@type` (filters, transport sockets, ...) refuses it at the
+//! path of the element that names it, which is where a user looks.
+
+use crate::ctx::Ctx;
+use crate::descriptors;
+use crate::path::Path;
+use prost_reflect::{DynamicMessage, MapKey, ReflectMessage, Value};
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+/// Fields of one message that courier implements; `&["*"]` means all of them.
+pub(crate) type Support = (&'static str, &'static [&'static str]);
+
+/// All fields of the message are implemented.
+pub(crate) const ALL: &[&str] = &["*"];
+
+static TABLE: LazyLock<HashMap<&'static str, &'static [&'static str]>> = LazyLock::new(|| {
+    let tables: &[&[Support]] = &[
+        crate::bootstrap::SUPPORT,
+        crate::config_source::SUPPORT,
+        crate::core::SUPPORT,
+        crate::matcher::SUPPORT,
+        crate::listener::SUPPORT,
+        crate::tls::SUPPORT,
+        crate::route::SUPPORT,
+        crate::cluster::SUPPORT,
+        crate::filters::SUPPORT,
+    ];
+    tables.iter().flat_map(|t| t.iter().copied()).collect()
+});
+
+/// Whether courier has a support table for message `full_name`.
+pub(crate) fn is_known(full_name: &str) -> bool {
+    TABLE.contains_key(full_name) || full_name.starts_with("google.protobuf.")
+}
+
+/// Reports every set field of `msg` (recursively) that courier does not implement.
+pub(crate) fn check(msg: &DynamicMessage, path: &Path<'_>, ctx: &mut Ctx) {
+    let desc = msg.descriptor();
+    let name = desc.full_name();
+    if name.starts_with("google.protobuf.") {
+        if name == "google.protobuf.Any" {
+            check_any(msg, path, ctx);
+        }
+        return;
+    }
+    let Some(allowed) = TABLE.get(name) else {
+        ctx.unsupported(path, format!("{name}"));
+        return;
+    };
+    let all = allowed.contains(&"*");
+    for (field, value) in msg.fields() {
+        let field_name = field.name();
+        let field_path = path.field(field_name);
+        if !all && !allowed.contains(&field_name) {
+            ctx.unsupported(&field_path, format!("{field_name}"));
+            continue;
+        }
+        value_check(value, &field_path, ctx);
+    }
+}
+
+fn value_check(value: &Value, path: &Path<'_>, ctx: &mut Ctx) {
+    match value {
+        Value::Message(m) => check(m, path, ctx),
+        Value::List(items) => {
+            for (i, item) in items.iter().enumerate() {
+                value_check(item, &path.index(i), ctx);
+            }
+        }
+        Value::Map(map) => {
+            for (k, v) in map {
+                let key = match k {
+                    MapKey::String(s) => s.clone(),
+                    other => format!("{other:?}"),
+                };
+                value_check(v, &path.key(&key), ctx);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_any(msg: &DynamicMessage, path: &Path<'_>, ctx: &mut Ctx) {
+    let type_url = msg
+        .get_field_by_name("type_url")
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let Some(desc) = descriptors::message_for_type_url(&type_url) else {
+        return;
+    };
+    if !is_known(desc.full_name()) {
+        return;
+    }
+    let bytes = msg
+        .get_field_by_name("value")
+        .and_then(|v| v.as_bytes().cloned())
+        .unwrap_or_default();
+    match DynamicMessage::decode(desc, bytes) {
+        Ok(inner) => check(&inner, path, ctx),
+        Err(e) => ctx.error(path, format!("cannot decode {type_url}: {e}")),
+    }
+}
