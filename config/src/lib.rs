@@ -20,6 +20,7 @@ pub mod descriptors;
 mod error;
 pub mod extensions;
 pub mod filters;
+pub mod format;
 pub mod listener;
 pub mod load;
 pub mod matcher;
