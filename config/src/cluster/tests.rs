@@ -729,3 +729,36 @@ fn scratch_corpus_clusters() {
         }
     }
 }
+
+/// The hand-written `tests/configs/invalid/cluster-*.yaml` report exactly their `# expect:` lines.
+#[test]
+fn invalid_cluster_configs_report_their_expected_errors() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/configs/invalid");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.starts_with("cluster-") || !name.ends_with(".yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        let mut expected: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# expect: "))
+            .map(str::to_string)
+            .collect();
+        let opts = crate::LoadOptions {
+            config_path: Some(path.clone()),
+            ..Default::default()
+        };
+        let mut got: Vec<String> = match crate::load_bootstrap(&opts) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+        };
+        expected.sort();
+        got.sort();
+        assert_eq!(got, expected, "{name}");
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} cluster configs");
+}
