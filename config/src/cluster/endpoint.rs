@@ -196,7 +196,10 @@ fn locality_endpoints(
     if total > u64::from(u32::MAX) {
         ctx.error(
             &lp,
-            format!("the sum of the endpoints' weights ({total}) exceeds {}", u32::MAX),
+            format!(
+                "the sum of the endpoints' weights ({total}) exceeds {}",
+                u32::MAX
+            ),
         );
     }
     LocalityEndpoints {

@@ -157,7 +157,11 @@ pub(super) fn translate(
         "unhealthy_edge_interval",
         ctx,
     );
-    let healthy_edge_interval = opt(h.healthy_edge_interval.as_ref(), "healthy_edge_interval", ctx);
+    let healthy_edge_interval = opt(
+        h.healthy_edge_interval.as_ref(),
+        "healthy_edge_interval",
+        ctx,
+    );
     let no_traffic_interval = opt(h.no_traffic_interval.as_ref(), "no_traffic_interval", ctx)
         .unwrap_or(DEFAULT_NO_TRAFFIC_INTERVAL);
     let no_traffic_healthy_interval = opt(

@@ -61,7 +61,10 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
                     "cannot be combined with load_balancing_policy, which supersedes it",
                 );
             }
-            if matches!(c.lb_config, Some(pb::cluster::LbConfig::LeastRequestLbConfig(_))) {
+            if matches!(
+                c.lb_config,
+                Some(pb::cluster::LbConfig::LeastRequestLbConfig(_))
+            ) {
                 ctx.error(
                     &path.field("least_request_lb_config"),
                     "cannot be combined with load_balancing_policy, which supersedes it",
@@ -105,7 +108,10 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
             least_request_policy(choice, bias, &lp, ctx)
         }
         Ok(P::LoadBalancingPolicyConfig) => {
-            ctx.error(&pp, "LOAD_BALANCING_POLICY_CONFIG needs load_balancing_policy");
+            ctx.error(
+                &pp,
+                "LOAD_BALANCING_POLICY_CONFIG needs load_balancing_policy",
+            );
             return None;
         }
         Ok(other @ (P::RingHash | P::Maglev | P::ClusterProvided)) => {
@@ -160,11 +166,7 @@ fn least_request_policy(
 }
 
 /// The first policy courier implements wins, as in Envoy; the others are not used.
-fn typed_policy(
-    lbp: &pb::LoadBalancingPolicy,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<LbPolicy> {
+fn typed_policy(lbp: &pb::LoadBalancingPolicy, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {
     let pp = path.field("policies");
     if lbp.policies.is_empty() {
         ctx.error(&pp, "must name at least one policy");

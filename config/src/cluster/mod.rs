@@ -16,11 +16,10 @@ mod values;
 
 pub use circuit_breaker::{CircuitBreakers, RetryBudget, Thresholds};
 pub use endpoint::{
-    Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority,
-    load_assignment,
+    Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority, load_assignment,
 };
 pub use health_check::{
-    GrpcHealthCheck, HealthCheck, HealthCheckCodec, HealthCheckKind, HeaderAppend, HttpHealthCheck,
+    GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec, HealthCheckKind, HttpHealthCheck,
     RequestHeader, StatusRange,
 };
 pub use lb::{LbPolicy, LoadBalancer};
@@ -206,7 +205,10 @@ fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discover
         D::Eds => {
             let ep = path.field("eds_cluster_config");
             let Some(eds) = c.eds_cluster_config.as_ref() else {
-                ctx.error(&ep, "is required: cannot create an EDS cluster without an EDS config");
+                ctx.error(
+                    &ep,
+                    "is required: cannot create an EDS cluster without an EDS config",
+                );
                 return None;
             };
             let cp = ep.field("eds_config");

@@ -128,7 +128,8 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Upst
                     "common_http_protocol_options",
                 ),
                 (
-                    c.protocol_selection != pb::cluster::ClusterProtocolSelection::UseConfiguredProtocol as i32,
+                    c.protocol_selection
+                        != pb::cluster::ClusterProtocolSelection::UseConfiguredProtocol as i32,
                     "protocol_selection",
                 ),
             ] {
@@ -177,7 +178,9 @@ fn typed_options(
         Some(U::ExplicitHttpConfig(e)) => {
             let ep = path.field("explicit_http_config");
             match &e.protocol_config {
-                Some(P::HttpProtocolOptions(_)) => (UpstreamProtocol::Http1, Http2Options::default()),
+                Some(P::HttpProtocolOptions(_)) => {
+                    (UpstreamProtocol::Http1, Http2Options::default())
+                }
                 Some(P::Http2ProtocolOptions(h2)) => (
                     UpstreamProtocol::Http2,
                     http2(h2, &ep.field("http2_protocol_options"), ctx),
@@ -236,8 +239,8 @@ fn typed_options(
 
 /// The deprecated cluster-level fields (still valid v3 config).
 fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
-    let downstream = c.protocol_selection
-        == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
+    let downstream =
+        c.protocol_selection == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
     let protocol = if downstream {
         UpstreamProtocol::UseDownstream
     } else if c.http2_protocol_options.is_some() {

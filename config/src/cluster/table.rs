@@ -61,7 +61,10 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
         &[],
     ),
-    ("envoy.extensions.load_balancing_policies.random.v3.Random", &[]),
+    (
+        "envoy.extensions.load_balancing_policies.random.v3.Random",
+        &[],
+    ),
     (
         "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
         &["choice_count", "active_request_bias"],
@@ -126,7 +129,12 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.endpoint.v3.LocalityLbEndpoints",
-        &["locality", "lb_endpoints", "load_balancing_weight", "priority"],
+        &[
+            "locality",
+            "lb_endpoints",
+            "load_balancing_weight",
+            "priority",
+        ],
     ),
     (
         "envoy.config.endpoint.v3.LbEndpoint",
