@@ -130,8 +130,20 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
     if c.name.is_empty() {
         ctx.error(&path.field("name"), "must not be empty");
     }
-    let discovery = discovery(c, path, ctx)?;
-    let load_assignment = inline_endpoints(c, &discovery, path, ctx);
+    // Without a discovery type the cluster cannot be built, but its other fields are
+    // still checked so that every error is reported in one run.
+    let discovery = discovery(c, path, ctx);
+    let load_assignment = match &discovery {
+        Some(d) => inline_endpoints(c, d, path, ctx),
+        None => c.load_assignment.as_ref().and_then(|cla| {
+            endpoint::translate(
+                cla,
+                endpoint::Hosts::Names,
+                &path.field("load_assignment"),
+                ctx,
+            )
+        }),
+    };
     let connect_timeout = values::positive_duration(
         c.connect_timeout.as_ref(),
         DEFAULT_CONNECT_TIMEOUT,
@@ -159,7 +171,7 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
     Some(Cluster {
         name: c.name.clone(),
         alt_stat_name: (!c.alt_stat_name.is_empty()).then(|| c.alt_stat_name.clone()),
-        discovery,
+        discovery: discovery?,
         load_assignment,
         connect_timeout,
         per_connection_buffer_limit_bytes: core::u32_or(
