@@ -26,6 +26,13 @@ pub struct CircuitBreakers {
     pub high: Thresholds,
 }
 
+impl CircuitBreakers {
+    /// The thresholds for a route of HIGH (`true`) or DEFAULT (`false`) priority.
+    pub fn for_priority(&self, high: bool) -> &Thresholds {
+        if high { &self.high } else { &self.default }
+    }
+}
+
 /// The limits of one routing priority. Counters are cluster-wide.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds {
