@@ -1,43 +1,325 @@
 //! Clusters: discovery type, endpoints, load balancing, circuit breakers, outlier
 //! detection, health checks, upstream HTTP and TLS.
+//!
+//! [`translate`] checks a `Cluster` against Envoy's PGV rules and config-time checks
+//! and builds a [`Cluster`] with every default applied, so the data plane never looks
+//! at a proto. Each part lives in its own submodule.
 
+mod circuit_breaker;
+mod endpoint;
+mod health_check;
+mod lb;
+mod outlier;
+mod protocol;
+mod table;
+mod values;
+
+pub use circuit_breaker::{CircuitBreakers, RetryBudget, Thresholds};
+pub use endpoint::{
+    Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority, load_assignment,
+};
+pub use health_check::{
+    GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec, HealthCheckKind, HttpHealthCheck,
+    RequestHeader, StatusRange,
+};
+pub use lb::{LbPolicy, LoadBalancer};
+pub use outlier::OutlierDetection;
+pub use protocol::{Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
+pub(crate) use table::SUPPORT;
+
+use crate::config_source::{self, ConfigSource};
+use crate::core::{self, MetadataMap};
 use crate::ctx::Ctx;
 use crate::path::Path;
-use crate::support::Support;
+use crate::tls::UpstreamTls;
 use envoy_types::pb::envoy::config::cluster::v3 as pb;
-use envoy_types::pb::envoy::config::endpoint::v3 as epb;
+use std::time::Duration;
 
-/// Fields of the cluster messages courier implements.
-pub(crate) const SUPPORT: &[Support] = &[("envoy.config.cluster.v3.Cluster", &["name"])];
+/// Envoy's default `connect_timeout`.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Envoy's default `per_connection_buffer_limit_bytes` (1 MiB).
+pub const DEFAULT_BUFFER_LIMIT: u32 = 1024 * 1024;
+/// Envoy's default `dns_refresh_rate`.
+pub const DEFAULT_DNS_REFRESH_RATE: Duration = Duration::from_secs(5);
 
 /// A validated cluster.
 #[derive(Debug, Clone)]
 pub struct Cluster {
     /// Name.
     pub name: String,
+    /// `alt_stat_name`: the name used in stats instead of `name`, if set.
+    pub alt_stat_name: Option<String>,
+    /// How the cluster's hosts are found.
+    pub discovery: Discovery,
+    /// The endpoints given inline (`load_assignment`); `None` for EDS clusters, whose
+    /// endpoints arrive as `ClusterLoadAssignment` resources, and for clusters without one.
+    pub load_assignment: Option<LoadAssignment>,
+    /// Timeout for new upstream connections (default 5 s).
+    pub connect_timeout: Duration,
+    /// Soft limit on each connection's read and write buffers (default 1 MiB).
+    pub per_connection_buffer_limit_bytes: u32,
+    /// Load balancing.
+    pub lb: LoadBalancer,
+    /// Circuit breakers for the DEFAULT and HIGH routing priorities.
+    pub circuit_breakers: CircuitBreakers,
+    /// Outlier detection, if configured.
+    pub outlier_detection: Option<OutlierDetection>,
+    /// Active health checks.
+    pub health_checks: Vec<HealthCheck>,
+    /// The HTTP protocol spoken to upstream hosts and its options.
+    pub http: UpstreamHttp,
+    /// Upstream TLS, when the cluster has a TLS `transport_socket`.
+    pub tls: Option<UpstreamTls>,
+    /// `metadata.filter_metadata`.
+    pub metadata: MetadataMap,
 }
 
-/// A validated `ClusterLoadAssignment`.
-#[derive(Debug, Clone)]
-pub struct LoadAssignment {
-    /// The cluster (or EDS service) it is for.
-    pub cluster_name: String,
+impl Cluster {
+    /// The name used in stats: `alt_stat_name` if set, else `name`.
+    pub fn stat_name(&self) -> &str {
+        self.alt_stat_name.as_deref().unwrap_or(&self.name)
+    }
+}
+
+/// How a cluster's hosts are found (`type`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Discovery {
+    /// STATIC: the IP addresses of `load_assignment`.
+    Static,
+    /// STRICT_DNS: every address each name resolves to, re-resolved periodically.
+    StrictDns(Dns),
+    /// LOGICAL_DNS: the first address the single name resolves to, re-resolved periodically.
+    LogicalDns(Dns),
+    /// EDS: endpoints from `ClusterLoadAssignment` resources.
+    Eds {
+        /// Where the assignments come from.
+        config: ConfigSource,
+        /// The resource name to ask for (`service_name`, default the cluster name).
+        service_name: String,
+    },
+}
+
+/// DNS settings of STRICT_DNS and LOGICAL_DNS clusters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dns {
+    /// Which address families to ask for.
+    pub lookup_family: DnsLookupFamily,
+    /// Re-resolution period (default 5 s).
+    pub refresh_rate: Duration,
+    /// Use the records' TTL as the refresh period instead of `refresh_rate`.
+    pub respect_dns_ttl: bool,
+}
+
+/// `dns_lookup_family`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsLookupFamily {
+    /// IPv6 if the name has AAAA records, else IPv4 (Envoy's default).
+    Auto,
+    /// IPv4 only.
+    V4Only,
+    /// IPv6 only.
+    V6Only,
+    /// IPv4 if the name has A records, else IPv6.
+    V4Preferred,
+    /// Both families, all addresses.
+    All,
 }
 
 /// Translates a `Cluster`.
-pub fn translate(c: &pb::Cluster, _path: &Path<'_>, _ctx: &mut Ctx) -> Option<Cluster> {
+pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Cluster> {
+    if c.name.is_empty() {
+        ctx.error(&path.field("name"), "must not be empty");
+    }
+    // Without a discovery type the cluster cannot be built, but its other fields are
+    // still checked so that every error is reported in one run.
+    let discovery = discovery(c, path, ctx);
+    let load_assignment = match &discovery {
+        Some(d) => inline_endpoints(c, d, path, ctx),
+        None => c.load_assignment.as_ref().and_then(|cla| {
+            endpoint::translate(
+                cla,
+                endpoint::Hosts::Names,
+                &path.field("load_assignment"),
+                ctx,
+            )
+        }),
+    };
+    let connect_timeout = values::positive_duration(
+        c.connect_timeout.as_ref(),
+        DEFAULT_CONNECT_TIMEOUT,
+        &path.field("connect_timeout"),
+        ctx,
+    );
+    let tls = c
+        .transport_socket
+        .as_ref()
+        .and_then(|ts| crate::tls::upstream(ts, &path.field("transport_socket"), ctx));
+    let http = protocol::translate(c, path, ctx);
+    let lb = lb::translate(c, path, ctx);
+    let circuit_breakers = circuit_breaker::translate(c.circuit_breakers.as_ref(), path, ctx);
+    let outlier_detection = c
+        .outlier_detection
+        .as_ref()
+        .map(|o| outlier::translate(o, &path.field("outlier_detection"), ctx));
+    let hp = path.field("health_checks");
+    let health_checks = c
+        .health_checks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| health_check::translate(h, &http, &hp.index(i), ctx))
+        .collect();
     Some(Cluster {
         name: c.name.clone(),
+        alt_stat_name: (!c.alt_stat_name.is_empty()).then(|| c.alt_stat_name.clone()),
+        discovery: discovery?,
+        load_assignment,
+        connect_timeout,
+        per_connection_buffer_limit_bytes: core::u32_or(
+            c.per_connection_buffer_limit_bytes.as_ref(),
+            DEFAULT_BUFFER_LIMIT,
+        ),
+        lb,
+        circuit_breakers,
+        outlier_detection,
+        health_checks,
+        http,
+        tls,
+        metadata: core::metadata(c.metadata.as_ref()),
     })
 }
 
-/// Translates a `ClusterLoadAssignment` (inline `load_assignment` or an EDS resource).
-pub fn load_assignment(
-    cla: &epb::ClusterLoadAssignment,
-    _path: &Path<'_>,
-    _ctx: &mut Ctx,
-) -> Option<LoadAssignment> {
-    Some(LoadAssignment {
-        cluster_name: cla.cluster_name.clone(),
+fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discovery> {
+    use pb::cluster::ClusterDiscoveryType as T;
+    use pb::cluster::DiscoveryType as D;
+    let tp = path.field("type");
+    let kind = match &c.cluster_discovery_type {
+        None => D::Static,
+        // Refused by the support table ("cluster_type is not supported").
+        Some(T::ClusterType(_)) => return None,
+        Some(T::Type(t)) => match D::try_from(*t) {
+            Ok(d) => d,
+            Err(_) => {
+                ctx.error(&tp, format!("unknown cluster type {t}"));
+                return None;
+            }
+        },
+    };
+    if kind != D::Eds && c.eds_cluster_config.is_some() {
+        ctx.error(
+            &path.field("eds_cluster_config"),
+            "is only used by EDS clusters",
+        );
+    }
+    Some(match kind {
+        D::Static => Discovery::Static,
+        D::StrictDns => Discovery::StrictDns(dns(c, path, ctx)),
+        D::LogicalDns => Discovery::LogicalDns(dns(c, path, ctx)),
+        D::Eds => {
+            let ep = path.field("eds_cluster_config");
+            let Some(eds) = c.eds_cluster_config.as_ref() else {
+                ctx.error(
+                    &ep,
+                    "is required: cannot create an EDS cluster without an EDS config",
+                );
+                return None;
+            };
+            let cp = ep.field("eds_config");
+            let Some(source) = eds.eds_config.as_ref() else {
+                ctx.error(&cp, "is required");
+                return None;
+            };
+            let config = config_source::translate(source, &cp, ctx)?;
+            let service_name = if eds.service_name.is_empty() {
+                c.name.clone()
+            } else {
+                eds.service_name.clone()
+            };
+            Discovery::Eds {
+                config,
+                service_name,
+            }
+        }
+        D::OriginalDst => {
+            ctx.unsupported(&tp, "ORIGINAL_DST");
+            return None;
+        }
     })
 }
+
+fn dns(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Dns {
+    use pb::cluster::DnsLookupFamily as F;
+    let lookup_family = match F::try_from(c.dns_lookup_family) {
+        Ok(F::Auto) => DnsLookupFamily::Auto,
+        Ok(F::V4Only) => DnsLookupFamily::V4Only,
+        Ok(F::V6Only) => DnsLookupFamily::V6Only,
+        Ok(F::V4Preferred) => DnsLookupFamily::V4Preferred,
+        Ok(F::All) => DnsLookupFamily::All,
+        Err(_) => {
+            ctx.error(
+                &path.field("dns_lookup_family"),
+                format!("unknown dns_lookup_family {}", c.dns_lookup_family),
+            );
+            DnsLookupFamily::Auto
+        }
+    };
+    // PGV: gt 1ms.
+    let rp = path.field("dns_refresh_rate");
+    let refresh_rate = match c.dns_refresh_rate.as_ref() {
+        None => DEFAULT_DNS_REFRESH_RATE,
+        Some(d) => match core::duration(d, &rp, ctx) {
+            Some(d) if d > Duration::from_millis(1) => d,
+            Some(_) => {
+                ctx.error(&rp, "must be greater than 1ms");
+                DEFAULT_DNS_REFRESH_RATE
+            }
+            None => DEFAULT_DNS_REFRESH_RATE,
+        },
+    };
+    Dns {
+        lookup_family,
+        refresh_rate,
+        respect_dns_ttl: c.respect_dns_ttl,
+    }
+}
+
+/// The inline `load_assignment`, checked against what the discovery type allows.
+fn inline_endpoints(
+    c: &pb::Cluster,
+    discovery: &Discovery,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<LoadAssignment> {
+    let lp = path.field("load_assignment");
+    let cla = c.load_assignment.as_ref();
+    match discovery {
+        Discovery::Eds { .. } => {
+            if cla.is_some() {
+                // Envoy ignores it; courier says so rather than ignore it silently.
+                ctx.error(
+                    &lp,
+                    "is not used by EDS clusters (their endpoints come from EDS); remove it",
+                );
+            }
+            None
+        }
+        Discovery::Static => {
+            endpoint::translate(cla?, endpoint::Hosts::IpOnly("a STATIC cluster"), &lp, ctx)
+        }
+        Discovery::StrictDns(_) => endpoint::translate(cla?, endpoint::Hosts::Names, &lp, ctx),
+        Discovery::LogicalDns(_) => {
+            let single = cla.is_some_and(|cla| {
+                cla.endpoints.len() == 1 && cla.endpoints[0].lb_endpoints.len() == 1
+            });
+            if !single {
+                ctx.error(
+                    &lp,
+                    "LOGICAL_DNS clusters must have a single locality_lb_endpoint and a single lb_endpoint",
+                );
+            }
+            endpoint::translate(cla?, endpoint::Hosts::Names, &lp, ctx)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

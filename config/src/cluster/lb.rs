@@ -1,0 +1,212 @@
+//! Load balancing: `lb_policy` and its config, the typed `load_balancing_policy`, and
+//! `common_lb_config`.
+
+use super::values;
+use crate::core;
+use crate::ctx::Ctx;
+use crate::extensions;
+use crate::path::Path;
+use envoy_types::pb::envoy::config::cluster::v3 as pb;
+use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+use envoy_types::pb::google::protobuf::UInt32Value;
+
+/// Envoy's default `common_lb_config.healthy_panic_threshold` (percent).
+pub const DEFAULT_PANIC_THRESHOLD: f64 = 50.0;
+/// Envoy's default `least_request_lb_config.choice_count`.
+pub const DEFAULT_CHOICE_COUNT: u32 = 2;
+/// Envoy's default `least_request_lb_config.active_request_bias`.
+pub const DEFAULT_ACTIVE_REQUEST_BIAS: f64 = 1.0;
+
+/// How a host is picked within a priority level.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum LbPolicy {
+    /// ROUND_ROBIN: rotate over hosts (weighted EDF when weights differ).
+    RoundRobin,
+    /// LEAST_REQUEST: best of `choice_count` random hosts by active requests when
+    /// weights are equal; else weighted by `weight / (active + 1)^active_request_bias`.
+    LeastRequest {
+        /// Hosts sampled per pick (at least 2).
+        choice_count: u32,
+        /// Exponent of the active-request penalty with unequal weights (>= 0).
+        active_request_bias: f64,
+    },
+    /// RANDOM: uniform.
+    Random,
+}
+
+/// A cluster's load balancer settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadBalancer {
+    /// The algorithm.
+    pub policy: LbPolicy,
+    /// Percentage of healthy hosts in a priority level below which the level balances
+    /// over all its hosts ("panic"); 0 disables panic mode. Default 50.
+    pub healthy_panic_threshold: f64,
+}
+
+/// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
+/// `common_lb_config`.
+pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> LoadBalancer {
+    let policy = match &c.load_balancing_policy {
+        Some(lbp) => {
+            // The typed policy supersedes lb_policy; refuse a conflicting setting rather
+            // than ignore it.
+            let lp = c.lb_policy;
+            if lp != pb::cluster::LbPolicy::RoundRobin as i32
+                && lp != pb::cluster::LbPolicy::LoadBalancingPolicyConfig as i32
+            {
+                ctx.error(
+                    &path.field("lb_policy"),
+                    "cannot be combined with load_balancing_policy, which supersedes it",
+                );
+            }
+            if matches!(
+                c.lb_config,
+                Some(pb::cluster::LbConfig::LeastRequestLbConfig(_))
+            ) {
+                ctx.error(
+                    &path.field("least_request_lb_config"),
+                    "cannot be combined with load_balancing_policy, which supersedes it",
+                );
+            }
+            typed_policy(lbp, &path.field("load_balancing_policy"), ctx)
+        }
+        None => lb_policy(c, path, ctx),
+    };
+    let mut healthy_panic_threshold = DEFAULT_PANIC_THRESHOLD;
+    if let Some(common) = &c.common_lb_config {
+        healthy_panic_threshold = values::percent(
+            common.healthy_panic_threshold.as_ref(),
+            DEFAULT_PANIC_THRESHOLD,
+            &path.field("common_lb_config.healthy_panic_threshold"),
+            ctx,
+        );
+    }
+    LoadBalancer {
+        policy: policy.unwrap_or(LbPolicy::RoundRobin),
+        healthy_panic_threshold,
+    }
+}
+
+fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {
+    use pb::cluster::LbPolicy as P;
+    let pp = path.field("lb_policy");
+    let least_request = match &c.lb_config {
+        Some(pb::cluster::LbConfig::LeastRequestLbConfig(lr)) => Some(lr),
+        // The other lb_config variants are refused by the support table.
+        _ => None,
+    };
+    let policy = match P::try_from(c.lb_policy) {
+        Ok(P::RoundRobin) => LbPolicy::RoundRobin,
+        Ok(P::Random) => LbPolicy::Random,
+        Ok(P::LeastRequest) => {
+            let lp = path.field("least_request_lb_config");
+            let (choice, bias) = least_request.map_or((None, None), |lr| {
+                (lr.choice_count.as_ref(), lr.active_request_bias.as_ref())
+            });
+            least_request_policy(choice, bias, &lp, ctx)
+        }
+        Ok(P::LoadBalancingPolicyConfig) => {
+            ctx.error(
+                &pp,
+                "LOAD_BALANCING_POLICY_CONFIG needs load_balancing_policy",
+            );
+            return None;
+        }
+        Ok(other @ (P::RingHash | P::Maglev | P::ClusterProvided)) => {
+            ctx.unsupported(&pp, other.as_str_name());
+            return None;
+        }
+        Err(_) => {
+            ctx.error(&pp, format!("unknown lb_policy {}", c.lb_policy));
+            return None;
+        }
+    };
+    if least_request.is_some() && !matches!(policy, LbPolicy::LeastRequest { .. }) {
+        // Envoy ignores it; say so instead.
+        ctx.error(
+            &path.field("least_request_lb_config"),
+            "only applies to lb_policy LEAST_REQUEST",
+        );
+    }
+    Some(policy)
+}
+
+fn least_request_policy(
+    choice_count: Option<&UInt32Value>,
+    bias: Option<&RuntimeDouble>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> LbPolicy {
+    let choice_count = values::u32_in(
+        choice_count,
+        DEFAULT_CHOICE_COUNT,
+        2,
+        u32::MAX,
+        &path.field("choice_count"),
+        ctx,
+    );
+    let mut active_request_bias = DEFAULT_ACTIVE_REQUEST_BIAS;
+    if let Some(b) = bias {
+        let v = b.default_value;
+        if !v.is_finite() || v < 0.0 {
+            ctx.error(
+                &path.field("active_request_bias.default_value"),
+                format!("must be a non-negative number, found {v}"),
+            );
+        } else {
+            active_request_bias = v;
+        }
+    }
+    LbPolicy::LeastRequest {
+        choice_count,
+        active_request_bias,
+    }
+}
+
+/// The first policy courier implements wins, as in Envoy; the others are not used.
+fn typed_policy(lbp: &pb::LoadBalancingPolicy, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {
+    let pp = path.field("policies");
+    if lbp.policies.is_empty() {
+        ctx.error(&pp, "must name at least one policy");
+        return None;
+    }
+    let mut unknown = Vec::new();
+    for (i, p) in lbp.policies.iter().enumerate() {
+        let ip = pp.index(i);
+        let tp = ip.field("typed_extension_config");
+        let Some(tec) = &p.typed_extension_config else {
+            unknown.push((i, "(none)".to_string()));
+            continue;
+        };
+        let Some(any) = &tec.typed_config else {
+            unknown.push((i, tec.name.clone()));
+            continue;
+        };
+        let cp = tp.field("typed_config");
+        match any.type_url.as_str() {
+            extensions::LB_ROUND_ROBIN => return Some(LbPolicy::RoundRobin),
+            extensions::LB_RANDOM => return Some(LbPolicy::Random),
+            extensions::LB_LEAST_REQUEST => {
+                let lr: LeastRequest = core::unpack(any, &cp, ctx)?;
+                return Some(least_request_policy(
+                    lr.choice_count.as_ref(),
+                    lr.active_request_bias.as_ref(),
+                    &cp,
+                    ctx,
+                ));
+            }
+            url => unknown.push((
+                i,
+                url.strip_prefix(extensions::TYPE_URL_PREFIX)
+                    .unwrap_or(url)
+                    .to_string(),
+            )),
+        }
+    }
+    for (i, what) in unknown {
+        ctx.unsupported(&pp.index(i), format!("load balancing policy {what}"));
+    }
+    None
+}

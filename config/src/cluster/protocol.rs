@@ -1,0 +1,330 @@
+//! The HTTP protocol spoken to upstream hosts: the typed
+//! `envoy.extensions.upstreams.http.v3.HttpProtocolOptions` and the deprecated
+//! cluster-level fields that mean the same.
+
+use super::values;
+use crate::core;
+use crate::ctx::Ctx;
+use crate::extensions;
+use crate::path::Path;
+use envoy_types::pb::envoy::config::cluster::v3 as pb;
+use envoy_types::pb::envoy::config::core::v3 as cpb;
+use envoy_types::pb::envoy::extensions::upstreams::http::v3 as hpb;
+use std::time::Duration;
+
+/// Envoy's default upstream `idle_timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Envoy's default HTTP/2 `max_concurrent_streams`.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 2_147_483_647;
+/// Envoy's default HTTP/2 initial stream and connection window (256 MiB).
+pub const DEFAULT_WINDOW_SIZE: u32 = 256 * 1024 * 1024;
+
+/// How a cluster speaks HTTP to its hosts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpstreamHttp {
+    /// Which protocol.
+    pub protocol: UpstreamProtocol,
+    /// HTTP/2 settings, used whenever a connection speaks HTTP/2.
+    pub http2: Http2Options,
+    /// Settings common to every protocol.
+    pub common: HttpCommonOptions,
+}
+
+impl UpstreamHttp {
+    /// Whether connections to the cluster may speak HTTP/2.
+    pub fn may_use_http2(&self) -> bool {
+        !matches!(self.protocol, UpstreamProtocol::Http1)
+    }
+}
+
+impl Default for UpstreamHttp {
+    fn default() -> Self {
+        Self {
+            protocol: UpstreamProtocol::Http1,
+            http2: Http2Options::default(),
+            common: HttpCommonOptions::default(),
+        }
+    }
+}
+
+/// The upstream protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 (the default).
+    Http1,
+    /// HTTP/2 (h2c without TLS, h2 over TLS).
+    Http2,
+    /// The protocol of the downstream request.
+    UseDownstream,
+    /// Chosen by ALPN over TLS: h2, else HTTP/1.1.
+    Auto,
+}
+
+/// HTTP/2 settings (`Http2ProtocolOptions`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http2Options {
+    /// SETTINGS_MAX_CONCURRENT_STREAMS (default 2^31 - 1).
+    pub max_concurrent_streams: u32,
+    /// Initial stream window (default 256 MiB).
+    pub initial_stream_window_size: u32,
+    /// Initial connection window (default 256 MiB).
+    pub initial_connection_window_size: u32,
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            initial_stream_window_size: DEFAULT_WINDOW_SIZE,
+            initial_connection_window_size: DEFAULT_WINDOW_SIZE,
+        }
+    }
+}
+
+/// `common_http_protocol_options` for upstream connections.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCommonOptions {
+    /// Close a connection idle this long; `None` = never (default 1 h; `0s` disables).
+    pub idle_timeout: Option<Duration>,
+    /// Close a connection this long after it opened; `None` = never (the default).
+    pub max_connection_duration: Option<Duration>,
+    /// Requests per connection; `None` = unlimited (the default).
+    pub max_requests_per_connection: Option<u32>,
+}
+
+impl Default for HttpCommonOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_connection_duration: None,
+            max_requests_per_connection: None,
+        }
+    }
+}
+
+/// Translates the cluster's upstream HTTP settings.
+pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
+    let op = path.field("typed_extension_protocol_options");
+    let mut typed = None;
+    for (key, any) in &c.typed_extension_protocol_options {
+        let kp = op.key(key);
+        if key != extensions::HTTP_PROTOCOL_OPTIONS_KEY {
+            ctx.unsupported(&kp, format!("protocol options {key}"));
+            continue;
+        }
+        if let Some(o) = core::unpack::<hpb::HttpProtocolOptions>(any, &kp, ctx) {
+            typed = Some(o);
+        }
+    }
+    let mut out = match &typed {
+        Some(o) => {
+            let kp = op.key(extensions::HTTP_PROTOCOL_OPTIONS_KEY);
+            // Envoy ignores the deprecated fields when the typed options are present.
+            for (set, name) in [
+                (c.http_protocol_options.is_some(), "http_protocol_options"),
+                (c.http2_protocol_options.is_some(), "http2_protocol_options"),
+                (
+                    c.common_http_protocol_options.is_some(),
+                    "common_http_protocol_options",
+                ),
+                (
+                    c.protocol_selection
+                        != pb::cluster::ClusterProtocolSelection::UseConfiguredProtocol as i32,
+                    "protocol_selection",
+                ),
+            ] {
+                if set {
+                    ctx.error(
+                        &path.field(name),
+                        format!(
+                            "cannot be combined with typed_extension_protocol_options[\"{}\"], which supersedes it",
+                            extensions::HTTP_PROTOCOL_OPTIONS_KEY
+                        ),
+                    );
+                }
+            }
+            typed_options(o, c.transport_socket.is_some(), &kp, ctx)
+        }
+        None => legacy(c, path, ctx),
+    };
+    // The deprecated cluster-level limit.
+    if let Some(m) = &c.max_requests_per_connection {
+        if out.common.max_requests_per_connection.is_some() {
+            ctx.error(
+                &path.field("max_requests_per_connection"),
+                "cannot be combined with common_http_protocol_options.max_requests_per_connection",
+            );
+        } else {
+            out.common.max_requests_per_connection = (m.value != 0).then_some(m.value);
+        }
+    }
+    out
+}
+
+fn typed_options(
+    o: &hpb::HttpProtocolOptions,
+    has_tls: bool,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> UpstreamHttp {
+    use hpb::http_protocol_options::UpstreamProtocolOptions as U;
+    use hpb::http_protocol_options::explicit_http_config::ProtocolConfig as P;
+    let common = common(
+        o.common_http_protocol_options.as_ref(),
+        &path.field("common_http_protocol_options"),
+        ctx,
+    );
+    let (protocol, http2) = match &o.upstream_protocol_options {
+        Some(U::ExplicitHttpConfig(e)) => {
+            let ep = path.field("explicit_http_config");
+            match &e.protocol_config {
+                Some(P::HttpProtocolOptions(_)) => {
+                    (UpstreamProtocol::Http1, Http2Options::default())
+                }
+                Some(P::Http2ProtocolOptions(h2)) => (
+                    UpstreamProtocol::Http2,
+                    http2(h2, &ep.field("http2_protocol_options"), ctx),
+                ),
+                // Refused by the support table ("http3_protocol_options is not supported").
+                Some(P::Http3ProtocolOptions(_)) => {
+                    (UpstreamProtocol::Http1, Http2Options::default())
+                }
+                None => {
+                    ctx.error(
+                        &ep,
+                        "one of http_protocol_options or http2_protocol_options is required",
+                    );
+                    (UpstreamProtocol::Http1, Http2Options::default())
+                }
+            }
+        }
+        Some(U::UseDownstreamProtocolConfig(d)) => (
+            UpstreamProtocol::UseDownstream,
+            optional_http2(
+                d.http2_protocol_options.as_ref(),
+                &path.field("use_downstream_protocol_config.http2_protocol_options"),
+                ctx,
+            ),
+        ),
+        Some(U::AutoConfig(a)) => {
+            if !has_tls {
+                ctx.error(
+                    &path.field("auto_config"),
+                    "needs a TLS transport_socket: ALPN chooses the protocol",
+                );
+            }
+            (
+                UpstreamProtocol::Auto,
+                optional_http2(
+                    a.http2_protocol_options.as_ref(),
+                    &path.field("auto_config.http2_protocol_options"),
+                    ctx,
+                ),
+            )
+        }
+        None => {
+            ctx.error(
+                path,
+                "one of explicit_http_config, use_downstream_protocol_config or auto_config is required",
+            );
+            (UpstreamProtocol::Http1, Http2Options::default())
+        }
+    };
+    UpstreamHttp {
+        protocol,
+        http2,
+        common,
+    }
+}
+
+/// The deprecated cluster-level fields (still valid v3 config).
+fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
+    let downstream =
+        c.protocol_selection == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
+    let protocol = if downstream {
+        UpstreamProtocol::UseDownstream
+    } else if c.http2_protocol_options.is_some() {
+        UpstreamProtocol::Http2
+    } else {
+        UpstreamProtocol::Http1
+    };
+    UpstreamHttp {
+        protocol,
+        http2: optional_http2(
+            c.http2_protocol_options.as_ref(),
+            &path.field("http2_protocol_options"),
+            ctx,
+        ),
+        common: common(
+            c.common_http_protocol_options.as_ref(),
+            &path.field("common_http_protocol_options"),
+            ctx,
+        ),
+    }
+}
+
+fn common(
+    o: Option<&cpb::HttpProtocolOptions>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> HttpCommonOptions {
+    let Some(o) = o else {
+        return HttpCommonOptions::default();
+    };
+    HttpCommonOptions {
+        idle_timeout: core::optional_timeout(
+            o.idle_timeout.as_ref(),
+            Some(DEFAULT_IDLE_TIMEOUT),
+            &path.field("idle_timeout"),
+            ctx,
+        ),
+        max_connection_duration: core::optional_timeout(
+            o.max_connection_duration.as_ref(),
+            None,
+            &path.field("max_connection_duration"),
+            ctx,
+        ),
+        max_requests_per_connection: o
+            .max_requests_per_connection
+            .as_ref()
+            .and_then(|m| (m.value != 0).then_some(m.value)),
+    }
+}
+
+fn optional_http2(
+    o: Option<&cpb::Http2ProtocolOptions>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Http2Options {
+    o.map_or_else(Http2Options::default, |o| http2(o, path, ctx))
+}
+
+fn http2(o: &cpb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2Options {
+    const MAX: u32 = 2_147_483_647;
+    Http2Options {
+        max_concurrent_streams: values::u32_in(
+            o.max_concurrent_streams.as_ref(),
+            DEFAULT_MAX_CONCURRENT_STREAMS,
+            1,
+            MAX,
+            &path.field("max_concurrent_streams"),
+            ctx,
+        ),
+        initial_stream_window_size: values::u32_in(
+            o.initial_stream_window_size.as_ref(),
+            DEFAULT_WINDOW_SIZE,
+            65535,
+            MAX,
+            &path.field("initial_stream_window_size"),
+            ctx,
+        ),
+        initial_connection_window_size: values::u32_in(
+            o.initial_connection_window_size.as_ref(),
+            DEFAULT_WINDOW_SIZE,
+            65535,
+            MAX,
+            &path.field("initial_connection_window_size"),
+            ctx,
+        ),
+    }
+}

@@ -1,0 +1,232 @@
+//! Health checks and the upstream HTTP protocol.
+
+use super::*;
+
+#[test]
+fn health_checks() {
+    let c = cluster(&with_ep(
+        "  health_checks:
+  - timeout: 1s
+    interval: 2s
+    unhealthy_threshold: 3
+    healthy_threshold: 1
+    no_traffic_interval: 4s
+    http_health_check:
+      path: /healthz
+      host: svc
+      expected_statuses: [{start: 200, end: 300}]
+      request_headers_to_add: [{header: {key: X-Hc, value: '1'}, append_action: OVERWRITE_IF_EXISTS_OR_ADD}]
+      request_headers_to_remove: [User-Agent]
+  - timeout: 1s
+    interval: 2s
+    unhealthy_threshold: 3
+    healthy_threshold: 1
+    tcp_health_check: {}
+",
+    ));
+    let h = &c.health_checks[0];
+    assert_eq!(h.timeout, Duration::from_secs(1));
+    assert_eq!(h.interval, Duration::from_secs(2));
+    assert_eq!(h.unhealthy_interval, Duration::from_secs(2));
+    assert_eq!(h.unhealthy_edge_interval, Duration::from_secs(2));
+    assert_eq!(h.healthy_edge_interval, Duration::from_secs(2));
+    assert_eq!(h.no_traffic_interval, Duration::from_secs(4));
+    assert_eq!(h.no_traffic_healthy_interval, Duration::from_secs(4));
+    assert!(h.reuse_connection);
+    assert_eq!((h.unhealthy_threshold, h.healthy_threshold), (3, 1));
+    let HealthCheckKind::Http(http) = &h.kind else {
+        panic!("{:?}", h.kind)
+    };
+    assert_eq!(http.path, "/healthz");
+    assert_eq!(http.host.as_deref(), Some("svc"));
+    assert_eq!(http.method, "GET");
+    assert_eq!(
+        http.expected_statuses,
+        [StatusRange {
+            start: 200,
+            end: 300
+        }]
+    );
+    assert_eq!(http.codec, HealthCheckCodec::Http1);
+    assert_eq!(
+        http.request_headers_to_add,
+        [RequestHeader {
+            name: "x-hc".into(),
+            value: "1".into(),
+            append: HeaderAppend::OverwriteIfExistsOrAdd,
+            keep_empty_value: false,
+        }]
+    );
+    assert_eq!(http.request_headers_to_remove, ["user-agent"]);
+    assert_eq!(c.health_checks[1].kind, HealthCheckKind::TcpConnect);
+
+    let c = cluster(&with_ep(
+        "  http2_protocol_options: {}\n  health_checks: [{timeout: 1s, interval: 5s, unhealthy_threshold: 1, healthy_threshold: 1, grpc_health_check: {service_name: s}}]\n",
+    ));
+    let h = &c.health_checks[0];
+    assert_eq!(h.no_traffic_interval, Duration::from_secs(60));
+    assert_eq!(
+        h.kind,
+        HealthCheckKind::Grpc(GrpcHealthCheck {
+            service_name: "s".into(),
+            authority: None
+        })
+    );
+    let HealthCheckKind::Http(http) = &cluster(&with_ep(
+        "  health_checks: [{timeout: 1s, interval: 5s, unhealthy_threshold: 1, healthy_threshold: 1, http_health_check: {path: /}}]\n",
+    ))
+    .health_checks[0]
+    .kind
+    else {
+        panic!()
+    };
+    assert_eq!(
+        http.expected_statuses,
+        [StatusRange {
+            start: 200,
+            end: 201
+        }]
+    );
+}
+
+#[test]
+fn health_check_errors() {
+    let p = "static_resources.clusters[0].health_checks";
+    assert_eq!(
+        errors(&with_ep(
+            "  health_checks: [{http_health_check: {path: ''}}]\n"
+        )),
+        [
+            format!("{p}[0].timeout: is required"),
+            format!("{p}[0].interval: is required"),
+            format!("{p}[0].unhealthy_threshold: is required"),
+            format!("{p}[0].healthy_threshold: is required"),
+            format!("{p}[0].http_health_check.path: must not be empty"),
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, http_health_check: {path: /, method: CONNECT, codec_client_type: HTTP3, expected_statuses: [{start: 99, end: 200}, {start: 300, end: 200}, {start: 200, end: 601}]}}]\n"
+        )),
+        [
+            format!("{p}[0].http_health_check.method: CONNECT cannot be used for health checks"),
+            format!("{p}[0].http_health_check.codec_client_type: HTTP3 is not supported"),
+            format!(
+                "{p}[0].http_health_check.expected_statuses[0].start: must be at least 100, found 99"
+            ),
+            format!(
+                "{p}[0].http_health_check.expected_statuses[1]: start must be below end, found start=300 and end=200"
+            ),
+            format!(
+                "{p}[0].http_health_check.expected_statuses[2].end: must be at most 600, found 601"
+            ),
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, grpc_health_check: {}}]\n"
+        )),
+        [format!(
+            "{p}[0].grpc_health_check: needs a cluster that supports HTTP/2 (gRPC health checking runs over HTTP/2)"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {send: {text: '00'}}}]\n"
+        )),
+        [format!(
+            "{p}[0].tcp_health_check.send: send is not supported"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1}]\n"
+        )),
+        [format!(
+            "{p}[0]: one of http_health_check, grpc_health_check or tcp_health_check is required"
+        )]
+    );
+}
+
+const HPO: &str = "envoy.extensions.upstreams.http.v3.HttpProtocolOptions";
+
+fn hpo(body: &str) -> String {
+    format!(
+        "  typed_extension_protocol_options:\n    {HPO}:\n      '@type': type.googleapis.com/{HPO}\n{body}"
+    )
+}
+
+#[test]
+fn upstream_http_protocol() {
+    let c = cluster(&with_ep(&hpo(
+        "      explicit_http_config: {http2_protocol_options: {max_concurrent_streams: 100, initial_stream_window_size: 65536}}\n      common_http_protocol_options: {idle_timeout: 0s, max_requests_per_connection: 10, max_connection_duration: 60s}\n",
+    )));
+    assert_eq!(c.http.protocol, UpstreamProtocol::Http2);
+    assert_eq!(c.http.http2.max_concurrent_streams, 100);
+    assert_eq!(c.http.http2.initial_stream_window_size, 65536);
+    assert_eq!(
+        c.http.http2.initial_connection_window_size,
+        256 * 1024 * 1024
+    );
+    assert_eq!(c.http.common.idle_timeout, None);
+    assert_eq!(c.http.common.max_requests_per_connection, Some(10));
+    assert_eq!(
+        c.http.common.max_connection_duration,
+        Some(Duration::from_secs(60))
+    );
+    let c = cluster(&with_ep(&hpo("      use_downstream_protocol_config: {}\n")));
+    assert_eq!(c.http.protocol, UpstreamProtocol::UseDownstream);
+    // The deprecated cluster-level fields keep their meaning.
+    let c = cluster(&with_ep(
+        "  http2_protocol_options: {max_concurrent_streams: 5}\n  max_requests_per_connection: 7\n",
+    ));
+    assert_eq!(c.http.protocol, UpstreamProtocol::Http2);
+    assert_eq!(c.http.http2.max_concurrent_streams, 5);
+    assert_eq!(c.http.common.max_requests_per_connection, Some(7));
+
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(&hpo("      auto_config: {}\n"))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].auto_config: needs a TLS transport_socket: ALPN chooses the protocol"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(&hpo(
+            "      explicit_http_config: {http3_protocol_options: {}}\n"
+        ))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http3_protocol_options: http3_protocol_options is not supported"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(&hpo(
+            "      explicit_http_config: {http2_protocol_options: {max_concurrent_streams: 0, initial_connection_window_size: 100}}\n"
+        ))),
+        [
+            format!(
+                "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http2_protocol_options.max_concurrent_streams: must be at least 1, found 0"
+            ),
+            format!(
+                "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http2_protocol_options.initial_connection_window_size: must be at least 65535, found 100"
+            ),
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep(&format!(
+            "  http2_protocol_options: {{}}\n{}",
+            hpo("      explicit_http_config: {http_protocol_options: {}}\n")
+        ))),
+        [format!(
+            "{p}.http2_protocol_options: cannot be combined with typed_extension_protocol_options[\"{HPO}\"], which supersedes it"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  typed_extension_protocol_options:\n    envoy.filters.network.thrift_proxy:\n      '@type': type.googleapis.com/envoy.extensions.filters.network.thrift_proxy.v3.ThriftProtocolOptions\n"
+        )),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"envoy.filters.network.thrift_proxy\"]: protocol options envoy.filters.network.thrift_proxy is not supported"
+        )]
+    );
+}
