@@ -424,3 +424,6 @@ fn per_filter(
 
 #[cfg(test)]
 mod test_util;
+
+#[cfg(test)]
+mod tests;

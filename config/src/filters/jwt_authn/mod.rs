@@ -211,10 +211,10 @@ pub fn translate(j: &pb::JwtAuthentication, path: &Path<'_>, ctx: &mut Ctx) -> O
     names.sort();
     let mut providers = Vec::with_capacity(names.len());
     for name in &names {
-        if let Some(p) = j.providers.get(*name) {
-            if let Some(p) = provider(name, p, &pp.key(name), ctx) {
-                providers.push(p);
-            }
+        if let Some(p) = j.providers.get(*name)
+            && let Some(p) = provider(name, p, &pp.key(name), ctx)
+        {
+            providers.push(p);
         }
     }
     // Requirements index into `names`, so resolve against every configured name even when
