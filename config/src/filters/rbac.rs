@@ -259,7 +259,7 @@ fn permission(p: &pb::Permission, path: &Path<'_>, ctx: &mut Ctx) -> Option<Perm
         }
         Some(R::UrlPath(pm)) => Permission::UrlPath(url_path(pm, &path.field("url_path"), ctx)?),
         Some(R::DestinationIp(c)) => {
-            Permission::DestinationIp(matcher::cidr(c, &path.field("destination_ip"), ctx)?)
+            Permission::DestinationIp(cidr(c, &path.field("destination_ip"), ctx)?)
         }
         Some(R::DestinationPort(port)) => match u16::try_from(*port) {
             Ok(port) => Permission::DestinationPort(port),
@@ -357,15 +357,11 @@ fn principal(p: &pb::Principal, path: &Path<'_>, ctx: &mut Ctx) -> Option<Princi
                 ctx,
             )?),
         }),
-        Some(I::SourceIp(c)) => {
-            Principal::SourceIp(matcher::cidr(c, &path.field("source_ip"), ctx)?)
-        }
+        Some(I::SourceIp(c)) => Principal::SourceIp(cidr(c, &path.field("source_ip"), ctx)?),
         Some(I::DirectRemoteIp(c)) => {
-            Principal::DirectRemoteIp(matcher::cidr(c, &path.field("direct_remote_ip"), ctx)?)
+            Principal::DirectRemoteIp(cidr(c, &path.field("direct_remote_ip"), ctx)?)
         }
-        Some(I::RemoteIp(c)) => {
-            Principal::RemoteIp(matcher::cidr(c, &path.field("remote_ip"), ctx)?)
-        }
+        Some(I::RemoteIp(c)) => Principal::RemoteIp(cidr(c, &path.field("remote_ip"), ctx)?),
         Some(I::Header(h)) => {
             Principal::Header(matcher::header_matcher(h, &path.field("header"), ctx)?)
         }
@@ -399,6 +395,29 @@ fn principal_set(s: &pb::principal::Set, path: &Path<'_>, ctx: &mut Ctx) -> Opti
         .filter_map(|(i, p)| principal(p, &ip.index(i), ctx))
         .collect();
     (ctx.error_count() == before && out.len() == s.ids.len()).then_some(out)
+}
+
+/// A CIDR range that must not have host bits set. Envoy masks them silently; issue 4 asks
+/// courier to refuse them, since `10.1.2.3/8` most likely means a mistake in a policy.
+fn cidr(
+    c: &envoy_types::pb::envoy::config::core::v3::CidrRange,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Cidr> {
+    let range = matcher::cidr(c, path, ctx)?;
+    if c.address_prefix.parse::<std::net::IpAddr>().ok() != Some(range.0.addr()) {
+        ctx.error(
+            &path.field("address_prefix"),
+            format!(
+                "{}/{} has host bits set (the range is {})",
+                c.address_prefix,
+                range.0.prefix_len(),
+                range.0
+            ),
+        );
+        return None;
+    }
+    Some(range)
 }
 
 fn any(b: bool, path: &Path<'_>, ctx: &mut Ctx) -> Option<()> {

@@ -196,3 +196,23 @@ rbac:
     .unwrap();
     assert!(matches!(off.config, Some(PerRouteFilterConfig::Rbac(r)) if r.rbac.is_none()));
 }
+
+#[test]
+fn cidr_with_host_bits_is_refused() {
+    let e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions: [{destination_ip: {address_prefix: 10.0.0.0, prefix_len: 8}}]
+      principals: [{source_ip: {address_prefix: 10.1.2.3, prefix_len: 8}}, {remote_ip: {address_prefix: "::1"}}]
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.rules.policies[\"p\"].principals[0].source_ip.address_prefix: 10.1.2.3/8 has host bits set (the range is 10.0.0.0/8)",
+            "typed_config.rules.policies[\"p\"].principals[1].remote_ip.address_prefix: ::1/0 has host bits set (the range is ::/0)",
+        ]
+    );
+}
