@@ -1,38 +1,429 @@
 //! HTTP filter configs (jwt_authn, ext_authz, rbac, router) and their per-route configs.
 
+pub mod ext_authz;
+pub mod http_uri;
+pub mod jwt_authn;
+pub mod rbac;
+pub mod router;
+
+use crate::core;
 use crate::ctx::Ctx;
+use crate::extensions;
 use crate::path::Path;
-use crate::support::Support;
+use crate::support::{ALL, Support};
+use envoy_types::pb::envoy::config::route::v3 as route_pb;
+use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
+use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
+use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
+use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::google::protobuf::Any;
 
+pub use ext_authz::{ExtAuthz, ExtAuthzPerRoute};
+pub use http_uri::HttpUri;
+pub use jwt_authn::{JwtAuthn, JwtPerRoute};
+pub use rbac::{RbacFilter, RbacPerRoute};
+pub use router::Router;
+
 /// Fields of the HTTP filter messages courier implements.
-pub(crate) const SUPPORT: &[Support] = &[];
+///
+/// `envoy.config.route.v3.RouteMatch` (jwt_authn rules) is deliberately absent: the router
+/// owns that entry; jwt_authn's rule matcher refuses what it does not implement itself.
+pub(crate) const SUPPORT: &[Support] = &[
+    (
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter",
+        &["name", "typed_config", "is_optional", "disabled"],
+    ),
+    (
+        "envoy.config.route.v3.FilterConfig",
+        &["config", "is_optional", "disabled"],
+    ),
+    // Router.
+    (
+        "envoy.extensions.filters.http.router.v3.Router",
+        &["dynamic_stats", "suppress_envoy_headers"],
+    ),
+    // Shared by jwt_authn and ext_authz.
+    (
+        "envoy.config.core.v3.HttpUri",
+        &["uri", "cluster", "timeout"],
+    ),
+    (
+        "envoy.config.core.v3.RetryPolicy",
+        &["retry_back_off", "num_retries"],
+    ),
+    ("envoy.config.core.v3.BackoffStrategy", ALL),
+    ("envoy.type.matcher.v3.ListStringMatcher", &["patterns"]),
+    ("envoy.type.v3.HttpStatus", &["code"]),
+    // jwt_authn.
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+        &[
+            "providers",
+            "rules",
+            "bypass_cors_preflight",
+            "requirement_map",
+            "strip_failure_response",
+            "stat_prefix",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtProvider",
+        &[
+            "issuer",
+            "audiences",
+            "subjects",
+            "require_expiration",
+            "max_lifetime",
+            "remote_jwks",
+            "local_jwks",
+            "forward",
+            "from_headers",
+            "from_params",
+            "from_cookies",
+            "forward_payload_header",
+            "pad_forward_payload_header",
+            "payload_in_metadata",
+            "header_in_metadata",
+            "failed_status_in_metadata",
+            "clock_skew_seconds",
+            "jwt_cache_config",
+            "claim_to_headers",
+            "clear_route_cache",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.RemoteJwks",
+        &["http_uri", "cache_duration", "async_fetch", "retry_policy"],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwksAsyncFetch",
+        ALL,
+    ),
+    ("envoy.extensions.filters.http.jwt_authn.v3.JwtHeader", ALL),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtCacheConfig",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtClaimToHeader",
+        &["header_name", "claim_name"],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtRequirement",
+        &[
+            "provider_name",
+            "provider_and_audiences",
+            "requires_any",
+            "requires_all",
+            "allow_missing_or_failed",
+            "allow_missing",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.ProviderWithAudiences",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtRequirementOrList",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtRequirementAndList",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.RequirementRule",
+        &["match", "requires", "requirement_name"],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig",
+        ALL,
+    ),
+    // ext_authz.
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+        &[
+            "grpc_service",
+            "http_service",
+            "transport_api_version",
+            "failure_mode_allow",
+            "failure_mode_allow_header_add",
+            "with_request_body",
+            "clear_route_cache",
+            "status_on_error",
+            "validate_mutations",
+            "metadata_context_namespaces",
+            "include_peer_certificate",
+            "stat_prefix",
+            "allowed_headers",
+            "disallowed_headers",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.HttpService",
+        &[
+            "server_uri",
+            "path_prefix",
+            "authorization_request",
+            "authorization_response",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.AuthorizationRequest",
+        &["allowed_headers", "headers_to_add"],
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.AuthorizationResponse",
+        &[
+            "allowed_upstream_headers",
+            "allowed_upstream_headers_to_append",
+            "allowed_client_headers",
+            "allowed_client_headers_on_success",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.BufferSettings",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
+        &["disabled", "check_settings"],
+    ),
+    (
+        "envoy.extensions.filters.http.ext_authz.v3.CheckSettings",
+        &["context_extensions", "disable_request_body_buffering"],
+    ),
+    // rbac.
+    (
+        "envoy.extensions.filters.http.rbac.v3.RBAC",
+        &[
+            "rules",
+            "rules_stat_prefix",
+            "shadow_rules",
+            "shadow_rules_stat_prefix",
+            "track_per_rule_stats",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+        &["rbac"],
+    ),
+    ("envoy.config.rbac.v3.RBAC", &["action", "policies"]),
+    (
+        "envoy.config.rbac.v3.Policy",
+        &["permissions", "principals"],
+    ),
+    (
+        "envoy.config.rbac.v3.Permission",
+        &[
+            "and_rules",
+            "or_rules",
+            "any",
+            "header",
+            "url_path",
+            "destination_ip",
+            "destination_port",
+            "destination_port_range",
+            "metadata",
+            "not_rule",
+            "requested_server_name",
+            "sourced_metadata",
+        ],
+    ),
+    ("envoy.config.rbac.v3.Permission.Set", ALL),
+    (
+        "envoy.config.rbac.v3.Principal",
+        &[
+            "and_ids",
+            "or_ids",
+            "any",
+            "authenticated",
+            "source_ip",
+            "direct_remote_ip",
+            "remote_ip",
+            "header",
+            "url_path",
+            "metadata",
+            "not_id",
+            "sourced_metadata",
+        ],
+    ),
+    ("envoy.config.rbac.v3.Principal.Set", ALL),
+    (
+        "envoy.config.rbac.v3.Principal.Authenticated",
+        &["principal_name"],
+    ),
+    ("envoy.config.rbac.v3.SourcedMetadata", ALL),
+];
 
 /// A validated HTTP filter.
 #[derive(Debug, Clone)]
 pub struct HttpFilter {
     /// The filter's name (the key of per-route configs).
     pub name: String,
+    /// The filter's own config.
+    pub config: HttpFilterConfig,
+    /// Disabled unless a route's per-filter config enables it (`HttpFilter.disabled`).
+    pub disabled: bool,
+    /// `HttpFilter.is_optional` as written (courier implements every filter it accepts).
+    pub is_optional: bool,
 }
 
-/// A validated per-route filter config.
+/// The config of one of the HTTP filters courier implements.
 #[derive(Debug, Clone)]
-pub struct PerRouteConfig {}
+pub enum HttpFilterConfig {
+    /// The terminal router filter.
+    Router(Router),
+    /// JWT authentication.
+    JwtAuthn(Box<JwtAuthn>),
+    /// External authorization.
+    ExtAuthz(Box<ExtAuthz>),
+    /// Role-based access control.
+    Rbac(Box<RbacFilter>),
+}
+
+/// A validated per-route filter config (`typed_per_filter_config` entry).
+#[derive(Debug, Clone)]
+pub struct PerRouteConfig {
+    /// The filter's own per-route config; `None` for a `FilterConfig` with only `disabled`.
+    pub config: Option<PerRouteFilterConfig>,
+    /// `FilterConfig.disabled`: the filter is off on this route.
+    pub disabled: bool,
+    /// `FilterConfig.is_optional` as written.
+    pub is_optional: bool,
+}
+
+/// A filter's per-route config.
+#[derive(Debug, Clone)]
+pub enum PerRouteFilterConfig {
+    /// jwt_authn `PerRouteConfig`.
+    JwtAuthn(JwtPerRoute),
+    /// ext_authz `ExtAuthzPerRoute`.
+    ExtAuthz(ExtAuthzPerRoute),
+    /// rbac `RBACPerRoute`.
+    Rbac(Box<RbacPerRoute>),
+}
+
+/// The message name of a type URL (`type.googleapis.com/<name>`).
+fn type_name(url: &str) -> &str {
+    url.rsplit_once('/').map_or(url, |(_, n)| n)
+}
 
 /// Translates one `HttpFilter`.
 pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Option<HttpFilter> {
-    ctx.unsupported(path, format!("HTTP filter {}", f.name));
-    None
+    use hcm::http_filter::ConfigType;
+    if f.name.is_empty() {
+        ctx.error(&path.field("name"), "must not be empty");
+    }
+    let any = match f.config_type.as_ref() {
+        Some(ConfigType::TypedConfig(any)) => any,
+        // Refused by the support table at `config_discovery` (ECDS).
+        Some(ConfigType::ConfigDiscovery(_)) => return None,
+        // The loader filled `typed_config` for the filters courier knows by name.
+        None => {
+            ctx.unsupported(path, format!("HTTP filter {}", f.name));
+            return None;
+        }
+    };
+    let tp = path.field("typed_config");
+    let url = any.type_url.as_str();
+    let config = if url == extensions::ROUTER {
+        HttpFilterConfig::Router(router::translate(&core::unpack::<router_pb::Router>(
+            any, &tp, ctx,
+        )?))
+    } else if url == extensions::JWT_AUTHN {
+        let m = core::unpack::<jwt_pb::JwtAuthentication>(any, &tp, ctx)?;
+        HttpFilterConfig::JwtAuthn(Box::new(jwt_authn::translate(&m, &tp, ctx)?))
+    } else if url == extensions::EXT_AUTHZ {
+        let m = core::unpack::<ext_authz_pb::ExtAuthz>(any, &tp, ctx)?;
+        HttpFilterConfig::ExtAuthz(Box::new(ext_authz::translate(&m, &tp, ctx)?))
+    } else if url == extensions::RBAC {
+        let m = core::unpack::<rbac_pb::Rbac>(any, &tp, ctx)?;
+        HttpFilterConfig::Rbac(Box::new(rbac::translate(&m, &tp, ctx)?))
+    } else {
+        let what = format!("HTTP filter {} ({})", f.name, type_name(url));
+        if f.is_optional {
+            // Envoy would skip an optional filter it lacks; courier refuses it so that no
+            // configured filter is silently left out.
+            ctx.error(
+                path,
+                format!("{what} is not supported (is_optional does not make courier skip it)"),
+            );
+        } else {
+            ctx.unsupported(path, what);
+        }
+        return None;
+    };
+    if f.name.is_empty() {
+        return None;
+    }
+    Some(HttpFilter {
+        name: f.name.clone(),
+        config,
+        disabled: f.disabled,
+        is_optional: f.is_optional,
+    })
 }
 
-/// Translates one `typed_per_filter_config` entry.
+/// Translates one `typed_per_filter_config` entry; `name` is the map key (the HTTP filter's
+/// name) and `path` the entry's path.
 pub fn per_route_config(
     name: &str,
-    _any: &Any,
+    any: &Any,
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<PerRouteConfig> {
-    ctx.unsupported(path, format!("per-route config for {name}"));
-    None
+    if any.type_url == extensions::FILTER_CONFIG {
+        let fc = core::unpack::<route_pb::FilterConfig>(any, path, ctx)?;
+        let config = match fc.config.as_ref() {
+            Some(inner) => Some(per_filter(name, inner, &path.field("config"), ctx)?),
+            None if fc.disabled => None,
+            None => {
+                ctx.error(&path.field("config"), "is required unless disabled is true");
+                return None;
+            }
+        };
+        return Some(PerRouteConfig {
+            config,
+            disabled: fc.disabled,
+            is_optional: fc.is_optional,
+        });
+    }
+    Some(PerRouteConfig {
+        config: Some(per_filter(name, any, path, ctx)?),
+        disabled: false,
+        is_optional: false,
+    })
 }
+
+fn per_filter(
+    name: &str,
+    any: &Any,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<PerRouteFilterConfig> {
+    let url = any.type_url.as_str();
+    Some(if url == extensions::JWT_AUTHN_PER_ROUTE {
+        let m = core::unpack::<jwt_pb::PerRouteConfig>(any, path, ctx)?;
+        PerRouteFilterConfig::JwtAuthn(jwt_authn::per_route(&m, path, ctx)?)
+    } else if url == extensions::EXT_AUTHZ_PER_ROUTE {
+        let m = core::unpack::<ext_authz_pb::ExtAuthzPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::ExtAuthz(ext_authz::per_route(&m, path, ctx)?)
+    } else if url == extensions::RBAC_PER_ROUTE {
+        let m = core::unpack::<rbac_pb::RbacPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::Rbac(Box::new(rbac::per_route(&m, path, ctx)?))
+    } else {
+        ctx.unsupported(
+            path,
+            format!("per-route config {} for {name}", type_name(url)),
+        );
+        return None;
+    })
+}
+
+#[cfg(test)]
+mod test_util;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,195 @@
+use super::*;
+use crate::config_source::GrpcTarget;
+use crate::filters::test_util::{errors, filter, per_route};
+use crate::filters::{HttpFilterConfig, PerRouteFilterConfig};
+
+fn authz(yaml_body: &str) -> Result<ExtAuthz, crate::ConfigError> {
+    let body: String = yaml_body.lines().map(|l| format!("  {l}\n")).collect();
+    let yaml = format!(
+        "name: envoy.filters.http.ext_authz\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n{body}"
+    );
+    filter(&yaml).map(|f| match f.config {
+        HttpFilterConfig::ExtAuthz(e) => *e,
+        other => panic!("not ext_authz: {other:?}"),
+    })
+}
+
+#[test]
+fn grpc_defaults() {
+    let e = authz("grpc_service: {envoy_grpc: {cluster_name: authz}}").unwrap();
+    let AuthzService::Grpc { service, timeout } = &e.service else {
+        panic!("{e:?}")
+    };
+    assert!(
+        matches!(&service.target, GrpcTarget::EnvoyGrpc { cluster_name, .. } if cluster_name == "authz")
+    );
+    assert_eq!(*timeout, Some(Duration::from_millis(200)));
+    assert_eq!(e.status_on_error, 403);
+    assert!(!e.failure_mode_allow);
+    assert!(e.with_request_body.is_none());
+    assert!(e.allowed_headers.is_none());
+}
+
+#[test]
+fn regression_config_of_the_corpus() {
+    let e = authz(
+        r#"
+failure_mode_allow: false
+transport_api_version: V3
+status_on_error: {code: 503}
+grpc_service:
+  envoy_grpc: {cluster_name: ext_authz-service}
+  timeout: 0.5s
+with_request_body: {max_request_bytes: 10240, allow_partial_message: true, pack_as_bytes: false}
+"#,
+    )
+    .unwrap();
+    assert_eq!(e.status_on_error, 503);
+    assert!(
+        matches!(e.service, AuthzService::Grpc { timeout: Some(t), .. } if t == Duration::from_millis(500))
+    );
+    assert_eq!(
+        e.with_request_body,
+        Some(BufferSettings {
+            max_request_bytes: 10240,
+            allow_partial_message: true,
+            pack_as_bytes: false
+        })
+    );
+}
+
+#[test]
+fn http_service_full() {
+    let e = authz(
+        r#"
+failure_mode_allow: true
+failure_mode_allow_header_add: true
+clear_route_cache: true
+metadata_context_namespaces: [envoy.filters.http.jwt_authn]
+include_peer_certificate: true
+stat_prefix: front
+allowed_headers: {patterns: [{exact: x-user}, {prefix: x-b3-}]}
+http_service:
+  server_uri: {uri: "http://authz:9000/check", cluster: authz, timeout: 0.25s}
+  path_prefix: /auth
+  authorization_request:
+    headers_to_add: [{key: X-From, value: courier}]
+  authorization_response:
+    allowed_upstream_headers: {patterns: [{exact: x-current-user}]}
+    allowed_client_headers: {patterns: [{exact: www-authenticate}]}
+"#,
+    )
+    .unwrap();
+    let AuthzService::Http(h) = &e.service else {
+        panic!("{e:?}")
+    };
+    assert_eq!(h.server_uri.cluster, "authz");
+    assert_eq!(h.server_uri.host, "authz:9000");
+    assert_eq!(h.server_uri.path, "/check");
+    assert_eq!(h.server_uri.timeout, Some(Duration::from_millis(250)));
+    assert_eq!(h.path_prefix, "/auth");
+    assert_eq!(
+        h.authorization_request.headers_to_add,
+        [("x-from".to_string(), "courier".to_string())]
+    );
+    let up = h
+        .authorization_response
+        .allowed_upstream_headers
+        .as_ref()
+        .unwrap();
+    assert!(up[0].matches("x-current-user"));
+    assert!(
+        h.authorization_response
+            .allowed_client_headers_on_success
+            .is_none()
+    );
+    assert!(e.failure_mode_allow && e.failure_mode_allow_header_add && e.clear_route_cache);
+    assert_eq!(
+        e.metadata_context_namespaces,
+        ["envoy.filters.http.jwt_authn"]
+    );
+    assert_eq!(e.allowed_headers.as_ref().map(Vec::len), Some(2));
+}
+
+#[test]
+fn errors_name_their_paths() {
+    let e = errors(authz(
+        r#"
+with_request_body: {max_request_bytes: 0}
+status_on_error: {code: 0}
+allowed_headers: {patterns: []}
+http_service:
+  server_uri: {uri: "", cluster: authz}
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.http_service.server_uri.uri: must not be empty",
+            "typed_config.http_service.server_uri.timeout: is required",
+            "typed_config.with_request_body.max_request_bytes: must be greater than 0",
+            "typed_config.status_on_error.code: 0 is not an HTTP status code known to Envoy",
+            "typed_config.allowed_headers.patterns: at least one pattern is required",
+        ]
+    );
+    assert_eq!(
+        errors(authz("failure_mode_allow: true")),
+        ["typed_config: one of grpc_service or http_service is required"]
+    );
+}
+
+#[test]
+fn runtime_switches_are_refused() {
+    let e = errors(authz(
+        r#"
+grpc_service: {envoy_grpc: {cluster_name: authz}}
+filter_enabled: {default_value: {numerator: 50}, runtime_key: k}
+"#,
+    ));
+    assert_eq!(
+        e,
+        ["typed_config.filter_enabled: filter_enabled is not supported"]
+    );
+}
+
+#[test]
+fn per_route_forms() {
+    let name = "envoy.filters.http.ext_authz";
+    let r = per_route(
+        name,
+        r#"
+"@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute
+check_settings:
+  context_extensions: {virtual_host: local}
+  disable_request_body_buffering: true
+"#,
+    )
+    .unwrap();
+    let Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::CheckSettings(c))) = r.config else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        c.context_extensions.get("virtual_host").map(String::as_str),
+        Some("local")
+    );
+    assert!(c.disable_request_body_buffering);
+    let wrapped = per_route(
+        name,
+        r#"
+"@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+disabled: true
+"#,
+    )
+    .unwrap();
+    assert!(wrapped.disabled && wrapped.config.is_none());
+    let e = errors(per_route(
+        name,
+        "\"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\n",
+    ));
+    assert_eq!(e, ["one of disabled or check_settings is required"]);
+    let e = errors(per_route(
+        name,
+        "\"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\nis_optional: true\n",
+    ));
+    assert_eq!(e, ["config: is required unless disabled is true"]);
+}

@@ -1,0 +1,218 @@
+use super::*;
+use crate::filters::test_util::{errors, filter, per_route};
+use crate::filters::{HttpFilterConfig, PerRouteFilterConfig};
+
+fn rbac(yaml_body: &str) -> Result<RbacFilter, crate::ConfigError> {
+    let yaml = format!(
+        "name: envoy.filters.http.rbac\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC\n{}",
+        indent(yaml_body, 2)
+    );
+    filter(&yaml).map(|f| match f.config {
+        HttpFilterConfig::Rbac(r) => *r,
+        other => panic!("not rbac: {other:?}"),
+    })
+}
+
+fn indent(s: &str, n: usize) -> String {
+    let pad = " ".repeat(n);
+    s.lines().map(|l| format!("{pad}{l}\n")).collect()
+}
+
+#[test]
+fn policies_compiled_in_name_order() {
+    let r = rbac(
+        r#"
+rules_stat_prefix: "p."
+track_per_rule_stats: true
+rules:
+  action: DENY
+  policies:
+    zeta:
+      permissions: [{any: true}]
+      principals: [{direct_remote_ip: {address_prefix: 10.0.0.0, prefix_len: 8}}]
+    alpha:
+      permissions:
+      - and_rules:
+          rules:
+          - header: {name: ":method", string_match: {exact: GET}}
+          - url_path: {path: {prefix: /admin}}
+      - destination_port_range: {start: 8000, end: 9000}
+      - not_rule: {destination_port: 22}
+      principals:
+      - authenticated: {principal_name: {exact: "spiffe://a/b"}}
+      - sourced_metadata:
+          metadata_source: ROUTE
+          metadata_matcher:
+            filter: envoy.filters.http.jwt_authn
+            path: [{key: payload}, {key: sub}]
+            value: {string_match: {exact: alice}}
+      - or_ids: {ids: [{any: true}, {remote_ip: {address_prefix: "::1", prefix_len: 128}}]}
+shadow_rules:
+  policies: {}
+"#,
+    )
+    .unwrap();
+    assert_eq!(r.rules_stat_prefix, "p.");
+    assert!(r.track_per_rule_stats);
+    let rules = r.rules.unwrap();
+    assert_eq!(rules.action, RbacAction::Deny);
+    let names: Vec<&str> = rules.policies.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["alpha", "zeta"]);
+    let alpha = &rules.policies[0];
+    assert!(matches!(&alpha.permissions[0], Permission::And(v) if v.len() == 2));
+    assert!(matches!(
+        alpha.permissions[1],
+        Permission::DestinationPortRange {
+            start: 8000,
+            end: 9000
+        }
+    ));
+    assert!(
+        matches!(&alpha.permissions[2], Permission::Not(p) if matches!(**p, Permission::DestinationPort(22)))
+    );
+    assert!(
+        matches!(&alpha.principals[0], Principal::Authenticated(Some(m)) if m.matches("spiffe://a/b"))
+    );
+    assert!(
+        matches!(&alpha.principals[1], Principal::Metadata(m) if m.source == MetadataSource::Route)
+    );
+    let shadow = r.shadow_rules.unwrap();
+    assert_eq!(shadow.action, RbacAction::Allow);
+    assert!(shadow.policies.is_empty());
+}
+
+#[test]
+fn absent_rules_mean_no_enforcement() {
+    let r = rbac("rules_stat_prefix: \"\"").unwrap();
+    assert!(r.rules.is_none());
+    assert!(r.shadow_rules.is_none());
+}
+
+#[test]
+fn errors_name_their_paths() {
+    let e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions:
+      - header: {name: x, safe_regex_match: {regex: "(("}}
+      - destination_ip: {address_prefix: "10.0.0.300", prefix_len: 8}
+      - any: false
+      principals: []
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.rules.policies[\"p\"].permissions[0].header.safe_regex_match.regex: invalid regex: unclosed group",
+            "typed_config.rules.policies[\"p\"].permissions[1].destination_ip.address_prefix: \"10.0.0.300\" is not an IP address",
+            "typed_config.rules.policies[\"p\"].permissions[2].any: must be true",
+            "typed_config.rules.policies[\"p\"].principals: at least one principal is required",
+        ]
+    );
+}
+
+#[test]
+fn refused_forms_are_reported_once_at_their_path() {
+    let mut e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions: [{any: true}]
+      principals: [{any: true}]
+      condition: {const_expr: {bool_value: true}}
+    q:
+      permissions: [{any: true}]
+      principals: [{filter_state: {key: k, string_match: {exact: v}}}]
+matcher:
+  on_no_match:
+    action:
+      name: a
+      typed_config:
+        "@type": type.googleapis.com/envoy.config.rbac.v3.Action
+        name: all
+"#,
+    ));
+    e.sort();
+    assert_eq!(
+        e,
+        [
+            "typed_config.matcher: matcher is not supported",
+            "typed_config.rules.policies[\"p\"].condition: condition is not supported",
+            "typed_config.rules.policies[\"q\"].principals[0].filter_state: filter_state is not supported",
+        ]
+    );
+}
+
+#[test]
+fn port_range_and_empty_sets() {
+    let e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions:
+      - destination_port_range: {start: 90, end: 80}
+      - or_rules: {rules: []}
+      - destination_port: 70000
+      principals: [{and_ids: {ids: []}}]
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.rules.policies[\"p\"].permissions[0].destination_port_range: start must be below end",
+            "typed_config.rules.policies[\"p\"].permissions[1].or_rules.rules: at least one rule is required",
+            "typed_config.rules.policies[\"p\"].permissions[2].destination_port: 70000 is not a port (0..=65535)",
+            "typed_config.rules.policies[\"p\"].principals[0].and_ids.ids: at least one principal is required",
+        ]
+    );
+}
+
+#[test]
+fn per_route_override_and_disable() {
+    let on = per_route(
+        "envoy.filters.http.rbac",
+        r#"
+"@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute
+rbac:
+  rules:
+    action: ALLOW
+    policies:
+      p: {permissions: [{any: true}], principals: [{any: true}]}
+"#,
+    )
+    .unwrap();
+    let Some(PerRouteFilterConfig::Rbac(r)) = on.config else {
+        panic!("{on:?}")
+    };
+    assert_eq!(r.rbac.unwrap().rules.unwrap().policies.len(), 1);
+    let off = per_route(
+        "envoy.filters.http.rbac",
+        "\"@type\": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute\n",
+    )
+    .unwrap();
+    assert!(matches!(off.config, Some(PerRouteFilterConfig::Rbac(r)) if r.rbac.is_none()));
+}
+
+#[test]
+fn cidr_with_host_bits_is_refused() {
+    let e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions: [{destination_ip: {address_prefix: 10.0.0.0, prefix_len: 8}}]
+      principals: [{source_ip: {address_prefix: 10.1.2.3, prefix_len: 8}}, {remote_ip: {address_prefix: "::1"}}]
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.rules.policies[\"p\"].principals[0].source_ip.address_prefix: 10.1.2.3/8 has host bits set (the range is 10.0.0.0/8)",
+            "typed_config.rules.policies[\"p\"].principals[1].remote_ip.address_prefix: ::1/0 has host bits set (the range is ::/0)",
+        ]
+    );
+}
