@@ -17,7 +17,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=build.rs");
     let source = match std::env::var_os("COURIER_ENVOY_DESCRIPTORS") {
         Some(path) => PathBuf::from(path),
-        None => find_envoy_types()?.join("src/generated/types.bin"),
+        None => find_envoy_types()
+            .or_else(|e| find_in_cargo_home().ok_or(e))?
+            .join("src/generated/types.bin"),
     };
     let raw = std::fs::read(&source)
         .map_err(|e| format!("reading Envoy descriptors {}: {e}", source.display()))?;
@@ -28,6 +30,22 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("envoy_descriptors.bin");
     std::fs::write(out, set.encode_to_vec())?;
     Ok(())
+}
+
+/// The `envoy-types` version pinned in the workspace (keep in step with Cargo.toml).
+const ENVOY_TYPES_VERSION: &str = "0.7.7";
+
+/// Fallback when `cargo metadata` cannot answer (e.g. while another cargo holds
+/// the lock during a resolve): the package in cargo's registry sources.
+fn find_in_cargo_home() -> Option<PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cargo")))?;
+    let registries = std::fs::read_dir(home.join("registry/src")).ok()?;
+    registries
+        .filter_map(Result::ok)
+        .map(|r| r.path().join(format!("envoy-types-{ENVOY_TYPES_VERSION}")))
+        .find(|dir| dir.join("src/generated/types.bin").exists())
 }
 
 /// The directory of the `envoy-types` package in this build's resolve.

@@ -28,13 +28,14 @@ mod normalize;
 mod path;
 pub mod resource;
 pub mod route;
+pub mod snapshot;
 mod support;
 pub mod tls;
 
 pub use bootstrap::Bootstrap;
+pub use ctx::Ctx;
 /// The Envoy API types courier reads (re-exported so callers use the same version).
 pub use envoy_types;
-pub use ctx::Ctx;
 pub use error::{ConfigError, FieldError};
 pub use path::Path;
 

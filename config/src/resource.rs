@@ -27,7 +27,7 @@ pub enum Resource {
     /// RDS.
     RouteConfig(RouteConfig),
     /// CDS.
-    Cluster(Cluster),
+    Cluster(Box<Cluster>),
     /// EDS.
     LoadAssignment(LoadAssignment),
 }
@@ -56,7 +56,7 @@ pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
         route::translate(&m, &root, ctx).map(Resource::RouteConfig)
     } else if url == ClusterProto::type_url() {
         let m = decode::<ClusterProto>(any, ctx)?;
-        cluster::translate(&m, &root, ctx).map(Resource::Cluster)
+        cluster::translate(&m, &root, ctx).map(|c| Resource::Cluster(Box::new(c)))
     } else if url == ClaProto::type_url() {
         let m = decode::<ClaProto>(any, ctx)?;
         cluster::load_assignment(&m, &root, ctx).map(Resource::LoadAssignment)

@@ -24,7 +24,11 @@ pub(crate) type Support = (&'static str, &'static [&'static str]);
 /// All fields of the message are implemented.
 pub(crate) const ALL: &[&str] = &["*"];
 
-static TABLE: LazyLock<HashMap<&'static str, &'static [&'static str]>> = LazyLock::new(|| {
+/// Per message, the union of the fields its modules implement. Some messages are
+/// translated in more than one place (`HeaderValueOption` by routes and filters,
+/// HTTP protocol options by clusters and the connection manager): each of those
+/// places refuses in code what it does not implement in its context.
+static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new(|| {
     let tables: &[&[Support]] = &[
         crate::bootstrap::SUPPORT,
         crate::config_source::SUPPORT,
@@ -36,7 +40,16 @@ static TABLE: LazyLock<HashMap<&'static str, &'static [&'static str]>> = LazyLoc
         crate::cluster::SUPPORT,
         crate::filters::SUPPORT,
     ];
-    tables.iter().flat_map(|t| t.iter().copied()).collect()
+    let mut table: HashMap<&'static str, Vec<&'static str>> = HashMap::new();
+    for (message, fields) in tables.iter().flat_map(|t| t.iter().copied()) {
+        let entry = table.entry(message).or_default();
+        for f in fields {
+            if !entry.contains(f) {
+                entry.push(f);
+            }
+        }
+    }
+    table
 });
 
 /// Whether courier has a support table for message `full_name`.
@@ -55,7 +68,7 @@ pub(crate) fn check(msg: &DynamicMessage, path: &Path<'_>, ctx: &mut Ctx) {
         return;
     }
     let Some(allowed) = TABLE.get(name) else {
-        ctx.unsupported(path, format!("{name}"));
+        ctx.unsupported(path, name);
         return;
     };
     let all = allowed.contains(&"*");
@@ -63,7 +76,7 @@ pub(crate) fn check(msg: &DynamicMessage, path: &Path<'_>, ctx: &mut Ctx) {
         let field_name = field.name();
         let field_path = path.field(field_name);
         if !all && !allowed.contains(&field_name) {
-            ctx.unsupported(&field_path, format!("{field_name}"));
+            ctx.unsupported(&field_path, field_name);
             continue;
         }
         value_check(value, &field_path, ctx);

@@ -11,10 +11,15 @@ use std::path::PathBuf;
 
 fn seeds() -> Vec<Value> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let mut files: Vec<PathBuf> = ["quickstart.yaml", "sidecar.yaml", "edge-gateway.yaml", "xds.yaml"]
-        .iter()
-        .map(|f| root.join("examples").join(f))
-        .collect();
+    let mut files: Vec<PathBuf> = [
+        "quickstart.yaml",
+        "sidecar.yaml",
+        "edge-gateway.yaml",
+        "xds.yaml",
+    ]
+    .iter()
+    .map(|f| root.join("examples").join(f))
+    .collect();
     if let Some(dir) = std::env::var_os("COURIER_ENVOY_CORPUS") {
         let mut corpus: Vec<PathBuf> = std::fs::read_dir(dir)
             .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
