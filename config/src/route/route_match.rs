@@ -15,7 +15,8 @@ pub trait RouteRequest {
     /// The `:method`.
     fn method(&self) -> &str;
     /// The value of header `name` (lower-case); repeated headers joined with `,`,
-    /// as Envoy's header matchers see them. `None` when absent.
+    /// as Envoy's header matchers see them. `None` when absent. Pseudo-headers other
+    /// than `:path` and `:method` (`:authority`, `:scheme`) are asked for here too.
     fn header(&self, name: &str) -> Option<Cow<'_, str>>;
     /// The first value of query parameter `name` (not percent-decoded, as in Envoy),
     /// `Some("")` for a bare `?name`. The default parses [`RouteRequest::path`].
