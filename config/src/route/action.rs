@@ -1,0 +1,429 @@
+//! `RouteAction` (forward to a cluster) and `DirectResponseAction`.
+
+use super::headers::{self, HeaderMutations};
+use super::retry::{self, HedgePolicy, RetryPolicy};
+use super::rewrite::{self, RegexRewrite};
+use super::{PerFilterConfigs, Settings, per_filter_configs};
+use crate::core;
+use crate::ctx::Ctx;
+use crate::path::Path;
+use envoy_types::pb::envoy::config::route::v3 as pb;
+use std::time::Duration;
+
+/// Which cluster a request goes to.
+#[derive(Debug, Clone)]
+pub enum ClusterSpecifier {
+    /// A named cluster.
+    Cluster(String),
+    /// The cluster named by this request header (lower-cased name; first value).
+    Header(String),
+    /// One of several clusters, chosen at random by weight.
+    Weighted(WeightedClusters),
+}
+
+/// `weighted_clusters`.
+#[derive(Debug, Clone)]
+pub struct WeightedClusters {
+    /// The clusters, in config order.
+    pub clusters: Vec<ClusterWeight>,
+    /// Sum of the weights (> 0).
+    pub total_weight: u64,
+    /// Running sums of the weights: `cumulative[i]` is the end of cluster `i`'s range.
+    cumulative: Vec<u64>,
+}
+
+impl WeightedClusters {
+    /// The cluster for a random value, as Envoy picks: `random % total`, then the
+    /// first cluster whose cumulative range contains it.
+    pub fn pick(&self, random: u64) -> Option<&ClusterWeight> {
+        let v = random % self.total_weight.max(1);
+        let i = self.cumulative.partition_point(|&end| end <= v);
+        self.clusters.get(i)
+    }
+}
+
+/// One weighted cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterWeight {
+    /// Cluster name.
+    pub name: String,
+    /// Weight (may be 0: never picked).
+    pub weight: u32,
+    /// Request header mutations applied when this cluster is picked (most specific level).
+    pub request_headers: HeaderMutations,
+    /// Response header mutations applied when this cluster is picked.
+    pub response_headers: HeaderMutations,
+    /// Overrides the route's host rewrite.
+    pub host_rewrite_literal: Option<String>,
+    /// Per-filter configs (most specific level).
+    pub typed_per_filter_config: PerFilterConfigs,
+}
+
+/// How the upstream request's path is rewritten.
+#[derive(Debug, Clone)]
+pub enum PathRewrite {
+    /// Replace the matched prefix (or the whole path for `path`/`safe_regex` routes).
+    Prefix(String),
+    /// Replace every regex match.
+    Regex(RegexRewrite),
+}
+
+/// How the upstream request's host (`:authority`) is rewritten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostRewrite {
+    /// This literal.
+    Literal(String),
+    /// The picked upstream host's hostname (DNS clusters).
+    Auto,
+    /// The value of this request header (lower-cased name), when present.
+    Header(String),
+}
+
+/// `RouteAction.cluster_not_found_response_code` and `priority` as plain values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RoutingPriority {
+    /// `DEFAULT` circuit-breaker thresholds.
+    Default,
+    /// `HIGH` circuit-breaker thresholds.
+    High,
+}
+
+/// A validated `RouteAction` with Envoy's defaults applied.
+#[derive(Debug, Clone)]
+pub struct RouteAction {
+    /// Where requests go.
+    pub cluster: ClusterSpecifier,
+    /// Status sent when the cluster does not exist: 503 (default), 404 or 500.
+    pub cluster_not_found_response_code: u16,
+    /// Path rewrite, if any (the original goes to `x-envoy-original-path`).
+    pub path_rewrite: Option<PathRewrite>,
+    /// Host rewrite, if any.
+    pub host_rewrite: Option<HostRewrite>,
+    /// Append the original host to `x-forwarded-host` when the host is rewritten.
+    pub append_x_forwarded_host: bool,
+    /// Whole-request timeout (default 15 s); `None` = disabled (`0s` in config).
+    pub timeout: Option<Duration>,
+    /// Stream idle timeout for this route: `None` = the connection manager's;
+    /// `Some(Duration::ZERO)` = disabled.
+    pub idle_timeout: Option<Duration>,
+    /// Retry policy; replaces the virtual host's when set.
+    pub retry_policy: Option<RetryPolicy>,
+    /// Hedge policy; replaces the virtual host's when set.
+    pub hedge_policy: Option<HedgePolicy>,
+    /// Circuit-breaker priority.
+    pub priority: RoutingPriority,
+}
+
+/// A validated `DirectResponseAction`.
+#[derive(Debug, Clone)]
+pub struct DirectResponse {
+    /// Status, 200..=599.
+    pub status: u16,
+    /// Body, if any (at most `max_direct_response_body_size_bytes`).
+    pub body: Option<Vec<u8>>,
+}
+
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Translates a `RouteAction`; `path` is the `route` field.
+pub(crate) fn route_action(
+    ra: &pb::RouteAction,
+    path: &Path<'_>,
+    settings: &Settings,
+    ctx: &mut Ctx,
+) -> Option<RouteAction> {
+    use pb::route_action::ClusterSpecifier as C;
+    use pb::route_action::HostRewriteSpecifier as H;
+    let before = ctx.error_count();
+    let cluster = match &ra.cluster_specifier {
+        Some(C::Cluster(name)) => {
+            let p = path.field("cluster");
+            if name.is_empty() {
+                ctx.error(&p, "must not be empty");
+            } else {
+                check_cluster(name, &p, settings, ctx);
+            }
+            Some(ClusterSpecifier::Cluster(name.clone()))
+        }
+        Some(C::ClusterHeader(h)) => {
+            let p = path.field("cluster_header");
+            if h.is_empty() {
+                ctx.error(&p, "must not be empty");
+            } else if !headers::valid_name_chars(h) {
+                ctx.error(&p, "must not contain NUL, CR or LF");
+            }
+            Some(ClusterSpecifier::Header(h.to_ascii_lowercase()))
+        }
+        Some(C::WeightedClusters(w)) => {
+            weighted(w, &path.field("weighted_clusters"), settings, ctx)
+                .map(ClusterSpecifier::Weighted)
+        }
+        // Refused by the support walker.
+        Some(C::ClusterSpecifierPlugin(_) | C::InlineClusterSpecifierPlugin(_)) => None,
+        None => {
+            ctx.error(
+                path,
+                "one of cluster, cluster_header or weighted_clusters is required",
+            );
+            None
+        }
+    };
+    use pb::route_action::ClusterNotFoundResponseCode as Nf;
+    let cluster_not_found_response_code = match Nf::try_from(ra.cluster_not_found_response_code) {
+        Ok(Nf::ServiceUnavailable) => 503,
+        Ok(Nf::NotFound) => 404,
+        Ok(Nf::InternalServerError) => 500,
+        Err(_) => {
+            ctx.error(
+                &path.field("cluster_not_found_response_code"),
+                format!("unknown code {}", ra.cluster_not_found_response_code),
+            );
+            503
+        }
+    };
+    let regex = ra
+        .regex_rewrite
+        .as_ref()
+        .and_then(|r| rewrite::regex_rewrite(r, &path.field("regex_rewrite"), ctx));
+    let path_rewrite = match (ra.prefix_rewrite.is_empty(), ra.regex_rewrite.is_some()) {
+        (false, true) => {
+            ctx.error(
+                &path.field("regex_rewrite"),
+                "prefix_rewrite and regex_rewrite cannot both be set",
+            );
+            None
+        }
+        (false, false) => {
+            if !headers::valid_name_chars(&ra.prefix_rewrite) {
+                ctx.error(
+                    &path.field("prefix_rewrite"),
+                    "must not contain NUL, CR or LF",
+                );
+            }
+            Some(PathRewrite::Prefix(ra.prefix_rewrite.clone()))
+        }
+        (true, _) => regex.map(PathRewrite::Regex),
+    };
+    let host_rewrite = match &ra.host_rewrite_specifier {
+        None => None,
+        Some(H::HostRewriteLiteral(h)) => {
+            if !headers::valid_name_chars(h) {
+                ctx.error(
+                    &path.field("host_rewrite_literal"),
+                    "must not contain NUL, CR or LF",
+                );
+            }
+            Some(HostRewrite::Literal(h.clone()))
+        }
+        Some(H::AutoHostRewrite(b)) => b.value.then_some(HostRewrite::Auto),
+        Some(H::HostRewriteHeader(h)) => {
+            let p = path.field("host_rewrite_header");
+            if h.is_empty() {
+                ctx.error(&p, "must not be empty");
+            } else if !headers::valid_name_chars(h) {
+                ctx.error(&p, "must not contain NUL, CR or LF");
+            }
+            Some(HostRewrite::Header(h.to_ascii_lowercase()))
+        }
+        // Refused by the support walker.
+        Some(H::HostRewritePathRegex(_) | H::HostRewrite(_)) => None,
+    };
+    let timeout = core::optional_timeout(
+        ra.timeout.as_ref(),
+        Some(DEFAULT_TIMEOUT),
+        &path.field("timeout"),
+        ctx,
+    );
+    let idle_timeout = ra
+        .idle_timeout
+        .as_ref()
+        .and_then(|d| core::duration(d, &path.field("idle_timeout"), ctx));
+    let retry_policy = ra
+        .retry_policy
+        .as_ref()
+        .and_then(|r| retry::retry_policy(r, &path.field("retry_policy"), ctx));
+    let hedge_policy = ra
+        .hedge_policy
+        .as_ref()
+        .and_then(|h| retry::hedge_policy(h, &path.field("hedge_policy"), ctx));
+    use envoy_types::pb::envoy::config::core::v3::RoutingPriority as Rp;
+    let priority = match Rp::try_from(ra.priority) {
+        Ok(Rp::Default) => RoutingPriority::Default,
+        Ok(Rp::High) => RoutingPriority::High,
+        Err(_) => {
+            ctx.error(
+                &path.field("priority"),
+                format!("unknown priority {}", ra.priority),
+            );
+            RoutingPriority::Default
+        }
+    };
+    if ctx.error_count() != before {
+        return None;
+    }
+    Some(RouteAction {
+        cluster: cluster?,
+        cluster_not_found_response_code,
+        path_rewrite,
+        host_rewrite,
+        append_x_forwarded_host: ra.append_x_forwarded_host,
+        timeout,
+        idle_timeout,
+        retry_policy,
+        hedge_policy,
+        priority,
+    })
+}
+
+fn check_cluster(name: &str, path: &Path<'_>, settings: &Settings, ctx: &mut Ctx) {
+    if settings.validate_clusters && ctx.cluster_known(name) == Some(false) {
+        ctx.error(path, format!("unknown cluster '{name}'"));
+    }
+}
+
+fn weighted(
+    w: &pb::WeightedCluster,
+    path: &Path<'_>,
+    settings: &Settings,
+    ctx: &mut Ctx,
+) -> Option<WeightedClusters> {
+    let cp = path.field("clusters");
+    if w.clusters.is_empty() {
+        ctx.error(&cp, "at least one cluster is required");
+        return None;
+    }
+    let before = ctx.error_count();
+    let mut clusters = Vec::with_capacity(w.clusters.len());
+    let mut cumulative = Vec::with_capacity(w.clusters.len());
+    let mut total: u64 = 0;
+    for (i, c) in w.clusters.iter().enumerate() {
+        let p = cp.index(i);
+        // A cluster_header entry is refused by the support walker; do not also
+        // complain about its missing name.
+        if c.name.is_empty() && c.cluster_header.is_empty() {
+            ctx.error(&p.field("name"), "must not be empty");
+        } else if !c.name.is_empty() {
+            check_cluster(&c.name, &p.field("name"), settings, ctx);
+        }
+        let Some(weight) = c.weight.as_ref().map(|v| v.value) else {
+            ctx.error(&p.field("weight"), "is required");
+            continue;
+        };
+        total += u64::from(weight);
+        cumulative.push(total);
+        let (request_headers, response_headers) = headers::both(
+            &p,
+            (&c.request_headers_to_add, &c.request_headers_to_remove),
+            (&c.response_headers_to_add, &c.response_headers_to_remove),
+            ctx,
+        );
+        use pb::weighted_cluster::cluster_weight::HostRewriteSpecifier as H;
+        let host_rewrite_literal = match &c.host_rewrite_specifier {
+            Some(H::HostRewriteLiteral(h)) => {
+                if !headers::valid_name_chars(h) {
+                    ctx.error(
+                        &p.field("host_rewrite_literal"),
+                        "must not contain NUL, CR or LF",
+                    );
+                }
+                Some(h.clone())
+            }
+            None => None,
+        };
+        clusters.push(ClusterWeight {
+            name: c.name.clone(),
+            weight,
+            request_headers,
+            response_headers,
+            host_rewrite_literal,
+            typed_per_filter_config: per_filter_configs(&c.typed_per_filter_config, &p, ctx),
+        });
+    }
+    if ctx.error_count() != before {
+        return None;
+    }
+    if total == 0 {
+        ctx.error(path, "the sum of weights must be greater than 0");
+        return None;
+    }
+    if total > u64::from(u32::MAX) {
+        ctx.error(
+            path,
+            format!("the sum of weights must not exceed {}", u32::MAX),
+        );
+        return None;
+    }
+    // total_weight is deprecated and Envoy 1.40 no longer checks it against the
+    // sum: the sum is the modulus, as here.
+    Some(WeightedClusters {
+        clusters,
+        total_weight: total,
+        cumulative,
+    })
+}
+
+/// Translates a `DirectResponseAction`; `path` is the `direct_response` field.
+pub(crate) fn direct_response(
+    dr: &pb::DirectResponseAction,
+    path: &Path<'_>,
+    settings: &Settings,
+    ctx: &mut Ctx,
+) -> Option<DirectResponse> {
+    let status = match u16::try_from(dr.status) {
+        Ok(s) if (200..=599).contains(&s) => Some(s),
+        _ => {
+            ctx.error(
+                &path.field("status"),
+                format!("{} is not a status between 200 and 599", dr.status),
+            );
+            None
+        }
+    };
+    let bp = path.field("body");
+    let body = match dr.body.as_ref() {
+        None => None,
+        Some(b) => match core::data_source(Some(b), &bp, ctx) {
+            Some(bytes) if bytes.len() > settings.max_direct_response_body_size as usize => {
+                ctx.error(
+                    &bp,
+                    format!(
+                        "response body size is {} bytes; maximum is {} (max_direct_response_body_size_bytes)",
+                        bytes.len(),
+                        settings.max_direct_response_body_size
+                    ),
+                );
+                return None;
+            }
+            Some(bytes) => Some(bytes),
+            None => return None,
+        },
+    };
+    Some(DirectResponse {
+        status: status?,
+        body,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn weighted_pick_follows_envoy() {
+        let cw = |name: &str, weight| ClusterWeight {
+            name: name.into(),
+            weight,
+            request_headers: HeaderMutations::default(),
+            response_headers: HeaderMutations::default(),
+            host_rewrite_literal: None,
+            typed_per_filter_config: PerFilterConfigs::new(),
+        };
+        let w = WeightedClusters {
+            clusters: vec![cw("a", 1), cw("zero", 0), cw("b", 3)],
+            total_weight: 4,
+            cumulative: vec![1, 1, 4],
+        };
+        let names: Vec<&str> = (0..8).map(|r| w.pick(r).unwrap().name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "b", "b", "a", "b", "b", "b"]);
+    }
+}
