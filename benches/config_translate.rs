@@ -8,7 +8,9 @@ use std::hint::black_box;
 
 fn translate(c: &mut Criterion) {
     let json = bootstrap_json(1_000, 10_000);
-    let dynamic = courier_config::load::dynamic_from_json(json, "envoy.config.bootstrap.v3.Bootstrap").expect("valid bootstrap");
+    let dynamic =
+        courier_config::load::dynamic_from_json(json, "envoy.config.bootstrap.v3.Bootstrap")
+            .expect("valid bootstrap");
     let typed: Bootstrap = courier_config::load::typed_from_dynamic(&dynamic).expect("typed");
     let mut group = c.benchmark_group("config");
     group.sample_size(20);

@@ -67,7 +67,9 @@ fn route(i: usize, clusters: usize) -> Value {
         0 => json!({"prefix": format!("/api/v{i}/")}),
         1 => json!({"path": format!("/exact/{i}")}),
         2 => json!({"safe_regex": {"regex": format!("/re/{i}/[0-9]+")}}),
-        _ => json!({"prefix": format!("/h/{i}"), "headers": [{"name": "x-tenant", "string_match": {"exact": format!("t{i}")}}]}),
+        _ => {
+            json!({"prefix": format!("/h/{i}"), "headers": [{"name": "x-tenant", "string_match": {"exact": format!("t{i}")}}]})
+        }
     };
     json!({"name": format!("r{i}"), "match": m, "route": action})
 }

@@ -13,10 +13,17 @@ fn corpus_outcomes_match_the_manifest() {
         eprintln!("SKIPPED: COURIER_ENVOY_CORPUS is not set");
         return;
     };
-    let dir = dir.canonicalize().unwrap_or_else(|e| panic!("corpus folder {}: {e}", dir.display()));
-    let manifest = std::fs::read_to_string(dir.join("MANIFEST.md")).expect("MANIFEST.md in the corpus folder");
+    let dir = dir
+        .canonicalize()
+        .unwrap_or_else(|e| panic!("corpus folder {}: {e}", dir.display()));
+    let manifest =
+        std::fs::read_to_string(dir.join("MANIFEST.md")).expect("MANIFEST.md in the corpus folder");
     let cases = parse_manifest(&manifest);
-    assert!(!cases.is_empty(), "no rows found in {}/MANIFEST.md", dir.display());
+    assert!(
+        !cases.is_empty(),
+        "no rows found in {}/MANIFEST.md",
+        dir.display()
+    );
 
     // Certificates the configs read relative to the working directory. This is the
     // only test in this binary, so changing the directory races with nothing.
@@ -36,20 +43,35 @@ fn corpus_outcomes_match_the_manifest() {
             Err(e) => e.errors.iter().map(|e| e.path.clone()).collect(),
         };
         let want: BTreeSet<String> = case.refuse.iter().cloned().collect();
-        let alternative: Option<BTreeSet<String>> = case.flag_alternative.as_ref().map(|a| a.iter().cloned().collect());
+        let alternative: Option<BTreeSet<String>> = case
+            .flag_alternative
+            .as_ref()
+            .map(|a| a.iter().cloned().collect());
         let ok = got == want || alternative.as_ref().is_some_and(|alt| &got == alt);
         let shown = match &result {
             Ok(_) => "accepted".to_string(),
             Err(e) => e.to_string(),
         };
-        println!("{}: {}", case.file, if ok { "as expected" } else { "MISMATCH" });
+        println!(
+            "{}: {}",
+            case.file,
+            if ok { "as expected" } else { "MISMATCH" }
+        );
         if !ok {
             failures.push(format!(
                 "{}: expected refusal at {want:?}{}; courier said:\n{shown}",
                 case.file,
-                alternative.map(|a| format!(" (or ⚑ {a:?})")).unwrap_or_default()
+                alternative
+                    .map(|a| format!(" (or ⚑ {a:?})"))
+                    .unwrap_or_default()
             ));
         }
     }
-    assert!(failures.is_empty(), "{} of {} corpus configs differ:\n\n{}", failures.len(), cases.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} corpus configs differ:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
 }

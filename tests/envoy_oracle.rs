@@ -20,8 +20,16 @@ fn envoy_agrees_with_the_invalid_configs_verdicts() {
             failures.push(format!(
                 "{}: marked envoy {} but Envoy {}:\n{}",
                 case.path.display(),
-                if case.envoy_rejects { "rejects" } else { "accepts" },
-                if verdict.ok { "accepted it" } else { "rejected it" },
+                if case.envoy_rejects {
+                    "rejects"
+                } else {
+                    "accepts"
+                },
+                if verdict.ok {
+                    "accepted it"
+                } else {
+                    "rejected it"
+                },
                 verdict.output.trim()
             ));
         }
@@ -51,5 +59,9 @@ fn envoy_accepts_every_example() {
             failures.push(format!("{}:\n{}", example.display(), verdict.output.trim()));
         }
     }
-    assert!(failures.is_empty(), "Envoy rejects examples:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "Envoy rejects examples:\n{}",
+        failures.join("\n\n")
+    );
 }

@@ -14,7 +14,12 @@ fn every_example_validates() {
     std::env::set_current_dir(work.path()).expect("chdir");
     let mut names = Vec::new();
     let mut failures = Vec::new();
-    for name in ["quickstart.yaml", "sidecar.yaml", "edge-gateway.yaml", "xds.yaml"] {
+    for name in [
+        "quickstart.yaml",
+        "sidecar.yaml",
+        "edge-gateway.yaml",
+        "xds.yaml",
+    ] {
         let result = load_bootstrap(&LoadOptions {
             config_path: Some(dir.join(name)),
             ..Default::default()
@@ -24,7 +29,15 @@ fn every_example_validates() {
             Err(e) => failures.push(format!("{name}:\n{e}")),
         }
     }
-    assert!(failures.is_empty(), "examples do not validate:\n{}", failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "examples do not validate:\n{}",
+        failures.join("\n\n")
+    );
     // The quickstart serves something and needs nothing else running.
-    assert!(names.iter().any(|(n, listeners, _)| *n == "quickstart.yaml" && *listeners > 0));
+    assert!(
+        names
+            .iter()
+            .any(|(n, listeners, _)| *n == "quickstart.yaml" && *listeners > 0)
+    );
 }

@@ -7,7 +7,11 @@ use courier_tests::invalid_cases;
 #[test]
 fn each_invalid_config_is_refused_with_its_exact_errors() {
     let cases = invalid_cases();
-    assert!(cases.len() >= 30, "expected at least 30 invalid configs, found {}", cases.len());
+    assert!(
+        cases.len() >= 30,
+        "expected at least 30 invalid configs, found {}",
+        cases.len()
+    );
     let mut failures = Vec::new();
     for case in &cases {
         let result = load_bootstrap(&LoadOptions {
@@ -28,5 +32,10 @@ fn each_invalid_config_is_refused_with_its_exact_errors() {
             ));
         }
     }
-    assert!(failures.is_empty(), "{} invalid configs differ:\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} invalid configs differ:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }

@@ -24,7 +24,11 @@ pub fn invalid_configs_dir() -> PathBuf {
 pub fn courier_bin() -> PathBuf {
     // Test executables live in target/<profile>/deps; the binary one level up.
     let exe = std::env::current_exe().unwrap_or_default();
-    let profile_dir = exe.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_default();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
     let bin = profile_dir.join("courier");
     if !bin.exists() {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
@@ -32,7 +36,10 @@ pub fn courier_bin() -> PathBuf {
             .args(["build", "-p", "courier", "--bin", "courier"])
             .current_dir(workspace_root())
             .status();
-        assert!(status.is_ok_and(|s| s.success()), "building the courier binary failed");
+        assert!(
+            status.is_ok_and(|s| s.success()),
+            "building the courier binary failed"
+        );
     }
     bin
 }
@@ -47,10 +54,16 @@ pub fn envoy_bin() -> Option<PathBuf> {
         std::env::var_os("COURIER_ENVOY").map(PathBuf::from),
         Some(workspace_root().join(".venv/bin/envoy")),
     ];
-    let found = candidates.into_iter().flatten().find(|p| p.exists()).or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path).map(|d| d.join("envoy")).find(|p| p.exists())
-    });
+    let found = candidates
+        .into_iter()
+        .flatten()
+        .find(|p| p.exists())
+        .or_else(|| {
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|d| d.join("envoy"))
+                .find(|p| p.exists())
+        });
     if found.is_none() && std::env::var_os("COURIER_REQUIRE_ENVOY").is_some() {
         panic!("COURIER_REQUIRE_ENVOY is set but no envoy binary was found");
     }
@@ -76,7 +89,11 @@ pub fn envoy_validate(envoy: &Path, config: &Path, cwd: &Path) -> EnvoyVerdict {
         .unwrap_or_else(|e| panic!("running {}: {e}", envoy.display()));
     EnvoyVerdict {
         ok: out.status.success(),
-        output: format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
     }
 }
 
@@ -99,7 +116,9 @@ impl TestCa {
     /// A new self-signed CA.
     pub fn new(name: &str) -> Self {
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("ca params");
-        params.distinguished_name.push(rcgen::DnType::CommonName, name);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
         let key = rcgen::KeyPair::generate().expect("ca key");
         let cert = params.self_signed(&key).expect("ca cert");
@@ -117,9 +136,10 @@ impl TestCa {
     pub fn leaf(&self, names: &[&str]) -> Pem {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let mut params = rcgen::CertificateParams::new(names.clone()).expect("leaf params");
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, names.first().cloned().unwrap_or_default());
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
         let key = rcgen::KeyPair::generate().expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
         Pem {
@@ -133,7 +153,11 @@ impl TestCa {
 /// working directory (`certs/...` and `examples/certs/...`) under `dir`.
 pub fn write_test_certs(dir: &Path) {
     let ca = TestCa::new("courier test CA");
-    let server = ca.leaf(&["proxy-postgres-backend.example.com", "localhost", "example.com"]);
+    let server = ca.leaf(&[
+        "proxy-postgres-backend.example.com",
+        "localhost",
+        "example.com",
+    ]);
     let client = ca.leaf(&["proxy-postgres-frontend.example.com", "client.example.com"]);
     let domain1 = ca.leaf(&["domain1.example.com"]);
     let domain2 = ca.leaf(&["domain2.example.com"]);
@@ -181,9 +205,12 @@ pub struct CorpusCase {
 fn expand(path: &str) -> String {
     let mut out = path.to_string();
     while let Some(start) = out.find("HCM(") {
-        let Some(close) = out[start..].find(')') else { break };
+        let Some(close) = out[start..].find(')') else {
+            break;
+        };
         let index = &out[start + 4..start + close];
-        let full = format!("static_resources.listeners[{index}].filter_chains[0].filters[0].typed_config");
+        let full =
+            format!("static_resources.listeners[{index}].filter_chains[0].filters[0].typed_config");
         out.replace_range(start..start + close + 1, &full);
     }
     out
@@ -191,7 +218,11 @@ fn expand(path: &str) -> String {
 
 /// Backticked strings in `text`.
 fn backticked(text: &str) -> Vec<String> {
-    text.split('`').skip(1).step_by(2).map(str::to_string).collect()
+    text.split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_string)
+        .collect()
 }
 
 /// Parses the table of a corpus MANIFEST.md.
@@ -260,8 +291,13 @@ pub fn invalid_cases() -> Vec<InvalidCase> {
                     envoy = Some(v.trim().starts_with("rejects"));
                 }
             }
-            let envoy_rejects = envoy.unwrap_or_else(|| panic!("{}: no '# envoy:' line", path.display()));
-            assert!(!expect.is_empty(), "{}: no '# expect:' line", path.display());
+            let envoy_rejects =
+                envoy.unwrap_or_else(|| panic!("{}: no '# envoy:' line", path.display()));
+            assert!(
+                !expect.is_empty(),
+                "{}: no '# expect:' line",
+                path.display()
+            );
             InvalidCase {
                 path,
                 expect,
