@@ -209,3 +209,8 @@ fn generated_name(address: &SocketAddress, path: &Path<'_>) -> String {
         address.to_string()
     }
 }
+
+#[cfg(test)]
+pub(crate) mod test_util;
+#[cfg(test)]
+mod tests;

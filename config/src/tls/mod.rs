@@ -196,15 +196,16 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
             "require_client_certificate without validation_context.trusted_ca",
         );
     }
-    let common = common?;
-    let Some(certificate) = certificate else {
-        // Envoy: "No TLS certificates found for server context".
+    // Envoy: "No TLS certificates found for server context". (SDS certificates
+    // are refused by the support table; a bad certificate has its own error.)
+    if ctc.tls_certificates.is_empty() && ctc.tls_certificate_sds_secret_configs.is_empty() {
         ctx.error(
             &cp.field("tls_certificates"),
             "a downstream TLS context needs a certificate",
         );
-        return None;
-    };
+    }
+    let common = common?;
+    let certificate = certificate?;
     Some(DownstreamTls {
         certificate,
         common,
@@ -502,3 +503,8 @@ fn versions(
     }
     (min, max)
 }
+
+#[cfg(test)]
+mod test_pem;
+#[cfg(test)]
+mod tests;
