@@ -13,7 +13,10 @@ use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
 /// Fields of the access-log messages courier implements.
 pub(crate) const SUPPORT: &[Support] = &[
     // `filter` (status, duration, runtime ... filters) is refused by its absence.
-    ("envoy.config.accesslog.v3.AccessLog", &["name", "typed_config"]),
+    (
+        "envoy.config.accesslog.v3.AccessLog",
+        &["name", "typed_config"],
+    ),
     (
         "envoy.extensions.access_loggers.file.v3.FileAccessLog",
         &["path", "log_format", "format", "json_format"],
@@ -117,9 +120,10 @@ impl AccessLog {
 
 fn default_format() -> LogFormat {
     // The default format is a constant that format.rs's own tests parse.
-    LogFormat::Text(format::parse(format::DEFAULT_ACCESS_LOG_FORMAT).unwrap_or(FormatString {
-        parts: Vec::new(),
-    }))
+    LogFormat::Text(
+        format::parse(format::DEFAULT_ACCESS_LOG_FORMAT)
+            .unwrap_or(FormatString { parts: Vec::new() }),
+    )
 }
 
 /// Translates a list of `AccessLog`s.
@@ -138,7 +142,10 @@ pub fn translate(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ac
             "envoy.access_loggers.stdout" => Some(AccessLog::stream(Sink::Stdout)),
             "envoy.access_loggers.stderr" => Some(AccessLog::stream(Sink::Stderr)),
             "envoy.access_loggers.file" | "envoy.file_access_log" => {
-                ctx.error(&path.field("typed_config"), "is required (FileAccessLog.path)");
+                ctx.error(
+                    &path.field("typed_config"),
+                    "is required (FileAccessLog.path)",
+                );
                 None
             }
             "" => {
@@ -160,7 +167,12 @@ pub fn translate(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ac
             let Some(F::LogFormat(f)) = &m.access_log_format else {
                 return Some(AccessLog::stream(Sink::Stdout));
             };
-            with_format(AccessLog::stream(Sink::Stdout), f, &tp.field("log_format"), ctx)
+            with_format(
+                AccessLog::stream(Sink::Stdout),
+                f,
+                &tp.field("log_format"),
+                ctx,
+            )
         }
         STDERR_ACCESS_LOG => {
             use stream::stderr_access_log::AccessLogFormat as F;
@@ -168,7 +180,12 @@ pub fn translate(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ac
             let Some(F::LogFormat(f)) = &m.access_log_format else {
                 return Some(AccessLog::stream(Sink::Stderr));
             };
-            with_format(AccessLog::stream(Sink::Stderr), f, &tp.field("log_format"), ctx)
+            with_format(
+                AccessLog::stream(Sink::Stderr),
+                f,
+                &tp.field("log_format"),
+                ctx,
+            )
         }
         other => {
             let name = if l.name.is_empty() { other } else { &l.name };
@@ -224,15 +241,13 @@ fn with_format(
     use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format as F;
     let format = match &f.format {
         Some(F::TextFormat(s)) => LogFormat::Text(text(s, &path.field("text_format"), ctx)?),
-        Some(F::JsonFormat(s)) => {
-            LogFormat::Json(json_object(s, &path.field("json_format"), ctx)?)
-        }
+        Some(F::JsonFormat(s)) => LogFormat::Json(json_object(s, &path.field("json_format"), ctx)?),
         Some(F::TextFormatSource(ds)) => {
             let sp = path.field("text_format_source");
-            let s = match &ds.specifier {
-                Some(Specifier::InlineString(s)) => s.clone(),
+            let (s, field) = match &ds.specifier {
+                Some(Specifier::InlineString(s)) => (s.clone(), "inline_string"),
                 Some(Specifier::InlineBytes(b)) => match String::from_utf8(b.clone()) {
-                    Ok(s) => s,
+                    Ok(s) => (s, "inline_bytes"),
                     Err(_) => {
                         ctx.error(&sp.field("inline_bytes"), "is not UTF-8");
                         return None;
@@ -254,7 +269,7 @@ fn with_format(
                     return None;
                 }
             };
-            LogFormat::Text(text(&s, &sp, ctx)?)
+            LogFormat::Text(text(&s, &sp.field(field), ctx)?)
         }
         None => {
             ctx.error(

@@ -141,7 +141,11 @@ fn chain_match(m: &pb::FilterChainMatch, path: &Path<'_>, ctx: &mut Ctx) -> Filt
     let mut server_names = Vec::with_capacity(m.server_names.len());
     for (i, name) in m.server_names.iter().enumerate() {
         let name = name.to_ascii_lowercase();
-        if name.contains('*') && !(name.starts_with("*.") && !name[2..].contains('*')) {
+        let wildcard_ok = match name.strip_prefix("*.") {
+            Some(rest) => !rest.contains('*'),
+            None => !name.contains('*'),
+        };
+        if !wildcard_ok {
             // Envoy's wording; only `*.suffix` wildcards exist.
             ctx.error(
                 &sp.index(i),
@@ -213,7 +217,10 @@ fn expand(m: &pb::FilterChainMatch) -> Vec<(String, &str, &str)> {
     let names: Vec<String> = if m.server_names.is_empty() {
         vec![String::new()]
     } else {
-        m.server_names.iter().map(|s| s.to_ascii_lowercase()).collect()
+        m.server_names
+            .iter()
+            .map(|s| s.to_ascii_lowercase())
+            .collect()
     };
     let alpns: Vec<&str> = if m.application_protocols.is_empty() {
         vec![""]

@@ -87,7 +87,11 @@ pub(crate) const SUPPORT: &[Support] = &[
         // `allow_chunked_length` (Content-Length with chunked) belongs to the
         // strict-parsing work and is refused until then.
         "envoy.config.core.v3.Http1ProtocolOptions",
-        &["accept_http_10", "default_host_for_http_10", "enable_trailers"],
+        &[
+            "accept_http_10",
+            "default_host_for_http_10",
+            "enable_trailers",
+        ],
     ),
     (
         "envoy.config.core.v3.Http2ProtocolOptions",
@@ -276,7 +280,8 @@ pub fn translate(
         ctx.error(&path.field("stat_prefix"), "must not be empty");
     }
     let route_specifier = route_specifier(h, path, ctx);
-    let (http_filters, implicit_router) = http_filters(&h.http_filters, &path.field("http_filters"), ctx);
+    let (http_filters, implicit_router) =
+        http_filters(&h.http_filters, &path.field("http_filters"), ctx);
     let access_log = access_log::translate_all(&h.access_log, &path.field("access_log"), ctx);
     let max_request_headers_kb = core::u32_or(
         h.max_request_headers_kb.as_ref(),
@@ -315,7 +320,10 @@ pub fn translate(
         // IMPLEMENTATION_SPECIFIC_DEFAULT is KEEP_UNCHANGED in Envoy.
         _ => EscapedSlashesAction::KeepUnchanged,
     };
-    let strip_any = matches!(h.strip_port_mode, Some(StripPortMode::StripAnyHostPort(true)));
+    let strip_any = matches!(
+        h.strip_port_mode,
+        Some(StripPortMode::StripAnyHostPort(true))
+    );
     let strip_port = match (h.strip_matching_host_port, strip_any) {
         (true, true) => {
             // Envoy's wording.

@@ -36,7 +36,11 @@ const OWN: &[Support] = &[
     ),
     (
         "envoy.config.listener.v3.FilterChainMatch",
-        &["server_names", "transport_protocol", "application_protocols"],
+        &[
+            "server_names",
+            "transport_protocol",
+            "application_protocols",
+        ],
     ),
     ("envoy.config.listener.v3.Filter", &["name", "typed_config"]),
     // Every listener filter is refused by `translate` at its element; listing the
@@ -97,7 +101,7 @@ pub struct Listener {
     /// Filter chains in config order.
     pub filter_chains: Vec<FilterChain>,
     /// Takes connections no chain matches.
-    pub default_filter_chain: Option<FilterChain>,
+    pub default_filter_chain: Option<Box<FilterChain>>,
     /// Per-connection buffer limit, both directions (default 1 MiB).
     pub per_connection_buffer_limit_bytes: u32,
     /// Traffic direction.
@@ -119,7 +123,7 @@ impl Listener {
     pub fn all_filter_chains(&self) -> impl Iterator<Item = &FilterChain> {
         self.filter_chains
             .iter()
-            .chain(self.default_filter_chain.as_ref())
+            .chain(self.default_filter_chain.as_deref())
     }
 
     /// The `path_config_source` files named by this listener's RDS connection managers.
@@ -169,7 +173,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
                 "filter_chain_match on the default filter chain",
             );
         }
-        filter_chain::translate(fc, "default_filter_chain", &dp, ctx)
+        filter_chain::translate(fc, "default_filter_chain", &dp, ctx).map(Box::new)
     });
     if l.filter_chains.is_empty() && l.default_filter_chain.is_none() {
         // Envoy's wording.

@@ -32,7 +32,10 @@ fn minimal_listener_and_defaults() {
     let fc = &l.filter_chains[0];
     assert_eq!(fc.filter_chain_match, FilterChainMatch::default());
     assert!(fc.tls.is_none());
-    assert_eq!(fc.hcm_config_path, "filter_chains[0].filters[0].typed_config");
+    assert_eq!(
+        fc.hcm_config_path,
+        "filter_chains[0].filters[0].typed_config"
+    );
     let h = &fc.http_connection_manager;
     assert_eq!(h.codec_type, CodecType::Auto);
     assert_eq!(h.stat_prefix, "ingress");
@@ -155,9 +158,15 @@ fn filter_chain_matches_and_duplicates() {
             json!({"destination_port": 80})
         )),
         [
-            format!("{L}.filter_chains[1].filter_chain_match.destination_port: destination_port is not supported"),
-            format!("{L}.filter_chains[0].filter_chain_match.server_names[0]: partial wildcards are not supported in \"server_names\""),
-            format!("{L}.filter_chains[0].filter_chain_match.transport_protocol: transport protocol \"quic\" (only raw_buffer and tls) is not supported"),
+            format!(
+                "{L}.filter_chains[1].filter_chain_match.destination_port: destination_port is not supported"
+            ),
+            format!(
+                "{L}.filter_chains[0].filter_chain_match.server_names[0]: partial wildcards are not supported in \"server_names\""
+            ),
+            format!(
+                "{L}.filter_chains[0].filter_chain_match.transport_protocol: transport protocol \"quic\" (only raw_buffer and tls) is not supported"
+            ),
         ]
     );
 }
@@ -194,7 +203,10 @@ fn default_filter_chain() {
     })));
     let d = l.default_filter_chain.as_ref().unwrap();
     assert_eq!(d.http_connection_manager.stat_prefix, "d");
-    assert_eq!(d.hcm_config_path, "default_filter_chain.filters[0].typed_config");
+    assert_eq!(
+        d.hcm_config_path,
+        "default_filter_chain.filters[0].typed_config"
+    );
 }
 
 #[test]
@@ -289,15 +301,23 @@ fn hcm_errors() {
     })));
     let want = [
         format!("{HCM}.tracing: tracing is not supported"),
-        format!("{HCM}.http_protocol_options.allow_chunked_length: allow_chunked_length is not supported"),
+        format!(
+            "{HCM}.http_protocol_options.allow_chunked_length: allow_chunked_length is not supported"
+        ),
         format!("{HCM}.http2_protocol_options.hpack_table_size: hpack_table_size is not supported"),
         format!("{HCM}.via: via is not supported"),
         format!("{HCM}.codec_type: HTTP3 is not supported"),
         format!("{HCM}.stat_prefix: must not be empty"),
         format!("{HCM}.max_request_headers_kb: 9000 is out of range 1..=8192"),
-        format!("{HCM}.http2_protocol_options.initial_connection_window_size: 100 is out of range 65535..=2147483647"),
-        format!("{HCM}.strip_any_host_port: Only one of `strip_matching_host_port` or `strip_any_host_port` can be set."),
-        format!("{HCM}.upgrade_configs[1].upgrade_type: multiple upgrade configs with the same name: 'WebSocket'"),
+        format!(
+            "{HCM}.http2_protocol_options.initial_connection_window_size: 100 is out of range 65535..=2147483647"
+        ),
+        format!(
+            "{HCM}.strip_any_host_port: Only one of `strip_matching_host_port` or `strip_any_host_port` can be set."
+        ),
+        format!(
+            "{HCM}.upgrade_configs[1].upgrade_type: multiple upgrade configs with the same name: 'WebSocket'"
+        ),
         format!("{HCM}.drain_timeout: must not be negative"),
     ];
     let mut e = e;
@@ -319,11 +339,7 @@ fn rds_and_path_sources() {
         .remove("route_config");
     // The bootstrap reads path sources up front; the file does not exist here.
     let b = crate::load::parse_text(&v2.to_string(), crate::load::Format::Json).unwrap();
-    let proto = crate::load::dynamic_from_json(
-        b,
-        "envoy.config.bootstrap.v3.Bootstrap",
-    )
-    .unwrap();
+    let proto = crate::load::dynamic_from_json(b, "envoy.config.bootstrap.v3.Bootstrap").unwrap();
     let mut ctx = crate::Ctx::new();
     let bs = crate::bootstrap_from_proto(&proto, &mut ctx);
     assert!(!ctx.has_errors());
@@ -335,7 +351,9 @@ fn rds_and_path_sources() {
     assert_eq!(
         l.rds_path_sources(),
         [RdsPathSource {
-            field: "filter_chains[0].filters[0].typed_config.rds.config_source.path_config_source.path".into(),
+            field:
+                "filter_chains[0].filters[0].typed_config.rds.config_source.path_config_source.path"
+                    .into(),
             file: "/etc/courier/rds.yaml",
         }]
     );
@@ -426,7 +444,9 @@ fn access_logs() {
     assert_eq!(keys, ["code", "n", "nested"]);
     assert_eq!(fields[1].1, JsonValue::Number(1.0));
     assert!(matches!(&fields[2].1, JsonValue::Object(o) if o.len() == 1));
-    assert!(matches!(&a[3].format, LogFormat::Text(f) if f.parts == [Part::Command(Command::Protocol)]));
+    assert!(
+        matches!(&a[3].format, LogFormat::Text(f) if f.parts == [Part::Command(Command::Protocol)])
+    );
 }
 
 #[test]
@@ -450,9 +470,15 @@ fn access_log_errors() {
             format!("{p}[4].typed_config.log_format.content_type: content_type is not supported"),
             format!("{p}[0]: access logger envoy.access_loggers.http_grpc is not supported"),
             format!("{p}[1].typed_config.path: must not be empty"),
-            format!("{p}[2].typed_config.log_format.text_format: unsupported format command %NOPE%"),
-            format!("{p}[3].typed_config.log_format.json_format[\"a\"]: invalid format string: unterminated %REQ("),
-            format!("{p}[4].typed_config.log_format.text_format_source.filename: a format read from a file is not supported"),
+            format!(
+                "{p}[2].typed_config.log_format.text_format: unsupported format command %NOPE%"
+            ),
+            format!(
+                "{p}[3].typed_config.log_format.json_format[\"a\"]: invalid format string: unterminated %REQ("
+            ),
+            format!(
+                "{p}[4].typed_config.log_format.text_format_source.filename: a format read from a file is not supported"
+            ),
         ]
     );
 }

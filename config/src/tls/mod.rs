@@ -42,7 +42,10 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.TlsParameters",
-        &["tls_minimum_protocol_version", "tls_maximum_protocol_version"],
+        &[
+            "tls_minimum_protocol_version",
+            "tls_maximum_protocol_version",
+        ],
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.TlsCertificate",
@@ -188,7 +191,8 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     let empty = pb::CommonTlsContext::default();
     let ctc = dtc.common_tls_context.as_ref().unwrap_or(&empty);
     let (certificate, common) = common(ctc, Side::Downstream, &cp, ctx);
-    let require_client_certificate = crate::core::bool_or(dtc.require_client_certificate.as_ref(), false);
+    let require_client_certificate =
+        crate::core::bool_or(dtc.require_client_certificate.as_ref(), false);
     if require_client_certificate && common.as_ref().is_some_and(|c| c.validation.is_none()) {
         // Envoy then asks for any certificate and checks nothing; courier needs a CA.
         ctx.unsupported(
@@ -338,7 +342,8 @@ fn common(
         // The other forms (SDS, combined, providers) are refused by the support table.
         _ => Ok(None),
     };
-    let (min_version, max_version) = versions(c.tls_params.as_ref(), side, &path.field("tls_params"), ctx);
+    let (min_version, max_version) =
+        versions(c.tls_params.as_ref(), side, &path.field("tls_params"), ctx);
     let alpn_protocols = c
         .alpn_protocols
         .iter()
@@ -399,7 +404,10 @@ fn validation(
                 None
             }
             Ok(T::Unspecified) | Err(_) => {
-                ctx.error(&p.field("san_type"), "is required (DNS, URI, EMAIL or IP_ADDRESS)");
+                ctx.error(
+                    &p.field("san_type"),
+                    "is required (DNS, URI, EMAIL or IP_ADDRESS)",
+                );
                 None
             }
         };

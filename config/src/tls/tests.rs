@@ -32,7 +32,10 @@ fn downstream_inline_certificate_and_defaults() {
     }))));
     assert_eq!(t.certificate.certificate_chain.len(), 1);
     assert_eq!(t.certificate.certificate_chain[0].first(), Some(&0x30));
-    assert!(matches!(*t.certificate.private_key, PrivateKeyDer::Pkcs8(_)));
+    assert!(matches!(
+        *t.certificate.private_key,
+        PrivateKeyDer::Pkcs8(_)
+    ));
     assert_eq!(t.common.alpn_protocols, ["h2", "http/1.1"]);
     assert_eq!(t.common.min_version, TlsVersion::Tls12);
     assert_eq!(t.common.max_version, TlsVersion::Tls13);
@@ -69,15 +72,21 @@ fn downstream_errors() {
     let tc = format!("{TS}.typed_config.common_tls_context");
     assert_eq!(
         errors(&chain(downstream_socket(json!({})))),
-        [format!("{tc}.tls_certificates: a downstream TLS context needs a certificate")]
+        [format!(
+            "{tc}.tls_certificates: a downstream TLS context needs a certificate"
+        )]
     );
     assert_eq!(
         errors(&chain(downstream_socket(json!({"tls_certificates": [
             {"certificate_chain": {"inline_string": "garbage"}, "private_key": {"inline_string": CERT}}
         ]})))),
         [
-            format!("{tc}.tls_certificates[0].certificate_chain.inline_string: no PEM certificate (BEGIN CERTIFICATE) found in the inline value"),
-            format!("{tc}.tls_certificates[0].private_key.inline_string: no unencrypted PEM private key (BEGIN PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY) found in the inline value"),
+            format!(
+                "{tc}.tls_certificates[0].certificate_chain.inline_string: no PEM certificate (BEGIN CERTIFICATE) found in the inline value"
+            ),
+            format!(
+                "{tc}.tls_certificates[0].private_key.inline_string: no unencrypted PEM private key (BEGIN PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY) found in the inline value"
+            ),
         ]
     );
     assert_eq!(
@@ -85,7 +94,9 @@ fn downstream_errors() {
             {"certificate_chain": {"filename": "/nonexistent/c.pem"}}
         ]})))),
         [
-            format!("{tc}.tls_certificates[0].certificate_chain.filename: cannot read \"/nonexistent/c.pem\": No such file or directory (os error 2)"),
+            format!(
+                "{tc}.tls_certificates[0].certificate_chain.filename: cannot read \"/nonexistent/c.pem\": No such file or directory (os error 2)"
+            ),
             format!("{tc}.tls_certificates[0].private_key: a data source is required"),
         ]
     );
@@ -98,29 +109,45 @@ fn downstream_errors() {
         })))),
         [
             format!("{tc}.tls_params.cipher_suites: cipher_suites is not supported"),
-            format!("{tc}.tls_certificate_sds_secret_configs: tls_certificate_sds_secret_configs is not supported"),
-            format!("{tc}.tls_certificates[1]: more than one certificate per TLS context is not supported"),
-            format!("{tc}.validation_context: SAN-based verification of peer certificates without trusted CA is insecure and not allowed"),
-            format!("{tc}.tls_params.tls_minimum_protocol_version: TLSv1_1 (rustls implements TLS 1.2 and 1.3) is not supported"),
+            format!(
+                "{tc}.tls_certificate_sds_secret_configs: tls_certificate_sds_secret_configs is not supported"
+            ),
+            format!(
+                "{tc}.tls_certificates[1]: more than one certificate per TLS context is not supported"
+            ),
+            format!(
+                "{tc}.validation_context: SAN-based verification of peer certificates without trusted CA is insecure and not allowed"
+            ),
+            format!(
+                "{tc}.tls_params.tls_minimum_protocol_version: TLSv1_1 (rustls implements TLS 1.2 and 1.3) is not supported"
+            ),
         ]
     );
 }
 
 #[test]
 fn transport_socket_kinds() {
-    let raw = chain(json!({"transport_socket": {"name": "envoy.transport_sockets.raw_buffer", "typed_config": {
-        "@type": RAW_BUFFER}}}));
+    let raw = chain(
+        json!({"transport_socket": {"name": "envoy.transport_sockets.raw_buffer", "typed_config": {
+        "@type": RAW_BUFFER}}}),
+    );
     let b = load(&raw).unwrap();
     assert!(b.listeners[0].filter_chains[0].tls.is_none());
-    let alts = chain(json!({"transport_socket": {"name": "envoy.transport_sockets.alts", "typed_config": {
+    let alts = chain(
+        json!({"transport_socket": {"name": "envoy.transport_sockets.alts", "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.transport_sockets.alts.v3.Alts",
-        "handshaker_service": "x"}}}));
+        "handshaker_service": "x"}}}),
+    );
     assert_eq!(
         errors(&alts),
-        [format!("{TS}: transport socket envoy.transport_sockets.alts is not supported")]
+        [format!(
+            "{TS}: transport socket envoy.transport_sockets.alts is not supported"
+        )]
     );
-    let wrong = chain(json!({"transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
-        "@type": UPSTREAM_TLS}}}));
+    let wrong = chain(
+        json!({"transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
+        "@type": UPSTREAM_TLS}}}),
+    );
     assert_eq!(
         errors(&wrong),
         [format!(
@@ -132,7 +159,8 @@ fn transport_socket_kinds() {
 fn upstream_of(v: Value) -> (Option<UpstreamTls>, Vec<String>) {
     use envoy_types::pb::envoy::config::core::v3::TransportSocket;
     let json = json!({"name": "envoy.transport_sockets.tls", "typed_config": v});
-    let proto = crate::load::dynamic_from_json(json, "envoy.config.core.v3.TransportSocket").unwrap();
+    let proto =
+        crate::load::dynamic_from_json(json, "envoy.config.core.v3.TransportSocket").unwrap();
     let mut ctx = Ctx::new();
     let root = Path::ROOT;
     let p = root.field("ts");
@@ -163,8 +191,10 @@ fn upstream_contexts() {
     assert_eq!(t.max_session_keys, 0);
     assert!(t.client_certificate.is_some() && t.common.validation.is_some());
 
-    let (_, e) = upstream_of(json!({"@type": UPSTREAM_TLS, "allow_renegotiation": true, "sni": "a b",
-        "common_tls_context": {"tls_certificates": [cert(), cert()]}}));
+    let (_, e) = upstream_of(
+        json!({"@type": UPSTREAM_TLS, "allow_renegotiation": true, "sni": "a b",
+        "common_tls_context": {"tls_certificates": [cert(), cert()]}}),
+    );
     assert_eq!(
         e,
         [
