@@ -1,31 +1,220 @@
 //! Listeners: addresses, filter chains and their matches, and the HTTP connection manager.
 
 pub mod access_log;
+pub mod filter_chain;
+pub mod hcm;
+pub mod http_options;
 
+pub use filter_chain::{FilterChain, FilterChainMatch, TransportProtocol};
+pub use hcm::{HttpConnectionManager, RouteSpecifier};
+
+use crate::config_source::ConfigSourceKind;
 use crate::core::{self, SocketAddress};
 use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::listener::v3 as pb;
 
-/// Fields of the listener messages courier implements.
-pub(crate) const SUPPORT: &[Support] =
-    &[("envoy.config.listener.v3.Listener", &["name", "address"])];
+/// Fields of the listener messages this module owns.
+const OWN: &[Support] = &[
+    (
+        "envoy.config.listener.v3.Listener",
+        &[
+            "name",
+            "address",
+            "stat_prefix",
+            "filter_chains",
+            "default_filter_chain",
+            "per_connection_buffer_limit_bytes",
+            "listener_filters",
+            "traffic_direction",
+        ],
+    ),
+    (
+        "envoy.config.listener.v3.FilterChain",
+        &["filter_chain_match", "filters", "transport_socket", "name"],
+    ),
+    (
+        "envoy.config.listener.v3.FilterChainMatch",
+        &[
+            "server_names",
+            "transport_protocol",
+            "application_protocols",
+        ],
+    ),
+    ("envoy.config.listener.v3.Filter", &["name", "typed_config"]),
+    // Every listener filter is refused by `translate` at its element; listing the
+    // fields here keeps the walker from reporting the same element twice.
+    (
+        "envoy.config.listener.v3.ListenerFilter",
+        &["name", "typed_config"],
+    ),
+];
+
+const LEN: usize = OWN.len() + hcm::SUPPORT.len() + access_log::SUPPORT.len();
+
+/// Fields of the listener messages courier implements (listener, connection
+/// manager, access logs).
+pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([OWN, hcm::SUPPORT, access_log::SUPPORT]);
+
+/// Joins the submodules' tables at compile time (the walker reads one table per module).
+const fn concat<const N: usize>(parts: [&[Support]; 3]) -> [Support; N] {
+    let mut out: [Support; N] = [("", &[]); N];
+    let mut k = 0;
+    let mut i = 0;
+    while i < parts.len() {
+        let mut j = 0;
+        while j < parts[i].len() {
+            out[k] = parts[i][j];
+            k += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Envoy's default `per_connection_buffer_limit_bytes` (1 MiB).
+pub const DEFAULT_BUFFER_LIMIT: u32 = 1024 * 1024;
+
+/// `traffic_direction` (informational: stats and tracing use it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TrafficDirection {
+    /// Not given.
+    Unspecified,
+    /// Traffic into the local service.
+    Inbound,
+    /// Traffic out of the local service.
+    Outbound,
+}
 
 /// A validated listener.
 #[derive(Debug, Clone)]
 pub struct Listener {
-    /// Name (generated when the config gives none, as Envoy does).
+    /// Name (generated from the address when the config gives none, as Envoy
+    /// generates one).
     pub name: String,
     /// Where it listens.
     pub address: SocketAddress,
+    /// Stats prefix of the listener (`listener.<stat_prefix>.`); empty = from the address.
+    pub stat_prefix: String,
+    /// Filter chains in config order.
+    pub filter_chains: Vec<FilterChain>,
+    /// Takes connections no chain matches.
+    pub default_filter_chain: Option<Box<FilterChain>>,
+    /// Per-connection buffer limit, both directions (default 1 MiB).
+    pub per_connection_buffer_limit_bytes: u32,
+    /// Traffic direction.
+    pub traffic_direction: TrafficDirection,
+}
+
+/// A `path_config_source` file an RDS connection manager of a listener reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdsPathSource<'a> {
+    /// Path of the `path` field relative to the listener, e.g.
+    /// `filter_chains[0].filters[0].typed_config.rds.config_source.path_config_source.path`.
+    pub field: String,
+    /// The file.
+    pub file: &'a str,
+}
+
+impl Listener {
+    /// Every filter chain, the default one last.
+    pub fn all_filter_chains(&self) -> impl Iterator<Item = &FilterChain> {
+        self.filter_chains
+            .iter()
+            .chain(self.default_filter_chain.as_deref())
+    }
+
+    /// The `path_config_source` files named by this listener's RDS connection managers.
+    pub fn rds_path_sources(&self) -> Vec<RdsPathSource<'_>> {
+        self.all_filter_chains()
+            .filter_map(|fc| match &fc.http_connection_manager.route_specifier {
+                RouteSpecifier::Rds { config_source, .. } => match &config_source.kind {
+                    ConfigSourceKind::Path { path, .. } => Some(RdsPathSource {
+                        field: format!(
+                            "{}.rds.config_source.path_config_source.path",
+                            fc.hcm_config_path
+                        ),
+                        file: path.as_str(),
+                    }),
+                    _ => None,
+                },
+                RouteSpecifier::Inline(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// Translates a `Listener`.
 pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
-    let address = core::address(l.address.as_ref(), &path.field("address"), ctx)?;
+    use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
+    let address = core::address(l.address.as_ref(), &path.field("address"), ctx);
+    let lfp = path.field("listener_filters");
+    for (i, f) in l.listener_filters.iter().enumerate() {
+        ctx.unsupported(&lfp.index(i), format!("listener filter {}", f.name));
+    }
+    let cp = path.field("filter_chains");
+    let filter_chains: Vec<FilterChain> = l
+        .filter_chains
+        .iter()
+        .enumerate()
+        .filter_map(|(i, fc)| {
+            filter_chain::translate(fc, &format!("filter_chains[{i}]"), &cp.index(i), ctx)
+        })
+        .collect();
+    filter_chain::check_duplicates(&l.filter_chains, &cp, ctx);
+    let dp = path.field("default_filter_chain");
+    let default_filter_chain = l.default_filter_chain.as_ref().and_then(|fc| {
+        if fc.filter_chain_match.is_some() {
+            // Envoy ignores it there; say so rather than ignore it silently.
+            ctx.unsupported(
+                &dp.field("filter_chain_match"),
+                "filter_chain_match on the default filter chain",
+            );
+        }
+        filter_chain::translate(fc, "default_filter_chain", &dp, ctx).map(Box::new)
+    });
+    if l.filter_chains.is_empty() && l.default_filter_chain.is_none() {
+        // Envoy's wording.
+        ctx.error(&cp, "no filter chains specified");
+    }
+    let address = address?;
+    let name = if l.name.is_empty() {
+        generated_name(&address, path)
+    } else {
+        l.name.clone()
+    };
     Some(Listener {
-        name: l.name.clone(),
+        name,
         address,
+        stat_prefix: l.stat_prefix.clone(),
+        filter_chains,
+        default_filter_chain,
+        per_connection_buffer_limit_bytes: core::u32_or(
+            l.per_connection_buffer_limit_bytes.as_ref(),
+            DEFAULT_BUFFER_LIMIT,
+        ),
+        traffic_direction: match T::try_from(l.traffic_direction) {
+            Ok(T::Inbound) => TrafficDirection::Inbound,
+            Ok(T::Outbound) => TrafficDirection::Outbound,
+            _ => TrafficDirection::Unspecified,
+        },
     })
 }
+
+/// Envoy names an unnamed listener with a UUID; courier uses its address, which
+/// is stable across reloads and unique (two listeners cannot bind one address).
+/// Port 0 can repeat, so those also carry their place in the config.
+fn generated_name(address: &SocketAddress, path: &Path<'_>) -> String {
+    if address.port == 0 {
+        format!("{address}@{path}")
+    } else {
+        address.to_string()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_util;
+#[cfg(test)]
+mod tests;

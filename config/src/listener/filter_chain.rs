@@ -1,0 +1,237 @@
+//! Filter chains: their matches (SNI, transport protocol, ALPN), TLS, and the one
+//! network filter courier implements, the HTTP connection manager.
+
+use super::hcm::{self, HttpConnectionManager};
+use crate::core;
+use crate::ctx::Ctx;
+use crate::extensions::HTTP_CONNECTION_MANAGER;
+use crate::path::Path;
+use crate::tls::{self, DownstreamTls};
+use envoy_types::pb::envoy::config::listener::v3 as pb;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager as HcmProto;
+use std::sync::Arc;
+
+/// The transport protocol a filter chain matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportProtocol {
+    /// Plaintext.
+    RawBuffer,
+    /// TLS (detected from the ClientHello).
+    Tls,
+}
+
+/// `filter_chain_match`: which connections a chain takes. Empty fields match anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FilterChainMatch {
+    /// SNI names, lower-cased: exact, or `*.suffix` wildcards.
+    pub server_names: Vec<String>,
+    /// Transport protocol, if constrained.
+    pub transport_protocol: Option<TransportProtocol>,
+    /// ALPN protocols offered by the client (any of them).
+    pub application_protocols: Vec<String>,
+}
+
+/// A validated filter chain.
+#[derive(Debug, Clone)]
+pub struct FilterChain {
+    /// The chain's name (may be empty).
+    pub name: String,
+    /// Which connections it takes.
+    pub filter_chain_match: FilterChainMatch,
+    /// TLS termination; `None` = plaintext.
+    pub tls: Option<Arc<DownstreamTls>>,
+    /// The connection manager, the chain's only network filter.
+    pub http_connection_manager: Arc<HttpConnectionManager>,
+    /// Where the connection manager's config sits in its listener
+    /// (`filter_chains[0].filters[0].typed_config`), for messages that refer back to it.
+    pub hcm_config_path: String,
+}
+
+/// Translates one `FilterChain`. `rel` is its path relative to the listener, as text.
+pub(crate) fn translate(
+    fc: &pb::FilterChain,
+    rel: &str,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<FilterChain> {
+    let filter_chain_match = fc
+        .filter_chain_match
+        .as_ref()
+        .map(|m| chain_match(m, &path.field("filter_chain_match"), ctx))
+        .unwrap_or_default();
+    let tls = fc
+        .transport_socket
+        .as_ref()
+        .and_then(|ts| tls::downstream(ts, &path.field("transport_socket"), ctx))
+        .map(Arc::new);
+    let fp = path.field("filters");
+    if fc.filters.is_empty() {
+        // Envoy accepts a chain without filters (it closes every connection).
+        ctx.error(
+            &fp,
+            "a filter chain needs an envoy.filters.network.http_connection_manager filter",
+        );
+        return None;
+    }
+    let last = fc.filters.len() - 1;
+    let mut found = None;
+    for (k, f) in fc.filters.iter().enumerate() {
+        let p = fp.index(k);
+        let Some(hcm) = network_filter(f, &p, ctx) else {
+            continue;
+        };
+        if k != last {
+            ctx.error(
+                &p,
+                format!(
+                    "terminal filter named {} of type envoy.filters.network.http_connection_manager must be the last filter in a network filter chain",
+                    f.name
+                ),
+            );
+        }
+        let tp = p.field("typed_config");
+        found = hcm::translate(&hcm, &tp, ctx).map(|h| (k, h));
+    }
+    let (k, hcm) = found?;
+    Some(FilterChain {
+        name: fc.name.clone(),
+        filter_chain_match,
+        tls,
+        http_connection_manager: Arc::new(hcm),
+        hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
+    })
+}
+
+/// Decodes a network filter if it is a connection manager; refuses any other.
+fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<HcmProto> {
+    use pb::filter::ConfigType;
+    match &f.config_type {
+        Some(ConfigType::TypedConfig(any)) if any.type_url == HTTP_CONNECTION_MANAGER => {
+            core::unpack::<HcmProto>(any, &path.field("typed_config"), ctx)
+        }
+        Some(ConfigType::TypedConfig(any)) => {
+            let name = if f.name.is_empty() {
+                any.type_url.as_str()
+            } else {
+                f.name.as_str()
+            };
+            ctx.unsupported(path, format!("network filter {name}"));
+            None
+        }
+        // Refused by the support table.
+        Some(ConfigType::ConfigDiscovery(_)) => None,
+        None => {
+            match f.name.as_str() {
+                // Its config has required fields (stat_prefix, a route source).
+                "envoy.filters.network.http_connection_manager"
+                | "envoy.http_connection_manager" => ctx.error(
+                    &path.field("typed_config"),
+                    "is required (an HttpConnectionManager)",
+                ),
+                "" => ctx.error(path, "name or typed_config is required"),
+                name => ctx.unsupported(path, format!("network filter {name}")),
+            }
+            None
+        }
+    }
+}
+
+fn chain_match(m: &pb::FilterChainMatch, path: &Path<'_>, ctx: &mut Ctx) -> FilterChainMatch {
+    let sp = path.field("server_names");
+    let mut server_names = Vec::with_capacity(m.server_names.len());
+    for (i, name) in m.server_names.iter().enumerate() {
+        let name = name.to_ascii_lowercase();
+        let wildcard_ok = match name.strip_prefix("*.") {
+            Some(rest) => !rest.contains('*'),
+            None => !name.contains('*'),
+        };
+        if !wildcard_ok {
+            // Envoy's wording; only `*.suffix` wildcards exist.
+            ctx.error(
+                &sp.index(i),
+                "partial wildcards are not supported in \"server_names\"",
+            );
+            continue;
+        }
+        if name.is_empty() {
+            ctx.error(&sp.index(i), "must not be empty");
+            continue;
+        }
+        server_names.push(name);
+    }
+    let transport_protocol = match m.transport_protocol.as_str() {
+        "" => None,
+        "raw_buffer" => Some(TransportProtocol::RawBuffer),
+        "tls" => Some(TransportProtocol::Tls),
+        other => {
+            ctx.unsupported(
+                &path.field("transport_protocol"),
+                format!("transport protocol \"{other}\" (only raw_buffer and tls)"),
+            );
+            None
+        }
+    };
+    FilterChainMatch {
+        server_names,
+        transport_protocol,
+        application_protocols: m.application_protocols.clone(),
+    }
+}
+
+/// Envoy refuses two chains with equal matches, and two whose matches overlap
+/// (both would take some connection). Reports at the later chain.
+pub(crate) fn check_duplicates(chains: &[pb::FilterChain], path: &Path<'_>, ctx: &mut Ctx) {
+    let empty = pb::FilterChainMatch::default();
+    let matches: Vec<&pb::FilterChainMatch> = chains
+        .iter()
+        .map(|c| c.filter_chain_match.as_ref().unwrap_or(&empty))
+        .collect();
+    let keys: Vec<Vec<(String, &str, &str)>> = matches.iter().map(|m| expand(m)).collect();
+    for i in 1..chains.len() {
+        let p = path.index(i);
+        let at = if chains[i].filter_chain_match.is_some() {
+            p.field("filter_chain_match")
+        } else {
+            p
+        };
+        if let Some(j) = (0..i).find(|&j| matches[j] == matches[i]) {
+            ctx.error(
+                &at,
+                format!(
+                    "multiple filter chains with the same matching rules are defined (also filter_chains[{j}])"
+                ),
+            );
+        } else if let Some(j) = (0..i).find(|&j| keys[i].iter().any(|k| keys[j].contains(k))) {
+            ctx.error(
+                &at,
+                format!(
+                    "multiple filter chains with overlapping matching rules are defined (overlaps filter_chains[{j}])"
+                ),
+            );
+        }
+    }
+}
+
+/// Every (server name, transport protocol, ALPN) combination a match takes.
+fn expand(m: &pb::FilterChainMatch) -> Vec<(String, &str, &str)> {
+    let names: Vec<String> = if m.server_names.is_empty() {
+        vec![String::new()]
+    } else {
+        m.server_names
+            .iter()
+            .map(|s| s.to_ascii_lowercase())
+            .collect()
+    };
+    let alpns: Vec<&str> = if m.application_protocols.is_empty() {
+        vec![""]
+    } else {
+        m.application_protocols.iter().map(String::as_str).collect()
+    };
+    let mut out = Vec::with_capacity(names.len() * alpns.len());
+    for n in &names {
+        for a in &alpns {
+            out.push((n.clone(), m.transport_protocol.as_str(), *a));
+        }
+    }
+    out
+}

@@ -1,0 +1,184 @@
+//! The connection manager's protocol options: `common_http_protocol_options`,
+//! `http_protocol_options` (HTTP/1) and `http2_protocol_options`, with Envoy's
+//! defaults and PGV ranges.
+
+use crate::core;
+use crate::ctx::Ctx;
+use crate::path::Path;
+use envoy_types::pb::envoy::config::core::v3 as pb;
+use std::time::Duration;
+
+/// Envoy's default connection idle timeout (`common_http_protocol_options.idle_timeout`).
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Envoy's default `max_headers_count`.
+pub const DEFAULT_MAX_HEADERS_COUNT: u32 = 100;
+/// Envoy's default HTTP/2 `max_concurrent_streams`.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
+/// Envoy's default HTTP/2 stream window (16 MiB).
+pub const DEFAULT_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
+/// Envoy's default HTTP/2 connection window (24 MiB).
+pub const DEFAULT_CONNECTION_WINDOW: u32 = 24 * 1024 * 1024;
+
+/// What to do with request headers whose names contain `_`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadersWithUnderscores {
+    /// Pass them on (default).
+    Allow,
+    /// HTTP/1: 400 and close; HTTP/2: reset the stream.
+    RejectRequest,
+    /// Remove them before the filters see the request.
+    DropHeader,
+}
+
+/// `common_http_protocol_options`, downstream side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommonHttpOptions {
+    /// Close a connection with no active stream after this long (default 1 h; `0s` = never).
+    pub idle_timeout: Option<Duration>,
+    /// Request headers allowed per request (default 100).
+    pub max_headers_count: u32,
+    /// Longest a stream may live (default: unbounded).
+    pub max_stream_duration: Option<Duration>,
+    /// Longest a connection may live before it is drained (default: unbounded).
+    pub max_connection_duration: Option<Duration>,
+    /// Requests served per connection before it is drained (default: unbounded).
+    pub max_requests_per_connection: Option<u32>,
+    /// Underscore handling.
+    pub headers_with_underscores_action: HeadersWithUnderscores,
+}
+
+impl Default for CommonHttpOptions {
+    fn default() -> Self {
+        Self {
+            idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
+            max_headers_count: DEFAULT_MAX_HEADERS_COUNT,
+            max_stream_duration: None,
+            max_connection_duration: None,
+            max_requests_per_connection: None,
+            headers_with_underscores_action: HeadersWithUnderscores::Allow,
+        }
+    }
+}
+
+/// `http_protocol_options` (HTTP/1.x).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Http1Options {
+    /// Accept HTTP/1.0 requests (default: refused with 426).
+    pub accept_http_10: bool,
+    /// `Host` for HTTP/1.0 requests that carry none (only with `accept_http_10`).
+    pub default_host_for_http_10: Option<String>,
+    /// Accept and forward chunked trailers.
+    pub enable_trailers: bool,
+}
+
+/// `http2_protocol_options`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http2Options {
+    /// Concurrent streams per connection (default 1024).
+    pub max_concurrent_streams: u32,
+    /// Initial stream flow-control window (default 16 MiB).
+    pub initial_stream_window_size: u32,
+    /// Initial connection flow-control window (default 24 MiB).
+    pub initial_connection_window_size: u32,
+}
+
+impl Default for Http2Options {
+    fn default() -> Self {
+        Self {
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            initial_stream_window_size: DEFAULT_STREAM_WINDOW,
+            initial_connection_window_size: DEFAULT_CONNECTION_WINDOW,
+        }
+    }
+}
+
+/// Translates `common_http_protocol_options` of a connection manager.
+pub fn common(o: &pb::HttpProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> CommonHttpOptions {
+    use pb::http_protocol_options::HeadersWithUnderscoresAction as A;
+    let max_headers_count = core::u32_or(o.max_headers_count.as_ref(), DEFAULT_MAX_HEADERS_COUNT);
+    if max_headers_count < 1 {
+        ctx.error(&path.field("max_headers_count"), "must be at least 1");
+    }
+    let headers_with_underscores_action = match A::try_from(o.headers_with_underscores_action) {
+        Ok(A::RejectRequest) => HeadersWithUnderscores::RejectRequest,
+        Ok(A::DropHeader) => HeadersWithUnderscores::DropHeader,
+        _ => HeadersWithUnderscores::Allow,
+    };
+    CommonHttpOptions {
+        idle_timeout: core::optional_timeout(
+            o.idle_timeout.as_ref(),
+            Some(DEFAULT_IDLE_TIMEOUT),
+            &path.field("idle_timeout"),
+            ctx,
+        ),
+        max_headers_count,
+        max_stream_duration: core::optional_timeout(
+            o.max_stream_duration.as_ref(),
+            None,
+            &path.field("max_stream_duration"),
+            ctx,
+        ),
+        max_connection_duration: core::optional_timeout(
+            o.max_connection_duration.as_ref(),
+            None,
+            &path.field("max_connection_duration"),
+            ctx,
+        ),
+        // 0 means unlimited, as when unset.
+        max_requests_per_connection: o
+            .max_requests_per_connection
+            .as_ref()
+            .map(|v| v.value)
+            .filter(|v| *v > 0),
+        headers_with_underscores_action,
+    }
+}
+
+/// Translates `http_protocol_options`.
+pub fn http1(o: &pb::Http1ProtocolOptions) -> Http1Options {
+    Http1Options {
+        accept_http_10: o.accept_http_10,
+        default_host_for_http_10: Some(o.default_host_for_http_10.clone())
+            .filter(|h| !h.is_empty()),
+        enable_trailers: o.enable_trailers,
+    }
+}
+
+/// Translates `http2_protocol_options`, checking Envoy's ranges.
+pub fn http2(o: &pb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2Options {
+    const MAX: u32 = 2_147_483_647;
+    let mut ranged = |v: Option<&envoy_types::pb::google::protobuf::UInt32Value>,
+                      default: u32,
+                      min: u32,
+                      field: &str| {
+        let value = core::u32_or(v, default);
+        if !(min..=MAX).contains(&value) {
+            ctx.error(
+                &path.field(field),
+                format!("{value} is out of range {min}..={MAX}"),
+            );
+            return default;
+        }
+        value
+    };
+    Http2Options {
+        max_concurrent_streams: ranged(
+            o.max_concurrent_streams.as_ref(),
+            DEFAULT_MAX_CONCURRENT_STREAMS,
+            1,
+            "max_concurrent_streams",
+        ),
+        initial_stream_window_size: ranged(
+            o.initial_stream_window_size.as_ref(),
+            DEFAULT_STREAM_WINDOW,
+            65_535,
+            "initial_stream_window_size",
+        ),
+        initial_connection_window_size: ranged(
+            o.initial_connection_window_size.as_ref(),
+            DEFAULT_CONNECTION_WINDOW,
+            65_535,
+            "initial_connection_window_size",
+        ),
+    }
+}
