@@ -130,10 +130,11 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
             );
         }
         if let Some(l) = listener::translate(l, &path, ctx) {
-            listeners.push(Arc::new(l));
+            listeners.push((i, Arc::new(l)));
         }
     }
-    check_listener_addresses(&listeners, &lp, &statics.listeners, ctx);
+    check_listener_addresses(&listeners, &lp, ctx);
+    let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(|(_, l)| l).collect();
 
     let admin = bs
         .admin
@@ -170,19 +171,13 @@ fn node(n: &envoy_types::pb::envoy::config::core::v3::Node) -> Node {
 }
 
 /// Two listeners may not bind the same address and port (port 0 excepted).
-fn check_listener_addresses(
-    listeners: &[Arc<Listener>],
-    path: &Path<'_>,
-    raw: &[envoy_types::pb::envoy::config::listener::v3::Listener],
-    ctx: &mut Ctx,
-) {
+fn check_listener_addresses(listeners: &[(usize, Arc<Listener>)], path: &Path<'_>, ctx: &mut Ctx) {
     let mut seen: HashMap<(String, u16), usize> = HashMap::new();
-    for (i, l) in listeners.iter().enumerate() {
+    // Each listener comes with its index in the config (some may have failed).
+    for &(index, ref l) in listeners {
         if l.address.port == 0 {
             continue;
         }
-        // `listeners` may be shorter than `raw` when one failed; find its index by name.
-        let index = raw.iter().position(|r| r.name == l.name).unwrap_or(i);
         if let Some(first) = seen.insert((l.address.host.clone(), l.address.port), index) {
             ctx.error(
                 &path.index(index).field("address"),

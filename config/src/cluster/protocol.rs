@@ -178,7 +178,8 @@ fn typed_options(
         Some(U::ExplicitHttpConfig(e)) => {
             let ep = path.field("explicit_http_config");
             match &e.protocol_config {
-                Some(P::HttpProtocolOptions(_)) => {
+                Some(P::HttpProtocolOptions(h1)) => {
+                    refuse_downstream_http1(h1, &ep.field("http_protocol_options"), ctx);
                     (UpstreamProtocol::Http1, Http2Options::default())
                 }
                 Some(P::Http2ProtocolOptions(h2)) => (
@@ -239,6 +240,9 @@ fn typed_options(
 
 /// The deprecated cluster-level fields (still valid v3 config).
 fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
+    if let Some(h1) = &c.http_protocol_options {
+        refuse_downstream_http1(h1, &path.field("http_protocol_options"), ctx);
+    }
     let downstream =
         c.protocol_selection == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
     let protocol = if downstream {
@@ -263,6 +267,20 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
     }
 }
 
+/// The support table is keyed by message, and the connection manager implements
+/// these `Http1ProtocolOptions` fields downstream; upstream, courier does not.
+fn refuse_downstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) {
+    for (set, field) in [
+        (o.accept_http_10, "accept_http_10"),
+        (!o.default_host_for_http_10.is_empty(), "default_host_for_http_10"),
+        (o.enable_trailers, "enable_trailers"),
+    ] {
+        if set {
+            ctx.unsupported(&path.field(field), format!("{field} on upstream connections"));
+        }
+    }
+}
+
 fn common(
     o: Option<&cpb::HttpProtocolOptions>,
     path: &Path<'_>,
@@ -271,6 +289,17 @@ fn common(
     let Some(o) = o else {
         return HttpCommonOptions::default();
     };
+    // Listed in the (per-message) support table for the connection manager,
+    // which implements them downstream; upstream they are not implemented.
+    for (set, field) in [
+        (o.max_headers_count.is_some(), "max_headers_count"),
+        (o.max_stream_duration.is_some(), "max_stream_duration"),
+        (o.headers_with_underscores_action != 0, "headers_with_underscores_action"),
+    ] {
+        if set {
+            ctx.unsupported(&path.field(field), format!("{field} on upstream connections"));
+        }
+    }
     HttpCommonOptions {
         idle_timeout: core::optional_timeout(
             o.idle_timeout.as_ref(),

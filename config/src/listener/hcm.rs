@@ -411,8 +411,7 @@ fn route_specifier(
     use pb::http_connection_manager::RouteSpecifier as R;
     match &h.route_specifier {
         Some(R::RouteConfig(rc)) => {
-            // TODO(merge): translate_inline
-            route::translate(rc, &path.field("route_config"), ctx)
+            route::translate_inline(rc, &path.field("route_config"), ctx)
                 .map(|rc| RouteSpecifier::Inline(Arc::new(rc)))
         }
         Some(R::Rds(rds)) => {
