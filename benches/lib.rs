@@ -54,7 +54,7 @@ fn cluster(i: usize) -> Value {
         "name": format!("cluster{i}"),
         "type": "STATIC",
         "connect_timeout": "0.25s",
-        "lb_policy": if i % 2 == 0 { "ROUND_ROBIN" } else { "LEAST_REQUEST" },
+        "lb_policy": if i.is_multiple_of(2) { "ROUND_ROBIN" } else { "LEAST_REQUEST" },
         "circuit_breakers": {"thresholds": [{"max_connections": 100, "max_pending_requests": 100, "retry_budget": {}}]},
         "outlier_detection": {"consecutive_5xx": 5, "interval": "10s"},
         "load_assignment": {"cluster_name": format!("cluster{i}"), "endpoints": [{"lb_endpoints": endpoints}]}

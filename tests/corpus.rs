@@ -2,6 +2,9 @@
 //! MANIFEST.md) gives the outcome its manifest names: accepted, or refused at
 //! exactly the listed paths (for ⚑ rows, either that or the named alternative).
 
+// A test (or benchmark setup) that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use courier_config::{LoadOptions, load_bootstrap};
 use courier_tests::{parse_manifest, write_test_certs};
 use std::collections::BTreeSet;

@@ -4,6 +4,9 @@
 //! `accepts` must be accepted by Envoy (so it documents a courier limitation,
 //! on purpose), and every example must be valid Envoy config.
 
+// A test (or benchmark setup) that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use courier_tests::{envoy_bin, envoy_validate, invalid_cases, workspace_root, write_test_certs};
 
 #[test]

@@ -1,6 +1,9 @@
 //! Every shipped example validates in courier (with the certificates the README's
 //! script generates, here written into a scratch folder).
 
+// A test (or benchmark setup) that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use courier_config::{LoadOptions, load_bootstrap};
 use courier_tests::{workspace_root, write_test_certs};
 

@@ -1,6 +1,9 @@
 //! Hand-written invalid configs (tests/configs/invalid): each is refused with
 //! exactly the errors its `# expect:` lines give, path and message.
 
+// A test (or benchmark setup) that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use courier_config::{LoadOptions, load_bootstrap};
 use courier_tests::invalid_cases;
 

@@ -118,8 +118,7 @@ fn short_regex_error(e: &regex::Error) -> String {
     let text = e.to_string();
     let last = text
         .lines()
-        .filter(|l| !l.trim().is_empty())
-        .last()
+        .rfind(|l| !l.trim().is_empty())
         .unwrap_or(&text)
         .trim();
     format!("invalid regex: {}", last.trim_start_matches("error: "))

@@ -4,6 +4,9 @@
 //! put odd scalars in (negative, huge, empty, lower-cased), duplicate list items
 //! and add unknown keys, anywhere in the tree (inside `typed_config`s too).
 
+// A test (or benchmark setup) that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use courier_config::load::{Format, parse_text};
 use proptest::prelude::*;
 use serde_json::{Value, json};

@@ -272,11 +272,17 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
 fn refuse_downstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) {
     for (set, field) in [
         (o.accept_http_10, "accept_http_10"),
-        (!o.default_host_for_http_10.is_empty(), "default_host_for_http_10"),
+        (
+            !o.default_host_for_http_10.is_empty(),
+            "default_host_for_http_10",
+        ),
         (o.enable_trailers, "enable_trailers"),
     ] {
         if set {
-            ctx.unsupported(&path.field(field), format!("{field} on upstream connections"));
+            ctx.unsupported(
+                &path.field(field),
+                format!("{field} on upstream connections"),
+            );
         }
     }
 }
@@ -294,10 +300,16 @@ fn common(
     for (set, field) in [
         (o.max_headers_count.is_some(), "max_headers_count"),
         (o.max_stream_duration.is_some(), "max_stream_duration"),
-        (o.headers_with_underscores_action != 0, "headers_with_underscores_action"),
+        (
+            o.headers_with_underscores_action != 0,
+            "headers_with_underscores_action",
+        ),
     ] {
         if set {
-            ctx.unsupported(&path.field(field), format!("{field} on upstream connections"));
+            ctx.unsupported(
+                &path.field(field),
+                format!("{field} on upstream connections"),
+            );
         }
     }
     HttpCommonOptions {

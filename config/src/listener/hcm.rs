@@ -410,10 +410,8 @@ fn route_specifier(
 ) -> Option<RouteSpecifier> {
     use pb::http_connection_manager::RouteSpecifier as R;
     match &h.route_specifier {
-        Some(R::RouteConfig(rc)) => {
-            route::translate_inline(rc, &path.field("route_config"), ctx)
-                .map(|rc| RouteSpecifier::Inline(Arc::new(rc)))
-        }
+        Some(R::RouteConfig(rc)) => route::translate_inline(rc, &path.field("route_config"), ctx)
+            .map(|rc| RouteSpecifier::Inline(Arc::new(rc))),
         Some(R::Rds(rds)) => {
             let rp = path.field("rds");
             if rds.route_config_name.is_empty() {

@@ -1,0 +1,200 @@
+//! The HTTP connection manager: per request, pick the virtual host and route from
+//! the snapshot and answer (direct responses and redirects here; forwarding is the
+//! router's), applying the connection manager's response rules.
+
+use crate::local_reply::{Body, reply};
+use crate::stats::HcmStats;
+use courier_config::listener::hcm::HttpConnectionManager;
+use courier_config::listener::hcm::RouteSpecifier;
+use courier_config::route::{Action, PathMatch, RedirectAction, RedirectPath, Route, RouteRequest};
+use courier_config::snapshot::Snapshot;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use std::borrow::Cow;
+
+/// Facts about a downstream connection that requests on it need.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// Index of the listener in the snapshot.
+    pub listener_index: usize,
+}
+
+/// A request as the route matcher sees it.
+struct View<'a, B>(&'a Request<B>);
+
+impl<B> RouteRequest for View<'_, B> {
+    fn path(&self) -> &str {
+        self.0.uri().path_and_query().map_or("/", |pq| pq.as_str())
+    }
+
+    fn method(&self) -> &str {
+        self.0.method().as_str()
+    }
+
+    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
+        match name {
+            ":authority" => return authority(self.0).map(Cow::Borrowed),
+            ":path" => return Some(Cow::Borrowed(self.path())),
+            ":method" => return Some(Cow::Borrowed(self.method())),
+            ":scheme" => return Some(Cow::Borrowed(self.0.uri().scheme_str().unwrap_or("http"))),
+            _ => {}
+        }
+        let mut values = self.0.headers().get_all(name).iter();
+        let first = values.next()?.to_str().ok()?;
+        match values.next() {
+            None => Some(Cow::Borrowed(first)),
+            Some(second) => {
+                // Repeated headers are matched joined with ",", as Envoy does.
+                let mut joined = format!("{first},{}", second.to_str().ok()?);
+                for v in values {
+                    joined.push(',');
+                    joined.push_str(v.to_str().ok()?);
+                }
+                Some(Cow::Owned(joined))
+            }
+        }
+    }
+}
+
+/// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
+fn authority<B>(req: &Request<B>) -> Option<&str> {
+    req.uri().authority().map(|a| a.as_str()).or_else(|| {
+        req.headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+    })
+}
+
+/// Handles one request on a connection of listener `info.listener_index`.
+pub fn handle<B>(
+    req: Request<B>,
+    snapshot: &Snapshot,
+    info: &ConnInfo,
+    stats: &HcmStats,
+) -> Response<Body> {
+    stats.rq_total.inc();
+    let hcm = snapshot
+        .listeners
+        .get(info.listener_index)
+        .and_then(|l| l.filter_chains.first())
+        .map(|fc| &fc.http_connection_manager);
+    let mut resp = match hcm {
+        Some(hcm) => respond(&req, hcm, stats),
+        // The listener vanished from the snapshot while the connection stayed open.
+        None => reply(StatusCode::SERVICE_UNAVAILABLE, ""),
+    };
+    if let Some(hcm) = hcm
+        && let Ok(v) = HeaderValue::from_str(&hcm.server_name)
+    {
+        resp.headers_mut().insert(header::SERVER, v);
+    }
+    stats.response(resp.status().as_u16());
+    resp
+}
+
+fn respond<B>(req: &Request<B>, hcm: &HttpConnectionManager, stats: &HcmStats) -> Response<Body> {
+    let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
+        stats.no_route.inc();
+        return reply(StatusCode::NOT_FOUND, "");
+    };
+    let view = View(req);
+    let host = authority(req).unwrap_or("");
+    let Some(route) = rc
+        .select_virtual_host(host)
+        .and_then(|vh| vh.select_route(&view))
+    else {
+        stats.no_route.inc();
+        return reply(StatusCode::NOT_FOUND, "");
+    };
+    match &route.action {
+        Action::DirectResponse(d) => {
+            stats.rq_direct_response.inc();
+            let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
+            reply(status, d.body.clone().unwrap_or_default())
+        }
+        Action::Redirect(r) => {
+            stats.rq_redirect.inc();
+            redirect(req, route, r)
+        }
+        // `serve_check` refuses configs with forwarding routes until the router serves them.
+        Action::Route(_) => reply(StatusCode::SERVICE_UNAVAILABLE, ""),
+    }
+}
+
+/// Builds the redirect response: `location` from the request and the action, no body.
+fn redirect<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> Response<Body> {
+    let scheme_in = req.uri().scheme_str().unwrap_or("http");
+    let scheme = r.scheme.as_deref().unwrap_or(scheme_in);
+    let authority = authority(req).unwrap_or("");
+    let (host_in, port_in) = split_port(authority);
+    let host = r.host.as_deref().unwrap_or(host_in);
+    let port = match (r.port, port_in) {
+        (Some(p), _) => Some(p.to_string()),
+        // A scheme change drops the old scheme's default port, as Envoy does.
+        (None, Some(p)) if scheme != scheme_in && (p == "80" || p == "443") => None,
+        (None, Some(p)) => Some(p.to_string()),
+        (None, None) => None,
+    };
+    let full = View(req).path().to_string();
+    let (path_in, query_in) = match full.split_once('?') {
+        Some((p, q)) => (p.to_string(), Some(q.to_string())),
+        None => (full.clone(), None),
+    };
+    let path = match &r.path {
+        None => path_in.clone(),
+        Some(RedirectPath::Path(p)) => p.clone(),
+        Some(RedirectPath::Prefix(new)) => match &route.route_match.path {
+            PathMatch::Prefix(old) if path_in.len() >= old.len() => {
+                format!("{new}{}", &path_in[old.len()..])
+            }
+            _ => path_in.clone(),
+        },
+        Some(RedirectPath::Regex(rw)) => rw.apply(&path_in).into_owned(),
+    };
+    let mut location = format!("{scheme}://{host}");
+    if let Some(p) = port {
+        location.push(':');
+        location.push_str(&p);
+    }
+    location.push_str(&path);
+    // A redirect path with its own query replaces the request's.
+    if !r.strip_query
+        && !path.contains('?')
+        && let Some(q) = query_in
+    {
+        location.push('?');
+        location.push_str(&q);
+    }
+    let status = StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+    let mut resp = reply(status, "");
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    resp
+}
+
+/// Splits `host:port` (IPv6 literals in brackets keep their colons).
+fn split_port(authority: &str) -> (&str, Option<&str>) {
+    match authority.rsplit_once(':') {
+        Some((h, p))
+            if !p.is_empty()
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (!h.contains(':') || h.ends_with(']')) =>
+        {
+            (h, Some(p))
+        }
+        _ => (authority, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_port;
+
+    #[test]
+    fn splits_ports_but_not_ipv6_colons() {
+        assert_eq!(split_port("a.com:8080"), ("a.com", Some("8080")));
+        assert_eq!(split_port("a.com"), ("a.com", None));
+        assert_eq!(split_port("[::1]:80"), ("[::1]", Some("80")));
+        assert_eq!(split_port("[::1]"), ("[::1]", None));
+    }
+}

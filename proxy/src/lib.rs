@@ -1,0 +1,49 @@
+//! courier's data plane: the main thread, the workers, listeners, the HTTP
+//! connection manager, the router and the admin endpoint.
+//!
+//! The main thread owns what is not per request (admin, signals, config
+//! updates); each worker is an OS thread with its own current-thread tokio
+//! runtime and its own `SO_REUSEPORT` sockets, so a connection lives its whole
+//! life on one worker and nothing on the request path takes a lock.
+
+mod admin;
+mod conn_manager;
+mod listener;
+mod local_reply;
+mod serve_check;
+mod server;
+mod stats;
+mod worker;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Worker threads.
+    pub workers: usize,
+    /// How long draining connections get on shutdown (`--drain-time-s`).
+    pub drain_time: Duration,
+    /// Where to write admin's bound address (`--admin-address-path`).
+    pub admin_address_path: Option<std::path::PathBuf>,
+}
+
+/// Serves `bootstrap` until SIGTERM/SIGINT or `/quitquitquit`, then drains and
+/// returns the process's exit code.
+pub fn serve(bootstrap: courier_config::Bootstrap, opts: &ServeOptions) -> ExitCode {
+    if let Err(problems) = serve_check::check(&bootstrap) {
+        eprintln!("error: the configuration is valid, but courier cannot serve it yet:");
+        for p in problems {
+            eprintln!("error: {p}");
+        }
+        return ExitCode::from(1);
+    }
+    match server::run(bootstrap, opts) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

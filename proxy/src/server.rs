@@ -1,0 +1,201 @@
+//! The main thread: resolves listener addresses, starts the workers, runs admin,
+//! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
+
+use crate::listener;
+use crate::stats::{HcmStats, WorkerStats};
+use crate::worker::{self, WorkerSetup};
+use crate::{ServeOptions, admin};
+use arc_swap::ArcSwap;
+use courier_config::Bootstrap;
+use courier_config::snapshot::Snapshot;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::SystemTime;
+use tokio::sync::{Notify, watch};
+
+/// Server life cycle, as `/ready` and `/server_info` report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum State {
+    /// Starting: workers are binding.
+    Initializing = 0,
+    /// Serving.
+    Live = 1,
+    /// Shutting down: listeners closed, connections draining.
+    Draining = 2,
+}
+
+/// What the main thread shares with admin.
+#[derive(Debug)]
+pub struct Shared {
+    state: AtomicU8,
+    /// When the server started.
+    pub started: SystemTime,
+    /// Every worker's stats.
+    pub stats: Vec<Arc<WorkerStats>>,
+    /// Listener names and the addresses they are bound to (port 0 resolved).
+    pub listeners: Vec<(String, SocketAddr)>,
+    /// The config in force.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// Woken by `/quitquitquit`.
+    pub quit: Notify,
+    /// Worker count.
+    pub concurrency: usize,
+}
+
+impl Shared {
+    /// The current state.
+    pub fn state(&self) -> State {
+        match self.state.load(Ordering::Acquire) {
+            0 => State::Initializing,
+            1 => State::Live,
+            _ => State::Draining,
+        }
+    }
+
+    fn set_state(&self, s: State) {
+        self.state.store(s as u8, Ordering::Release);
+    }
+}
+
+fn resolve(addr: &courier_config::core::SocketAddress) -> Result<SocketAddr, String> {
+    if let Some(ip) = addr.ip {
+        return Ok(SocketAddr::new(ip, addr.port));
+    }
+    (addr.host.as_str(), addr.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
+/// Runs the server until shutdown.
+pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
+    let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
+
+    // Port 0 is resolved once here; the reserving sockets live until shutdown.
+    let mut reserved = Vec::new();
+    let mut addrs = Vec::new();
+    for l in &bootstrap.listeners {
+        let addr = resolve(&l.address)?;
+        let addr = if addr.port() == 0 {
+            let socket = listener::bind(addr, false)
+                .map_err(|e| format!("listener {}: bind {addr}: {e}", l.name))?;
+            let local = socket
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_socket())
+                .ok_or_else(|| format!("listener {}: no local address", l.name))?;
+            reserved.push(socket);
+            local
+        } else {
+            addr
+        };
+        addrs.push((l.name.clone(), addr));
+    }
+
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let mut stats = Vec::with_capacity(opts.workers);
+    let mut handles = Vec::with_capacity(opts.workers);
+    for index in 0..opts.workers {
+        let worker_stats = Arc::new(WorkerStats {
+            listeners: bootstrap
+                .listeners
+                .iter()
+                .map(|l| {
+                    let prefix = l.filter_chains.first().map_or_else(
+                        || l.name.clone(),
+                        |fc| fc.http_connection_manager.stat_prefix.clone(),
+                    );
+                    (prefix, Arc::new(HcmStats::default()))
+                })
+                .collect(),
+        });
+        stats.push(Arc::clone(&worker_stats));
+        let setup = WorkerSetup {
+            index,
+            addresses: addrs.iter().map(|(_, a)| *a).collect(),
+            snapshot: Arc::clone(&snapshot),
+            stats: worker_stats,
+            shutdown: shutdown_rx.clone(),
+            drain_time: opts.drain_time,
+            ready: ready_tx.clone(),
+        };
+        let handle = std::thread::Builder::new()
+            .name(format!("courier-worker-{index}"))
+            .spawn(move || worker::run(setup))
+            .map_err(|e| format!("starting worker {index}: {e}"))?;
+        handles.push(handle);
+    }
+    drop(ready_tx);
+    for _ in 0..opts.workers {
+        match ready_rx.recv() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = shutdown_tx.send(true);
+                return Err(e);
+            }
+            Err(_) => return Err("a worker stopped while starting".into()),
+        }
+    }
+
+    let shared = Arc::new(Shared {
+        state: AtomicU8::new(State::Live as u8),
+        started: SystemTime::now(),
+        stats,
+        listeners: addrs,
+        snapshot,
+        quit: Notify::new(),
+        concurrency: opts.workers,
+    });
+    for (name, addr) in &shared.listeners {
+        tracing::info!(listener = %name, %addr, "listening");
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("main runtime: {e}"))?;
+    runtime.block_on(async {
+        if let Some(a) = &bootstrap.admin {
+            let addr = resolve(&a.address)?;
+            let bound = admin::spawn(addr, Arc::clone(&shared))
+                .await
+                .map_err(|e| format!("admin: bind {addr}: {e}"))?;
+            tracing::info!(%bound, "admin listening");
+            if let Some(path) = &opts.admin_address_path {
+                std::fs::write(path, bound.to_string())
+                    .map_err(|e| format!("--admin-address-path {}: {e}", path.display()))?;
+            }
+        }
+        wait_for_shutdown(&shared).await;
+        Ok::<(), String>(())
+    })?;
+
+    shared.set_state(State::Draining);
+    tracing::info!(drain_time = ?opts.drain_time, "draining");
+    let _ = shutdown_tx.send(true);
+    for h in handles {
+        let _ = h.join();
+    }
+    drop(reserved);
+    Ok(())
+}
+
+async fn wait_for_shutdown(shared: &Shared) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        shared.quit.notified().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM"),
+        _ = int.recv() => tracing::info!("SIGINT"),
+        _ = shared.quit.notified() => tracing::info!("quitquitquit"),
+    }
+}
