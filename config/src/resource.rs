@@ -87,30 +87,78 @@ pub fn read_path_source(path: &std::path::Path) -> Result<DiscoveryResponse, Con
     load::typed_from_dynamic(&dynamic)
 }
 
+/// How deep `path_config_source` files may refer to further files (an LDS file's
+/// listener naming an RDS file, ...); deeper references are not followed.
+const MAX_SOURCE_DEPTH: usize = 4;
+
 /// Validates the resources inside every `path_config_source` file the bootstrap
-/// names (Envoy only reads them at run time; courier checks them up front).
+/// names — LDS, CDS, and the RDS and EDS files that listeners and clusters name —
+/// (Envoy only reads them at run time; courier checks them up front).
 pub fn check_path_sources(bootstrap: &Bootstrap, ctx: &mut Ctx) {
+    let root = Path::ROOT;
+    let sr = root.field("static_resources");
+    let lp = sr.field("listeners");
+    for (i, l) in bootstrap.listeners.iter().enumerate() {
+        listener_sources(l, &lp.index(i), 0, ctx);
+    }
+    let cp = sr.field("clusters");
+    for (i, c) in bootstrap.clusters.iter().enumerate() {
+        cluster_sources(c, &cp.index(i), 0, ctx);
+    }
     let Some(dynamic) = &bootstrap.dynamic_resources else {
         return;
     };
-    let root = Path::ROOT;
     let dr = root.field("dynamic_resources");
-    for (name, source) in [
-        ("lds_config", &dynamic.lds_config),
-        ("cds_config", &dynamic.cds_config),
+    for (name, source, type_url) in [
+        ("lds_config", &dynamic.lds_config, ListenerProto::type_url()),
+        ("cds_config", &dynamic.cds_config, ClusterProto::type_url()),
     ] {
         let Some(source) = source else { continue };
         let ConfigSourceKind::Path { path, .. } = &source.kind else {
             continue;
         };
         let source_path = dr.field(name);
-        check_path_source(path, &source_path.field("path_config_source.path"), ctx);
+        check_path_source(
+            path,
+            &type_url,
+            &source_path.field("path_config_source.path"),
+            0,
+            ctx,
+        );
     }
 }
 
-/// Validates the resources in one `path_config_source` file; errors are reported at
-/// `field` (the `path` field naming the file) with the resource index in the message.
-pub fn check_path_source(file: &str, field: &Path<'_>, ctx: &mut Ctx) {
+fn listener_sources(l: &Listener, path: &Path<'_>, depth: usize, ctx: &mut Ctx) {
+    for source in l.rds_path_sources() {
+        check_path_source(
+            source.file,
+            &RouteProto::type_url(),
+            &path.field(&source.field),
+            depth,
+            ctx,
+        );
+    }
+}
+
+fn cluster_sources(c: &Cluster, path: &Path<'_>, depth: usize, ctx: &mut Ctx) {
+    if let cluster::Discovery::Eds { config, .. } = &c.discovery
+        && let ConfigSourceKind::Path { path: file, .. } = &config.kind
+    {
+        let field = path.field("eds_cluster_config.eds_config.path_config_source.path");
+        check_path_source(file, &ClaProto::type_url(), &field, depth, ctx);
+    }
+}
+
+/// Validates the resources in one `path_config_source` file, which must all be of
+/// type `type_url`; errors are reported at `field` (the `path` naming the file),
+/// with the file and the resource's own path in the message.
+pub fn check_path_source(
+    file: &str,
+    type_url: &str,
+    field: &Path<'_>,
+    depth: usize,
+    ctx: &mut Ctx,
+) {
     let response = match read_path_source(std::path::Path::new(file)) {
         Ok(r) => r,
         Err(e) => {
@@ -126,15 +174,39 @@ pub fn check_path_source(file: &str, field: &Path<'_>, ctx: &mut Ctx) {
         }
     };
     for (i, any) in response.resources.iter().enumerate() {
+        if any.type_url != type_url {
+            ctx.error(
+                field,
+                format!(
+                    "in {file}: resources[{i}] is {}, expected {type_url}",
+                    any.type_url
+                ),
+            );
+            continue;
+        }
         let mut inner = Ctx::new();
-        translate(any, &mut inner);
+        let resource = translate(any, &mut inner);
         if let Err(e) = inner.finish(()) {
             for err in e.errors {
+                let at = if err.path.is_empty() {
+                    String::new()
+                } else {
+                    format!(".{}", err.path)
+                };
                 ctx.error(
                     field,
-                    format!("in {file}: resources[{i}].{}: {}", err.path, err.message),
+                    format!("in {file}: resources[{i}]{at}: {}", err.message),
                 );
             }
+            continue;
+        }
+        if depth + 1 >= MAX_SOURCE_DEPTH {
+            continue;
+        }
+        match &resource {
+            Some(Resource::Listener(l)) => listener_sources(l, field, depth + 1, ctx),
+            Some(Resource::Cluster(c)) => cluster_sources(c, field, depth + 1, ctx),
+            _ => {}
         }
     }
 }
