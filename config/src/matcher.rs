@@ -81,31 +81,30 @@ pub(crate) const SUPPORT: &[Support] = &[
 pub struct Regex {
     source: String,
     full: regex::Regex,
-    partial: regex::Regex,
 }
 
 impl Regex {
     /// Compiles `pattern` (RE2 syntax). Envoy's RE2 and Rust's `regex` share the
     /// syntax courier needs and both guarantee linear-time matching.
     pub fn new(pattern: &str) -> Result<Self, String> {
+        // Only the anchored form is compiled: compiling is most of what loading a
+        // large route table costs. Rewrites compile their own unanchored regex.
         let full =
             regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| short_regex_error(&e))?;
-        let partial = regex::Regex::new(pattern).map_err(|e| short_regex_error(&e))?;
         Ok(Self {
             source: pattern.to_string(),
             full,
-            partial,
         })
+    }
+
+    /// Compiles `pattern` unanchored (matches anywhere), for rewrites and substitutions.
+    pub fn unanchored(pattern: &str) -> Result<regex::Regex, String> {
+        regex::Regex::new(pattern).map_err(|e| short_regex_error(&e))
     }
 
     /// Whether the whole of `s` matches.
     pub fn is_full_match(&self, s: &str) -> bool {
         self.full.is_match(s)
-    }
-
-    /// The unanchored regex (for rewrites and substitutions).
-    pub fn unanchored(&self) -> &regex::Regex {
-        &self.partial
     }
 
     /// The pattern as written.

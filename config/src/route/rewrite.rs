@@ -2,7 +2,7 @@
 //! compiled once into the `regex` crate's replacement syntax.
 
 use crate::ctx::Ctx;
-use crate::matcher::{self, Regex};
+use crate::matcher;
 use crate::path::Path;
 use envoy_types::pb::envoy::r#type::matcher::v3 as m;
 
@@ -10,7 +10,7 @@ use envoy_types::pb::envoy::r#type::matcher::v3 as m;
 #[derive(Debug, Clone)]
 pub struct RegexRewrite {
     /// The pattern (matched anywhere, every occurrence replaced).
-    pub pattern: Regex,
+    pub pattern: regex::Regex,
     /// The substitution as written (`\1` refers to group 1).
     pub substitution: String,
     /// The substitution in the `regex` crate's syntax (`${1}`, `$$`).
@@ -20,9 +20,7 @@ pub struct RegexRewrite {
 impl RegexRewrite {
     /// Replaces every match in `input` (RE2 `GlobalReplace`, as Envoy does).
     pub fn apply<'a>(&self, input: &'a str) -> std::borrow::Cow<'a, str> {
-        self.pattern
-            .unanchored()
-            .replace_all(input, self.replacement.as_str())
+        self.pattern.replace_all(input, self.replacement.as_str())
     }
 }
 
@@ -69,7 +67,13 @@ pub(crate) fn regex_rewrite(
         ctx.error(&path.field("pattern"), "is required");
         return None;
     };
-    let pattern = matcher::regex(p, &path.field("pattern"), ctx)?;
+    let pattern = match matcher::Regex::unanchored(&p.regex) {
+        Ok(re) => re,
+        Err(e) => {
+            ctx.error(&path.field("pattern.regex"), e);
+            return None;
+        }
+    };
     if !crate::route::headers::valid_name_chars(&r.substitution) {
         ctx.error(
             &path.field("substitution"),
@@ -77,7 +81,7 @@ pub(crate) fn regex_rewrite(
         );
         return None;
     }
-    match replacement(&r.substitution, pattern.unanchored().captures_len()) {
+    match replacement(&r.substitution, pattern.captures_len()) {
         Ok(replacement) => Some(RegexRewrite {
             pattern,
             substitution: r.substitution.clone(),
