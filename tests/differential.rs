@@ -8,6 +8,9 @@
 //! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test differential -- --nocapture
 //! ```
 //!
+//! It runs `target/<profile>/courier` as built (and builds it only when missing),
+//! so after changing courier run `cargo build -p courier` first.
+//!
 //! Without Envoy the test prints "SKIPPED" and passes, unless
 //! `COURIER_REQUIRE_ENVOY` is set (CI), when it fails.
 //!
