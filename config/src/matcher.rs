@@ -292,11 +292,29 @@ impl HeaderMatcher {
             (HeaderTest::Present(want), v) => (v.is_some() == *want) != self.invert,
             // Envoy: a value matcher never matches a missing header, even inverted.
             (_, None) => false,
-            (HeaderTest::Value(sm), Some(v)) => sm.matches(v) != self.invert,
-            (HeaderTest::Range(start, end), Some(v)) => {
-                let in_range = v.parse::<i64>().is_ok_and(|n| n >= *start && n < *end);
-                in_range != self.invert
+            (_, Some(v)) => self.value_passes(v) != self.invert,
+        }
+    }
+
+    /// Whether one present value passes the test, before `invert`.
+    pub fn value_passes(&self, v: &str) -> bool {
+        match &self.test {
+            HeaderTest::Present(want) => *want,
+            HeaderTest::Value(sm) => sm.matches(v),
+            HeaderTest::Range(start, end) => {
+                v.parse::<i64>().is_ok_and(|n| n >= *start && n < *end)
             }
+        }
+    }
+
+    /// Envoy 1.40's route rule for a header that may be repeated: each value is
+    /// tested on its own and the matcher passes when any value passes, then
+    /// `invert` applies. `any` is whether any value passed [`Self::value_passes`],
+    /// `None` when the header is absent.
+    pub fn matches_any(&self, any: Option<bool>) -> bool {
+        match any {
+            None => self.matches(None),
+            Some(any) => any != self.invert,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! the snapshot and answer (direct responses and redirects here; forwarding is the
 //! router's), applying the connection manager's response rules.
 
-use crate::local_reply::{Body, reply};
+use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::hcm::RouteSpecifier;
@@ -53,6 +53,16 @@ impl<B> RouteRequest for View<'_, B> {
             }
         }
     }
+
+    fn any_header_value(&self, name: &str, test: &mut dyn FnMut(&str) -> bool) -> Option<bool> {
+        if name.starts_with(':') {
+            return self.header(name).map(|v| test(&v));
+        }
+        let mut values = self.0.headers().get_all(name).iter().peekable();
+        values.peek()?;
+        // Values that are not visible ASCII (rare; `to_str` refuses them) are skipped.
+        Some(values.any(|v| v.to_str().is_ok_and(&mut *test)))
+    }
 }
 
 /// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
@@ -97,31 +107,56 @@ fn respond<B>(req: &Request<B>, hcm: &HttpConnectionManager, stats: &HcmStats) -
         return reply(StatusCode::NOT_FOUND, "");
     };
     let view = View(req);
+    let to = ReplyTo::of(req);
     let host = authority(req).unwrap_or("");
     let Some(route) = rc
         .select_virtual_host(host)
         .and_then(|vh| vh.select_route(&view))
     else {
         stats.no_route.inc();
-        return reply(StatusCode::NOT_FOUND, "");
+        return local_reply(to, StatusCode::NOT_FOUND, "");
     };
     match &route.action {
         Action::DirectResponse(d) => {
             stats.rq_direct_response.inc();
             let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
-            reply(status, d.body.clone().unwrap_or_default())
+            let mut resp = local_reply(to, status, d.body.clone().unwrap_or_default());
+            // Envoy points 201 and 3xx direct responses at the request's own URL
+            // (RFC 7231 7.1.2): a redirect with nothing rewritten.
+            if (status == StatusCode::CREATED || status.is_redirection())
+                && let Ok(v) = HeaderValue::from_str(&location(req, route, &SAME_URL))
+            {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            resp
         }
         Action::Redirect(r) => {
             stats.rq_redirect.inc();
-            redirect(req, route, r)
+            let status =
+                StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
+            let mut resp = local_reply(to, status, "");
+            if let Ok(v) = HeaderValue::from_str(&location(req, route, r)) {
+                resp.headers_mut().insert(header::LOCATION, v);
+            }
+            resp
         }
         // `serve_check` refuses configs with forwarding routes until the router serves them.
         Action::Route(_) => reply(StatusCode::SERVICE_UNAVAILABLE, ""),
     }
 }
 
-/// Builds the redirect response: `location` from the request and the action, no body.
-fn redirect<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> Response<Body> {
+/// A redirect that rewrites nothing: the request's own URL.
+const SAME_URL: RedirectAction = RedirectAction {
+    scheme: None,
+    host: None,
+    port: None,
+    path: None,
+    response_code: 301,
+    strip_query: false,
+};
+
+/// A redirect's `location`, built from the request and the action.
+fn location<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> String {
     let scheme_in = req.uri().scheme_str().unwrap_or("http");
     let scheme = r.scheme.as_deref().unwrap_or(scheme_in);
     let authority = authority(req).unwrap_or("");
@@ -129,6 +164,8 @@ fn redirect<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> Response<
     let host = r.host.as_deref().unwrap_or(host_in);
     let port = match (r.port, port_in) {
         (Some(p), _) => Some(p.to_string()),
+        // A new host replaces the whole authority, port included, as Envoy does.
+        (None, Some(_)) if r.host.is_some() => None,
         // A scheme change drops the old scheme's default port, as Envoy does.
         (None, Some(p)) if scheme != scheme_in && (p == "80" || p == "443") => None,
         (None, Some(p)) => Some(p.to_string()),
@@ -164,12 +201,7 @@ fn redirect<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> Response<
         location.push('?');
         location.push_str(&q);
     }
-    let status = StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
-    let mut resp = reply(status, "");
-    if let Ok(v) = HeaderValue::from_str(&location) {
-        resp.headers_mut().insert(header::LOCATION, v);
-    }
-    resp
+    location
 }
 
 /// Splits `host:port` (IPv6 literals in brackets keep their colons).
@@ -198,3 +230,7 @@ mod tests {
         assert_eq!(split_port("[::1]"), ("[::1]", None));
     }
 }
+
+#[cfg(test)]
+#[path = "conn_manager_local_tests.rs"]
+mod local_tests;

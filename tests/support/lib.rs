@@ -7,6 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod client;
+pub mod differential;
+pub mod proxies;
+
 /// The workspace root (the folder holding `Cargo.toml`, `examples/`, `tests/`).
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

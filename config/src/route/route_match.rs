@@ -18,6 +18,13 @@ pub trait RouteRequest {
     /// as Envoy's header matchers see them. `None` when absent. Pseudo-headers other
     /// than `:path` and `:method` (`:authority`, `:scheme`) are asked for here too.
     fn header(&self, name: &str) -> Option<Cow<'_, str>>;
+    /// Whether any value of header `name` passes `test`; `None` when absent.
+    /// Envoy's route header matchers test each value of a repeated header on its
+    /// own (`x-a: 1` and `x-a: 2` match `exact: "2"`, not `exact: "1,2"`). The
+    /// default tests the one value [`RouteRequest::header`] gives.
+    fn any_header_value(&self, name: &str, test: &mut dyn FnMut(&str) -> bool) -> Option<bool> {
+        self.header(name).map(|v| test(&v))
+    }
     /// The first value of query parameter `name` (not percent-decoded, as in Envoy),
     /// `Some("")` for a bare `?name`. The default parses [`RouteRequest::path`].
     fn query_param(&self, name: &str) -> Option<&str> {
@@ -139,11 +146,7 @@ impl RouteMatch {
         if self.grpc && !req.header("content-type").is_some_and(|ct| is_grpc(&ct)) {
             return false;
         }
-        if !self
-            .headers
-            .iter()
-            .all(|h| h.matches(header_value(req, &h.name).as_deref()))
-        {
+        if !self.headers.iter().all(|h| header_matches(h, req)) {
             return false;
         }
         if !self
@@ -164,12 +167,13 @@ impl RouteMatch {
     }
 }
 
-/// A header as a matcher sees it; `:path` and `:method` come from the request line.
-fn header_value<'a, R: RouteRequest + ?Sized>(req: &'a R, name: &str) -> Option<Cow<'a, str>> {
-    match name {
-        ":path" => Some(Cow::Borrowed(req.path())),
-        ":method" => Some(Cow::Borrowed(req.method())),
-        _ => req.header(name),
+/// One header condition; `:path` and `:method` come from the request line, other
+/// headers are tested value by value.
+fn header_matches<R: RouteRequest + ?Sized>(h: &HeaderMatcher, req: &R) -> bool {
+    match h.name.as_str() {
+        ":path" => h.matches(Some(req.path())),
+        ":method" => h.matches(Some(req.method())),
+        name => h.matches_any(req.any_header_value(name, &mut |v| h.value_passes(v))),
     }
 }
 

@@ -72,6 +72,16 @@ impl RouteRequest for Req {
             _ => Some(Cow::Owned(values.join(","))),
         }
     }
+    fn any_header_value(&self, name: &str, test: &mut dyn FnMut(&str) -> bool) -> Option<bool> {
+        let mut values = self
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| *v)
+            .peekable();
+        values.peek()?;
+        Some(values.any(test))
+    }
 }
 
 fn route_name<'a>(vh: &'a VirtualHost, r: &Req) -> Option<&'a str> {
@@ -473,6 +483,52 @@ virtual_hosts:
     r.headers.push(("content-type", "application/grpc+proto"));
     assert_eq!(route_name(vh, &r), Some("grpc"));
     assert_eq!(route_name(vh, &req("/pkg.Svc/Method")), None);
+}
+
+#[test]
+fn repeated_headers_match_value_by_value() {
+    // Envoy 1.40 (checked with the differential harness): each value of a
+    // repeated header is tested on its own; the matcher passes when any value
+    // does, and `invert_match` negates that.
+    let rc = ok(r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - name: joined
+    match: {prefix: /m, headers: [{name: x-m, string_match: {exact: "a,b"}}]}
+    route: {cluster: backend}
+  - name: any
+    match: {prefix: /m, headers: [{name: x-m, string_match: {exact: "b"}}]}
+    route: {cluster: backend}
+  - name: range
+    match: {prefix: /n, headers: [{name: x-n, range_match: {start: 10, end: 20}}]}
+    route: {cluster: backend}
+  - name: not-a
+    match: {prefix: /i, headers: [{name: x-m, string_match: {exact: "a"}, invert_match: true}]}
+    route: {cluster: backend}
+"#);
+    let vh = &rc.virtual_hosts[0];
+    let with = |path: &'static str, headers: &[(&'static str, &'static str)]| {
+        let mut r = req(path);
+        r.headers.extend_from_slice(headers);
+        route_name(vh, &r).map(str::to_string)
+    };
+    assert_eq!(
+        with("/m", &[("x-m", "a"), ("x-m", "b")]).as_deref(),
+        Some("any")
+    );
+    assert_eq!(with("/m", &[("x-m", "a,b")]).as_deref(), Some("joined"));
+    assert_eq!(
+        with("/n", &[("x-n", "5"), ("x-n", "15")]).as_deref(),
+        Some("range")
+    );
+    assert_eq!(with("/i", &[("x-m", "b"), ("x-m", "a")]), None);
+    assert_eq!(
+        with("/i", &[("x-m", "b"), ("x-m", "c")]).as_deref(),
+        Some("not-a")
+    );
 }
 
 mod index_property {

@@ -1,0 +1,140 @@
+//! Local answers of the connection manager (direct responses, redirects, no
+//! route) as Envoy 1.40 gives them; `tests/differential.rs` compares the same
+//! against real Envoy.
+
+use super::{ConnInfo, handle};
+use crate::stats::HcmStats;
+use courier_config::load::Format;
+use courier_config::snapshot::Snapshot;
+use http::{Request, Response, header};
+use http_body_util::BodyExt;
+
+const CONFIG: &str = r#"
+static_resources:
+  listeners:
+  - name: l
+    address: { socket_address: { address: 127.0.0.1, port_value: 0 } }
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: l
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+          route_config:
+            virtual_hosts:
+            - name: a
+              domains: ["*"]
+              routes:
+              - match: { path: "/found" }
+                direct_response: { status: 302, body: { inline_string: "elsewhere" } }
+              - match: { path: "/created" }
+                direct_response: { status: 201 }
+              - match: { path: "/ok" }
+                direct_response: { status: 200, body: { inline_string: "hello" } }
+              - match: { path: "/down" }
+                direct_response: { status: 503, body: { inline_string: "down\n" } }
+              - match: { path: "/multi", headers: [{ name: x-m, string_match: { exact: "b" } }] }
+                direct_response: { status: 200, body: { inline_string: "any value" } }
+              - match: { prefix: "/host" }
+                redirect: { host_redirect: "new.example.com" }
+"#;
+
+fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Response<Vec<u8>> {
+    let bootstrap = courier_config::bootstrap_from_str(CONFIG, Format::Yaml).unwrap();
+    let snapshot = Snapshot::from_bootstrap(&bootstrap);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header(header::HOST, host);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let resp = handle(
+        req.body(()).unwrap(),
+        &snapshot,
+        &ConnInfo { listener_index: 0 },
+        &HcmStats::default(),
+    );
+    let (parts, body) = resp.into_parts();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let bytes = rt.block_on(body.collect()).unwrap().to_bytes().to_vec();
+    Response::from_parts(parts, bytes)
+}
+
+fn h<'a>(r: &'a Response<Vec<u8>>, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+#[test]
+fn direct_responses_with_201_or_3xx_point_at_the_request_url() {
+    let r = get("/found?q=1", "example.com:8080", &[], "GET");
+    assert_eq!(r.status(), 302);
+    assert_eq!(h(&r, "location"), Some("http://example.com:8080/found?q=1"));
+    assert_eq!(r.body(), b"elsewhere");
+    let r = get("/created", "example.com", &[], "GET");
+    assert_eq!(h(&r, "location"), Some("http://example.com/created"));
+    assert_eq!(
+        h(&r, "content-length"),
+        None,
+        "empty local replies carry no length"
+    );
+    let r = get("/ok", "example.com", &[], "GET");
+    assert_eq!(h(&r, "location"), None);
+}
+
+#[test]
+fn host_redirect_replaces_the_port_too() {
+    let r = get("/host/x", "example.com:8080", &[], "GET");
+    assert_eq!(r.status(), 301);
+    assert_eq!(h(&r, "location"), Some("http://new.example.com/host/x"));
+}
+
+#[test]
+fn head_drops_the_body_and_keeps_its_length() {
+    let r = get("/ok", "example.com", &[], "HEAD");
+    assert_eq!(h(&r, "content-length"), Some("5"));
+    assert!(r.body().is_empty());
+}
+
+#[test]
+fn grpc_requests_get_trailers_only_local_replies() {
+    let grpc = [("content-type", "application/grpc")];
+    let r = get("/down", "example.com", &grpc, "POST");
+    assert_eq!(r.status(), 200);
+    assert_eq!(h(&r, "content-type"), Some("application/grpc"));
+    assert_eq!(h(&r, "grpc-status"), Some("14"));
+    assert_eq!(h(&r, "grpc-message"), Some("down%0A"));
+    assert!(r.body().is_empty());
+    let r = get("/nothing", "example.com", &grpc, "POST");
+    assert_eq!(
+        (r.status().as_u16(), h(&r, "grpc-status")),
+        (200, Some("12"))
+    );
+}
+
+#[test]
+fn repeated_headers_match_value_by_value() {
+    let r = get(
+        "/multi",
+        "example.com",
+        &[("x-m", "a"), ("x-m", "b")],
+        "GET",
+    );
+    assert_eq!(
+        (r.status().as_u16(), r.body().as_slice()),
+        (200, &b"any value"[..])
+    );
+    let r = get(
+        "/multi",
+        "example.com",
+        &[("x-m", "a"), ("x-m", "c")],
+        "GET",
+    );
+    assert_eq!(r.status(), 404);
+}
