@@ -447,3 +447,38 @@ static_resources:
     // Forwarding itself is served now.
     assert!(!err.contains("forwarding to upstream clusters"), "{err}");
 }
+
+#[tokio::test]
+async fn responses_use_the_downstream_version_and_standard_reason() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An HTTP/1.0 upstream with its own reason phrase, closing after each response.
+    let raw = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = raw.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = raw.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.0 501 Unsupported thing\r\nconnection: close\r\ncontent-length: 2\r\n\r\nno")
+                .await;
+        }
+    });
+    let c = courier(
+        "",
+        &route("/", "{cluster: old}"),
+        &static_cluster("old", &[addr], ""),
+    )
+    .await;
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(c.listener).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 501 Not Implemented\r\n"), "{out}");
+        assert!(out.ends_with("\r\n\r\nno"), "{out}");
+    }
+    assert_eq!(stat(&c, "cluster.old.upstream_rq_501").await, 2);
+}

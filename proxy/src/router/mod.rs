@@ -102,6 +102,7 @@ struct Out<'a> {
     levels: Vec<&'a HeaderMutations>,
     conn: &'a ConnInfo,
     protocol: &'static str,
+    version: http::Version,
     cluster: &'a str,
 }
 
@@ -166,6 +167,7 @@ pub async fn forward(
         levels: m.response_levels(weighted),
         conn,
         protocol: headers::protocol(req.version()),
+        version: req.version(),
         cluster: &name,
     };
     let Some(cluster) = up.clusters.get(&name) else {
@@ -263,6 +265,10 @@ pub async fn forward(
             stats.rq_total.inc();
             stats.response(resp.status().as_u16());
             let (mut rp, rb) = resp.into_parts();
+            // Answer in the downstream's HTTP version with the standard reason phrase
+            // (hyper would echo the upstream's, as Envoy does not).
+            rp.version = out.version;
+            rp.extensions.clear();
             headers::strip_hop_by_hop(&mut rp.headers);
             rp.headers.insert(
                 SERVICE_TIME,
