@@ -22,6 +22,7 @@ use courier_config::route::{
 use headers::FormatCtx;
 use http::header::{HeaderName, HeaderValue};
 use http::{Request, Response, StatusCode};
+use std::borrow::Cow;
 use tokio::time::Instant;
 
 const SERVICE_TIME: HeaderName = HeaderName::from_static("x-envoy-upstream-service-time");
@@ -53,8 +54,17 @@ impl<'a> Matched<'a> {
         pick: fn(&'a ClusterWeight) -> &'a HeaderMutations,
         side: fn(&'a Route, &'a VirtualHost, &'a RouteConfig) -> [&'a HeaderMutations; 3],
     ) -> Vec<&'a HeaderMutations> {
-        let mut out: Vec<&HeaderMutations> = weighted.map(pick).into_iter().collect();
         let [route, vhost, global] = side(self.route, self.vhost, self.config);
+        let weighted = weighted.map(pick);
+        // Most configs mutate nothing: no allocation then.
+        if route.is_empty()
+            && vhost.is_empty()
+            && global.is_empty()
+            && weighted.is_none_or(|w| w.is_empty())
+        {
+            return Vec::new();
+        }
+        let mut out: Vec<&HeaderMutations> = weighted.into_iter().collect();
         if self.config.most_specific_header_mutations_wins {
             out.extend([global, vhost, route]);
         } else {
@@ -147,19 +157,21 @@ pub async fn forward(
     conn: &ConnInfo,
     up: &Upstream<'_>,
 ) -> Response<ResponseBody> {
-    let (name, weighted): (String, Option<&ClusterWeight>) = match &action.cluster {
-        ClusterSpecifier::Cluster(n) => (n.clone(), None),
+    let (name, weighted): (Cow<'_, str>, Option<&ClusterWeight>) = match &action.cluster {
+        ClusterSpecifier::Cluster(n) => (Cow::Borrowed(n), None),
         ClusterSpecifier::Header(h) => (
-            req.headers()
-                .get(h.as_str())
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_string(),
+            Cow::Owned(
+                req.headers()
+                    .get(h.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+            ),
             None,
         ),
         ClusterSpecifier::Weighted(w) => match w.pick(fastrand::u64(..)) {
-            Some(c) => (c.name.clone(), Some(c)),
-            None => (String::new(), None),
+            Some(c) => (Cow::Borrowed(&c.name), Some(c)),
+            None => (Cow::Borrowed(""), None),
         },
     };
     let out = Out {
