@@ -1,21 +1,34 @@
-//! The HTTP connection manager: per request, pick the virtual host and route from
-//! the snapshot and answer (direct responses and redirects here; forwarding is the
-//! router's), applying the connection manager's response rules.
+//! The HTTP connection manager: per request, apply the request header rules, pick
+//! the virtual host and route from the snapshot and answer (direct responses and
+//! redirects here; forwarding is the router's), applying the connection manager's
+//! response rules.
 
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
+use crate::router::body::ResponseBody;
+use crate::router::{self, Matched, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::hcm::RouteSpecifier;
 use courier_config::route::{Action, PathMatch, RedirectAction, RedirectPath, Route, RouteRequest};
 use courier_config::snapshot::Snapshot;
-use http::{HeaderValue, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
+use hyper::body::Incoming;
 use std::borrow::Cow;
+use std::net::SocketAddr;
+
+const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
 
 /// Facts about a downstream connection that requests on it need.
 #[derive(Debug)]
 pub struct ConnInfo {
     /// Index of the listener in the snapshot.
     pub listener_index: usize,
+    /// The peer's address.
+    pub peer: SocketAddr,
+    /// Our address on the connection.
+    pub local: SocketAddr,
+    /// Whether the connection is TLS (`x-forwarded-proto: https`).
+    pub tls: bool,
 }
 
 /// A request as the route matcher sees it.
@@ -66,21 +79,25 @@ impl<B> RouteRequest for View<'_, B> {
 }
 
 /// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
-fn authority<B>(req: &Request<B>) -> Option<&str> {
-    req.uri().authority().map(|a| a.as_str()).or_else(|| {
-        req.headers()
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-    })
+pub fn authority<B>(req: &Request<B>) -> Option<&str> {
+    authority_of(req.uri(), req.headers())
+}
+
+/// `:authority` from a request head's parts.
+pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    uri.authority()
+        .map(|a| a.as_str())
+        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
 /// Handles one request on a connection of listener `info.listener_index`.
-pub fn handle<B>(
-    req: Request<B>,
+pub async fn handle(
+    mut req: Request<Incoming>,
     snapshot: &Snapshot,
     info: &ConnInfo,
     stats: &HcmStats,
-) -> Response<Body> {
+    up: &Upstream<'_>,
+) -> Response<ResponseBody> {
     stats.rq_total.inc();
     let hcm = snapshot
         .listeners
@@ -88,9 +105,24 @@ pub fn handle<B>(
         .and_then(|l| l.filter_chains.first())
         .map(|fc| &fc.http_connection_manager);
     let mut resp = match hcm {
-        Some(hcm) => respond(&req, hcm, stats),
+        Some(hcm) => {
+            let internal_only = match &hcm.route_specifier {
+                RouteSpecifier::Inline(rc) => &rc.internal_only_headers[..],
+                RouteSpecifier::Rds { .. } => &[],
+            };
+            forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
+            let request_id = hcm
+                .always_set_request_id_in_response
+                .then(|| req.headers().get(REQUEST_ID).cloned())
+                .flatten();
+            let mut resp = respond(req, hcm, stats, info, up).await;
+            if let Some(id) = request_id {
+                resp.headers_mut().insert(REQUEST_ID, id);
+            }
+            resp
+        }
         // The listener vanished from the snapshot while the connection stayed open.
-        None => reply(StatusCode::SERVICE_UNAVAILABLE, ""),
+        None => reply(StatusCode::SERVICE_UNAVAILABLE, "").map(ResponseBody::from),
     };
     if let Some(hcm) = hcm
         && let Ok(v) = HeaderValue::from_str(&hcm.server_name)
@@ -101,22 +133,35 @@ pub fn handle<B>(
     resp
 }
 
-fn respond<B>(req: &Request<B>, hcm: &HttpConnectionManager, stats: &HcmStats) -> Response<Body> {
+async fn respond(
+    req: Request<Incoming>,
+    hcm: &HttpConnectionManager,
+    stats: &HcmStats,
+    info: &ConnInfo,
+    up: &Upstream<'_>,
+) -> Response<ResponseBody> {
     let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
         stats.no_route.inc();
-        return reply(StatusCode::NOT_FOUND, "");
+        return reply(StatusCode::NOT_FOUND, "").map(ResponseBody::from);
     };
-    let view = View(req);
-    let to = ReplyTo::of(req);
-    let host = authority(req).unwrap_or("");
-    let Some(route) = rc
+    let to = ReplyTo::of(&req);
+    let host = authority(&req).unwrap_or("");
+    let Some((vhost, route)) = rc
         .select_virtual_host(host)
-        .and_then(|vh| vh.select_route(&view))
+        .and_then(|vh| Some((vh, vh.select_route(&View(&req))?)))
     else {
         stats.no_route.inc();
-        return local_reply(to, StatusCode::NOT_FOUND, "");
+        return local_reply(to, StatusCode::NOT_FOUND, "").map(ResponseBody::from);
     };
-    match &route.action {
+    let matched = Matched {
+        config: rc,
+        vhost,
+        route,
+    };
+    let mut resp: Response<Body> = match &route.action {
+        Action::Route(action) => {
+            return router::forward(req, action, matched, info, up).await;
+        }
         Action::DirectResponse(d) => {
             stats.rq_direct_response.inc();
             let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
@@ -124,7 +169,7 @@ fn respond<B>(req: &Request<B>, hcm: &HttpConnectionManager, stats: &HcmStats) -
             // Envoy points 201 and 3xx direct responses at the request's own URL
             // (RFC 7231 7.1.2): a redirect with nothing rewritten.
             if (status == StatusCode::CREATED || status.is_redirection())
-                && let Ok(v) = HeaderValue::from_str(&location(req, route, &SAME_URL))
+                && let Ok(v) = HeaderValue::from_str(&location(&req, route, &SAME_URL))
             {
                 resp.headers_mut().insert(header::LOCATION, v);
             }
@@ -135,14 +180,18 @@ fn respond<B>(req: &Request<B>, hcm: &HttpConnectionManager, stats: &HcmStats) -
             let status =
                 StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
             let mut resp = local_reply(to, status, "");
-            if let Ok(v) = HeaderValue::from_str(&location(req, route, r)) {
+            if let Ok(v) = HeaderValue::from_str(&location(&req, route, r)) {
                 resp.headers_mut().insert(header::LOCATION, v);
             }
             resp
         }
-        // `serve_check` refuses configs with forwarding routes until the router serves them.
-        Action::Route(_) => reply(StatusCode::SERVICE_UNAVAILABLE, ""),
+    };
+    let levels = matched.response_levels(None);
+    if !levels.is_empty() {
+        let protocol = router::headers::protocol(req.version());
+        router::response_headers(&mut resp, &levels, &req, info, protocol, None, "", route);
     }
+    resp.map(ResponseBody::from)
 }
 
 /// A redirect that rewrites nothing: the request's own URL.

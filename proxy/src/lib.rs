@@ -10,9 +10,11 @@ mod admin;
 mod conn_manager;
 mod listener;
 mod local_reply;
+mod router;
 mod serve_check;
 mod server;
 mod stats;
+mod upstream;
 mod worker;
 
 use std::process::ExitCode;

@@ -5,13 +5,15 @@
 //! filter that is not enforced, say. `--mode validate` is unaffected.
 
 use courier_config::Bootstrap;
+use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
 use courier_config::filters::HttpFilterConfig;
+use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
     EscapedSlashesAction, HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation,
     StripPort,
 };
-use courier_config::route::{Action, RouteConfig};
+use courier_config::route::{Action, HeaderMutations, RouteConfig};
 
 /// Every feature in `bootstrap` that the data plane does not serve yet.
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
@@ -27,11 +29,7 @@ pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
         problems.push("admin.access_log: admin access logs are not written yet".to_string());
     }
     for (i, c) in bootstrap.clusters.iter().enumerate() {
-        if !c.health_checks.is_empty() {
-            problems.push(format!(
-                "static_resources.clusters[{i}].health_checks: active health checks are not run yet"
-            ));
-        }
+        cluster(c, &format!("static_resources.clusters[{i}]"), &mut problems);
     }
     for (i, l) in bootstrap.listeners.iter().enumerate() {
         listener(
@@ -44,6 +42,43 @@ pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
         Ok(())
     } else {
         Err(problems)
+    }
+}
+
+fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
+    let mut refuse = |field: &str, what: &str| {
+        problems.push(format!("{at}.{field}: {what} is not served yet"));
+    };
+    if !c.health_checks.is_empty() {
+        refuse("health_checks", "active health checking");
+    }
+    if c.outlier_detection.is_some() {
+        refuse("outlier_detection", "outlier detection");
+    }
+    if c.circuit_breakers != CircuitBreakers::default() {
+        refuse("circuit_breakers", "circuit breaking");
+    }
+    if matches!(c.discovery, Discovery::Eds { .. }) {
+        refuse("eds_cluster_config", "EDS");
+    }
+    if c.tls.is_some() {
+        refuse("transport_socket", "upstream TLS");
+    }
+    match c.http.protocol {
+        UpstreamProtocol::Http1 | UpstreamProtocol::Http2 => {}
+        UpstreamProtocol::UseDownstream => refuse(
+            "typed_extension_protocol_options",
+            "use_downstream_protocol_config",
+        ),
+        UpstreamProtocol::Auto => refuse("typed_extension_protocol_options", "auto_config"),
+    }
+    if c.http.common.max_connection_duration.is_some()
+        || c.http.common.max_requests_per_connection.is_some()
+    {
+        refuse(
+            "typed_extension_protocol_options",
+            "max_connection_duration and max_requests_per_connection",
+        );
     }
 }
 
@@ -88,9 +123,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     if !h.access_log.is_empty() {
         refuse("access_log", "access logging");
     }
-    if h.use_remote_address || h.xff_num_trusted_hops != 0 || h.skip_xff_append {
-        refuse("use_remote_address", "x-forwarded-for handling");
-    }
     if h.normalize_path
         || h.merge_slashes
         || h.path_with_escaped_slashes_action != EscapedSlashesAction::KeepUnchanged
@@ -115,9 +147,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
             "a header size limit other than 60 KiB",
         );
     }
-    if h.always_set_request_id_in_response {
-        refuse("always_set_request_id_in_response", "request ids");
-    }
     if h.server_header_transformation != ServerHeaderTransformation::Overwrite {
         refuse(
             "server_header_transformation",
@@ -131,37 +160,84 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
 }
 
 fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
-    if !rc.request_headers.is_empty()
-        || !rc.response_headers.is_empty()
-        || !rc.typed_per_filter_config.is_empty()
-    {
-        problems.push(format!("{at}: header mutations are not served yet"));
+    if !rc.typed_per_filter_config.is_empty() {
+        problems.push(format!(
+            "{at}.typed_per_filter_config: per-filter configs are not served yet"
+        ));
     }
+    mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if !vh.request_headers.is_empty()
-            || !vh.response_headers.is_empty()
-            || !vh.typed_per_filter_config.is_empty()
-        {
+        if !vh.typed_per_filter_config.is_empty() {
             problems.push(format!(
-                "{at}: header mutations and per-filter configs are not served yet"
+                "{at}.typed_per_filter_config: per-filter configs are not served yet"
             ));
         }
+        if vh.retry_policy.is_some()
+            || vh.hedge_policy.is_some()
+            || vh.include_request_attempt_count
+            || vh.include_attempt_count_in_response
+        {
+            problems.push(format!("{at}.retry_policy: retries are not served yet"));
+        }
+        mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
             let at = format!("{at}.routes[{r}]");
-            if matches!(route.action, Action::Route(_)) {
+            if !route.typed_per_filter_config.is_empty() {
                 problems.push(format!(
-                    "{at}.route: forwarding to upstream clusters is not served yet"
+                    "{at}.typed_per_filter_config: per-filter configs are not served yet"
                 ));
             }
-            if !route.request_headers.is_empty()
-                || !route.response_headers.is_empty()
-                || !route.typed_per_filter_config.is_empty()
-            {
+            mutations(
+                &route.request_headers,
+                &route.response_headers,
+                &at,
+                problems,
+            );
+            let Action::Route(ra) = &route.action else {
+                continue;
+            };
+            if ra.retry_policy.is_some() || ra.hedge_policy.is_some() {
                 problems.push(format!(
-                    "{at}: header mutations and per-filter configs are not served yet"
+                    "{at}.route.retry_policy: retries are not served yet"
+                ));
+            }
+            if ra.idle_timeout.is_some() {
+                problems.push(format!(
+                    "{at}.route.idle_timeout: stream idle timeouts are not served yet"
+                ));
+            }
+            if let courier_config::route::ClusterSpecifier::Weighted(w) = &ra.cluster {
+                for (i, c) in w.clusters.iter().enumerate() {
+                    let at = format!("{at}.route.weighted_clusters.clusters[{i}]");
+                    if !c.typed_per_filter_config.is_empty() {
+                        problems.push(format!(
+                            "{at}.typed_per_filter_config: per-filter configs are not served yet"
+                        ));
+                    }
+                    mutations(&c.request_headers, &c.response_headers, &at, problems);
+                }
+            }
+        }
+    }
+}
+
+/// Refuses header values using format commands the router does not evaluate yet.
+fn mutations(req: &HeaderMutations, resp: &HeaderMutations, at: &str, problems: &mut Vec<String>) {
+    for (side, m) in [("request", req), ("response", resp)] {
+        for (i, h) in m.add.iter().enumerate() {
+            if let Some(c) = unsupported_command(&h.value) {
+                problems.push(format!(
+                    "{at}.{side}_headers_to_add[{i}]: the command {c:?} in a header value is not served yet"
                 ));
             }
         }
     }
+}
+
+fn unsupported_command(f: &FormatString) -> Option<&courier_config::format::Command> {
+    f.parts.iter().find_map(|p| match p {
+        Part::Command(c) if !crate::router::headers::supported(c) => Some(c),
+        _ => None,
+    })
 }

@@ -2,7 +2,8 @@
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
 use crate::listener;
-use crate::stats::{HcmStats, WorkerStats};
+use crate::stats::{ClusterStats, HcmStats, WorkerStats};
+use crate::upstream::ClusterManager;
 use crate::worker::{self, WorkerSetup};
 use crate::{ServeOptions, admin};
 use arc_swap::ArcSwap;
@@ -73,6 +74,7 @@ fn resolve(addr: &courier_config::core::SocketAddress) -> Result<SocketAddr, Str
 /// Runs the server until shutdown.
 pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
+    let clusters = Arc::new(ClusterManager::new(&snapshot.load()));
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -112,6 +114,16 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
                     (prefix, Arc::new(HcmStats::default()))
                 })
                 .collect(),
+            clusters: clusters
+                .clusters()
+                .iter()
+                .map(|c| {
+                    (
+                        c.config.stat_name().to_string(),
+                        Arc::new(ClusterStats::default()),
+                    )
+                })
+                .collect(),
         });
         stats.push(Arc::clone(&worker_stats));
         let setup = WorkerSetup {
@@ -119,6 +131,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             addresses: addrs.iter().map(|(_, a)| *a).collect(),
             snapshot: Arc::clone(&snapshot),
             stats: worker_stats,
+            clusters: Arc::clone(&clusters),
             shutdown: shutdown_rx.clone(),
             drain_time: opts.drain_time,
             ready: ready_tx.clone(),
@@ -159,6 +172,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         .build()
         .map_err(|e| format!("main runtime: {e}"))?;
     runtime.block_on(async {
+        clusters.spawn_dns_refresh();
         if let Some(a) = &bootstrap.admin {
             let addr = resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))

@@ -53,11 +53,63 @@ impl HcmStats {
     }
 }
 
-/// One worker's stats: one [`HcmStats`] per listener, by listener index.
+/// A cluster's stats on one worker (`cluster.<name>.*`).
+#[derive(Debug)]
+pub struct ClusterStats {
+    /// `upstream_rq_total`: requests attached to an upstream connection.
+    pub rq_total: Counter,
+    /// `upstream_rq_<code>` for codes 100..=599 (index `code - 100`).
+    rq_code: Box<[Counter]>,
+    /// `upstream_rq_1xx` .. `upstream_rq_5xx`.
+    rq_xx: [Counter; 5],
+    /// `upstream_cx_total`: connections opened (or attempted).
+    pub cx_total: Counter,
+    /// `upstream_cx_connect_fail`.
+    pub cx_connect_fail: Counter,
+    /// `upstream_cx_connect_timeout`.
+    pub cx_connect_timeout: Counter,
+    /// `upstream_cx_none_healthy`: requests that found no healthy host.
+    pub cx_none_healthy: Counter,
+    /// `upstream_rq_timeout`: requests that hit the route timeout.
+    pub rq_timeout: Counter,
+}
+
+impl Default for ClusterStats {
+    fn default() -> Self {
+        Self {
+            rq_total: Counter::default(),
+            rq_code: (100..600).map(|_| Counter::default()).collect(),
+            rq_xx: Default::default(),
+            cx_total: Counter::default(),
+            cx_connect_fail: Counter::default(),
+            cx_connect_timeout: Counter::default(),
+            cx_none_healthy: Counter::default(),
+            rq_timeout: Counter::default(),
+        }
+    }
+}
+
+impl ClusterStats {
+    /// Charges a response code (from the upstream, or a local failure Envoy charges
+    /// to the cluster: 503 on connect failure, 504 on timeout).
+    pub fn response(&self, status: u16) {
+        if let Some(c) = self.rq_code.get(usize::from(status).wrapping_sub(100)) {
+            c.inc();
+        }
+        if let Some(c) = self.rq_xx.get(usize::from(status / 100).wrapping_sub(1)) {
+            c.inc();
+        }
+    }
+}
+
+/// One worker's stats: one [`HcmStats`] per listener, by listener index, and one
+/// [`ClusterStats`] per cluster, by the cluster manager's index.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
     /// Per listener, with its HCM stat prefix.
     pub listeners: Vec<(String, Arc<HcmStats>)>,
+    /// Per cluster, with its stat name.
+    pub clusters: Vec<(String, Arc<ClusterStats>)>,
 }
 
 /// A stat name and its value summed over workers.
@@ -80,6 +132,27 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             add("rq_direct_response", s.rq_direct_response.get());
             add("rq_redirect", s.rq_redirect.get());
         }
+        for (name, c) in &w.clusters {
+            let mut add =
+                |stat: &str, v: u64| *out.entry(format!("cluster.{name}.{stat}")).or_default() += v;
+            add("upstream_rq_total", c.rq_total.get());
+            add("upstream_cx_total", c.cx_total.get());
+            add("upstream_cx_connect_fail", c.cx_connect_fail.get());
+            add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
+            add("upstream_cx_none_healthy", c.cx_none_healthy.get());
+            add("upstream_rq_timeout", c.rq_timeout.get());
+            // Per-code stats exist once used, as in Envoy.
+            for (i, n) in c.rq_code.iter().enumerate() {
+                if n.get() > 0 {
+                    add(&format!("upstream_rq_{}", i + 100), n.get());
+                }
+            }
+            for (i, n) in c.rq_xx.iter().enumerate() {
+                if n.get() > 0 {
+                    add(&format!("upstream_rq_{}xx", i + 1), n.get());
+                }
+            }
+        }
     }
     out.into_iter().collect()
 }
@@ -96,44 +169,65 @@ pub fn render_text(samples: &[Sample]) -> String {
     s
 }
 
-/// Renders samples in Prometheus text form with Envoy's tag extraction for the
-/// HCM stats (`http.<prefix>.x` → `envoy_http_x{envoy_http_conn_manager_prefix="<prefix>"}`,
-/// and the `_Nxx` classes → `envoy_response_code_class`).
+/// Renders samples in Prometheus text form with Envoy's tag extraction:
+/// `http.<prefix>.x` → `envoy_http_x{envoy_http_conn_manager_prefix="<prefix>"}`,
+/// `cluster.<name>.x` → `envoy_cluster_x{envoy_cluster_name="<name>"}`, the `_Nxx`
+/// classes → `envoy_response_code_class`, `upstream_rq_<code>` →
+/// `envoy_cluster_upstream_rq{envoy_response_code="<code>",...}`. Each family's
+/// samples are written together under one `# TYPE` line.
 pub fn render_prometheus(samples: &[Sample]) -> String {
-    let mut s = String::new();
-    let mut last_family = String::new();
+    let mut families: std::collections::BTreeMap<String, Vec<(String, u64)>> = Default::default();
     for (name, v) in samples {
-        let Some(rest) = name.strip_prefix("http.") else {
+        let Some((family, labels)) = prometheus_name(name) else {
             continue;
         };
-        let Some((prefix, stat)) = rest.split_once('.') else {
-            continue;
+        families.entry(family).or_default().push((labels, *v));
+    }
+    let mut s = String::new();
+    for (family, lines) in families {
+        let kind = if family.ends_with("_active") {
+            "gauge"
+        } else {
+            "counter"
         };
-        let (family, extra) = match stat
-            .strip_prefix("downstream_rq_")
-            .and_then(|c| c.strip_suffix("xx"))
-        {
-            Some(class) if class.len() == 1 => (
-                "downstream_rq_xx".to_string(),
-                format!(",envoy_response_code_class=\"{class}\""),
-            ),
-            _ => (stat.to_string(), String::new()),
-        };
-        let family = format!("envoy_http_{family}");
-        if family != last_family {
-            let kind = if stat.ends_with("_active") {
-                "gauge"
-            } else {
-                "counter"
-            };
-            s.push_str(&format!("# TYPE {family} {kind}\n"));
-            last_family.clone_from(&family);
+        s.push_str(&format!("# TYPE {family} {kind}\n"));
+        for (labels, v) in lines {
+            s.push_str(&format!("{family}{{{labels}}} {v}\n"));
         }
-        s.push_str(&format!(
-            "{family}{{envoy_http_conn_manager_prefix=\"{prefix}\"{extra}}} {v}\n"
-        ));
     }
     s
+}
+
+/// The Prometheus family and labels of an Envoy stat name.
+fn prometheus_name(name: &str) -> Option<(String, String)> {
+    let (scope, rest) = name.split_once('.')?;
+    let (owner, stat) = rest.split_once('.')?;
+    let owner_label = match scope {
+        "http" => format!("envoy_http_conn_manager_prefix=\"{owner}\""),
+        "cluster" => format!("envoy_cluster_name=\"{owner}\""),
+        _ => return None,
+    };
+    let code_prefix = if scope == "http" {
+        "downstream_rq_"
+    } else {
+        "upstream_rq_"
+    };
+    if let Some(code) = stat.strip_prefix(code_prefix) {
+        let bytes = code.as_bytes();
+        if bytes.len() == 3 && bytes[0].is_ascii_digit() && &code[1..] == "xx" {
+            return Some((
+                format!("envoy_{scope}_{code_prefix}xx"),
+                format!("envoy_response_code_class=\"{}\",{owner_label}", &code[..1]),
+            ));
+        }
+        if bytes.len() == 3 && bytes.iter().all(u8::is_ascii_digit) {
+            return Some((
+                format!("envoy_{scope}_{}", code_prefix.trim_end_matches('_')),
+                format!("envoy_response_code=\"{code}\",{owner_label}"),
+            ));
+        }
+    }
+    Some((format!("envoy_{scope}_{stat}"), owner_label))
 }
 
 #[cfg(test)]
@@ -146,12 +240,16 @@ mod tests {
             let s = Arc::new(HcmStats::default());
             Arc::new(WorkerStats {
                 listeners: vec![("ingress".into(), s)],
+                clusters: vec![("echo".into(), Arc::new(ClusterStats::default()))],
             })
         };
         let (a, b) = (mk(), mk());
         a.listeners[0].1.rq_total.inc();
         b.listeners[0].1.rq_total.inc();
         b.listeners[0].1.response(204);
+        a.clusters[0].1.rq_total.inc();
+        a.clusters[0].1.response(200);
+        b.clusters[0].1.response(200);
         let samples = collect(&[a, b]);
         let text = render_text(&samples);
         assert!(
@@ -170,7 +268,22 @@ mod tests {
             "{prom}"
         );
         assert!(prom.contains(
-            "envoy_http_downstream_rq_xx{envoy_http_conn_manager_prefix=\"ingress\",envoy_response_code_class=\"2\"} 1\n"
+            "envoy_http_downstream_rq_xx{envoy_response_code_class=\"2\",envoy_http_conn_manager_prefix=\"ingress\"} 1\n"
         ), "{prom}");
+        assert!(text.contains("cluster.echo.upstream_rq_200: 2\n"), "{text}");
+        assert!(!text.contains("upstream_rq_404"), "{text}");
+        for line in [
+            "envoy_cluster_upstream_rq_total{envoy_cluster_name=\"echo\"} 1\n",
+            "envoy_cluster_upstream_rq{envoy_response_code=\"200\",envoy_cluster_name=\"echo\"} 2\n",
+            "envoy_cluster_upstream_rq_xx{envoy_response_code_class=\"2\",envoy_cluster_name=\"echo\"} 2\n",
+        ] {
+            assert!(prom.contains(line), "{line} missing in {prom}");
+        }
+        // One TYPE line per family.
+        assert_eq!(
+            prom.matches("# TYPE envoy_cluster_upstream_rq counter")
+                .count(),
+            1
+        );
     }
 }

@@ -3,7 +3,9 @@
 
 use crate::conn_manager::{self, ConnInfo};
 use crate::listener;
+use crate::router::Upstream;
 use crate::stats::WorkerStats;
+use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
@@ -26,6 +28,9 @@ pub struct WorkerSetup {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// This worker's stats.
     pub stats: Arc<WorkerStats>,
+    /// The upstream clusters (host sets published by the main thread; pools and
+    /// balancer cursors are this worker's own, thread-local).
+    pub clusters: Arc<ClusterManager>,
     /// Becomes `true` when the server drains.
     pub shutdown: watch::Receiver<bool>,
     /// How long connections get to finish once draining.
@@ -91,6 +96,7 @@ async fn serve(setup: WorkerSetup) {
             listener_index: index,
             snapshot: Arc::clone(&setup.snapshot),
             stats: Arc::clone(&setup.stats),
+            clusters: Arc::clone(&setup.clusters),
             shutdown: setup.shutdown.clone(),
             tracker: Arc::clone(&tracker),
         };
@@ -119,13 +125,14 @@ struct AcceptCtx {
     listener_index: usize,
     snapshot: Arc<ArcSwap<Snapshot>>,
     stats: Arc<WorkerStats>,
+    clusters: Arc<ClusterManager>,
     shutdown: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
 }
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
     loop {
-        let (stream, _peer) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -139,7 +146,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let open = Open(Arc::clone(&ctx.tracker));
         let info = Arc::new(ConnInfo {
             listener_index: ctx.listener_index,
+            peer,
+            local: stream.local_addr().unwrap_or(peer),
+            tls: false,
         });
+        let worker_stats = Arc::clone(&ctx.stats);
+        let clusters = Arc::clone(&ctx.clusters);
         let snapshot = Arc::clone(&ctx.snapshot);
         let stats = ctx
             .stats
@@ -158,10 +170,16 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     let snapshot = snapshot.load_full();
                     let info = Arc::clone(&info);
                     let stats = Arc::clone(&stats);
+                    let worker_stats = Arc::clone(&worker_stats);
+                    let clusters = Arc::clone(&clusters);
                     async move {
-                        Ok::<_, std::convert::Infallible>(conn_manager::handle(
-                            req, &snapshot, &info, &stats,
-                        ))
+                        let up = Upstream {
+                            clusters: &clusters,
+                            stats: &worker_stats,
+                        };
+                        Ok::<_, std::convert::Infallible>(
+                            conn_manager::handle(req, &snapshot, &info, &stats, &up).await,
+                        )
                     }
                 })
             };

@@ -1,0 +1,198 @@
+//! The connection manager's request rules (Envoy's `mutateRequestHeaders`):
+//! `x-forwarded-for` and the trusted client address, internal vs external
+//! requests, `x-forwarded-proto`, `x-envoy-external-address`, stripping Envoy's
+//! control headers from edge requests, and `x-request-id`.
+
+use crate::conn_manager::ConnInfo;
+use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+use std::net::IpAddr;
+
+const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
+const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+const INTERNAL: HeaderName = HeaderName::from_static("x-envoy-internal");
+const EXTERNAL_ADDRESS: HeaderName = HeaderName::from_static("x-envoy-external-address");
+
+/// Removed from every request that is not internal.
+const NOT_INTERNAL: &[&str] = &[
+    "x-envoy-decorator-operation",
+    "x-envoy-downstream-service-cluster",
+    "x-envoy-downstream-service-node",
+];
+
+/// Envoy's control headers, removed from edge requests (external, with
+/// `use_remote_address`).
+const EDGE_STRIPPED: &[&str] = &[
+    "x-envoy-retry-on",
+    "x-envoy-retry-grpc-on",
+    "x-envoy-max-retries",
+    "x-envoy-upstream-alt-stat-name",
+    "x-envoy-upstream-rq-timeout-ms",
+    "x-envoy-upstream-rq-per-try-timeout-ms",
+    "x-envoy-upstream-rq-timeout-alt-response",
+    "x-envoy-expected-rq-timeout-ms",
+    "x-envoy-force-trace",
+    "x-envoy-ip-tags",
+    "x-envoy-original-url",
+    "x-envoy-hedge-on-per-try-timeout",
+];
+
+/// Applies the rules to a request's headers; `internal_only` are the route
+/// config's `internal_only_headers`.
+pub fn mutate_request(
+    headers: &mut HeaderMap,
+    hcm: &HttpConnectionManager,
+    internal_only: &[String],
+    conn: &ConnInfo,
+) {
+    let hops = hcm.xff_num_trusted_hops as usize;
+    let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
+    let (final_remote, trusted_checks) = if hcm.use_remote_address {
+        let no_xff = !headers.contains_key(&XFF);
+        let from_xff = if hops > 0 {
+            xff_entry(headers, hops - 1).0
+        } else {
+            None
+        };
+        if !hcm.skip_xff_append {
+            // Envoy appends its own address for loopback peers.
+            let peer = conn.peer.ip();
+            let appended = if peer.is_loopback() {
+                local_address().unwrap_or(conn.local.ip())
+            } else {
+                peer
+            };
+            append_xff(headers, appended);
+        }
+        if hops == 0 || !headers.contains_key(&XFP) {
+            headers.insert(XFP, tls_proto.clone());
+        }
+        (Some(from_xff.unwrap_or(conn.peer.ip())), no_xff)
+    } else {
+        let (addr, single) = xff_entry(headers, hops);
+        (addr, single)
+    };
+    if !headers.contains_key(&XFP) {
+        headers.insert(XFP, tls_proto);
+    }
+    let internal =
+        trusted_checks && final_remote.is_some_and(|a| is_internal(&hcm.internal_addresses, a));
+    let edge = !internal && hcm.use_remote_address;
+    if internal {
+        headers.insert(INTERNAL, HeaderValue::from_static("true"));
+    } else {
+        for h in NOT_INTERNAL {
+            headers.remove(*h);
+        }
+        if edge {
+            for h in EDGE_STRIPPED {
+                headers.remove(*h);
+            }
+        }
+        headers.remove(INTERNAL);
+        for h in internal_only {
+            headers.remove(h.as_str());
+        }
+    }
+    if edge
+        && let Some(addr) = final_remote
+        && let Ok(v) = HeaderValue::from_str(&addr.to_string())
+    {
+        headers.insert(EXTERNAL_ADDRESS, v);
+    }
+    if hcm.generate_request_id
+        && ((edge && !hcm.preserve_external_request_id) || !headers.contains_key(&REQUEST_ID))
+        && let Ok(v) = HeaderValue::from_str(&uuid_v4())
+    {
+        headers.insert(REQUEST_ID, v);
+    }
+}
+
+/// The XFF entry `skip` places from the right, and whether XFF holds one address.
+fn xff_entry(headers: &HeaderMap, skip: usize) -> (Option<IpAddr>, bool) {
+    let Some(xff) = headers.get(&XFF).and_then(|v| v.to_str().ok()) else {
+        return (None, false);
+    };
+    let entries: Vec<&str> = xff.split(',').map(str::trim).collect();
+    let single = entries.len() == 1;
+    let addr = entries
+        .len()
+        .checked_sub(skip + 1)
+        .and_then(|i| entries.get(i))
+        .and_then(|e| e.parse().ok());
+    (addr, single)
+}
+
+fn append_xff(headers: &mut HeaderMap, ip: IpAddr) {
+    let value = match headers.get(&XFF).and_then(|v| v.to_str().ok()) {
+        Some(old) if !old.is_empty() => format!("{old},{ip}"),
+        _ => ip.to_string(),
+    };
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        headers.insert(XFF, v);
+    }
+}
+
+/// Envoy 1.40 treats no address as internal unless `internal_address_config`
+/// lists it (the RFC 1918 default is gone: `explicit_internal_address_config`).
+fn is_internal(config: &InternalAddresses, ip: IpAddr) -> bool {
+    match config {
+        InternalAddresses::Default => false,
+        InternalAddresses::Ranges(ranges) => ranges.iter().any(|r| r.contains(ip)),
+    }
+}
+
+/// The machine's address as Envoy's `local_info` has it (the address of the
+/// interface with the default route), found once.
+fn local_address() -> Option<IpAddr> {
+    static ADDR: std::sync::OnceLock<Option<IpAddr>> = std::sync::OnceLock::new();
+    *ADDR.get_or_init(|| {
+        // Connecting a UDP socket sends nothing; it only picks the source address.
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        s.connect("192.0.2.1:9").ok()?;
+        let ip = s.local_addr().ok()?.ip();
+        (!ip.is_unspecified()).then_some(ip)
+    })
+}
+
+/// A random (version 4) UUID.
+pub fn uuid_v4() -> String {
+    let mut b: [u8; 16] = fastrand::u128(..).to_le_bytes();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let mut s = String::with_capacity(36);
+    for (i, byte) in b.iter().enumerate() {
+        if matches!(i, 4 | 6 | 8 | 10) {
+            s.push('-');
+        }
+        s.push(char::from(HEX[usize::from(byte >> 4)]));
+        s.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    s
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_are_version_4() {
+        let u = uuid_v4();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+        assert!(matches!(&u[19..20], "8" | "9" | "a" | "b"), "{u}");
+        assert_ne!(u, uuid_v4());
+    }
+
+    #[test]
+    fn xff_entries_from_the_right() {
+        let mut h = HeaderMap::new();
+        h.insert(XFF, HeaderValue::from_static("1.1.1.1, 2.2.2.2,3.3.3.3"));
+        assert_eq!(xff_entry(&h, 0), (Some("3.3.3.3".parse().unwrap()), false));
+        assert_eq!(xff_entry(&h, 2), (Some("1.1.1.1".parse().unwrap()), false));
+        assert_eq!(xff_entry(&h, 3), (None, false));
+    }
+}

@@ -1,0 +1,332 @@
+//! The router: forwards a request whose route says `route:` — picks the cluster
+//! (named, from a header, or weighted), a host by the cluster's load balancer,
+//! rewrites path and host, applies header mutations, sends over the worker's pool
+//! under the route timeout, and streams the response back. Failures become
+//! Envoy's local replies (503 `no healthy upstream`, 503 connect failure, 504
+//! `upstream request timeout`).
+
+pub mod body;
+pub mod forwarded;
+pub mod headers;
+mod rewrite;
+
+use crate::conn_manager::ConnInfo;
+use crate::local_reply::reply;
+use crate::stats::{ClusterStats, WorkerStats};
+use crate::upstream::pool::{self, UpstreamBody};
+use crate::upstream::{ClusterManager, lb};
+use body::ResponseBody;
+use courier_config::route::{
+    ClusterSpecifier, ClusterWeight, HeaderMutations, Route, RouteAction, RouteConfig, VirtualHost,
+};
+use headers::FormatCtx;
+use http::header::{HeaderName, HeaderValue};
+use http::{Request, Response, StatusCode};
+use std::borrow::Cow;
+use tokio::time::Instant;
+
+const SERVICE_TIME: HeaderName = HeaderName::from_static("x-envoy-upstream-service-time");
+const EXPECTED_TIMEOUT: HeaderName = HeaderName::from_static("x-envoy-expected-rq-timeout-ms");
+
+/// Why courier answered itself (Envoy's short response flag), kept on the response
+/// for the access log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseFlag(pub &'static str);
+
+/// The matched route and its surroundings.
+#[derive(Clone, Copy)]
+pub struct Matched<'a> {
+    /// The route configuration.
+    pub config: &'a RouteConfig,
+    /// The virtual host.
+    pub vhost: &'a VirtualHost,
+    /// The route.
+    pub route: &'a Route,
+}
+
+impl<'a> Matched<'a> {
+    /// Header mutation levels in Envoy's order: the weighted cluster's first, then
+    /// least to most specific when `most_specific_header_mutations_wins` (so the
+    /// route's win), else most to least specific (so the route config's win).
+    pub fn levels(
+        &self,
+        weighted: Option<&'a ClusterWeight>,
+        pick: fn(&'a ClusterWeight) -> &'a HeaderMutations,
+        side: fn(&'a Route, &'a VirtualHost, &'a RouteConfig) -> [&'a HeaderMutations; 3],
+    ) -> Vec<&'a HeaderMutations> {
+        let [route, vhost, global] = side(self.route, self.vhost, self.config);
+        let weighted = weighted.map(pick);
+        // Most configs mutate nothing: no allocation then.
+        if route.is_empty()
+            && vhost.is_empty()
+            && global.is_empty()
+            && weighted.is_none_or(|w| w.is_empty())
+        {
+            return Vec::new();
+        }
+        let mut out: Vec<&HeaderMutations> = weighted.into_iter().collect();
+        if self.config.most_specific_header_mutations_wins {
+            out.extend([global, vhost, route]);
+        } else {
+            out.extend([route, vhost, global]);
+        }
+        out.retain(|m| !m.is_empty());
+        out
+    }
+
+    /// Response header levels.
+    pub fn response_levels(&self, weighted: Option<&'a ClusterWeight>) -> Vec<&'a HeaderMutations> {
+        self.levels(
+            weighted,
+            |w| &w.response_headers,
+            |r, v, c| {
+                [
+                    &r.response_headers,
+                    &v.response_headers,
+                    &c.response_headers,
+                ]
+            },
+        )
+    }
+
+    fn request_levels(&self, weighted: Option<&'a ClusterWeight>) -> Vec<&'a HeaderMutations> {
+        self.levels(
+            weighted,
+            |w| &w.request_headers,
+            |r, v, c| [&r.request_headers, &v.request_headers, &c.request_headers],
+        )
+    }
+}
+
+/// What the router needs from the worker.
+pub struct Upstream<'a> {
+    /// The clusters.
+    pub clusters: &'a ClusterManager,
+    /// This worker's stats.
+    pub stats: &'a WorkerStats,
+}
+
+/// Builds the router's local replies and applies response header mutations.
+struct Out<'a> {
+    m: Matched<'a>,
+    levels: Vec<&'a HeaderMutations>,
+    conn: &'a ConnInfo,
+    protocol: &'static str,
+    version: http::Version,
+    cluster: &'a str,
+}
+
+impl Out<'_> {
+    fn local<R>(
+        &self,
+        req: Option<&Request<R>>,
+        status: StatusCode,
+        body: impl Into<bytes::Bytes>,
+        flag: &'static str,
+        host: Option<&str>,
+    ) -> Response<ResponseBody> {
+        let mut resp = reply(status, body);
+        resp.extensions_mut().insert(ResponseFlag(flag));
+        self.mutate(&mut resp, req, host);
+        resp.map(ResponseBody::from)
+    }
+
+    fn mutate<B, R>(&self, resp: &mut Response<B>, req: Option<&Request<R>>, host: Option<&str>) {
+        if let Some(req) = req
+            && !self.levels.is_empty()
+        {
+            response_headers(
+                resp,
+                &self.levels,
+                req,
+                self.conn,
+                self.protocol,
+                host,
+                self.cluster,
+                self.m.route,
+            );
+        }
+    }
+}
+
+/// Forwards `req` along `action`.
+pub async fn forward(
+    req: Request<UpstreamBody>,
+    action: &RouteAction,
+    m: Matched<'_>,
+    conn: &ConnInfo,
+    up: &Upstream<'_>,
+) -> Response<ResponseBody> {
+    let (name, weighted): (Cow<'_, str>, Option<&ClusterWeight>) = match &action.cluster {
+        ClusterSpecifier::Cluster(n) => (Cow::Borrowed(n), None),
+        ClusterSpecifier::Header(h) => (
+            Cow::Owned(
+                req.headers()
+                    .get(h.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("")
+                    .to_string(),
+            ),
+            None,
+        ),
+        ClusterSpecifier::Weighted(w) => match w.pick(fastrand::u64(..)) {
+            Some(c) => (Cow::Borrowed(&c.name), Some(c)),
+            None => (Cow::Borrowed(""), None),
+        },
+    };
+    let out = Out {
+        m,
+        levels: m.response_levels(weighted),
+        conn,
+        protocol: headers::protocol(req.version()),
+        version: req.version(),
+        cluster: &name,
+    };
+    let Some(cluster) = up.clusters.get(&name) else {
+        let status = StatusCode::from_u16(action.cluster_not_found_response_code)
+            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        return out.local(Some(&req), status, "", "NC", None);
+    };
+    let fallback;
+    let stats: &ClusterStats = match up.stats.clusters.get(cluster.index) {
+        Some((_, s)) => s,
+        None => {
+            fallback = ClusterStats::default();
+            &fallback
+        }
+    };
+    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
+    let Some(host) = host else {
+        stats.cx_none_healthy.inc();
+        return out.local(
+            Some(&req),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no healthy upstream",
+            "UH",
+            None,
+        );
+    };
+
+    let (mut parts, body) = req.into_parts();
+    let levels = m.request_levels(weighted);
+    rewrite::prepare(
+        &mut parts,
+        &rewrite::Plan {
+            action,
+            route: m.route,
+            weighted,
+            host: &host,
+            levels: &levels,
+            conn,
+            cluster: &name,
+            protocol: cluster.config.http.protocol,
+        },
+    );
+    if let Some(t) = action.timeout {
+        parts
+            .headers
+            .insert(EXPECTED_TIMEOUT, HeaderValue::from(t.as_millis() as u64));
+    }
+    // Response header values may refer to the request: keep what was sent.
+    let seen = (!out.levels.is_empty()).then(|| {
+        let mut r = Request::new(());
+        *r.method_mut() = parts.method.clone();
+        *r.uri_mut() = parts.uri.clone();
+        *r.headers_mut() = parts.headers.clone();
+        r
+    });
+    let host_text = Some(host.address_text.as_str());
+
+    let started = Instant::now();
+    let sent = pool::send(cluster, &host, Request::from_parts(parts, body), stats);
+    let result = match action.timeout {
+        Some(t) => tokio::time::timeout(t, sent).await.ok(),
+        None => Some(sent.await),
+    };
+    match result {
+        None => {
+            stats.rq_total.inc();
+            stats.rq_timeout.inc();
+            stats.response(504);
+            out.local(
+                seen.as_ref(),
+                StatusCode::GATEWAY_TIMEOUT,
+                "upstream request timeout",
+                "UT",
+                host_text,
+            )
+        }
+        Some(Err(e)) => {
+            if e.attached() {
+                stats.rq_total.inc();
+            }
+            stats.response(503);
+            let body = format!(
+                "upstream connect error or disconnect/reset before headers. reset reason: {}",
+                e.reason()
+            );
+            out.local(
+                seen.as_ref(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                body,
+                e.flag(),
+                host_text,
+            )
+        }
+        Some(Ok((resp, lease))) => {
+            stats.rq_total.inc();
+            stats.response(resp.status().as_u16());
+            let (mut rp, rb) = resp.into_parts();
+            // Answer in the downstream's HTTP version with the standard reason phrase
+            // (hyper would echo the upstream's, as Envoy does not).
+            rp.version = out.version;
+            rp.extensions.clear();
+            headers::strip_hop_by_hop(&mut rp.headers);
+            rp.headers.insert(
+                SERVICE_TIME,
+                HeaderValue::from(started.elapsed().as_millis() as u64),
+            );
+            let mut resp = Response::from_parts(rp, ResponseBody::upstream(rb, lease));
+            out.mutate(&mut resp, seen.as_ref(), host_text);
+            resp
+        }
+    }
+}
+
+/// Applies response header mutations to `resp` (for `req`).
+#[allow(clippy::too_many_arguments)]
+pub fn response_headers<B, R>(
+    resp: &mut Response<B>,
+    levels: &[&HeaderMutations],
+    req: &Request<R>,
+    conn: &ConnInfo,
+    protocol: &'static str,
+    upstream_host: Option<&str>,
+    cluster: &str,
+    route: &Route,
+) {
+    let status = resp.status().as_u16();
+    let authority = crate::conn_manager::authority(req).unwrap_or("");
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    let (method, scheme) = (
+        req.method().as_str(),
+        req.uri().scheme_str().unwrap_or("http"),
+    );
+    let request = req.headers();
+    headers::apply(resp.headers_mut(), levels, |current, fs| {
+        FormatCtx {
+            method,
+            path,
+            authority,
+            scheme,
+            request,
+            response: Some((current, status)),
+            conn,
+            protocol,
+            upstream_host,
+            cluster,
+            route_name: &route.name,
+        }
+        .eval(fs)
+    });
+}

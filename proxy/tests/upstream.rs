@@ -1,0 +1,484 @@
+//! Forwarding upstream through the real binary: HTTP/1.1 and h2c downstream to
+//! HTTP/1.1 and HTTP/2 upstreams, load balancing, weighted clusters, rewrites,
+//! header mutations, Envoy's 503/504 local replies, DNS clusters, priorities and
+//! cluster stats. Upstreams are echo servers on loopback port 0 that report what
+//! they received.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use bytes::Bytes;
+use http::Request;
+use http_body_util::Full;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use support::*;
+
+const H2: &str = r#"typed_extension_protocol_options:
+  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+    "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+    explicit_http_config:
+      http2_protocol_options: {}
+"#;
+
+fn route(prefix: &str, action: &str) -> String {
+    format!("- match: {{prefix: \"{prefix}\"}}\n  route: {action}\n")
+}
+
+#[tokio::test]
+async fn h1_and_h2c_downstream_reach_h1_and_h2_upstreams_with_envoy_headers() {
+    let (u1, u2) = (echo_upstream("one").await, echo_upstream("two").await);
+    let clusters = static_cluster("web1", &[u1], "") + &static_cluster("web2", &[u2], H2);
+    let routes = route("/h2", "{cluster: web2}") + &route("/", "{cluster: web1}");
+    let c = courier("", &routes, &clusters).await;
+
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1
+        .get("/a?b=1", &[("connection", "keep-alive"), ("x-in", "1")])
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("x-upstream"), Some("one"));
+    assert_eq!(r.header("server"), Some("envoy"));
+    assert!(r.header("x-envoy-upstream-service-time").is_some());
+    assert_eq!(r.seen_request_line(), "GET /a?b=1 HTTP/1.1");
+    assert_eq!(r.seen("host"), Some("example.com"));
+    assert_eq!(r.seen("x-in"), Some("1"));
+    assert_eq!(r.seen("x-forwarded-proto"), Some("http"));
+    assert_eq!(r.seen("x-envoy-expected-rq-timeout-ms"), Some("15000"));
+    assert_eq!(r.seen("x-request-id").map(str::len), Some(36));
+    // Without use_remote_address, x-forwarded-for is not appended.
+    assert_eq!(r.seen("x-forwarded-for"), None);
+
+    // A streamed request body over HTTP/1.1 to the HTTP/2 upstream.
+    let req = Request::post("/h2/post")
+        .header("host", "example.com")
+        .body(Full::new(Bytes::from_static(b"hello body")))
+        .unwrap();
+    let r = h1.send(req).await;
+    assert_eq!(r.header("x-upstream"), Some("two"));
+    assert_eq!(r.seen_request_line(), "POST /h2/post HTTP/2.0");
+    assert_eq!(r.seen("body"), Some("hello body"));
+
+    // h2c downstream to both.
+    let mut h2 = H2::connect(c.listener).await;
+    for (path, upstream, version) in [("/x", "one", "HTTP/1.1"), ("/h2/y", "two", "HTTP/2.0")] {
+        let req = Request::get(format!("http://example.org{path}"))
+            .body(Full::default())
+            .unwrap();
+        let r = h2.send(req).await;
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-upstream"), Some(upstream));
+        assert_eq!(r.seen_request_line(), format!("GET {path} {version}"));
+        if version == "HTTP/1.1" {
+            assert_eq!(r.seen("host"), Some("example.org"));
+        }
+    }
+    // Trailers (gRPC's grpc-status) survive HTTP/2 end to end.
+    let req = Request::post("http://example.org/h2/trailers")
+        .header("te", "trailers")
+        .body(Full::new(Bytes::from_static(b"x")))
+        .unwrap();
+    let r = h2.send(req).await;
+    assert_eq!(r.seen("te"), Some("trailers"));
+    let trailers = r.trailers.expect("trailers");
+    assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+
+    assert_eq!(stat(&c, "cluster.web1.upstream_rq_total").await, 2);
+    assert_eq!(stat(&c, "cluster.web2.upstream_rq_total").await, 3);
+    // Keep-alive and multiplexing: one connection each way per upstream.
+    assert_eq!(stat(&c, "cluster.web1.upstream_cx_total").await, 1);
+    assert_eq!(stat(&c, "cluster.web2.upstream_cx_total").await, 1);
+}
+
+#[tokio::test]
+async fn round_robin_is_exact_and_stats_count_every_request() {
+    let hosts: Vec<SocketAddr> = vec![
+        echo_upstream("a").await,
+        echo_upstream("b").await,
+        echo_upstream("c").await,
+    ];
+    let c = courier(
+        "",
+        &route("/", "{cluster: rr}"),
+        &static_cluster("rr", &hosts, "lb_policy: ROUND_ROBIN\n"),
+    )
+    .await;
+    let mut h1 = H1::connect(c.listener).await;
+    let mut counts: HashMap<String, u32> = HashMap::new();
+    let mut order = Vec::new();
+    for _ in 0..30 {
+        let r = h1.get("/", &[]).await;
+        let u = r.header("x-upstream").unwrap().to_string();
+        order.push(u.clone());
+        *counts.entry(u).or_default() += 1;
+    }
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|&n| n == 10), "{counts:?}");
+    // Strict rotation: each host's turn comes every third request.
+    assert!(
+        order
+            .windows(3)
+            .all(|w| w[0] != w[1] && w[1] != w[2] && w[0] != w[2])
+    );
+
+    let r = h1.get("/status/404", &[]).await;
+    assert_eq!(r.status, 404);
+    assert_eq!(stat(&c, "cluster.rr.upstream_rq_total").await, 31);
+    assert_eq!(stat(&c, "cluster.rr.upstream_rq_200").await, 30);
+    assert_eq!(stat(&c, "cluster.rr.upstream_rq_2xx").await, 30);
+    assert_eq!(stat(&c, "cluster.rr.upstream_rq_404").await, 1);
+    assert_eq!(stat(&c, "http.ingress.downstream_rq_total").await, 31);
+    let prom = get_text(&c.admin, "/stats/prometheus").await;
+    for line in [
+        "envoy_cluster_upstream_rq_total{envoy_cluster_name=\"rr\"} 31",
+        "envoy_cluster_upstream_rq{envoy_response_code=\"200\",envoy_cluster_name=\"rr\"} 30",
+        "envoy_cluster_upstream_rq{envoy_response_code=\"404\",envoy_cluster_name=\"rr\"} 1",
+        "envoy_cluster_upstream_rq_xx{envoy_response_code_class=\"2\",envoy_cluster_name=\"rr\"} 30",
+        "envoy_cluster_upstream_cx_total{envoy_cluster_name=\"rr\"} 3",
+    ] {
+        assert!(prom.lines().any(|l| l == line), "{line} missing in\n{prom}");
+    }
+}
+
+#[tokio::test]
+async fn weighted_clusters_split_within_five_percent() {
+    let (a, b) = (echo_upstream("a").await, echo_upstream("b").await);
+    let clusters = static_cluster("a", &[a], "") + &static_cluster("b", &[b], "");
+    let action = "\n    weighted_clusters:\n      clusters:\n      - {name: a, weight: 25}\n      - {name: b, weight: 75}";
+    let c = courier("", &route("/", action), &clusters).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let n: u32 = 10_000;
+    let mut to_a = 0;
+    for _ in 0..n {
+        if h1.get("/status/204", &[]).await.header("x-upstream") == Some("a") {
+            to_a += 1;
+        }
+    }
+    let share = f64::from(to_a) / f64::from(n);
+    // Asked: within 5 points of 25%; asserted tighter (2 points, 4.6 sigma).
+    assert!((share - 0.25).abs() <= 0.02, "a got {share}");
+    assert_eq!(
+        stat(&c, "cluster.a.upstream_rq_total").await
+            + stat(&c, "cluster.b.upstream_rq_total").await,
+        u64::from(n)
+    );
+}
+
+#[tokio::test]
+async fn rewrites_set_the_original_path_and_host() {
+    let u = echo_upstream("u").await;
+    let routes = route(
+        "/svc/",
+        "{cluster: u, prefix_rewrite: \"/\", host_rewrite_literal: rewritten.example}",
+    ) + &route(
+        "/re/",
+        "{cluster: u, regex_rewrite: {pattern: {regex: \"/re/(\\\\w+)\"}, substitution: \"/new/\\\\1/end\"}}",
+    );
+    let c = courier("", &routes, &static_cluster("u", &[u], "")).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1.get("/svc/x?q=1", &[]).await;
+    assert_eq!(r.seen_request_line(), "GET /x?q=1 HTTP/1.1");
+    assert_eq!(r.seen("x-envoy-original-path"), Some("/svc/x?q=1"));
+    assert_eq!(r.seen("host"), Some("rewritten.example"));
+    let r = h1.get("/re/abc?z", &[]).await;
+    assert_eq!(r.seen_request_line(), "GET /new/abc/end?z HTTP/1.1");
+    assert_eq!(r.seen("x-envoy-original-path"), Some("/re/abc?z"));
+    assert_eq!(r.seen("host"), Some("example.com"));
+}
+
+#[tokio::test]
+async fn header_mutations_apply_at_every_level_with_envoy_append_actions() {
+    let u = echo_upstream("u").await;
+    let routes = r#"- match: {prefix: "/"}
+  route: {cluster: u}
+  request_headers_to_add:
+  - header: {key: x-route, value: "r-%REQ(x-in)%"}
+  - header: {key: x-level, value: route}
+    append_action: OVERWRITE_IF_EXISTS_OR_ADD
+  - header: {key: x-client, value: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%"}
+  - header: {key: x-only-if-present, value: nope}
+    append_action: OVERWRITE_IF_EXISTS
+  request_headers_to_remove: [x-drop]
+  response_headers_to_add:
+  - header: {key: x-host, value: "%UPSTREAM_HOST%"}
+  - header: {key: x-proto, value: "%PROTOCOL%"}
+  response_headers_to_remove: [x-upstream]
+"#;
+    let vhost = r#"request_headers_to_add:
+- header: {key: x-level, value: vhost}
+  append_action: OVERWRITE_IF_EXISTS_OR_ADD
+- header: {key: x-in, value: added}
+  append_action: ADD_IF_ABSENT
+response_headers_to_add:
+- header: {key: x-vhost, value: v}
+"#;
+    let c = courier_with("", vhost, routes, &static_cluster("u", &[u], "")).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1.get("/", &[("x-in", "1"), ("x-drop", "gone")]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.seen("x-route"), Some("r-1"));
+    // Envoy's default order: route, then virtual host — the outer level wins.
+    assert_eq!(r.seen("x-level"), Some("vhost"));
+    assert_eq!(r.seen("x-in"), Some("1"));
+    assert_eq!(r.seen("x-client"), Some("127.0.0.1"));
+    assert_eq!(r.seen("x-only-if-present"), None);
+    assert_eq!(r.seen("x-drop"), None);
+    assert_eq!(r.header("x-host"), Some(u.to_string().as_str()));
+    assert_eq!(r.header("x-proto"), Some("HTTP/1.1"));
+    assert_eq!(r.header("x-vhost"), Some("v"));
+    assert_eq!(r.header("x-upstream"), None);
+    let r = h1.get("/", &[]).await;
+    assert_eq!(r.seen("x-in"), Some("added"));
+}
+
+#[tokio::test]
+async fn no_healthy_upstream_and_unknown_clusters_get_envoy_replies() {
+    let u = echo_upstream("u").await;
+    let unhealthy = format!(
+        "- name: sick\n  connect_timeout: 1s\n  common_lb_config: {{healthy_panic_threshold: {{value: 0}}}}\n  load_assignment:\n    cluster_name: sick\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n        health_status: UNHEALTHY\n",
+        u.port()
+    );
+    let empty = "- name: empty\n  connect_timeout: 1s\n  load_assignment: {cluster_name: empty}\n";
+    let clusters = unhealthy + empty + &static_cluster("u", &[u], "");
+    let routes = route("/sick", "{cluster: sick}")
+        + &route("/empty", "{cluster: empty}")
+        + &route(
+            "/h404",
+            "{cluster_header: x-cluster, cluster_not_found_response_code: NOT_FOUND}",
+        )
+        + &route("/h", "{cluster_header: x-cluster}");
+    let c = courier("", &routes, &clusters).await;
+    let mut h1 = H1::connect(c.listener).await;
+    for path in ["/sick", "/empty"] {
+        let r = h1.get(path, &[]).await;
+        assert_eq!(r.status, 503, "{path}");
+        assert_eq!(r.body, "no healthy upstream");
+        assert_eq!(r.header("content-type"), Some("text/plain"));
+    }
+    assert_eq!(stat(&c, "cluster.sick.upstream_cx_none_healthy").await, 1);
+    assert_eq!(stat(&c, "cluster.empty.upstream_cx_none_healthy").await, 1);
+    assert_eq!(stat(&c, "cluster.sick.upstream_rq_total").await, 0);
+
+    let r = h1.get("/h", &[("x-cluster", "u")]).await;
+    assert_eq!(r.header("x-upstream"), Some("u"));
+    let r = h1.get("/h", &[]).await;
+    assert_eq!((r.status, r.body.as_str()), (503, ""));
+    let r = h1.get("/h", &[("x-cluster", "nope")]).await;
+    assert_eq!((r.status, r.body.as_str()), (503, ""));
+    let r = h1.get("/h404", &[("x-cluster", "nope")]).await;
+    assert_eq!(r.status, 404);
+}
+
+#[tokio::test]
+async fn connect_failure_and_timeout_get_envoy_bodies_and_stats() {
+    let slow = echo_upstream("slow").await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let clusters = static_cluster("closed", &[closed], "") + &static_cluster("slow", &[slow], "");
+    let routes =
+        route("/closed", "{cluster: closed}") + &route("/slow", "{cluster: slow, timeout: 0.2s}");
+    let c = courier("", &routes, &clusters).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1.get("/closed", &[]).await;
+    assert_eq!(r.status, 503);
+    // Envoy 1.40's body for a refused connection, byte for byte.
+    assert_eq!(
+        r.body,
+        "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure"
+    );
+    assert_eq!(stat(&c, "cluster.closed.upstream_cx_connect_fail").await, 1);
+    assert_eq!(stat(&c, "cluster.closed.upstream_rq_503").await, 1);
+
+    let started = tokio::time::Instant::now();
+    let r = h1.get("/slow", &[]).await;
+    let took = started.elapsed();
+    assert_eq!(r.status, 504);
+    assert_eq!(r.body, "upstream request timeout");
+    assert!(took < std::time::Duration::from_millis(1500), "{took:?}");
+    assert_eq!(stat(&c, "cluster.slow.upstream_rq_timeout").await, 1);
+    assert_eq!(stat(&c, "cluster.slow.upstream_rq_504").await, 1);
+    assert_eq!(stat(&c, "http.ingress.downstream_rq_5xx").await, 2);
+}
+
+#[tokio::test]
+async fn dns_cluster_on_localhost_with_auto_host_rewrite() {
+    let u = echo_upstream("dns").await;
+    let cluster = format!(
+        "- name: dns\n  type: STRICT_DNS\n  dns_lookup_family: V4_ONLY\n  dns_refresh_rate: 0.2s\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: dns\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{address: {{socket_address: {{address: localhost, port_value: {}}}}}}}\n",
+        u.port()
+    );
+    let c = courier(
+        "",
+        &route("/", "{cluster: dns, auto_host_rewrite: true}"),
+        &cluster,
+    )
+    .await;
+    let mut h1 = H1::connect(c.listener).await;
+    for _ in 0..3 {
+        let r = h1.get("/", &[]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.header("x-upstream"), Some("dns"));
+        assert_eq!(r.seen("host"), Some("localhost"));
+        // Across DNS refreshes.
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
+#[tokio::test]
+async fn priority_failover_skips_unhealthy_p0() {
+    let (p0a, p0b, p1) = (
+        echo_upstream("p0a").await,
+        echo_upstream("p0b").await,
+        echo_upstream("p1").await,
+    );
+    let ep = |a: SocketAddr, health: &str| {
+        format!(
+            "      - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n        health_status: {health}\n",
+            a.port()
+        )
+    };
+    let cluster = format!(
+        "- name: prio\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: prio\n    endpoints:\n    - priority: 0\n      lb_endpoints:\n{}{}    - priority: 1\n      lb_endpoints:\n{}",
+        ep(p0a, "UNHEALTHY"),
+        ep(p0b, "DRAINING"),
+        ep(p1, "HEALTHY")
+    );
+    let c = courier("", &route("/", "{cluster: prio}"), &cluster).await;
+    let mut h1 = H1::connect(c.listener).await;
+    for _ in 0..20 {
+        assert_eq!(h1.get("/", &[]).await.header("x-upstream"), Some("p1"));
+    }
+}
+
+#[tokio::test]
+async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
+    let u = echo_upstream("u").await;
+    let c = courier(
+        "use_remote_address: true\nalways_set_request_id_in_response: true\n",
+        &route("/", "{cluster: u}"),
+        &static_cluster("u", &[u], ""),
+    )
+    .await;
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1
+        .get(
+            "/",
+            &[
+                ("x-forwarded-for", "1.2.3.4"),
+                ("x-envoy-max-retries", "10"),
+                ("x-envoy-internal", "true"),
+                ("x-request-id", "client-chosen"),
+                ("connection", "keep-alive"),
+                ("keep-alive", "timeout=5"),
+            ],
+        )
+        .await;
+    let xff = r.seen("x-forwarded-for").unwrap();
+    assert!(xff.starts_with("1.2.3.4,"), "{xff}");
+    assert_eq!(r.seen("x-envoy-max-retries"), None);
+    assert_eq!(r.seen("x-envoy-internal"), None);
+    assert_eq!(r.seen("keep-alive"), None);
+    assert_eq!(r.seen("connection"), None);
+    assert_eq!(r.seen("x-envoy-external-address"), Some("127.0.0.1"));
+    // Edge requests get a fresh request id, echoed back when asked.
+    let id = r.seen("x-request-id").unwrap();
+    assert_ne!(id, "client-chosen");
+    assert_eq!(r.header("x-request-id"), Some(id));
+}
+
+#[test]
+fn serve_still_refuses_retries_outlier_detection_and_upstream_tls() {
+    let config = r#"
+static_resources:
+  listeners:
+  - name: ingress
+    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {prefix: "/"}
+                route: {cluster: u, retry_policy: {retry_on: 5xx}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+  clusters:
+  - name: u
+    outlier_detection: {}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+    load_assignment:
+      cluster_name: u
+      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.yaml");
+    std::fs::write(&path, config).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+        .arg("-c")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let hcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
+    for line in [
+        format!(
+            "{hcm}.route_config.virtual_hosts[0].routes[0].route.retry_policy: retries are not served yet"
+        ),
+        "static_resources.clusters[0].outlier_detection: outlier detection is not served yet"
+            .into(),
+        "static_resources.clusters[0].transport_socket: upstream TLS is not served yet".into(),
+    ] {
+        assert!(err.contains(&line), "{line} missing in {err}");
+    }
+    // Forwarding itself is served now.
+    assert!(!err.contains("forwarding to upstream clusters"), "{err}");
+}
+
+#[tokio::test]
+async fn responses_use_the_downstream_version_and_standard_reason() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // An HTTP/1.0 upstream with its own reason phrase, closing after each response.
+    let raw = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = raw.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = raw.accept().await.unwrap();
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.0 501 Unsupported thing\r\nconnection: close\r\ncontent-length: 2\r\n\r\nno")
+                .await;
+        }
+    });
+    let c = courier(
+        "",
+        &route("/", "{cluster: old}"),
+        &static_cluster("old", &[addr], ""),
+    )
+    .await;
+    for _ in 0..2 {
+        let mut s = tokio::net::TcpStream::connect(c.listener).await.unwrap();
+        s.write_all(b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(out.starts_with("HTTP/1.1 501 Not Implemented\r\n"), "{out}");
+        assert!(out.ends_with("\r\n\r\nno"), "{out}");
+    }
+    assert_eq!(stat(&c, "cluster.old.upstream_rq_501").await, 2);
+}
