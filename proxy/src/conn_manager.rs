@@ -16,6 +16,9 @@ use std::borrow::Cow;
 pub struct ConnInfo {
     /// Index of the listener in the snapshot.
     pub listener_index: usize,
+    /// Index of the connection's filter chain: in `filter_chains`, or one past
+    /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
+    pub filter_chain_index: usize,
 }
 
 /// A request as the route matcher sees it.
@@ -64,7 +67,8 @@ fn authority<B>(req: &Request<B>) -> Option<&str> {
     })
 }
 
-/// Handles one request on a connection of listener `info.listener_index`.
+/// Handles one request on a connection of listener `info.listener_index`, with
+/// the connection manager of filter chain `info.filter_chain_index`.
 pub fn handle<B>(
     req: Request<B>,
     snapshot: &Snapshot,
@@ -75,7 +79,7 @@ pub fn handle<B>(
     let hcm = snapshot
         .listeners
         .get(info.listener_index)
-        .and_then(|l| l.filter_chains.first())
+        .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
     let mut resp = match hcm {
         Some(hcm) => respond(&req, hcm, stats),

@@ -8,11 +8,13 @@
 
 mod admin;
 mod conn_manager;
+mod filter_chain;
 mod listener;
 mod local_reply;
 mod serve_check;
 mod server;
 mod stats;
+mod tls;
 mod worker;
 
 use std::process::ExitCode;

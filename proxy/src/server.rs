@@ -3,6 +3,7 @@
 
 use crate::listener;
 use crate::stats::{HcmStats, WorkerStats};
+use crate::tls::ServerConfigs;
 use crate::worker::{self, WorkerSetup};
 use crate::{ServeOptions, admin};
 use arc_swap::ArcSwap;
@@ -73,6 +74,10 @@ fn resolve(addr: &courier_config::core::SocketAddress) -> Result<SocketAddr, Str
 /// Runs the server until shutdown.
 pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
+    // Certificates and keys are checked here, before any socket is bound.
+    let tls = Arc::new(ServerConfigs::build(
+        bootstrap.listeners.iter().map(AsRef::as_ref),
+    )?);
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -118,6 +123,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             index,
             addresses: addrs.iter().map(|(_, a)| *a).collect(),
             snapshot: Arc::clone(&snapshot),
+            tls: Arc::clone(&tls),
             stats: worker_stats,
             shutdown: shutdown_rx.clone(),
             drain_time: opts.drain_time,

@@ -2,8 +2,10 @@
 //! sockets, and every connection it accepts, start to end.
 
 use crate::conn_manager::{self, ConnInfo};
+use crate::filter_chain::{self, Codec};
 use crate::listener;
 use crate::stats::WorkerStats;
+use crate::tls::ServerConfigs;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
@@ -24,6 +26,8 @@ pub struct WorkerSetup {
     pub addresses: Vec<SocketAddr>,
     /// The config in force.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// TLS server configs of the filter chains.
+    pub tls: Arc<ServerConfigs>,
     /// This worker's stats.
     pub stats: Arc<WorkerStats>,
     /// Becomes `true` when the server drains.
@@ -90,6 +94,7 @@ async fn serve(setup: WorkerSetup) {
         let ctx = AcceptCtx {
             listener_index: index,
             snapshot: Arc::clone(&setup.snapshot),
+            tls: Arc::clone(&setup.tls),
             stats: Arc::clone(&setup.stats),
             shutdown: setup.shutdown.clone(),
             tracker: Arc::clone(&tracker),
@@ -118,9 +123,31 @@ async fn serve(setup: WorkerSetup) {
 struct AcceptCtx {
     listener_index: usize,
     snapshot: Arc<ArcSwap<Snapshot>>,
+    tls: Arc<ServerConfigs>,
     stats: Arc<WorkerStats>,
     shutdown: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
+}
+
+/// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
+/// end, or, once the server drains, shuts it down gracefully and lets it finish.
+macro_rules! serve_until_drained {
+    ($conn:expr, $shutdown:ident) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        let drain = async {
+            // The watch guard must not live across the await below.
+            let _ = $shutdown.wait_for(|draining| *draining).await;
+        };
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            () = drain => {
+                // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+    }};
 }
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
@@ -137,10 +164,9 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let _ = stream.set_nodelay(true);
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
-        let info = Arc::new(ConnInfo {
-            listener_index: ctx.listener_index,
-        });
+        let listener_index = ctx.listener_index;
         let snapshot = Arc::clone(&ctx.snapshot);
+        let tls = Arc::clone(&ctx.tls);
         let stats = ctx
             .stats
             .listeners
@@ -150,6 +176,33 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             let _open = open;
+            // The filter chain (and TLS) first; a connection no chain takes is closed.
+            let (stream, info, codec) = {
+                // An owned snapshot: a guard must not be held across the handshake.
+                let current = snapshot.load_full();
+                let Some(l) = current.listeners.get(listener_index) else {
+                    return;
+                };
+                let accepted = match filter_chain::accept(stream, l, &tls).await {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "connection closed before HTTP");
+                        return;
+                    }
+                };
+                let codec = filter_chain::chain_at(l, accepted.filter_chain_index).map_or(
+                    Codec::Auto,
+                    |fc| {
+                        let codec_type = fc.http_connection_manager.codec_type;
+                        filter_chain::codec(codec_type, accepted.alpn.as_deref())
+                    },
+                );
+                let info = Arc::new(ConnInfo {
+                    listener_index,
+                    filter_chain_index: accepted.filter_chain_index,
+                });
+                (accepted.stream, info, codec)
+            };
             stats.cx_total.inc();
             stats.cx_active.inc();
             let service = {
@@ -165,19 +218,27 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     }
                 })
             };
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let drain = async {
-                // The watch guard must not live across the await below.
-                let _ = shutdown.wait_for(|draining| *draining).await;
-            };
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = drain => {
-                    // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            let io = TokioIo::new(stream);
+            // The fixed codecs use hyper's own builders: hyper-util's `auto`
+            // ignores `http1_only`/`http2_only` when serving with upgrades.
+            match codec {
+                Codec::Auto => {
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    serve_until_drained!(
+                        builder.serve_connection_with_upgrades(io, service),
+                        shutdown
+                    );
+                }
+                Codec::Http1 => {
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    serve_until_drained!(
+                        builder.serve_connection(io, service).with_upgrades(),
+                        shutdown
+                    );
+                }
+                Codec::Http2 => {
+                    let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    serve_until_drained!(builder.serve_connection(io, service), shutdown);
                 }
             }
             stats.cx_active.dec();
