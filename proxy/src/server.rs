@@ -110,11 +110,12 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
                 .listeners
                 .iter()
                 .map(|l| {
-                    let prefix = l.filter_chains.first().map_or_else(
-                        || l.name.clone(),
-                        |fc| fc.http_connection_manager.stat_prefix.clone(),
-                    );
-                    (prefix, Arc::new(HcmStats::default()))
+                    l.all_filter_chains()
+                        .map(|fc| {
+                            let prefix = fc.http_connection_manager.stat_prefix.clone();
+                            (prefix, Arc::new(HcmStats::default()))
+                        })
+                        .collect()
                 })
                 .collect(),
         });

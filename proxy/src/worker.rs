@@ -167,12 +167,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let listener_index = ctx.listener_index;
         let snapshot = Arc::clone(&ctx.snapshot);
         let tls = Arc::clone(&ctx.tls);
-        let stats = ctx
-            .stats
-            .listeners
-            .get(ctx.listener_index)
-            .map(|(_, s)| Arc::clone(s))
-            .unwrap_or_default();
+        let worker_stats = Arc::clone(&ctx.stats);
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             let _open = open;
@@ -185,6 +180,10 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                 };
                 let accepted = match filter_chain::accept(stream, l, &tls).await {
                     Ok(a) => a,
+                    Err(e @ filter_chain::Refused::Config(_)) => {
+                        tracing::warn!(error = %e, "connection closed before HTTP");
+                        return;
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "connection closed before HTTP");
                         return;
@@ -203,6 +202,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                 });
                 (accepted.stream, info, codec)
             };
+            let stats = worker_stats.hcm(listener_index, info.filter_chain_index);
             stats.cx_total.inc();
             stats.cx_active.inc();
             let service = {

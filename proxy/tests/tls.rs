@@ -38,6 +38,7 @@ fn poll<T>(tries: u32, mut f: impl FnMut() -> Option<T>) -> Option<T> {
 /// A running courier and the addresses of its listeners, by name.
 struct Courier {
     child: Child,
+    admin: String,
     listeners: Vec<(String, String)>,
 }
 
@@ -117,7 +118,11 @@ fn start(dir: &Path, listeners: Vec<Value>) -> Courier {
         .filter_map(|l| l.split_once("::"))
         .map(|(n, a)| (n.to_string(), a.to_string()))
         .collect();
-    Courier { child, listeners }
+    Courier {
+        child,
+        admin,
+        listeners,
+    }
 }
 
 /// Writes `pem` as `<name>.pem` / `<name>.key` under `dir`; returns the two paths.
@@ -158,7 +163,8 @@ fn tls_socket(cert: &(String, String), alpn: &[&str], extra: Value, require: boo
     })
 }
 
-/// A filter chain answering every request with 200 and `body`.
+/// A filter chain answering every request with 200 and `body`; its stat
+/// prefix is `body` with `_` for spaces.
 fn chain(chain_match: Value, transport_socket: Option<Value>, body: &str, codec: &str) -> Value {
     let mut fc = json!({
         "filter_chain_match": chain_match,
@@ -166,7 +172,7 @@ fn chain(chain_match: Value, transport_socket: Option<Value>, body: &str, codec:
             "name": "envoy.filters.network.http_connection_manager",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": "tls_test",
+                "stat_prefix": body.replace(' ', "_"),
                 "codec_type": codec,
                 "route_config": { "virtual_hosts": [{
                     "name": "all",
@@ -187,6 +193,15 @@ fn chain(chain_match: Value, transport_socket: Option<Value>, body: &str, codec:
         fc["transport_socket"] = ts;
     }
     fc
+}
+
+/// `listener` with `default` (a [`chain`]) as its default filter chain.
+fn with_default(mut listener: Value, mut default: Value) -> Value {
+    if let Some(fc) = default.as_object_mut() {
+        fc.remove("filter_chain_match");
+    }
+    listener["default_filter_chain"] = default;
+    listener
 }
 
 fn listener(name: &str, chains: Vec<Value>) -> Value {
@@ -364,6 +379,7 @@ async fn sni_picks_the_chain_and_its_certificate() {
     let ca = TestCa::new("ca");
     let (a, b) = (ca.leaf(&["a.example.com"]), ca.leaf(&["b.example.com"]));
     let wild = ca.leaf(&["*.example.com"]);
+    let other = ca.leaf(&["other.org"]);
     let ts = |name: &str, pem: &Pem| {
         tls_socket(
             &write_pem(dir.path(), name, pem),
@@ -374,29 +390,48 @@ async fn sni_picks_the_chain_and_its_certificate() {
     };
     let c = start(
         dir.path(),
-        vec![listener(
-            "sni",
-            vec![
-                chain(
-                    json!({ "server_names": ["a.example.com"] }),
-                    Some(ts("a", &a)),
-                    "chain a",
-                    "AUTO",
+        vec![
+            listener(
+                "sni",
+                vec![
+                    chain(
+                        json!({ "server_names": ["a.example.com"] }),
+                        Some(ts("a", &a)),
+                        "chain a",
+                        "AUTO",
+                    ),
+                    chain(
+                        json!({ "server_names": ["b.example.com"] }),
+                        Some(ts("b", &b)),
+                        "chain b",
+                        "AUTO",
+                    ),
+                    chain(
+                        json!({ "server_names": ["*.example.com"] }),
+                        Some(ts("w", &wild)),
+                        "chain wildcard",
+                        "AUTO",
+                    ),
+                ],
+            ),
+            with_default(
+                listener(
+                    "with_default",
+                    vec![chain(
+                        json!({ "server_names": ["a.example.com"] }),
+                        Some(ts("a2", &a)),
+                        "chain a",
+                        "AUTO",
+                    )],
                 ),
                 chain(
-                    json!({ "server_names": ["b.example.com"] }),
-                    Some(ts("b", &b)),
-                    "chain b",
+                    json!(null),
+                    Some(ts("other", &other)),
+                    "default chain",
                     "AUTO",
                 ),
-                chain(
-                    json!({ "server_names": ["*.example.com"] }),
-                    Some(ts("w", &wild)),
-                    "chain wildcard",
-                    "AUTO",
-                ),
-            ],
-        )],
+            ),
+        ],
     );
     let addr = c.addr("sni");
     for (sni, pem, want) in [
@@ -424,6 +459,25 @@ async fn sni_picks_the_chain_and_its_certificate() {
         cert: None,
     };
     assert!(tls_connect(addr, &client).await.is_err());
+
+    // With a default chain, the names no chain lists go to it.
+    let addr = c.addr("with_default");
+    for (sni, pem, want) in [
+        ("a.example.com", &a, "chain a"),
+        ("other.org", &other, "default chain"),
+    ] {
+        let client = Client {
+            ca: &ca,
+            sni,
+            alpn: &[],
+            cert: None,
+        };
+        let s = tls_connect(addr, &client).await.unwrap();
+        let peer = s.get_ref().1.peer_certificates().unwrap()[0].clone();
+        assert_eq!(peer, der(&pem.cert), "certificate for {sni}");
+        let (_, status, body) = get(s, false, sni).await;
+        assert_eq!((status, body.as_str()), (200, want), "{sni}");
+    }
 }
 
 /// A raw request from a client presenting `cert`; the error if the handshake
@@ -520,7 +574,7 @@ async fn client_certificates_are_required_and_verified() {
     );
     refused(
         mtls_request(san_addr.clone(), &ca, Some(&good)).await,
-        "alert",
+        "AccessDenied",
         "SAN mismatch",
     );
     refused(
@@ -595,6 +649,16 @@ async fn transport_protocol_chains_split_tls_and_plaintext() {
         (version, body.as_str()),
         (http::Version::HTTP_2, "plain chain")
     );
+    // Each chain counts its own requests under its own stat prefix.
+    let stats = plain_http_path(&c.admin, "/stats", "admin").unwrap();
+    for line in [
+        "http.plain_chain.downstream_rq_total: 2\n",
+        "http.plain_chain.downstream_cx_total: 2\n",
+        "http.tls_chain.downstream_rq_total: 1\n",
+        "http.tls_chain.downstream_cx_total: 1\n",
+    ] {
+        assert!(stats.contains(line), "{line} not in\n{stats}");
+    }
 }
 
 #[tokio::test]

@@ -162,7 +162,82 @@ fn dns_name_match(name: &str, pattern: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::dns_name_match;
+    #![allow(clippy::unwrap_used)]
+
+    use super::{dns_name_match, sans_match};
+    use courier_config::matcher::{StringMatcher, StringPattern};
+    use courier_config::tls::{SanMatcher, SanType};
+    use rcgen::SanType as Gen;
+    use rustls::pki_types::CertificateDer;
+
+    fn cert(sans: Vec<Gen>) -> CertificateDer<'static> {
+        let mut params = rcgen::CertificateParams::default();
+        params.subject_alt_names = sans;
+        let key = rcgen::KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().clone()
+    }
+
+    fn m(san_type: SanType, pattern: StringPattern) -> SanMatcher {
+        SanMatcher {
+            san_type,
+            matcher: StringMatcher {
+                pattern,
+                ignore_case: false,
+            },
+        }
+    }
+
+    fn exact(s: &str) -> StringPattern {
+        StringPattern::Exact(s.to_string())
+    }
+
+    #[test]
+    fn each_san_type_matches_only_its_entries() {
+        let der = cert(vec![
+            Gen::DnsName("api.example.com".try_into().unwrap()),
+            Gen::URI("spiffe://cluster/ns/default/sa/client".try_into().unwrap()),
+            Gen::Rfc822Name("ops@example.com".try_into().unwrap()),
+            Gen::IpAddress("10.1.2.3".parse().unwrap()),
+        ]);
+        let yes = |matcher| assert!(sans_match(&der, &[matcher]));
+        let no = |matcher| assert!(!sans_match(&der, &[matcher]));
+        yes(m(SanType::Dns, exact("api.example.com")));
+        yes(m(
+            SanType::Uri,
+            StringPattern::Prefix("spiffe://cluster/".into()),
+        ));
+        yes(m(SanType::Email, exact("ops@example.com")));
+        yes(m(SanType::IpAddress, exact("10.1.2.3")));
+        yes(m(SanType::Any, exact("10.1.2.3")));
+        // The right value under another type does not count.
+        no(m(SanType::Uri, exact("api.example.com")));
+        no(m(SanType::Dns, exact("ops@example.com")));
+        no(m(SanType::Email, exact("10.1.2.3")));
+        no(m(SanType::Dns, exact("web.example.com")));
+        // Any matcher of several is enough.
+        assert!(sans_match(
+            &der,
+            &[
+                m(SanType::Dns, exact("web.example.com")),
+                m(SanType::Uri, StringPattern::Suffix("/sa/client".into())),
+            ]
+        ));
+    }
+
+    #[test]
+    fn an_exact_dns_matcher_accepts_a_wildcard_certificate() {
+        let der = cert(vec![Gen::DnsName("*.example.com".try_into().unwrap())]);
+        assert!(sans_match(&der, &[m(SanType::Dns, exact("a.example.com"))]));
+        assert!(!sans_match(
+            &der,
+            &[m(SanType::Dns, exact("a.b.example.com"))]
+        ));
+        // Non-exact matchers see the SAN as written.
+        assert!(sans_match(
+            &der,
+            &[m(SanType::Dns, StringPattern::Prefix("*.".into()))]
+        ));
+    }
 
     #[test]
     fn wildcard_certificates_cover_one_label() {
