@@ -29,6 +29,9 @@ pub struct ConnInfo {
     pub local: SocketAddr,
     /// Whether the connection is TLS (`x-forwarded-proto: https`).
     pub tls: bool,
+    /// Index of the connection's filter chain: in `filter_chains`, or one past
+    /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
+    pub filter_chain_index: usize,
 }
 
 /// A request as the route matcher sees it.
@@ -90,7 +93,8 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
         .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
-/// Handles one request on a connection of listener `info.listener_index`.
+/// Handles one request on a connection of listener `info.listener_index`, with
+/// the connection manager of filter chain `info.filter_chain_index`.
 pub async fn handle(
     mut req: Request<Incoming>,
     snapshot: &Snapshot,
@@ -102,7 +106,7 @@ pub async fn handle(
     let hcm = snapshot
         .listeners
         .get(info.listener_index)
-        .and_then(|l| l.filter_chains.first())
+        .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
     let mut resp = match hcm {
         Some(hcm) => {

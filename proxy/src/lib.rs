@@ -8,12 +8,14 @@
 
 mod admin;
 mod conn_manager;
+mod filter_chain;
 mod listener;
 mod local_reply;
 mod router;
 mod serve_check;
 mod server;
 mod stats;
+mod tls;
 mod upstream;
 mod worker;
 

@@ -83,27 +83,13 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
 }
 
 fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
-    if l.filter_chains.len() != 1 || l.default_filter_chain.is_some() {
-        problems.push(format!(
-            "{at}.filter_chains: only a single filter chain is served yet"
-        ));
-    }
-    for (i, fc) in l.filter_chains.iter().enumerate() {
-        let listener_at = at;
-        let at = format!("{at}.filter_chains[{i}]");
-        if fc.tls.is_some() {
-            problems.push(format!(
-                "{at}.transport_socket: TLS termination is not served yet"
-            ));
-        }
-        if fc.filter_chain_match != Default::default() {
-            problems.push(format!(
-                "{at}.filter_chain_match: filter chain matching is not served yet"
-            ));
-        }
+    // Filter chain matching (server names, transport protocol, ALPN), the
+    // default chain and TLS termination are served: every chain's connection
+    // manager is checked.
+    for fc in l.all_filter_chains() {
         hcm(
             &fc.http_connection_manager,
-            &format!("{listener_at}.{}", fc.hcm_config_path),
+            &format!("{at}.{}", fc.hcm_config_path),
             problems,
         );
     }

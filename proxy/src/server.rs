@@ -3,6 +3,7 @@
 
 use crate::listener;
 use crate::stats::{ClusterStats, HcmStats, WorkerStats};
+use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use crate::worker::{self, WorkerSetup};
 use crate::{ServeOptions, admin};
@@ -74,6 +75,10 @@ fn resolve(addr: &courier_config::core::SocketAddress) -> Result<SocketAddr, Str
 /// Runs the server until shutdown.
 pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
+    // Certificates and keys are checked here, before any socket is bound.
+    let tls = Arc::new(ServerConfigs::build(
+        bootstrap.listeners.iter().map(AsRef::as_ref),
+    )?);
     let clusters = Arc::new(ClusterManager::new(&snapshot.load()));
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
@@ -107,11 +112,12 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
                 .listeners
                 .iter()
                 .map(|l| {
-                    let prefix = l.filter_chains.first().map_or_else(
-                        || l.name.clone(),
-                        |fc| fc.http_connection_manager.stat_prefix.clone(),
-                    );
-                    (prefix, Arc::new(HcmStats::default()))
+                    l.all_filter_chains()
+                        .map(|fc| {
+                            let prefix = fc.http_connection_manager.stat_prefix.clone();
+                            (prefix, Arc::new(HcmStats::default()))
+                        })
+                        .collect()
                 })
                 .collect(),
             clusters: clusters
@@ -130,6 +136,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             index,
             addresses: addrs.iter().map(|(_, a)| *a).collect(),
             snapshot: Arc::clone(&snapshot),
+            tls: Arc::clone(&tls),
             stats: worker_stats,
             clusters: Arc::clone(&clusters),
             shutdown: shutdown_rx.clone(),

@@ -102,14 +102,28 @@ impl ClusterStats {
     }
 }
 
-/// One worker's stats: one [`HcmStats`] per listener, by listener index, and one
-/// [`ClusterStats`] per cluster, by the cluster manager's index.
+/// One worker's stats: one [`HcmStats`] per filter chain of each listener, and
+/// one [`ClusterStats`] per cluster, by the cluster manager's index.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
-    /// Per listener, with its HCM stat prefix.
-    pub listeners: Vec<(String, Arc<HcmStats>)>,
+    /// By listener index, then by filter chain (`filter_chain::chain_at` order,
+    /// the default chain last), with the chain's HCM stat prefix. Chains sharing
+    /// a prefix share their stat names, summed on scrape, as in Envoy.
+    pub listeners: Vec<Vec<(String, Arc<HcmStats>)>>,
     /// Per cluster, with its stat name.
     pub clusters: Vec<(String, Arc<ClusterStats>)>,
+}
+
+impl WorkerStats {
+    /// The stats of a listener's filter chain (detached ones if the config
+    /// changed under the connection).
+    pub fn hcm(&self, listener: usize, chain: usize) -> Arc<HcmStats> {
+        self.listeners
+            .get(listener)
+            .and_then(|chains| chains.get(chain))
+            .map(|(_, s)| Arc::clone(s))
+            .unwrap_or_default()
+    }
 }
 
 /// A stat name and its value summed over workers.
@@ -119,7 +133,7 @@ pub type Sample = (String, u64);
 pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     let mut out: std::collections::BTreeMap<String, u64> = Default::default();
     for w in workers {
-        for (prefix, s) in &w.listeners {
+        for (prefix, s) in w.listeners.iter().flatten() {
             let mut add =
                 |name: &str, v: u64| *out.entry(format!("http.{prefix}.{name}")).or_default() += v;
             add("downstream_cx_total", s.cx_total.get());
@@ -239,14 +253,14 @@ mod tests {
         let mk = || {
             let s = Arc::new(HcmStats::default());
             Arc::new(WorkerStats {
-                listeners: vec![("ingress".into(), s)],
+                listeners: vec![vec![("ingress".into(), s)]],
                 clusters: vec![("echo".into(), Arc::new(ClusterStats::default()))],
             })
         };
         let (a, b) = (mk(), mk());
-        a.listeners[0].1.rq_total.inc();
-        b.listeners[0].1.rq_total.inc();
-        b.listeners[0].1.response(204);
+        a.hcm(0, 0).rq_total.inc();
+        b.hcm(0, 0).rq_total.inc();
+        b.hcm(0, 0).response(204);
         a.clusters[0].1.rq_total.inc();
         a.clusters[0].1.response(200);
         b.clusters[0].1.response(200);

@@ -2,9 +2,11 @@
 //! sockets, and every connection it accepts, start to end.
 
 use crate::conn_manager::{self, ConnInfo};
+use crate::filter_chain::{self, Codec};
 use crate::listener;
 use crate::router::Upstream;
 use crate::stats::WorkerStats;
+use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
@@ -26,6 +28,8 @@ pub struct WorkerSetup {
     pub addresses: Vec<SocketAddr>,
     /// The config in force.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// TLS server configs of the filter chains.
+    pub tls: Arc<ServerConfigs>,
     /// This worker's stats.
     pub stats: Arc<WorkerStats>,
     /// The upstream clusters (host sets published by the main thread; pools and
@@ -95,6 +99,7 @@ async fn serve(setup: WorkerSetup) {
         let ctx = AcceptCtx {
             listener_index: index,
             snapshot: Arc::clone(&setup.snapshot),
+            tls: Arc::clone(&setup.tls),
             stats: Arc::clone(&setup.stats),
             clusters: Arc::clone(&setup.clusters),
             shutdown: setup.shutdown.clone(),
@@ -124,10 +129,32 @@ async fn serve(setup: WorkerSetup) {
 struct AcceptCtx {
     listener_index: usize,
     snapshot: Arc<ArcSwap<Snapshot>>,
+    tls: Arc<ServerConfigs>,
     stats: Arc<WorkerStats>,
     clusters: Arc<ClusterManager>,
     shutdown: watch::Receiver<bool>,
     tracker: Arc<Tracker>,
+}
+
+/// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
+/// end, or, once the server drains, shuts it down gracefully and lets it finish.
+macro_rules! serve_until_drained {
+    ($conn:expr, $shutdown:ident) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        let drain = async {
+            // The watch guard must not live across the await below.
+            let _ = $shutdown.wait_for(|draining| *draining).await;
+        };
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            () = drain => {
+                // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+    }};
 }
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
@@ -144,24 +171,50 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let _ = stream.set_nodelay(true);
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
-        let info = Arc::new(ConnInfo {
-            listener_index: ctx.listener_index,
-            peer,
-            local: stream.local_addr().unwrap_or(peer),
-            tls: false,
-        });
-        let worker_stats = Arc::clone(&ctx.stats);
+        let listener_index = ctx.listener_index;
+        let local = stream.local_addr().unwrap_or(peer);
         let clusters = Arc::clone(&ctx.clusters);
         let snapshot = Arc::clone(&ctx.snapshot);
-        let stats = ctx
-            .stats
-            .listeners
-            .get(ctx.listener_index)
-            .map(|(_, s)| Arc::clone(s))
-            .unwrap_or_default();
+        let tls = Arc::clone(&ctx.tls);
+        let worker_stats = Arc::clone(&ctx.stats);
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             let _open = open;
+            // The filter chain (and TLS) first; a connection no chain takes is closed.
+            let (stream, info, codec) = {
+                // An owned snapshot: a guard must not be held across the handshake.
+                let current = snapshot.load_full();
+                let Some(l) = current.listeners.get(listener_index) else {
+                    return;
+                };
+                let accepted = match filter_chain::accept(stream, l, &tls).await {
+                    Ok(a) => a,
+                    Err(e @ filter_chain::Refused::Config(_)) => {
+                        tracing::warn!(error = %e, "connection closed before HTTP");
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "connection closed before HTTP");
+                        return;
+                    }
+                };
+                let codec = filter_chain::chain_at(l, accepted.filter_chain_index).map_or(
+                    Codec::Auto,
+                    |fc| {
+                        let codec_type = fc.http_connection_manager.codec_type;
+                        filter_chain::codec(codec_type, accepted.alpn.as_deref())
+                    },
+                );
+                let info = Arc::new(ConnInfo {
+                    listener_index,
+                    filter_chain_index: accepted.filter_chain_index,
+                    peer,
+                    local,
+                    tls: accepted.stream.is_tls(),
+                });
+                (accepted.stream, info, codec)
+            };
+            let stats = worker_stats.hcm(listener_index, info.filter_chain_index);
             stats.cx_total.inc();
             stats.cx_active.inc();
             let service = {
@@ -183,19 +236,27 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     }
                 })
             };
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::pin!(conn);
-            let drain = async {
-                // The watch guard must not live across the await below.
-                let _ = shutdown.wait_for(|draining| *draining).await;
-            };
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                () = drain => {
-                    // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            let io = TokioIo::new(stream);
+            // The fixed codecs use hyper's own builders: hyper-util's `auto`
+            // ignores `http1_only`/`http2_only` when serving with upgrades.
+            match codec {
+                Codec::Auto => {
+                    let builder = auto::Builder::new(TokioExecutor::new());
+                    serve_until_drained!(
+                        builder.serve_connection_with_upgrades(io, service),
+                        shutdown
+                    );
+                }
+                Codec::Http1 => {
+                    let builder = hyper::server::conn::http1::Builder::new();
+                    serve_until_drained!(
+                        builder.serve_connection(io, service).with_upgrades(),
+                        shutdown
+                    );
+                }
+                Codec::Http2 => {
+                    let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    serve_until_drained!(builder.serve_connection(io, service), shutdown);
                 }
             }
             stats.cx_active.dec();

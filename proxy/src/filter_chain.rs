@@ -1,0 +1,263 @@
+//! Which filter chain of a listener takes a connection, and the connection's
+//! transport (plaintext, or TLS terminated with that chain's certificate).
+//!
+//! Selection follows Envoy's `filter_chain_match` order for the criteria courier
+//! supports: server name (exact, then `*.suffix` wildcards longest first, then
+//! chains without `server_names`), transport protocol (`tls`/`raw_buffer`, then
+//! chains without one), application protocols (the client's ALPN list in its
+//! order, then chains without any). Each step narrows the candidates and never
+//! backtracks: a connection whose SNI matches chain A exactly is not given to a
+//! wildcard chain B because A's transport protocol did not fit. If nothing is left,
+//! the listener's `default_filter_chain` takes the connection, or it is closed.
+//!
+//! Envoy needs a `tls_inspector` listener filter (which it adds itself when a
+//! chain matches on TLS facts) to read SNI and ALPN; courier reads them the same
+//! way, from the first byte (0x16: a TLS handshake record) and the ClientHello.
+
+use crate::tls::{DownstreamStream, ServerConfigs};
+use courier_config::listener::hcm::CodecType;
+use courier_config::listener::{FilterChain, Listener, TransportProtocol};
+use rustls::server::Acceptor;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio_rustls::LazyConfigAcceptor;
+
+/// How long a connection has to show its first byte and finish the TLS
+/// handshake (Envoy's `listener_filters_timeout` default: 15 s).
+const ACCEPT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The first byte of a TLS record carrying a handshake message.
+const TLS_HANDSHAKE: u8 = 0x16;
+
+/// What chain selection looks at.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnectionFacts<'a> {
+    /// The client started a TLS handshake.
+    pub tls: bool,
+    /// SNI from the ClientHello, lower-cased.
+    pub server_name: Option<&'a str>,
+    /// ALPN protocols the client offered, in its order.
+    pub alpn: &'a [Vec<u8>],
+}
+
+/// The filter chain at `index` in [`Listener::all_filter_chains`] order
+/// (`filter_chains`, then `default_filter_chain`).
+pub fn chain_at(listener: &Listener, index: usize) -> Option<&FilterChain> {
+    match listener.filter_chains.get(index) {
+        Some(fc) => Some(fc),
+        None if index == listener.filter_chains.len() => listener.default_filter_chain.as_deref(),
+        None => None,
+    }
+}
+
+/// Whether any chain matches on something, so the connection must be inspected
+/// before a chain can be chosen. Without criteria at most one chain is there
+/// (the config refuses duplicate matches), and it takes every connection.
+fn needs_inspection(listener: &Listener) -> bool {
+    listener
+        .filter_chains
+        .iter()
+        .any(|fc| fc.filter_chain_match != Default::default())
+}
+
+/// The index (in [`chain_at`] order) of the chain that takes a connection with
+/// `facts`, or `None` when none does and there is no default chain.
+pub fn select(listener: &Listener, facts: &ConnectionFacts<'_>) -> Option<usize> {
+    let chains = &listener.filter_chains;
+    // Step 1: server name. Exact, then wildcards from the longest suffix.
+    let name_key: Option<String> = facts.server_name.and_then(|sni| {
+        let has = |n: &str| {
+            chains
+                .iter()
+                .any(|c| c.filter_chain_match.server_names.iter().any(|s| s == n))
+        };
+        if has(sni) {
+            return Some(sni.to_string());
+        }
+        // "a.b.example.com" tries "*.b.example.com", "*.example.com", "*.com".
+        sni.char_indices()
+            .filter(|&(i, c)| c == '.' && i > 0)
+            .map(|(i, _)| format!("*{}", &sni[i..]))
+            .find(|w| has(w))
+    });
+    let by_name = |c: &FilterChain| match &name_key {
+        Some(n) => c.filter_chain_match.server_names.iter().any(|s| s == n),
+        None => c.filter_chain_match.server_names.is_empty(),
+    };
+    // Step 2: transport protocol, then chains that do not constrain it.
+    let detected = if facts.tls {
+        TransportProtocol::Tls
+    } else {
+        TransportProtocol::RawBuffer
+    };
+    let specific = chains
+        .iter()
+        .any(|c| by_name(c) && c.filter_chain_match.transport_protocol == Some(detected));
+    let want_tp = specific.then_some(detected);
+    let by_tp = |c: &FilterChain| by_name(c) && c.filter_chain_match.transport_protocol == want_tp;
+    // Step 3: the first ALPN protocol of the client's that some chain names.
+    let offers = |c: &FilterChain, p: &[u8]| {
+        c.filter_chain_match
+            .application_protocols
+            .iter()
+            .any(|a| a.as_bytes() == p)
+    };
+    let alpn_key = facts
+        .alpn
+        .iter()
+        .find(|p| chains.iter().any(|c| by_tp(c) && offers(c, p)));
+    let by_alpn = |c: &FilterChain| match alpn_key {
+        Some(p) => offers(c, p),
+        None => c.filter_chain_match.application_protocols.is_empty(),
+    };
+    chains
+        .iter()
+        .position(|c| by_tp(c) && by_alpn(c))
+        .or_else(|| listener.default_filter_chain.as_ref().map(|_| chains.len()))
+}
+
+/// A connection ready for HTTP.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The (possibly TLS) stream.
+    pub stream: DownstreamStream,
+    /// The chain that took it, in [`chain_at`] order.
+    pub filter_chain_index: usize,
+    /// The ALPN protocol negotiated over TLS, if any.
+    pub alpn: Option<Vec<u8>>,
+}
+
+/// Why a connection was closed before HTTP.
+#[derive(Debug)]
+pub enum Refused {
+    /// No chain matched and there is no default chain.
+    NoFilterChainMatch,
+    /// A plaintext connection on a TLS chain, or TLS on a plaintext chain.
+    TransportMismatch,
+    /// The client closed, or the TLS handshake failed.
+    Io(std::io::Error),
+    /// The TLS config of the chain could not be built.
+    Config(String),
+    /// No first byte or no finished handshake within the accept timeout.
+    Timeout,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NoFilterChainMatch => f.write_str("no filter chain matches"),
+            Self::TransportMismatch => f.write_str("transport does not fit the filter chain"),
+            Self::Io(e) => write!(f, "{e}"),
+            Self::Config(e) => write!(f, "TLS config: {e}"),
+            Self::Timeout => f.write_str("no TLS handshake or first byte in time"),
+        }
+    }
+}
+
+/// Picks `listener`'s filter chain for `stream` and terminates TLS if the chain
+/// has it. Reads the first byte and the ClientHello only when some chain
+/// matches on them.
+pub async fn accept(
+    stream: TcpStream,
+    listener: &Listener,
+    tls: &ServerConfigs,
+) -> Result<Accepted, Refused> {
+    match tokio::time::timeout(ACCEPT_TIMEOUT, accept_inner(stream, listener, tls)).await {
+        Ok(r) => r,
+        Err(_) => Err(Refused::Timeout),
+    }
+}
+
+async fn accept_inner(
+    stream: TcpStream,
+    listener: &Listener,
+    configs: &ServerConfigs,
+) -> Result<Accepted, Refused> {
+    let inspect = needs_inspection(listener);
+    let client_tls = if inspect {
+        let mut first = [0u8; 1];
+        if stream.peek(&mut first).await.map_err(Refused::Io)? == 0 {
+            return Err(Refused::Io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        first[0] == TLS_HANDSHAKE
+    } else {
+        // The only chain decides; a plaintext client on a TLS chain fails the handshake.
+        select(listener, &ConnectionFacts::default())
+            .and_then(|i| chain_at(listener, i))
+            .is_some_and(|fc| fc.tls.is_some())
+    };
+    if !client_tls {
+        let facts = ConnectionFacts::default();
+        let index = select(listener, &facts).ok_or(Refused::NoFilterChainMatch)?;
+        return match chain_at(listener, index) {
+            // Envoy would start the TLS handshake and fail it on the first bytes.
+            Some(fc) if fc.tls.is_some() => Err(Refused::TransportMismatch),
+            Some(_) => Ok(Accepted {
+                stream: DownstreamStream::Plain(stream),
+                filter_chain_index: index,
+                alpn: None,
+            }),
+            None => Err(Refused::NoFilterChainMatch),
+        };
+    }
+    let start = LazyConfigAcceptor::new(Acceptor::default(), stream)
+        .await
+        .map_err(Refused::Io)?;
+    let hello = start.client_hello();
+    let server_name = hello.server_name().map(str::to_ascii_lowercase);
+    let alpn: Vec<Vec<u8>> = hello
+        .alpn()
+        .map(|ps| ps.map(<[u8]>::to_vec).collect())
+        .unwrap_or_default();
+    let facts = ConnectionFacts {
+        tls: true,
+        server_name: server_name.as_deref(),
+        alpn: &alpn,
+    };
+    let index = if inspect {
+        select(listener, &facts).ok_or(Refused::NoFilterChainMatch)?
+    } else {
+        select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch)?
+    };
+    let Some(chain_tls) = chain_at(listener, index).and_then(|fc| fc.tls.as_ref()) else {
+        // TLS bytes on a plaintext chain: its HTTP codec would refuse them.
+        return Err(Refused::TransportMismatch);
+    };
+    let config = configs.get(chain_tls).map_err(Refused::Config)?;
+    let tls_stream = start
+        .into_stream(config.for_client(&alpn))
+        .await
+        .map_err(Refused::Io)?;
+    let negotiated = tls_stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+    Ok(Accepted {
+        stream: DownstreamStream::Tls(Box::new(tls_stream)),
+        filter_chain_index: index,
+        alpn: negotiated,
+    })
+}
+
+/// Which HTTP versions to serve on a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// HTTP/1.1 or HTTP/2 by the client's preface.
+    Auto,
+    /// HTTP/1.1 only.
+    Http1,
+    /// HTTP/2 only.
+    Http2,
+}
+
+/// The codec for a connection: `codec_type` when fixed; with AUTO, what ALPN
+/// negotiated (h2 or http/1.1), else the preface decides (Envoy's rule).
+pub fn codec(codec_type: CodecType, alpn: Option<&[u8]>) -> Codec {
+    match (codec_type, alpn) {
+        (CodecType::Http1, _) => Codec::Http1,
+        (CodecType::Http2, _) => Codec::Http2,
+        (CodecType::Auto, Some(b"h2")) => Codec::Http2,
+        (CodecType::Auto, Some(b"http/1.1" | b"http/1.0")) => Codec::Http1,
+        (CodecType::Auto, _) => Codec::Auto,
+    }
+}
+
+#[cfg(test)]
+mod tests;
