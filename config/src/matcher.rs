@@ -80,17 +80,36 @@ pub(crate) const SUPPORT: &[Support] = &[
 #[derive(Debug, Clone)]
 pub struct Regex {
     source: String,
-    full: regex::Regex,
+    full: regex_automata::meta::Regex,
 }
 
 impl Regex {
     /// Compiles `pattern` (RE2 syntax). Envoy's RE2 and Rust's `regex` share the
     /// syntax courier needs and both guarantee linear-time matching.
     pub fn new(pattern: &str) -> Result<Self, String> {
-        // Only the anchored form is compiled: compiling is most of what loading a
-        // large route table costs. Rewrites compile their own unanchored regex.
-        let full =
-            regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|e| short_regex_error(&e))?;
+        // Compiling is most of what loading a large route table costs, so only the
+        // anchored form is built (rewrites compile their own unanchored regex), and
+        // only the engines a full match needs: the lazy DFA (fast matching, built
+        // as it runs) and the PikeVM behind it. The one-pass DFA, the bounded
+        // backtracker and the full DFA would triple the build time for nothing a
+        // yes/no full match uses. Matching stays linear-time.
+        let config = regex_automata::meta::Config::new()
+            .onepass(false)
+            .backtrack(false)
+            .dfa(false)
+            .auto_prefilter(false);
+        let anchored = format!("^(?:{pattern})$");
+        let full = regex_automata::meta::Builder::new()
+            .configure(config)
+            .build(&anchored)
+            .map_err(|e| {
+                // The `regex` crate words syntax errors for people; ask it (only
+                // on this failure path) for the message.
+                match regex::Regex::new(&anchored) {
+                    Err(nice) => short_regex_error(&nice),
+                    Ok(_) => short_regex_error(&e),
+                }
+            })?;
         Ok(Self {
             source: pattern.to_string(),
             full,
@@ -113,7 +132,7 @@ impl Regex {
     }
 }
 
-fn short_regex_error(e: &regex::Error) -> String {
+fn short_regex_error(e: &dyn std::fmt::Display) -> String {
     let text = e.to_string();
     let last = text
         .lines()
