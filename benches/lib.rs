@@ -73,3 +73,103 @@ fn route(i: usize, clusters: usize) -> Value {
     };
     json!({"name": format!("r{i}"), "match": m, "route": action})
 }
+
+/// The routing benchmark's route table: one virtual host (`*`) with `routes`
+/// routes, cycling through prefix (`/api/v{i}/`), exact path (`/exact/{i}`),
+/// path-separated prefix (`/sep/{i}`) and header-qualified prefix (`/h/{i}/`
+/// with `x-tenant: t{i}`) matches, then two regex routes after them (kept few:
+/// regex routes are tested one by one, so a table full of them is linear by design).
+pub fn route_table_json(routes: usize) -> Value {
+    let mut list: Vec<Value> = (0..routes)
+        .map(|i| {
+            let m = match i % 4 {
+                0 => json!({"prefix": format!("/api/v{i}/")}),
+                1 => json!({"path": format!("/exact/{i}")}),
+                2 => json!({"path_separated_prefix": format!("/sep/{i}")}),
+                _ => json!({
+                    "prefix": format!("/h/{i}/"),
+                    "headers": [{"name": "x-tenant", "string_match": {"exact": format!("t{i}")}}]
+                }),
+            };
+            json!({"name": format!("r{i}"), "match": m, "direct_response": {"status": 200}})
+        })
+        .collect();
+    for (i, re) in ["/re/[0-9]+/a", "/re/[a-z]+/b"].iter().enumerate() {
+        list.push(json!({
+            "name": format!("regex{i}"),
+            "match": {"safe_regex": {"regex": re}},
+            "direct_response": {"status": 200}
+        }));
+    }
+    single_listener(json!([{"name": "all", "domains": ["*"], "routes": list}]))
+}
+
+/// A request path (and `x-tenant` value) that the `index`th route of
+/// [`route_table_json`] matches, and no earlier route does.
+pub fn route_table_request(index: usize) -> (String, String) {
+    let path = match index % 4 {
+        0 => format!("/api/v{index}/items?page=2"),
+        1 => format!("/exact/{index}"),
+        2 => format!("/sep/{index}/more"),
+        _ => format!("/h/{index}/x"),
+    };
+    (path, format!("t{index}"))
+}
+
+/// The virtual-host benchmark's route config: `domains` virtual hosts with one
+/// domain each, cycling through exact (`e{i}.example.com`), suffix wildcard
+/// (`*.s{i}.example.net`) and prefix wildcard (`p{i}.example.*`) domains; no `*`.
+pub fn vhost_table_json(domains: usize) -> Value {
+    let vhosts: Vec<Value> = (0..domains)
+        .map(|i| {
+            json!({
+                "name": format!("vh{i}"),
+                "domains": [vhost_domain(i)],
+                "routes": [{"match": {"prefix": "/"}, "direct_response": {"status": 200}}]
+            })
+        })
+        .collect();
+    single_listener(Value::Array(vhosts))
+}
+
+/// The domain of the `i`th virtual host of [`vhost_table_json`].
+pub fn vhost_domain(i: usize) -> String {
+    match i % 3 {
+        0 => format!("e{i}.example.com"),
+        1 => format!("*.s{i}.example.net"),
+        _ => format!("p{i}.example.*"),
+    }
+}
+
+/// A host that the `i`th virtual host of [`vhost_table_json`] is picked for.
+pub fn vhost_host(i: usize) -> String {
+    match i % 3 {
+        0 => format!("e{i}.example.com"),
+        1 => format!("api.eu.s{i}.example.net"),
+        _ => format!("p{i}.example.org"),
+    }
+}
+
+/// A bootstrap with one listener whose inline route config holds `vhosts`.
+fn single_listener(vhosts: Value) -> Value {
+    json!({
+        "static_resources": {
+            "listeners": [{
+                "name": "ingress",
+                "address": {"socket_address": {"address": "127.0.0.1", "port_value": 10000}},
+                "filter_chains": [{"filters": [{
+                    "name": "envoy.filters.network.http_connection_manager",
+                    "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                        "stat_prefix": "ingress",
+                        "route_config": {"name": "bench", "virtual_hosts": vhosts},
+                        "http_filters": [{
+                            "name": "envoy.filters.http.router",
+                            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}
+                        }]
+                    }
+                }]}]
+            }]
+        }
+    })
+}
