@@ -89,14 +89,18 @@ impl Regex {
     pub fn new(pattern: &str) -> Result<Self, String> {
         // Compiling is most of what loading a large route table costs, so only the
         // anchored form is built (rewrites compile their own unanchored regex), and
-        // only the engines a full match needs: the lazy DFA (fast matching, built
-        // as it runs) and the PikeVM behind it. The one-pass DFA, the bounded
-        // backtracker and the full DFA would triple the build time for nothing a
-        // yes/no full match uses. Matching stays linear-time.
+        // only the PikeVM: the DFAs, the one-pass and backtracking engines the
+        // default builds would make compiling several times dearer, while the
+        // paths and header values a route regex sees are short, so the PikeVM's
+        // match speed is plenty. A full match is a yes/no question, so no capture
+        // states are compiled either (only `is_match` is ever asked of it).
+        // Matching stays linear-time.
         let config = regex_automata::meta::Config::new()
+            .which_captures(regex_automata::nfa::thompson::WhichCaptures::None)
             .onepass(false)
             .backtrack(false)
             .dfa(false)
+            .hybrid(false)
             .auto_prefilter(false);
         let anchored = format!("^(?:{pattern})$");
         let full = regex_automata::meta::Builder::new()
