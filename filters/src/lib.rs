@@ -7,6 +7,8 @@ pub mod chain;
 pub mod jwt_authn;
 pub mod rbac;
 pub mod request;
+#[cfg(test)]
+pub(crate) mod test_support;
 
 pub use build::build_chain;
 pub use chain::{
