@@ -132,6 +132,23 @@ pub struct ChainEntry {
     pub filter: Box<dyn HttpFilter>,
 }
 
+impl ChainEntry {
+    /// Whether the filter runs on `route` (`None`: it is off there) and, if so, its
+    /// per-route config. A per-route `disabled: true` turns it off; an HCM-disabled filter
+    /// runs only where a route-level entry of its name exists and is not disabled.
+    fn on_route<'a>(
+        &self,
+        route: Option<crate::request::SelectedRoute<'a>>,
+    ) -> Option<Option<&'a PerRouteFilterConfig>> {
+        match route.and_then(|r| r.per_filter_config(&self.name)) {
+            Some(c) if c.disabled => None,
+            Some(c) => Some(c.config.as_ref()),
+            None if self.disabled => None,
+            None => Some(None),
+        }
+    }
+}
+
 impl std::fmt::Debug for ChainEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChainEntry")
@@ -176,16 +193,9 @@ impl FilterChain {
         F: FnMut(&Parts) -> Option<crate::request::SelectedRoute<'a>> + Send,
     {
         for entry in &self.entries {
-            let route_cfg = req.route.and_then(|r| r.per_filter_config(&entry.name));
-            let enabled = match route_cfg {
-                Some(c) if c.disabled => false,
-                Some(_) => true,
-                None => !entry.disabled,
-            };
-            if !enabled {
+            let Some(per_route) = entry.on_route(req.route) else {
                 continue;
-            }
-            let per_route = route_cfg.and_then(|c| c.config.as_ref());
+            };
             let verdict = match entry.filter.decode_headers(req, per_route) {
                 Decision::Continue => Verdict::Continue,
                 Decision::Respond(r) => Verdict::Respond(r),
@@ -202,10 +212,17 @@ impl FilterChain {
         Verdict::Continue
     }
 
-    /// Runs the response-path hooks, last filter first.
+    /// Runs the response-path hooks of the filters enabled on the request's (final) route,
+    /// last filter first.
     pub fn encode_headers(&self, req: &RequestState<'_>, headers: &mut HeaderMap) {
         for entry in self.entries.iter().rev() {
-            entry.filter.encode_headers(req, headers);
+            if entry.on_route(req.route).is_some() {
+                entry.filter.encode_headers(req, headers);
+            }
         }
     }
 }
+
+#[cfg(test)]
+#[path = "chain_tests.rs"]
+mod tests;

@@ -139,7 +139,7 @@ impl JwtAuthnFilter {
         &'r self,
         req: &RequestState<'_>,
         per_route: Option<&'r PerRouteFilterConfig>,
-    ) -> Result<Option<&'r JwtRequirement>, LocalReply> {
+    ) -> Result<Option<&'r JwtRequirement>, Box<LocalReply>> {
         match per_route {
             Some(PerRouteFilterConfig::JwtAuthn(JwtPerRoute::Disabled)) => return Ok(None),
             Some(PerRouteFilterConfig::JwtAuthn(JwtPerRoute::RequirementName(n))) => {
@@ -156,11 +156,11 @@ impl JwtAuthnFilter {
                             "Failed JWT authentication: Wrong requirement_name: {n}. It should be one of [{}]",
                             names.join(",")
                         );
-                        Err(LocalReply::new(
+                        Err(Box::new(LocalReply::new(
                             StatusCode::FORBIDDEN,
                             body,
                             "jwt_authn_access_denied{Wrong_requirement_name}",
-                        ))
+                        )))
                     }
                 };
             }
@@ -247,7 +247,7 @@ impl JwtAuthnFilter {
         if let Some(name) = &p.forward_payload_header {
             let mut payload = v.jwt.payload_segment(&v.token).to_string();
             if p.pad_forward_payload_header {
-                while payload.len() % 4 != 0 {
+                while !payload.len().is_multiple_of(4) {
                     payload.push('=');
                 }
             }
@@ -369,7 +369,7 @@ impl HttpFilter for JwtAuthnFilter {
             Ok(None) => return Decision::Continue,
             Err(reply) => {
                 self.stats.denied.fetch_add(1, Ordering::Relaxed);
-                return Decision::Respond(reply);
+                return Decision::Respond(*reply);
             }
         };
         for h in &self.own_headers {

@@ -323,7 +323,7 @@ rules:
       - provider_and_audiences: {{provider_name: a, audiences: [special]}}
       - provider_name: b
 "#,
-        jwks(&[k.jwk.clone()])
+        jwks(std::slice::from_ref(&k.jwk))
     );
     let f = jwt(&body);
     let conn = plain_conn();
