@@ -9,6 +9,8 @@ pub mod rbac;
 pub mod request;
 #[cfg(test)]
 pub(crate) mod test_support;
+#[cfg(test)]
+mod timing_tests;
 
 pub use build::build_chain;
 pub use chain::{
