@@ -6,7 +6,8 @@
 //! router:
 //!
 //! 1. build a [`RequestState`] from the request head, the connection's [`ConnFacts`]
-//!    (crate::ConnFacts), the trusted client address and the selected route;
+//!    (its `ConnFacts`), the trusted client address and the selected route; if
+//!    [`FilterChain::wants_body`] says so, buffer the body first into `state.body`;
 //! 2. `chain.decode_headers(&mut state, reselect).await`:
 //!    - [`Verdict::Continue`]: route (again, if the chain re-selected) and forward
 //!      `state.head`;
@@ -70,6 +71,16 @@ impl LocalReply {
     }
 }
 
+/// A filter's request-body needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyWanted {
+    /// Buffer at most this many bytes.
+    pub max_bytes: u32,
+    /// A longer body is cut at `max_bytes` (else the request is answered 413
+    /// `Payload Too Large`).
+    pub allow_partial: bool,
+}
+
 /// How a suspended filter finished.
 #[derive(Debug)]
 pub enum Verdict {
@@ -113,6 +124,12 @@ pub trait HttpFilter: Send + Sync {
         req: &'r mut RequestState<'_>,
         per_route: Option<&'r PerRouteFilterConfig>,
     ) -> Decision<'r>;
+
+    /// Whether the filter needs the request body buffered before `decode_headers`
+    /// (ext_authz `with_request_body`). The default needs none.
+    fn wants_body(&self) -> Option<BodyWanted> {
+        None
+    }
 
     /// Called with the response headers (upstream or local reply), in reverse filter order.
     /// The default does nothing.
@@ -176,10 +193,28 @@ impl FilterChain {
         &self.entries
     }
 
+    /// The filters, to combine with others.
+    pub fn into_entries(self) -> Vec<ChainEntry> {
+        self.entries
+    }
+
     /// Whether the chain has no filter (the connection manager may skip building a
     /// [`RequestState`]).
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// What the connection manager must buffer before [`FilterChain::decode_headers`]: the
+    /// largest `max_bytes` any filter wants, partial only if every such filter allows it.
+    /// `None` (the common case): stream the body, `RequestState::body` stays `None`.
+    pub fn wants_body(&self) -> Option<BodyWanted> {
+        self.entries
+            .iter()
+            .filter_map(|e| e.filter.wants_body())
+            .reduce(|a, b| BodyWanted {
+                max_bytes: a.max_bytes.max(b.max_bytes),
+                allow_partial: a.allow_partial && b.allow_partial,
+            })
     }
 
     /// Runs the filters on the request headers. `reselect` selects the route again from the

@@ -162,3 +162,83 @@ fn chain_future_is_send() {
     let fut = chain.decode_headers(&mut req, |_| None);
     assert_send(&fut);
 }
+
+/// An asynchronous filter: waits, then writes a header and metadata through the
+/// `&mut RequestState` its future holds.
+struct Slow(Option<crate::chain::BodyWanted>);
+
+impl crate::chain::HttpFilter for Slow {
+    fn decode_headers<'r>(
+        &'r self,
+        req: &'r mut crate::request::RequestState<'_>,
+        _: Option<&'r courier_config::filters::PerRouteFilterConfig>,
+    ) -> crate::chain::Decision<'r> {
+        crate::chain::Decision::Pending(Box::pin(async move {
+            tokio::task::yield_now().await;
+            req.head
+                .headers
+                .insert("x-slow", http::HeaderValue::from_static("1"));
+            req.set_metadata("slow", "done", json!(true));
+            Verdict::Continue
+        }))
+    }
+
+    fn wants_body(&self) -> Option<crate::chain::BodyWanted> {
+        self.0
+    }
+
+    fn encode_headers(&self, _: &crate::request::RequestState<'_>, h: &mut http::HeaderMap) {
+        h.insert("x-slow-response", http::HeaderValue::from_static("1"));
+    }
+}
+
+#[tokio::test]
+async fn pending_filter_resumes_and_later_filters_see_its_effects() {
+    use crate::chain::{BodyWanted, ChainEntry, FilterChain};
+    let entry = |name: &str, f: Box<dyn crate::chain::HttpFilter>| ChainEntry {
+        name: name.into(),
+        disabled: false,
+        filter: f,
+    };
+    let (rbac_only, _) = build_chain(&[rbac_filter()], None).unwrap();
+    let mut entries = vec![entry(
+        "slow",
+        Box::new(Slow(Some(BodyWanted {
+            max_bytes: 10,
+            allow_partial: true,
+        }))),
+    )];
+    entries.push(entry(
+        "slow2",
+        Box::new(Slow(Some(BodyWanted {
+            max_bytes: 100,
+            allow_partial: false,
+        }))),
+    ));
+    entries.extend(rbac_only.into_entries());
+    let chain = FilterChain::new(entries);
+    assert_eq!(
+        chain.wants_body(),
+        Some(BodyWanted {
+            max_bytes: 100,
+            allow_partial: false
+        })
+    );
+    let conn = plain_conn();
+    let mut req = state(&conn, head("GET", "/", &[]));
+    req.set_metadata("envoy.filters.http.jwt_authn", "p", json!({"sub": "alice"}));
+    assert!(matches!(
+        chain.decode_headers(&mut req, |_| None).await,
+        Verdict::Continue
+    ));
+    assert_eq!(req.head.headers["x-slow"], "1");
+    assert_eq!(req.metadata["slow"]["done"], true);
+    // Writing a second namespace key merged with what jwt_authn wrote.
+    assert_eq!(
+        req.metadata["envoy.filters.http.jwt_authn"]["p"]["sub"],
+        "alice"
+    );
+    let mut resp = http::HeaderMap::new();
+    chain.encode_headers(&req, &mut resp);
+    assert_eq!(resp["x-slow-response"], "1");
+}

@@ -14,6 +14,6 @@ mod timing_tests;
 
 pub use build::build_chain;
 pub use chain::{
-    ChainEntry, Decision, FilterChain, HttpFilter, LocalReply, PendingFuture, Verdict,
+    BodyWanted, ChainEntry, Decision, FilterChain, HttpFilter, LocalReply, PendingFuture, Verdict,
 };
 pub use request::{ConnFacts, PeerCert, RequestState, SelectedRoute, TlsFacts};

@@ -82,6 +82,9 @@ pub struct RequestState<'a> {
     /// Request-scoped dynamic metadata: namespace -> object. Written by earlier filters
     /// (jwt_authn, rbac), read by later ones and by access logs.
     pub metadata: MetadataMap,
+    /// The buffered request body, when a filter asked for it ([`crate::FilterChain::wants_body`]);
+    /// the connection manager then forwards these bytes instead of the stream.
+    pub body: Option<bytes::Bytes>,
     /// Headers the connection manager adds to the response (whether it comes from upstream
     /// or is a local reply), e.g. ext_authz `response_headers_to_add`.
     pub response_headers: HeaderMap,
@@ -102,6 +105,7 @@ impl<'a> RequestState<'a> {
             remote,
             route,
             metadata: MetadataMap::new(),
+            body: None,
             response_headers: HeaderMap::new(),
             clear_route_cache: false,
         }
