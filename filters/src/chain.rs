@@ -2,20 +2,27 @@
 //!
 //! # The contract
 //!
-//! The connection manager runs, per request, after selecting the route and before the
-//! router:
+//! Build one [`FilterChain`] per HCM (and snapshot) with [`crate::build_chain`]; it is
+//! `Send + Sync` and meant to be shared by every worker (the caches inside the filters are
+//! lock-free). The connection manager then runs, per request, after selecting the route and
+//! before the router (so also before direct responses and redirects, which Envoy's router
+//! serves, and also when no route matched):
 //!
-//! 1. build a [`RequestState`] from the request head, the connection's [`ConnFacts`]
-//!    (its `ConnFacts`), the trusted client address and the selected route; if
-//!    [`FilterChain::wants_body`] says so, buffer the body first into `state.body`;
+//! 1. build a [`RequestState`] from the request head, the connection's
+//!    [`ConnFacts`](crate::ConnFacts), the trusted client address and the selected route
+//!    ([`SelectedRoute`](crate::SelectedRoute): the per-filter configs of the chosen
+//!    weighted cluster, route, virtual host and route configuration, and the route's
+//!    metadata); if [`FilterChain::wants_body`] says so, buffer the body first into
+//!    `state.body`;
 //! 2. `chain.decode_headers(&mut state, reselect).await`:
 //!    - [`Verdict::Continue`]: route (again, if the chain re-selected) and forward
 //!      `state.head`;
 //!    - [`Verdict::Respond`]: answer with the [`LocalReply`] (through the local-reply path:
-//!      `content-type: text/plain` when there is a body, HEAD without body, gRPC mapping),
-//!      without contacting the upstream;
+//!      `content-type: text/plain` when there is a body, HEAD without body, gRPC mapping,
+//!      `details` as `%RESPONSE_CODE_DETAILS%`), without contacting the upstream;
 //! 3. on the response (upstream or local), `chain.encode_headers(&state, headers)` and add
-//!    `state.response_headers`.
+//!    `state.response_headers`; `state.metadata` is the request's dynamic metadata for
+//!    access logs.
 //!
 //! Filters run in config order. Each filter returns a [`Decision`]: a filter with nothing to
 //! wait for answers [`Decision::Continue`] or [`Decision::Respond`] synchronously, so it
@@ -23,11 +30,17 @@
 //! an authorization call) returns [`Decision::Pending`] with a boxed future, which the
 //! driver awaits on the same task before the next filter runs (Envoy's StopIteration +
 //! `continueDecoding()`). The future may hold `&mut RequestState`, so it can change headers
-//! and metadata when its I/O completes.
+//! and metadata when its I/O completes. Every future is `Send` (workers `tokio::spawn`
+//! connections). Dropping the request's future cancels a pending filter (Envoy's
+//! `onDestroy`).
 //!
 //! `HttpFilter.disabled` and per-route `FilterConfig.disabled` are applied by the driver:
 //! a filter disabled in the HCM runs only on routes whose per-filter config (of its name)
-//! exists and is not disabled; a per-route `disabled: true` skips it.
+//! exists and is not disabled; a per-route `disabled: true` skips it. A filter receives
+//! only its own per-route config, from the most specific level that has one.
+//!
+//! Dynamic metadata written by a filter (namespace -> object, top-level keys merged) is
+//! visible to every later filter: jwt_authn's payload to RBAC's metadata matchers.
 //!
 //! After a filter calls [`RequestState::clear_route_cache`], the driver calls `reselect`
 //! with the current head before the next filter, so later filters (and the router) see the

@@ -162,7 +162,8 @@ impl<'a> RequestState<'a> {
     }
 
     /// A header's value by lower-case name as Envoy's matchers see it: pseudo-headers
-    /// (`:path`, `:authority`, `:method`, `:scheme`) included, repeated headers joined with
+    /// (`:path`, `:authority`, `:method`, `:scheme`) included, `host` absent (it is
+    /// `:authority`), repeated headers joined with
     /// `,` (the only case that allocates), values that are not visible ASCII absent.
     pub fn header(&self, name: &str) -> Option<Cow<'_, str>> {
         match name {
@@ -173,6 +174,8 @@ impl<'a> RequestState<'a> {
             }
             ":method" => return Some(Cow::Borrowed(self.head.method.as_str())),
             ":scheme" => return Some(Cow::Borrowed(self.scheme())),
+            // Envoy's codecs turn `host` into `:authority`: a matcher on `host` never sees it.
+            "host" => return None,
             _ => {}
         }
         let mut values = self.head.headers.get_all(name).iter();

@@ -362,3 +362,25 @@ rules:
     let p = &f.stats().per_policy[0];
     assert_eq!((p.name.as_str(), p.allowed.load(Relaxed)), ("gets", 1));
 }
+
+#[test]
+fn authority_is_matched_as_a_pseudo_header_never_as_host() {
+    let f = rbac(
+        r#"
+rules:
+  action: ALLOW
+  policies:
+    by_authority:
+      permissions: [{header: {name: ":authority", string_match: {exact: api.example}}}]
+      principals: [{any: true}]
+    by_host:
+      permissions: [{header: {name: host, present_match: true}}]
+      principals: [{any: true}]
+"#,
+    );
+    let conn = plain_conn();
+    let mut req = state(&conn, head("GET", "/", &[("host", "api.example")]));
+    assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
+    let mut req = state(&conn, head("GET", "/", &[("host", "other")]));
+    assert_eq!(reply(run_sync(&f, &mut req, None)).status, 403);
+}
