@@ -78,6 +78,32 @@ impl RemoteKeys {
         }
     }
 
+    /// One fetch, retried per `retry_policy` with exponential back-off (base interval
+    /// doubling, capped at the max interval). A 200 with an unusable document counts as a
+    /// failure, as in Envoy.
+    async fn fetch_with_retries(&self, fetcher: &dyn JwksFetcher) -> Result<Jwks, String> {
+        let (retries, base, max) = match &self.config.retry_policy {
+            Some(r) => (r.num_retries, r.base_interval, r.max_interval),
+            None => (0, std::time::Duration::ZERO, std::time::Duration::ZERO),
+        };
+        let mut attempt = 0u32;
+        loop {
+            let outcome = fetcher
+                .fetch(&self.config.http_uri)
+                .await
+                .and_then(|body| parse_jwks(&body));
+            if outcome.is_ok() || attempt >= retries {
+                return outcome;
+            }
+            let backoff = base
+                .checked_mul(1u32 << attempt.min(16))
+                .unwrap_or(max)
+                .min(max);
+            tokio::time::sleep(backoff).await;
+            attempt += 1;
+        }
+    }
+
     /// Fetches (or waits for the fetch already under way) and returns the key set; `None`
     /// when the fetch failed.
     pub async fn fetch(&self, fetcher: &dyn JwksFetcher, stats: &FetchStats) -> Option<Arc<Jwks>> {
@@ -105,10 +131,7 @@ impl RemoteKeys {
         let result = generation
             .cell
             .get_or_init(|| async {
-                let outcome = fetcher
-                    .fetch(&self.config.http_uri)
-                    .await
-                    .and_then(|body| parse_jwks(&body));
+                let outcome = self.fetch_with_retries(fetcher).await;
                 match outcome {
                     Ok(jwks) => {
                         stats.success.fetch_add(1, Ordering::Relaxed);

@@ -129,6 +129,27 @@ impl JwtAuthnFilter {
         &self.config
     }
 
+    /// Fetches the remote JWKS of every provider with `async_fetch` (Envoy fetches them when
+    /// the listener starts, and the listener waits unless `fast_listener`). The proxy spawns
+    /// this when it builds the chain; requests arriving meanwhile join the fetch. Returns
+    /// whether every fetch succeeded.
+    pub async fn prefetch(&self) -> bool {
+        let Some(fetcher) = &self.fetcher else {
+            return !self.runtime.iter().any(|r| r.remote.is_some());
+        };
+        let mut ok = true;
+        for (p, r) in self.config.providers.iter().zip(&self.runtime) {
+            let background = matches!(&p.jwks, JwksSource::Remote(rj) if rj.async_fetch.is_some());
+            if let (true, Some(remote)) = (background, &r.remote) {
+                ok &= remote
+                    .fetch(fetcher.as_ref(), &self.stats.fetch)
+                    .await
+                    .is_some();
+            }
+        }
+        ok
+    }
+
     pub(crate) fn provider(&self, i: usize) -> Option<&JwtProvider> {
         self.config.providers.get(i)
     }

@@ -99,3 +99,46 @@ async fn failed_remote_fetch_is_401_and_retried_by_the_next_request() {
     );
     assert_eq!(f.stats().fetch.failed.load(Relaxed), 2);
 }
+
+/// Fails the first `fail` fetches, then serves `body`.
+struct Flaky {
+    body: String,
+    fail: usize,
+    calls: AtomicUsize,
+}
+
+impl JwksFetcher for Flaky {
+    fn fetch<'a>(&'a self, _: &'a HttpUri) -> FetchFuture<'a> {
+        Box::pin(async move {
+            let n = self.calls.fetch_add(1, Relaxed);
+            if n < self.fail {
+                Err("connect failure".into())
+            } else {
+                Ok(bytes::Bytes::from(self.body.clone()))
+            }
+        })
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_policy_retries_with_backoff_and_async_fetch_prefetches() {
+    let body = REMOTE.replace(
+        "      cache_duration: 300s",
+        "      cache_duration: 300s\n      async_fetch: {}\n      retry_policy: {num_retries: 2, retry_back_off: {base_interval: 1s, max_interval: 10s}}",
+    );
+    let fetcher = Arc::new(Flaky {
+        body: jwks(&[rsa_key().jwk.clone()]),
+        fail: 2,
+        calls: AtomicUsize::new(0),
+    });
+    let f = jwt_with(&body, Some(fetcher.clone()));
+    let start = tokio::time::Instant::now();
+    assert!(f.prefetch().await);
+    // Two failures, backing off 1 s then 2 s, then success.
+    assert_eq!(fetcher.calls.load(Relaxed), 3);
+    assert_eq!(start.elapsed().as_secs(), 3);
+    let conn = plain_conn();
+    let t = rsa_token(&good_claims());
+    let mut req = state(&conn, head("GET", "/x", &[("authorization", &bearer(&t))]));
+    assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
+}
