@@ -106,6 +106,9 @@ pub enum Verdict {
 /// A filter's suspended work: awaited by the driver on the request's task.
 pub type PendingFuture<'r> = Pin<Box<dyn Future<Output = Verdict> + Send + 'r>>;
 
+/// A filter's start-up work ([`HttpFilter::init`]).
+pub type InitFuture<'f> = Pin<Box<dyn Future<Output = bool> + Send + 'f>>;
+
 /// What a filter decided about the request headers.
 pub enum Decision<'r> {
     /// Go on with the next filter.
@@ -137,6 +140,12 @@ pub trait HttpFilter: Send + Sync {
         req: &'r mut RequestState<'_>,
         per_route: Option<&'r PerRouteFilterConfig>,
     ) -> Decision<'r>;
+
+    /// Work to do once when the chain is built (jwt_authn `async_fetch` JWKS prefetch);
+    /// resolves to whether it succeeded. The default has none.
+    fn init(&self) -> Option<InitFuture<'_>> {
+        None
+    }
 
     /// Whether the filter needs the request body buffered before `decode_headers`
     /// (ext_authz `with_request_body`). The default needs none.
@@ -228,6 +237,19 @@ impl FilterChain {
                 max_bytes: a.max_bytes.max(b.max_bytes),
                 allow_partial: a.allow_partial && b.allow_partial,
             })
+    }
+
+    /// Runs every filter's start-up work (spawn it when the chain is built, holding the
+    /// chain in an `Arc`; a listener without `fast_listener` may wait for it). Resolves to
+    /// whether all of it succeeded.
+    pub async fn init(&self) -> bool {
+        let mut ok = true;
+        for e in &self.entries {
+            if let Some(f) = e.filter.init() {
+                ok &= f.await;
+            }
+        }
+        ok
     }
 
     /// Runs the filters on the request headers. `reselect` selects the route again from the

@@ -374,6 +374,15 @@ fn claim(payload: &serde_json::Map<String, Value>, path: &[String]) -> Option<St
 }
 
 impl HttpFilter for JwtAuthnFilter {
+    fn init(&self) -> Option<crate::chain::InitFuture<'_>> {
+        let any_async = self
+            .config
+            .providers
+            .iter()
+            .any(|p| matches!(&p.jwks, JwksSource::Remote(r) if r.async_fetch.is_some()));
+        any_async.then(|| Box::pin(self.prefetch()) as crate::chain::InitFuture<'_>)
+    }
+
     fn decode_headers<'r>(
         &'r self,
         req: &'r mut RequestState<'_>,

@@ -133,7 +133,8 @@ async fn retry_policy_retries_with_backoff_and_async_fetch_prefetches() {
     });
     let f = jwt_with(&body, Some(fetcher.clone()));
     let start = tokio::time::Instant::now();
-    assert!(f.prefetch().await);
+    let init = f.init().expect("async_fetch providers have start-up work");
+    assert!(init.await);
     // Two failures, backing off 1 s then 2 s, then success.
     assert_eq!(fetcher.calls.load(Relaxed), 3);
     assert_eq!(start.elapsed().as_secs(), 3);
