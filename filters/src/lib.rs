@@ -1,1 +1,19 @@
-//! placeholder
+//! courier's HTTP filters: the filter-chain interface the connection manager drives
+//! ([`chain`]), what a filter sees of a request ([`request`]), and the jwt_authn and RBAC
+//! filters' runtime over the validated configs of `courier-config`.
+
+pub mod build;
+pub mod chain;
+pub mod jwt_authn;
+pub mod rbac;
+pub mod request;
+#[cfg(test)]
+pub(crate) mod test_support;
+#[cfg(test)]
+mod timing_tests;
+
+pub use build::build_chain;
+pub use chain::{
+    BodyWanted, ChainEntry, Decision, FilterChain, HttpFilter, LocalReply, PendingFuture, Verdict,
+};
+pub use request::{ConnFacts, PeerCert, RequestState, SelectedRoute, TlsFacts};

@@ -1,0 +1,298 @@
+//! The HTTP filter-chain interface and its driver.
+//!
+//! # The contract
+//!
+//! Build one [`FilterChain`] per HCM (and snapshot) with [`crate::build_chain`]; it is
+//! `Send + Sync` and meant to be shared by every worker (the caches inside the filters are
+//! lock-free). The connection manager then runs, per request, after selecting the route and
+//! before the router (so also before direct responses and redirects, which Envoy's router
+//! serves, and also when no route matched):
+//!
+//! 1. build a [`RequestState`] from the request head, the connection's
+//!    [`ConnFacts`](crate::ConnFacts), the trusted client address and the selected route
+//!    ([`SelectedRoute`](crate::SelectedRoute): the per-filter configs of the chosen
+//!    weighted cluster, route, virtual host and route configuration, and the route's
+//!    metadata); if [`FilterChain::wants_body`] says so, buffer the body first into
+//!    `state.body`;
+//! 2. `chain.decode_headers(&mut state, reselect).await`:
+//!    - [`Verdict::Continue`]: route (again, if the chain re-selected) and forward
+//!      `state.head`;
+//!    - [`Verdict::Respond`]: answer with the [`LocalReply`] (through the local-reply path:
+//!      `content-type: text/plain` when there is a body, HEAD without body, gRPC mapping,
+//!      `details` as `%RESPONSE_CODE_DETAILS%`), without contacting the upstream;
+//! 3. on the response (upstream or local), `chain.encode_headers(&state, headers)` and add
+//!    `state.response_headers`; `state.metadata` is the request's dynamic metadata for
+//!    access logs.
+//!
+//! Filters run in config order. Each filter returns a [`Decision`]: a filter with nothing to
+//! wait for answers [`Decision::Continue`] or [`Decision::Respond`] synchronously, so it
+//! allocates neither a future nor a box; only a filter that must wait on I/O (a JWKS fetch,
+//! an authorization call) returns [`Decision::Pending`] with a boxed future, which the
+//! driver awaits on the same task before the next filter runs (Envoy's StopIteration +
+//! `continueDecoding()`). The future may hold `&mut RequestState`, so it can change headers
+//! and metadata when its I/O completes. Every future is `Send` (workers `tokio::spawn`
+//! connections). Dropping the request's future cancels a pending filter (Envoy's
+//! `onDestroy`).
+//!
+//! `HttpFilter.disabled` and per-route `FilterConfig.disabled` are applied by the driver:
+//! a filter disabled in the HCM runs only on routes whose per-filter config (of its name)
+//! exists and is not disabled; a per-route `disabled: true` skips it. A filter receives
+//! only its own per-route config, from the most specific level that has one.
+//!
+//! Dynamic metadata written by a filter (namespace -> object, top-level keys merged) is
+//! visible to every later filter: jwt_authn's payload to RBAC's metadata matchers.
+//!
+//! After a filter calls [`RequestState::clear_route_cache`], the driver calls `reselect`
+//! with the current head before the next filter, so later filters (and the router) see the
+//! route for the headers as they are now.
+
+use crate::request::RequestState;
+use bytes::Bytes;
+use courier_config::filters::PerRouteFilterConfig;
+use http::request::Parts;
+use http::{HeaderMap, StatusCode};
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A locally generated answer (Envoy's `sendLocalReply`).
+#[derive(Debug, Clone)]
+pub struct LocalReply {
+    /// The status.
+    pub status: StatusCode,
+    /// The body (`text/plain` when not empty).
+    pub body: Bytes,
+    /// Extra response headers (e.g. `www-authenticate`).
+    pub headers: HeaderMap,
+    /// `%RESPONSE_CODE_DETAILS%`, e.g. `rbac_access_denied_matched_policy[none]`.
+    pub details: Cow<'static, str>,
+}
+
+impl LocalReply {
+    /// A reply with a static body and no extra headers.
+    pub fn new(
+        status: StatusCode,
+        body: impl Into<Bytes>,
+        details: impl Into<Cow<'static, str>>,
+    ) -> Self {
+        Self {
+            status,
+            body: body.into(),
+            headers: HeaderMap::new(),
+            details: details.into(),
+        }
+    }
+}
+
+/// A filter's request-body needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyWanted {
+    /// Buffer at most this many bytes.
+    pub max_bytes: u32,
+    /// A longer body is cut at `max_bytes` (else the request is answered 413
+    /// `Payload Too Large`).
+    pub allow_partial: bool,
+}
+
+/// How a suspended filter finished.
+#[derive(Debug)]
+pub enum Verdict {
+    /// Go on with the next filter.
+    Continue,
+    /// Stop the chain and answer locally.
+    Respond(LocalReply),
+}
+
+/// A filter's suspended work: awaited by the driver on the request's task.
+pub type PendingFuture<'r> = Pin<Box<dyn Future<Output = Verdict> + Send + 'r>>;
+
+/// A filter's start-up work ([`HttpFilter::init`]).
+pub type InitFuture<'f> = Pin<Box<dyn Future<Output = bool> + Send + 'f>>;
+
+/// What a filter decided about the request headers.
+pub enum Decision<'r> {
+    /// Go on with the next filter.
+    Continue,
+    /// Stop the chain and answer locally.
+    Respond(LocalReply),
+    /// Wait for I/O; the future's verdict decides. Only filters with something to wait for
+    /// build one.
+    Pending(PendingFuture<'r>),
+}
+
+impl std::fmt::Debug for Decision<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Continue => f.write_str("Continue"),
+            Self::Respond(r) => f.debug_tuple("Respond").field(r).finish(),
+            Self::Pending(_) => f.write_str("Pending(..)"),
+        }
+    }
+}
+
+/// An HTTP filter instance, built once per filter config and shared by every request (and
+/// worker) using it.
+pub trait HttpFilter: Send + Sync {
+    /// Called with the request headers. `per_route` is this filter's per-route config on the
+    /// selected route (the most specific level's), if any.
+    fn decode_headers<'r>(
+        &'r self,
+        req: &'r mut RequestState<'_>,
+        per_route: Option<&'r PerRouteFilterConfig>,
+    ) -> Decision<'r>;
+
+    /// Work to do once when the chain is built (jwt_authn `async_fetch` JWKS prefetch);
+    /// resolves to whether it succeeded. The default has none.
+    fn init(&self) -> Option<InitFuture<'_>> {
+        None
+    }
+
+    /// Whether the filter needs the request body buffered before `decode_headers`
+    /// (ext_authz `with_request_body`). The default needs none.
+    fn wants_body(&self) -> Option<BodyWanted> {
+        None
+    }
+
+    /// Called with the response headers (upstream or local reply), in reverse filter order.
+    /// The default does nothing.
+    fn encode_headers(&self, req: &RequestState<'_>, headers: &mut HeaderMap) {
+        let _ = (req, headers);
+    }
+}
+
+/// One filter in a chain: its name (the key of per-route configs), whether the HCM disabled
+/// it, and the instance.
+pub struct ChainEntry {
+    /// `HttpFilter.name`.
+    pub name: String,
+    /// `HttpFilter.disabled`: runs only where a route's per-filter config enables it.
+    pub disabled: bool,
+    /// The filter.
+    pub filter: Box<dyn HttpFilter>,
+}
+
+impl ChainEntry {
+    /// Whether the filter runs on `route` (`None`: it is off there) and, if so, its
+    /// per-route config. A per-route `disabled: true` turns it off; an HCM-disabled filter
+    /// runs only where a route-level entry of its name exists and is not disabled.
+    fn on_route<'a>(
+        &self,
+        route: Option<crate::request::SelectedRoute<'a>>,
+    ) -> Option<Option<&'a PerRouteFilterConfig>> {
+        match route.and_then(|r| r.per_filter_config(&self.name)) {
+            Some(c) if c.disabled => None,
+            Some(c) => Some(c.config.as_ref()),
+            None if self.disabled => None,
+            None => Some(None),
+        }
+    }
+}
+
+impl std::fmt::Debug for ChainEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChainEntry")
+            .field("name", &self.name)
+            .field("disabled", &self.disabled)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The decoder filters of one HCM, in config order (the router excluded: the connection
+/// manager forwards after the chain continues).
+#[derive(Debug, Default)]
+pub struct FilterChain {
+    entries: Vec<ChainEntry>,
+}
+
+impl FilterChain {
+    /// A chain of these filters, in this order.
+    pub fn new(entries: Vec<ChainEntry>) -> Self {
+        Self { entries }
+    }
+
+    /// The filters.
+    pub fn entries(&self) -> &[ChainEntry] {
+        &self.entries
+    }
+
+    /// The filters, to combine with others.
+    pub fn into_entries(self) -> Vec<ChainEntry> {
+        self.entries
+    }
+
+    /// Whether the chain has no filter (the connection manager may skip building a
+    /// [`RequestState`]).
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// What the connection manager must buffer before [`FilterChain::decode_headers`]: the
+    /// largest `max_bytes` any filter wants, partial only if every such filter allows it.
+    /// `None` (the common case): stream the body, `RequestState::body` stays `None`.
+    pub fn wants_body(&self) -> Option<BodyWanted> {
+        self.entries
+            .iter()
+            .filter_map(|e| e.filter.wants_body())
+            .reduce(|a, b| BodyWanted {
+                max_bytes: a.max_bytes.max(b.max_bytes),
+                allow_partial: a.allow_partial && b.allow_partial,
+            })
+    }
+
+    /// Runs every filter's start-up work (spawn it when the chain is built, holding the
+    /// chain in an `Arc`; a listener without `fast_listener` may wait for it). Resolves to
+    /// whether all of it succeeded.
+    pub async fn init(&self) -> bool {
+        let mut ok = true;
+        for e in &self.entries {
+            if let Some(f) = e.filter.init() {
+                ok &= f.await;
+            }
+        }
+        ok
+    }
+
+    /// Runs the filters on the request headers. `reselect` selects the route again from the
+    /// current head after a filter cleared the route cache.
+    pub async fn decode_headers<'a, F>(
+        &self,
+        req: &mut RequestState<'a>,
+        mut reselect: F,
+    ) -> Verdict
+    where
+        F: FnMut(&Parts) -> Option<crate::request::SelectedRoute<'a>> + Send,
+    {
+        for entry in &self.entries {
+            let Some(per_route) = entry.on_route(req.route) else {
+                continue;
+            };
+            let verdict = match entry.filter.decode_headers(req, per_route) {
+                Decision::Continue => Verdict::Continue,
+                Decision::Respond(r) => Verdict::Respond(r),
+                Decision::Pending(fut) => fut.await,
+            };
+            if let Verdict::Respond(r) = verdict {
+                return Verdict::Respond(r);
+            }
+            if req.route_cache_cleared() {
+                let route = reselect(&req.head);
+                req.set_route(route);
+            }
+        }
+        Verdict::Continue
+    }
+
+    /// Runs the response-path hooks of the filters enabled on the request's (final) route,
+    /// last filter first.
+    pub fn encode_headers(&self, req: &RequestState<'_>, headers: &mut HeaderMap) {
+        for entry in self.entries.iter().rev() {
+            if entry.on_route(req.route).is_some() {
+                entry.filter.encode_headers(req, headers);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "chain_tests.rs"]
+mod tests;

@@ -1,0 +1,122 @@
+//! Evaluation of compiled RBAC policies against one request (envoy-reference 4.2, 4.3).
+//! Nothing here allocates except joining a repeated header a matcher asks for.
+
+use crate::request::RequestState;
+use courier_config::filters::rbac::{
+    MetadataSource, Permission, Principal, RbacAction, RbacEngine, RbacPolicy, SourcedMetadata,
+};
+use courier_config::matcher::HeaderMatcher;
+use std::net::IpAddr;
+
+/// The outcome of one engine.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineResult<'e> {
+    /// Whether the engine lets the request through (LOG always does).
+    pub allowed: bool,
+    /// The first matching policy, in name order.
+    pub matched: Option<&'e RbacPolicy>,
+}
+
+/// Evaluates `engine`: the first policy (in name order) whose permissions and principals
+/// both match decides.
+pub fn evaluate<'e>(engine: &'e RbacEngine, req: &RequestState<'_>) -> EngineResult<'e> {
+    let matched = engine.policies.iter().find(|p| policy_matches(p, req));
+    let allowed = match engine.action {
+        RbacAction::Allow => matched.is_some(),
+        RbacAction::Deny => matched.is_none(),
+        RbacAction::Log => true,
+    };
+    EngineResult { allowed, matched }
+}
+
+fn policy_matches(p: &RbacPolicy, req: &RequestState<'_>) -> bool {
+    p.permissions.iter().any(|x| permission(x, req))
+        && p.principals.iter().any(|x| principal(x, req))
+}
+
+fn permission(p: &Permission, req: &RequestState<'_>) -> bool {
+    match p {
+        Permission::Any => true,
+        Permission::And(v) => v.iter().all(|x| permission(x, req)),
+        Permission::Or(v) => v.iter().any(|x| permission(x, req)),
+        Permission::Not(x) => !permission(x, req),
+        Permission::Header(h) => header(h, req),
+        Permission::UrlPath(sm) => sm.matches(url_path(req)),
+        Permission::DestinationIp(c) => c.contains(req.conn.local.ip()),
+        Permission::DestinationPort(port) => req.conn.local.port() == *port,
+        Permission::DestinationPortRange { start, end } => {
+            let port = u32::from(req.conn.local.port());
+            *start <= port && port < *end
+        }
+        Permission::Metadata(m) => metadata(m, req),
+        Permission::RequestedServerName(sm) => {
+            let sni = req
+                .conn
+                .tls
+                .as_ref()
+                .and_then(|t| t.sni.as_deref())
+                .unwrap_or("");
+            sm.matches(sni)
+        }
+    }
+}
+
+fn principal(p: &Principal, req: &RequestState<'_>) -> bool {
+    match p {
+        Principal::Any => true,
+        Principal::And(v) => v.iter().all(|x| principal(x, req)),
+        Principal::Or(v) => v.iter().any(|x| principal(x, req)),
+        Principal::Not(x) => !principal(x, req),
+        Principal::Authenticated(name) => {
+            let Some(tls) = req.conn.tls.as_ref() else {
+                return false;
+            };
+            let Some(sm) = name else {
+                // Envoy: any TLS connection when no principal_name is given.
+                return true;
+            };
+            let Some(cert) = tls.peer_cert.as_ref() else {
+                return false;
+            };
+            // URI SANs, then DNS SANs, then the subject.
+            cert.uri_sans.iter().any(|s| sm.matches(s))
+                || cert.dns_sans.iter().any(|s| sm.matches(s))
+                || sm.matches(&cert.subject)
+        }
+        Principal::SourceIp(c) => c.contains(canonical(req.conn.source.ip())),
+        Principal::DirectRemoteIp(c) => c.contains(canonical(req.conn.peer.ip())),
+        Principal::RemoteIp(c) => c.contains(canonical(req.remote)),
+        Principal::Header(h) => header(h, req),
+        Principal::UrlPath(sm) => sm.matches(url_path(req)),
+        Principal::Metadata(m) => metadata(m, req),
+    }
+}
+
+/// An IPv4-mapped IPv6 peer (dual-stack listener) is matched as the IPv4 address, as
+/// Envoy's address objects present it.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn header(h: &HeaderMatcher, req: &RequestState<'_>) -> bool {
+    h.matches(req.header(&h.name).as_deref())
+}
+
+/// The path without query and fragment.
+fn url_path<'r>(req: &'r RequestState<'_>) -> &'r str {
+    let p = req.path();
+    p.find(['?', '#']).map_or(p, |i| &p[..i])
+}
+
+fn metadata(m: &SourcedMetadata, req: &RequestState<'_>) -> bool {
+    match m.source {
+        MetadataSource::Dynamic => m.matcher.matches(&req.metadata),
+        MetadataSource::Route => match req.route.and_then(|r| r.metadata) {
+            Some(md) => m.matcher.matches(md),
+            None => m.matcher.matches(&courier_config::core::MetadataMap::new()),
+        },
+    }
+}
