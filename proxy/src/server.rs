@@ -79,7 +79,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let tls = Arc::new(ServerConfigs::build(
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
-    let clusters = Arc::new(ClusterManager::new(&snapshot.load()));
+    let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
