@@ -161,9 +161,10 @@ async fn without_validation_context_any_certificate_is_accepted() {
     let r = get(&c).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.body, "tls ok");
-    // No `sni`: no SNI sent (Envoy's behaviour), no ALPN for an HTTP/1.1 cluster.
+    // No `sni`: no SNI sent (Envoy's behaviour); an HTTP/1.1 cluster without
+    // `alpn_protocols` offers "http/1.1", as Envoy's HTTP/1.1 pool does.
     assert_eq!(r.header("x-sni"), Some("none"));
-    assert_eq!(r.header("x-alpn"), Some("none"));
+    assert_eq!(r.header("x-alpn"), Some("http/1.1"));
     assert_eq!(r.header("x-client-cert"), Some("absent"));
     assert_eq!(r.header("x-version"), Some("HTTP/1.1"));
 }
@@ -282,7 +283,8 @@ async fn http2_clusters_negotiate_h2_over_tls() {
     }
     assert_eq!(stat(&c, "cluster.u.upstream_cx_total").await, 1);
 
-    // An HTTP/1.1 cluster offers the configured ALPN list.
+    // An HTTP/1.1 cluster offers the configured ALPN list (here the upstream
+    // prefers h2 but courier offers only http/1.1).
     let cfg = "common_tls_context: {alpn_protocols: [\"http/1.1\"]}";
     let c = courier("", ROUTE, &tls_cluster(addr, cfg, "")).await;
     let r = get(&c).await;

@@ -56,9 +56,12 @@ impl UpstreamTlsContext {
             None => builder.with_no_client_auth(),
         };
         // Envoy's HTTP/2 pool overrides the ALPN list with "h2" (the codec is
-        // fixed by the cluster, not negotiated).
+        // fixed by the cluster, not negotiated); its HTTP/1.1 pool offers the
+        // configured list, or "http/1.1" when none is configured (checked
+        // against Envoy 1.40 in the differential tests).
         config.alpn_protocols = match protocol {
             UpstreamProtocol::Http2 => vec![b"h2".to_vec()],
+            _ if tls.common.alpn_protocols.is_empty() => vec![b"http/1.1".to_vec()],
             _ => tls
                 .common
                 .alpn_protocols
