@@ -311,3 +311,35 @@ async fn sessions_are_resumed_unless_max_session_keys_is_zero() {
     assert_eq!(get(&c).await.header("x-resumed"), Some("no"));
     assert_eq!(get(&c).await.header("x-resumed"), Some("no"));
 }
+
+#[tokio::test]
+async fn connect_timeout_covers_the_tls_handshake() {
+    // Accepts TCP and never answers the ClientHello. Envoy 1.40 (checked) then
+    // times the connection out after connect_timeout (1 s here), counting it in
+    // upstream_cx_connect_timeout.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let c = courier("", ROUTE, &tls_cluster(addr, "", "")).await;
+    let started = tokio::time::Instant::now();
+    let r = get(&c).await;
+    let elapsed = started.elapsed();
+    assert_eq!(r.status, 503, "{r:?}");
+    assert_eq!(
+        r.body,
+        "upstream connect error or disconnect/reset before headers. reset reason: connection timeout"
+    );
+    assert!(
+        elapsed >= std::time::Duration::from_millis(900)
+            && elapsed < std::time::Duration::from_secs(5),
+        "{elapsed:?}"
+    );
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_connect_timeout").await, 1);
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_connect_fail").await, 1);
+    held.abort();
+}
