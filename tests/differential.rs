@@ -25,8 +25,8 @@
 // A test (or benchmark setup) that cannot proceed should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use courier_tests::differential::{Bootstrap, Case, Field, bootstrap, hcm_listener, run};
-use courier_tests::{courier_bin, envoy_bin};
+use courier_tests::differential::{Bootstrap, Case, Field, bootstrap, hcm_listener, indent, run};
+use courier_tests::{TestCa, courier_bin, envoy_bin, tls_upstream};
 
 /// Direct responses: statuses, bodies, empty bodies.
 const DIRECT: &str = r#"
@@ -226,6 +226,7 @@ fn cases() -> Vec<Case> {
     let r = |name, host, path| Case::get(name, "redirect", host, path);
     let m = |name, path| Case::get(name, "match", "example.com", path);
     let v = |name, host| Case::get(name, "vhosts", host, "/");
+    let u = |name, path| Case::get(name, "uptls", "example.com", path);
     vec![
         // Direct responses.
         d("direct 200 body", "/ok"),
@@ -387,7 +388,93 @@ fn cases() -> Vec<Case> {
         Case::get("only vhost", "nohost", "only.test", "/"),
         Case::get("server_name", "named", "only.test", "/"),
         Case::get("server_name on 404", "named", "elsewhere.test", "/"),
+        // Upstream TLS (the upstream reports SNI, ALPN and client certificate).
+        u("upstream TLS without validation", "/none"),
+        u("upstream TLS without validation h2c", "/none").h2c(),
+        u("upstream TLS trusted_ca", "/ca"),
+        u("upstream TLS wrong CA", "/wrongca"),
+        u("upstream TLS SAN mismatch", "/san"),
+        u("upstream TLS sni", "/sni"),
+        u("upstream TLS alpn_protocols", "/alpn"),
     ]
+}
+
+/// Upstream TLS: one cluster per TLS context, all to one TLS upstream whose
+/// certificate (for `api.upstream.test`) is signed by `ca`.
+fn upstream_tls_bootstrap(
+    dir: &std::path::Path,
+    upstream: std::net::SocketAddr,
+    ca: &TestCa,
+) -> Bootstrap {
+    let good = dir.join("upstream-ca.pem");
+    std::fs::write(&good, &ca.pem.cert).unwrap();
+    let wrong = dir.join("wrong-ca.pem");
+    std::fs::write(&wrong, &TestCa::new("wrong CA").pem.cert).unwrap();
+    let (good, wrong) = (good.display(), wrong.display());
+    let routes: String = ["none", "ca", "wrongca", "san", "sni", "alpn"]
+        .iter()
+        .map(|c| format!("  - match: {{ prefix: \"/{c}\" }}\n    route: {{ cluster: tls-{c} }}\n"))
+        .collect();
+    // The router's service time varies between runs: removed on both sides.
+    let vhosts = format!(
+        "- name: uptls\n  domains: [\"*\"]\n  response_headers_to_remove: [x-envoy-upstream-service-time]\n  routes:\n{routes}"
+    );
+    let contexts = [
+        ("none", String::new()),
+        (
+            "ca",
+            format!(
+                "common_tls_context: {{ validation_context: {{ trusted_ca: {{ filename: {good} }} }} }}"
+            ),
+        ),
+        (
+            "wrongca",
+            format!(
+                "common_tls_context: {{ validation_context: {{ trusted_ca: {{ filename: {wrong} }} }} }}"
+            ),
+        ),
+        (
+            "san",
+            format!(
+                "common_tls_context: {{ validation_context: {{ trusted_ca: {{ filename: {good} }}, match_typed_subject_alt_names: [{{ san_type: DNS, matcher: {{ exact: other.upstream.test }} }}] }} }}"
+            ),
+        ),
+        ("sni", "sni: api.upstream.test".to_string()),
+        (
+            "alpn",
+            "common_tls_context: { alpn_protocols: [\"h2\", \"http/1.1\"] }".to_string(),
+        ),
+    ];
+    let clusters: String = contexts
+        .iter()
+        .map(|(name, ctx)| {
+            format!(
+                r#"- name: tls-{name}
+  connect_timeout: 2s
+  load_assignment:
+    cluster_name: tls-{name}
+    endpoints:
+    - lb_endpoints:
+      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}
+  transport_socket:
+    name: envoy.transport_sockets.tls
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+      {ctx}
+"#,
+                port = upstream.port()
+            )
+        })
+        .collect();
+    Bootstrap {
+        id: "upstream-tls",
+        yaml: format!(
+            "{}  clusters:\n{}\n",
+            bootstrap(&[hcm_listener("uptls", "", &vhosts)]),
+            indent(&clusters, 2)
+        ),
+        listeners: vec!["uptls"],
+    }
 }
 
 #[test]
@@ -398,7 +485,12 @@ fn courier_answers_as_envoy_does() {
     };
     let cases = cases();
     assert!(cases.len() >= 40, "the harness promises at least 40 cases");
-    let failures = run(&envoy, &courier_bin(), &bootstraps(), &cases);
+    let ca = TestCa::new("upstream CA");
+    let upstream = tls_upstream::start(&ca.leaf(&["api.upstream.test"]));
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = bootstraps();
+    all.push(upstream_tls_bootstrap(dir.path(), upstream, &ca));
+    let failures = run(&envoy, &courier_bin(), &all, &cases);
     assert!(
         failures.is_empty(),
         "{} difference(s) between Envoy and courier:\n{}",

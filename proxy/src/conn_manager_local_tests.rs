@@ -66,7 +66,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
         .unwrap();
     rt.block_on(async move {
         let (client_io, server_io) = tokio::io::duplex(64 * 1024);
-        let clusters = std::sync::Arc::new(ClusterManager::new(&snapshot));
+        let clusters = std::sync::Arc::new(ClusterManager::new(&snapshot).unwrap());
         let stats = std::sync::Arc::new(WorkerStats::default());
         let service = hyper::service::service_fn(move |req| {
             let (snapshot, clusters, stats) = (snapshot.clone(), clusters.clone(), stats.clone());

@@ -61,9 +61,6 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     if matches!(c.discovery, Discovery::Eds { .. }) {
         refuse("eds_cluster_config", "EDS");
     }
-    if c.tls.is_some() {
-        refuse("transport_socket", "upstream TLS");
-    }
     match c.http.protocol {
         UpstreamProtocol::Http1 | UpstreamProtocol::Http2 => {}
         UpstreamProtocol::UseDownstream => refuse(

@@ -2,7 +2,7 @@
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
 use crate::listener;
-use crate::stats::{ClusterStats, HcmStats, WorkerStats};
+use crate::stats::{self, ClusterStats, HcmStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use crate::worker::{self, WorkerSetup};
@@ -79,7 +79,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let tls = Arc::new(ServerConfigs::build(
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
-    let clusters = Arc::new(ClusterManager::new(&snapshot.load()));
+    let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -108,6 +108,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let mut handles = Vec::with_capacity(opts.workers);
     for index in 0..opts.workers {
         let worker_stats = Arc::new(WorkerStats {
+            listener_cx: addrs
+                .iter()
+                .map(|(_, a)| (stats::listener_stat_name(*a), Arc::default()))
+                .collect(),
             listeners: bootstrap
                 .listeners
                 .iter()

@@ -102,10 +102,28 @@ impl ClusterStats {
     }
 }
 
+/// A listener's connection counts on one worker: `listener.<address>.*` summed
+/// over workers, and `listener.<address>.worker_<n>.*` per worker, as in Envoy.
+#[derive(Debug, Default)]
+pub struct ListenerStats {
+    /// `downstream_cx_total`: connections accepted.
+    pub cx_total: Counter,
+    /// `downstream_cx_active` (a gauge).
+    pub cx_active: Counter,
+}
+
+/// A listener address as Envoy writes it in stat names (`127.0.0.1_10000`,
+/// `[__1]_10000`: `:` is not allowed in a stat name).
+pub fn listener_stat_name(addr: std::net::SocketAddr) -> String {
+    addr.to_string().replace(':', "_")
+}
+
 /// One worker's stats: one [`HcmStats`] per filter chain of each listener, and
 /// one [`ClusterStats`] per cluster, by the cluster manager's index.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
+    /// Per listener (by index), with its address's stat name.
+    pub listener_cx: Vec<(String, Arc<ListenerStats>)>,
     /// By listener index, then by filter chain (`filter_chain::chain_at` order,
     /// the default chain last), with the chain's HCM stat prefix. Chains sharing
     /// a prefix share their stat names, summed on scrape, as in Envoy.
@@ -115,6 +133,14 @@ pub struct WorkerStats {
 }
 
 impl WorkerStats {
+    /// A listener's connection counts (detached ones for an unknown index).
+    pub fn listener(&self, listener: usize) -> Arc<ListenerStats> {
+        self.listener_cx
+            .get(listener)
+            .map(|(_, s)| Arc::clone(s))
+            .unwrap_or_default()
+    }
+
     /// The stats of a listener's filter chain (detached ones if the config
     /// changed under the connection).
     pub fn hcm(&self, listener: usize, chain: usize) -> Arc<HcmStats> {
@@ -132,7 +158,19 @@ pub type Sample = (String, u64);
 /// Sums every worker's stats into Envoy-named samples, sorted by name.
 pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     let mut out: std::collections::BTreeMap<String, u64> = Default::default();
-    for w in workers {
+    for (index, w) in workers.iter().enumerate() {
+        for (addr, s) in &w.listener_cx {
+            // The worker's index is its position: the server creates them in order.
+            for scope in [
+                format!("listener.{addr}"),
+                format!("listener.{addr}.worker_{index}"),
+            ] {
+                let mut add =
+                    |name: &str, v: u64| *out.entry(format!("{scope}.{name}")).or_default() += v;
+                add("downstream_cx_total", s.cx_total.get());
+                add("downstream_cx_active", s.cx_active.get());
+            }
+        }
         for (prefix, s) in w.listeners.iter().flatten() {
             let mut add =
                 |name: &str, v: u64| *out.entry(format!("http.{prefix}.{name}")).or_default() += v;
@@ -253,6 +291,7 @@ mod tests {
         let mk = || {
             let s = Arc::new(HcmStats::default());
             Arc::new(WorkerStats {
+                listener_cx: vec![("127.0.0.1_80".into(), Arc::default())],
                 listeners: vec![vec![("ingress".into(), s)]],
                 clusters: vec![("echo".into(), Arc::new(ClusterStats::default()))],
             })
@@ -260,6 +299,9 @@ mod tests {
         let (a, b) = (mk(), mk());
         a.hcm(0, 0).rq_total.inc();
         b.hcm(0, 0).rq_total.inc();
+        a.listener(0).cx_total.inc();
+        b.listener(0).cx_total.inc();
+        b.listener(0).cx_total.inc();
         b.hcm(0, 0).response(204);
         a.clusters[0].1.rq_total.inc();
         a.clusters[0].1.response(200);
@@ -274,6 +316,13 @@ mod tests {
             text.contains("http.ingress.downstream_rq_2xx: 1\n"),
             "{text}"
         );
+        for line in [
+            "listener.127.0.0.1_80.downstream_cx_total: 3\n",
+            "listener.127.0.0.1_80.worker_0.downstream_cx_total: 1\n",
+            "listener.127.0.0.1_80.worker_1.downstream_cx_total: 2\n",
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
         let prom = render_prometheus(&samples);
         assert!(
             prom.contains(

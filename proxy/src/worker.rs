@@ -5,7 +5,7 @@ use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::{self, Codec};
 use crate::listener;
 use crate::router::Upstream;
-use crate::stats::WorkerStats;
+use crate::stats::{ListenerStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -157,7 +157,17 @@ macro_rules! serve_until_drained {
     }};
 }
 
+/// A connection counted in its listener's `downstream_cx_active` until dropped.
+struct ActiveCx(Arc<ListenerStats>);
+
+impl Drop for ActiveCx {
+    fn drop(&mut self) {
+        self.0.cx_active.dec();
+    }
+}
+
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
+    let listener_stats = ctx.stats.listener(ctx.listener_index);
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,
@@ -169,6 +179,9 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
             }
         };
         let _ = stream.set_nodelay(true);
+        listener_stats.cx_total.inc();
+        listener_stats.cx_active.inc();
+        let active = ActiveCx(Arc::clone(&listener_stats));
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
         let listener_index = ctx.listener_index;
@@ -180,6 +193,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             let _open = open;
+            let _active = active;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             let (stream, info, codec) = {
                 // An owned snapshot: a guard must not be held across the handshake.

@@ -2,13 +2,13 @@
 //! once from the chain's validated `DownstreamTls` (DER certificate and key, ALPN,
 //! versions, client-certificate validation with SAN matchers).
 
-mod san;
+pub(crate) mod san;
 mod stream;
 
 pub use stream::DownstreamStream;
 
 use courier_config::listener::Listener;
-use courier_config::tls::{DownstreamTls, TlsVersion};
+use courier_config::tls::{CommonTls, DownstreamTls, TlsVersion};
 use rustls::ServerConfig;
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
@@ -81,7 +81,7 @@ fn key(tls: &Arc<DownstreamTls>) -> usize {
 }
 
 /// The process-wide crypto provider: aws-lc-rs.
-fn provider() -> Arc<CryptoProvider> {
+pub(crate) fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
@@ -101,19 +101,25 @@ pub fn chain_tls(tls: &DownstreamTls) -> Result<ChainTls, String> {
     })
 }
 
-/// A server config without ALPN.
-fn server_config(tls: &DownstreamTls) -> Result<ServerConfig, String> {
-    let provider = provider();
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> = [
+/// The rustls protocol versions between `common`'s minimum and maximum.
+pub(crate) fn protocol_versions(
+    common: &CommonTls,
+) -> Vec<&'static rustls::SupportedProtocolVersion> {
+    [
         (TlsVersion::Tls12, &rustls::version::TLS12),
         (TlsVersion::Tls13, &rustls::version::TLS13),
     ]
     .into_iter()
-    .filter(|(v, _)| (tls.common.min_version..=tls.common.max_version).contains(v))
+    .filter(|(v, _)| (common.min_version..=common.max_version).contains(v))
     .map(|(_, p)| p)
-    .collect();
+    .collect()
+}
+
+/// A server config without ALPN.
+fn server_config(tls: &DownstreamTls) -> Result<ServerConfig, String> {
+    let provider = provider();
     let builder = ServerConfig::builder_with_provider(Arc::clone(&provider))
-        .with_protocol_versions(&versions)
+        .with_protocol_versions(&protocol_versions(&tls.common))
         .map_err(|e| format!("protocol versions: {e}"))?;
     let builder = match client_verifier(tls, &provider)? {
         Some(v) => builder.with_client_cert_verifier(v),

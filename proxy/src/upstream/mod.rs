@@ -9,6 +9,8 @@ pub mod dns;
 pub mod host;
 pub mod lb;
 pub mod pool;
+pub mod stream;
+pub mod tls;
 
 use arc_swap::ArcSwap;
 use courier_config::cluster::{Cluster, Discovery};
@@ -26,6 +28,8 @@ pub struct UpstreamCluster {
     pub config: Arc<Cluster>,
     /// Its current hosts.
     hosts: ArcSwap<HostSet>,
+    /// TLS to its hosts, when its transport socket asks for it.
+    pub tls: Option<tls::UpstreamTlsContext>,
 }
 
 impl UpstreamCluster {
@@ -46,8 +50,10 @@ impl ClusterManager {
     /// Builds the clusters of `snapshot` (sorted by name, so indexes are stable).
     /// DNS clusters are resolved here, blocking: this runs on the main thread before
     /// the workers start, so the first requests already have hosts (Envoy likewise
-    /// waits for a cluster's first resolution before it is ready).
-    pub fn new(snapshot: &Snapshot) -> Self {
+    /// waits for a cluster's first resolution before it is ready). TLS client
+    /// configs are built here too; an error (a client key that does not match
+    /// its certificate, say) names the cluster.
+    pub fn new(snapshot: &Snapshot) -> Result<Self, String> {
         let mut names: Vec<&String> = snapshot.clusters.keys().collect();
         names.sort();
         let mut by_name = HashMap::with_capacity(names.len());
@@ -56,15 +62,23 @@ impl ClusterManager {
             let Some(config) = snapshot.clusters.get(name) else {
                 continue;
             };
+            let tls = match &config.tls {
+                Some(t) => Some(
+                    tls::UpstreamTlsContext::new(t, config.http.protocol)
+                        .map_err(|e| format!("cluster {name}: TLS: {e}"))?,
+                ),
+                None => None,
+            };
             let hosts = initial_hosts(config);
             by_name.insert(name.clone(), index);
             clusters.push(Arc::new(UpstreamCluster {
                 index,
                 config: Arc::clone(config),
                 hosts: ArcSwap::from_pointee(hosts),
+                tls,
             }));
         }
-        Self { by_name, clusters }
+        Ok(Self { by_name, clusters })
     }
 
     /// The cluster named `name`.

@@ -9,6 +9,7 @@
 
 use super::UpstreamCluster;
 use super::host::{ActiveRequest, Host};
+use super::stream::UpstreamStream;
 use crate::stats::ClusterStats;
 use courier_config::cluster::UpstreamProtocol;
 use http::{Request, Response};
@@ -245,19 +246,36 @@ async fn send_h2(
     }
 }
 
+/// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
+/// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
+/// "connected" event, raised after the TLS handshake).
 async fn connect(
     cluster: &UpstreamCluster,
     addr: SocketAddr,
     stats: &ClusterStats,
-) -> Result<TcpStream, SendError> {
+) -> Result<UpstreamStream, SendError> {
     stats.cx_total.inc();
-    match tokio::time::timeout(cluster.config.connect_timeout, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => {
-            let _ = s.set_nodelay(true);
-            Ok(s)
-        }
-        Ok(Err(e)) => {
+    let open = async {
+        let tcp = TcpStream::connect(addr).await.map_err(|e| {
             tracing::debug!(%addr, error = %e, "upstream connect failed");
+        })?;
+        let _ = tcp.set_nodelay(true);
+        match &cluster.tls {
+            None => Ok(UpstreamStream::Plain(tcp)),
+            Some(tls) => match tls.handshake(tcp, addr).await {
+                Ok(s) => Ok(UpstreamStream::Tls(Box::new(s))),
+                Err(e) => {
+                    // Envoy's local reply says only "remote connection failure"
+                    // for a failed handshake; the reason goes to the debug log.
+                    tracing::debug!(%addr, error = %e, "upstream TLS handshake failed");
+                    Err(())
+                }
+            },
+        }
+    };
+    match tokio::time::timeout(cluster.config.connect_timeout, open).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(())) => {
             stats.cx_connect_fail.inc();
             Err(SendError::ConnectFailure)
         }

@@ -100,6 +100,28 @@ pub struct Courier {
     _dir: tempfile::TempDir,
 }
 
+impl Courier {
+    /// Sends SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// The exit status, once courier has exited; polls every 20 ms, `tries` times.
+    pub async fn wait_exit(&mut self, tries: u32) -> Option<std::process::ExitStatus> {
+        for _ in 0..tries {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return Some(s);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+}
+
 impl Drop for Courier {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -116,6 +138,24 @@ pub async fn courier(hcm_extra: &str, routes: &str, clusters: &str) -> Courier {
 
 /// Like [`courier`], with `vhost_extra` added to the virtual host.
 pub async fn courier_with(
+    hcm_extra: &str,
+    vhost_extra: &str,
+    routes: &str,
+    clusters: &str,
+) -> Courier {
+    courier_args(
+        &["--concurrency", "1", "--drain-time-s", "1"],
+        hcm_extra,
+        vhost_extra,
+        routes,
+        clusters,
+    )
+    .await
+}
+
+/// Like [`courier_with`], with these command-line `args` (before `-c`).
+pub async fn courier_args(
+    args: &[&str],
     hcm_extra: &str,
     vhost_extra: &str,
     routes: &str,
@@ -159,7 +199,8 @@ static_resources:
     std::fs::write(&config_path, &config).unwrap();
     let admin_path = dir.path().join("admin");
     let child = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(["--concurrency", "1", "--drain-time-s", "1", "-c"])
+        .args(args)
+        .arg("-c")
         .arg(&config_path)
         .arg("--admin-address-path")
         .arg(&admin_path)
@@ -224,7 +265,7 @@ pub fn static_cluster(name: &str, hosts: &[SocketAddr], extra: &str) -> String {
 }
 
 /// A keep-alive HTTP/1.1 client connection.
-pub struct H1(hyper::client::conn::http1::SendRequest<Full<Bytes>>);
+pub struct H1(pub hyper::client::conn::http1::SendRequest<Full<Bytes>>);
 
 impl H1 {
     /// Connects.
@@ -255,7 +296,7 @@ impl H1 {
 }
 
 /// A prior-knowledge h2c client connection.
-pub struct H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>);
+pub struct H2(pub hyper::client::conn::http2::SendRequest<Full<Bytes>>);
 
 impl H2 {
     /// Connects.
