@@ -3,9 +3,11 @@
 //! redirects here; forwarding is the router's), applying the connection manager's
 //! response rules.
 
+use crate::access_log::body::{LoggedBody, RequestBody};
+use crate::access_log::{Logs, Pending, ResponseSide, RouteName, Upstreamed};
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::router::body::ResponseBody;
-use crate::router::{self, Matched, Upstream, forwarded};
+use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::hcm::RouteSpecifier;
@@ -15,6 +17,10 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+use tokio::time::Instant;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
 
@@ -97,17 +103,20 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
 /// the connection manager of filter chain `info.filter_chain_index`.
 pub async fn handle(
     mut req: Request<Incoming>,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
     info: &ConnInfo,
     stats: &HcmStats,
     up: &Upstream<'_>,
-) -> Response<ResponseBody> {
+) -> Response<LoggedBody<ResponseBody>> {
     stats.rq_total.inc();
     let hcm = snapshot
         .listeners
         .get(info.listener_index)
         .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
+    let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
+    let start = logging.then(|| (SystemTime::now(), Instant::now()));
+    let mut head = None;
     let mut resp = match hcm {
         Some(hcm) => {
             let internal_only = match &hcm.route_specifier {
@@ -119,7 +128,20 @@ pub async fn handle(
                 .always_set_request_id_in_response
                 .then(|| req.headers().get(REQUEST_ID).cloned())
                 .flatten();
-            let mut resp = respond(req, hcm, stats, info, up).await;
+            // The log sees the request as the connection manager passed it on.
+            let received = logging.then(|| {
+                let received = Arc::new(AtomicU64::new(0));
+                head = Some((
+                    req.method().clone(),
+                    req.uri().clone(),
+                    req.version(),
+                    req.headers().clone(),
+                    Arc::clone(&received),
+                ));
+                received
+            });
+            let req = req.map(|b| RequestBody::new(b, received));
+            let mut resp = respond(req, hcm, stats, info, up, logging).await;
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }
@@ -134,19 +156,49 @@ pub async fn handle(
         resp.headers_mut().insert(header::SERVER, v);
     }
     stats.response(resp.status().as_u16());
-    resp
+    let (Some((start, started)), Some((method, uri, version, headers, received))) = (start, head)
+    else {
+        return resp.map(LoggedBody::plain);
+    };
+    let pending = Pending {
+        logs: Logs::Hcm {
+            snapshot: Arc::clone(snapshot),
+            listener_index: info.listener_index,
+            filter_chain_index: info.filter_chain_index,
+        },
+        start,
+        started,
+        method,
+        uri,
+        version,
+        headers,
+        peer: info.peer,
+        local: info.local,
+        received,
+    };
+    let side = ResponseSide {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        flag: resp.extensions().get::<ResponseFlag>().map(|f| f.0),
+        upstream: resp.extensions_mut().remove::<Upstreamed>(),
+        route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
+        response_duration: started.elapsed(),
+        ..ResponseSide::default()
+    };
+    resp.map(|b| LoggedBody::logged(b, pending, side))
 }
 
 async fn respond(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     hcm: &HttpConnectionManager,
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
+    logging: bool,
 ) -> Response<ResponseBody> {
     let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
         stats.no_route.inc();
-        return reply(StatusCode::NOT_FOUND, "").map(ResponseBody::from);
+        return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let to = ReplyTo::of(&req);
     let host = authority(&req).unwrap_or("");
@@ -155,7 +207,7 @@ async fn respond(
         .and_then(|vh| Some((vh, vh.select_route(&View(&req))?)))
     else {
         stats.no_route.inc();
-        return local_reply(to, StatusCode::NOT_FOUND, "").map(ResponseBody::from);
+        return no_route(local_reply(to, StatusCode::NOT_FOUND, ""));
     };
     let matched = Matched {
         config: rc,
@@ -164,7 +216,11 @@ async fn respond(
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {
-            return router::forward(req, action, matched, info, up).await;
+            let mut resp = router::forward(req, action, matched, info, up).await;
+            if logging {
+                resp.extensions_mut().insert(RouteName(route.name.clone()));
+            }
+            return resp;
         }
         Action::DirectResponse(d) => {
             stats.rq_direct_response.inc();
@@ -195,6 +251,15 @@ async fn respond(
         let protocol = router::headers::protocol(req.version());
         router::response_headers(&mut resp, &levels, &req, info, protocol, None, "", route);
     }
+    if logging {
+        resp.extensions_mut().insert(RouteName(route.name.clone()));
+    }
+    resp.map(ResponseBody::from)
+}
+
+/// A 404 for a request no route takes, flagged `NR` for the access log.
+fn no_route(mut resp: Response<Body>) -> Response<ResponseBody> {
+    resp.extensions_mut().insert(ResponseFlag("NR"));
     resp.map(ResponseBody::from)
 }
 

@@ -106,9 +106,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
             );
         }
     }
-    if !h.access_log.is_empty() {
-        refuse("access_log", "access logging");
-    }
     if h.normalize_path
         || h.merge_slashes
         || h.path_with_escaped_slashes_action != EscapedSlashesAction::KeepUnchanged

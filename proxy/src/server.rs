@@ -80,6 +80,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
     let clusters = Arc::new(ClusterManager::new(&snapshot.load()));
+    check_access_logs(&bootstrap)?;
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -202,6 +203,25 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         let _ = h.join();
     }
     drop(reserved);
+    Ok(())
+}
+
+/// Envoy refuses to start when an access log file cannot be opened; so does
+/// courier (each thread opens its own handle later, in append mode).
+fn check_access_logs(bootstrap: &Bootstrap) -> Result<(), String> {
+    use courier_config::listener::access_log::Sink;
+    let hcm_logs = bootstrap
+        .listeners
+        .iter()
+        .flat_map(|l| l.all_filter_chains())
+        .flat_map(|fc| fc.http_connection_manager.access_log.iter());
+    let admin_logs = bootstrap.admin.iter().flat_map(|a| a.access_log.iter());
+    for log in hcm_logs.chain(admin_logs) {
+        if let Sink::File(path) = &log.sink {
+            crate::access_log::writer::open(path)
+                .map_err(|e| format!("access log {path}: {e}"))?;
+        }
+    }
     Ok(())
 }
 

@@ -124,6 +124,8 @@ async fn serve(setup: WorkerSetup) {
         }
     };
     let _ = tokio::time::timeout(setup.drain_time, drained).await;
+    // Lines of requests that finished while draining.
+    crate::access_log::writer::flush();
 }
 
 struct AcceptCtx {

@@ -237,13 +237,17 @@ pub async fn forward(
     });
     let host_text = Some(host.address_text.as_str());
 
+    let upstreamed = crate::access_log::Upstreamed {
+        host: std::sync::Arc::clone(&host),
+        cluster: std::sync::Arc::clone(&cluster.config),
+    };
     let started = Instant::now();
     let sent = pool::send(cluster, &host, Request::from_parts(parts, body), stats);
     let result = match action.timeout {
         Some(t) => tokio::time::timeout(t, sent).await.ok(),
         None => Some(sent.await),
     };
-    match result {
+    let mut resp = match result {
         None => {
             stats.rq_total.inc();
             stats.rq_timeout.inc();
@@ -290,7 +294,10 @@ pub async fn forward(
             out.mutate(&mut resp, seen.as_ref(), host_text);
             resp
         }
-    }
+    };
+    // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER%.
+    resp.extensions_mut().insert(upstreamed);
+    resp
 }
 
 /// Applies response header mutations to `resp` (for `req`).

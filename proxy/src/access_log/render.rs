@@ -1,0 +1,184 @@
+//! Rendering a line: command values, `-` for what is missing (Envoy's text
+//! form), typed JSON values for lone commands (numbers for the numeric ones,
+//! `null` for missing).
+
+use super::{Entry, long_flag, time};
+use courier_config::format::{Command, FormatString, HeaderLookup, Part};
+use courier_config::listener::access_log::{AccessLog, JsonValue, LogFormat};
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// A command's value.
+enum Value<'a> {
+    Text(Cow<'a, str>),
+    Number(u64),
+}
+
+/// One rendered line (with its newline for JSON; text formats carry their own).
+pub fn line(log: &AccessLog, e: &Entry<'_>) -> String {
+    match &log.format {
+        LogFormat::Text(fs) => text(fs, e, log.omit_empty_values),
+        LogFormat::Json(fields) => {
+            let mut map = serde_json::Map::new();
+            object(fields, e, log.omit_empty_values, &mut map);
+            let mut s = serde_json::Value::Object(map).to_string();
+            s.push('\n');
+            s
+        }
+    }
+}
+
+fn text(fs: &FormatString, e: &Entry<'_>, omit_empty: bool) -> String {
+    let mut out = String::new();
+    for part in &fs.parts {
+        match part {
+            Part::Literal(s) => out.push_str(s),
+            Part::Command(c) => match value(c, e) {
+                Some(Value::Text(t)) if !t.is_empty() => out.push_str(&t),
+                Some(Value::Number(n)) => {
+                    let _ = write!(out, "{n}");
+                }
+                _ if omit_empty => {}
+                _ => out.push('-'),
+            },
+        }
+    }
+    out
+}
+
+fn object(
+    fields: &[(String, JsonValue)],
+    e: &Entry<'_>,
+    omit_empty: bool,
+    map: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    for (k, v) in fields {
+        let v = json(v, e, omit_empty);
+        if omit_empty && (v.is_null() || v.as_str() == Some("")) {
+            continue;
+        }
+        map.insert(k.clone(), v);
+    }
+}
+
+fn json(v: &JsonValue, e: &Entry<'_>, omit_empty: bool) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        JsonValue::Format(fs) => match fs.parts.as_slice() {
+            [Part::Command(c)] => match value(c, e) {
+                Some(Value::Number(n)) => J::from(n),
+                Some(Value::Text(t)) if !t.is_empty() => J::String(t.into_owned()),
+                _ => J::Null,
+            },
+            _ => J::String(text(fs, e, omit_empty)),
+        },
+        JsonValue::Object(fields) => {
+            let mut map = serde_json::Map::new();
+            object(fields, e, omit_empty, &mut map);
+            J::Object(map)
+        }
+        JsonValue::List(items) => J::Array(items.iter().map(|i| json(i, e, omit_empty)).collect()),
+        JsonValue::Number(n) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        JsonValue::Bool(b) => J::Bool(*b),
+        JsonValue::Null => J::Null,
+    }
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
+    let (req, resp) = (e.req, e.resp);
+    let owned = |s: String| Some(Value::Text(Cow::Owned(s)));
+    let text = |s: &'a str| Some(Value::Text(Cow::Borrowed(s)));
+    match c {
+        Command::StartTime(None) => {
+            let mut s = String::new();
+            time::default_format(req.start, &mut s);
+            owned(s)
+        }
+        Command::StartTime(Some(f)) => {
+            let mut s = String::new();
+            time::strftime(req.start, f, &mut s);
+            owned(s)
+        }
+        Command::Request(h) => request_header(h, e).map(Value::Text),
+        Command::Response(h) => {
+            if h.main == ":status" {
+                return Some(Value::Text(Cow::Owned(resp.status.to_string())));
+            }
+            header(h, |n| resp.headers.get(n)?.to_str().ok()).map(Value::Text)
+        }
+        Command::Trailer(h) => {
+            let t = resp.trailers.as_ref()?;
+            header(h, |n| t.get(n)?.to_str().ok()).map(Value::Text)
+        }
+        Command::Protocol => text(crate::router::headers::protocol(req.version)),
+        Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
+        Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
+            (Some("NR"), _) => "route_not_found",
+            (None, Some(_)) => "via_upstream",
+            _ => return None,
+        }),
+        Command::ResponseFlags => text(resp.flag?),
+        Command::ResponseFlagsLong => text(long_flag(resp.flag?)),
+        Command::BytesReceived => Some(Value::Number(e.bytes_received)),
+        Command::BytesSent => Some(Value::Number(resp.bytes_sent)),
+        Command::Duration => Some(Value::Number(ms(e.duration))),
+        Command::ResponseDuration => Some(Value::Number(ms(resp.response_duration))),
+        Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.address_text),
+        Command::UpstreamCluster => text(&resp.upstream.as_ref()?.cluster.name),
+        Command::UpstreamRequestAttemptCount => {
+            Some(Value::Number(u64::from(resp.upstream.is_some())))
+        }
+        Command::DownstreamRemoteAddress | Command::DownstreamDirectRemoteAddress => {
+            owned(req.peer.to_string())
+        }
+        Command::DownstreamRemoteAddressWithoutPort
+        | Command::DownstreamDirectRemoteAddressWithoutPort => owned(req.peer.ip().to_string()),
+        Command::DownstreamLocalAddress => owned(req.local.to_string()),
+        Command::DownstreamLocalAddressWithoutPort => owned(req.local.ip().to_string()),
+        Command::DownstreamLocalPort => owned(req.local.port().to_string()),
+        Command::RouteName => text(resp.route_name.as_deref().filter(|n| !n.is_empty())?),
+        Command::Hostname => text(crate::router::headers::hostname()),
+        // Not recorded in this build: Envoy prints `-` for them when unknown too.
+        Command::RequestDuration
+        | Command::UpstreamLocalAddress
+        | Command::UpstreamTransportFailureReason
+        | Command::RequestedServerName
+        | Command::ConnectionId
+        | Command::DynamicMetadata { .. } => None,
+    }
+}
+
+fn request_header<'a>(h: &HeaderLookup, e: &'a Entry<'_>) -> Option<Cow<'a, str>> {
+    let req = e.req;
+    header(h, |name| match name {
+        ":method" => Some(req.method.as_str()),
+        ":path" => Some(req.uri.path_and_query().map_or("/", |p| p.as_str())),
+        ":authority" | "host" => req
+            .uri
+            .authority()
+            .map(|a| a.as_str())
+            .or_else(|| req.headers.get(http::header::HOST)?.to_str().ok()),
+        ":scheme" => Some(req.uri.scheme_str().unwrap_or("http")),
+        _ => req.headers.get(name)?.to_str().ok(),
+    })
+}
+
+fn header<'a>(h: &HeaderLookup, get: impl Fn(&str) -> Option<&'a str>) -> Option<Cow<'a, str>> {
+    let v = get(&h.main).or_else(|| h.alternative.as_deref().and_then(&get))?;
+    let v = match h.max_length {
+        Some(n) if v.len() > n => {
+            // Cut on a character boundary at or below `n`.
+            let mut end = n;
+            while !v.is_char_boundary(end) {
+                end -= 1;
+            }
+            &v[..end]
+        }
+        _ => v,
+    };
+    Some(Cow::Borrowed(v))
+}
