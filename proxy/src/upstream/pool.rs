@@ -139,14 +139,15 @@ pub async fn send(
     let active = host.start_request();
     let key = (cluster.index, host.address);
     match cluster.config.http.protocol {
-        UpstreamProtocol::Http2 => send_h2(cluster, key, req, stats, active).await,
+        UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
-        _ => send_h1(cluster, key, req, stats, active).await,
+        _ => send_h1(cluster, host, key, req, stats, active).await,
     }
 }
 
 async fn send_h1(
     cluster: &UpstreamCluster,
+    host: &Arc<Host>,
     key: Key,
     mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
@@ -173,14 +174,16 @@ async fn send_h1(
             },
         }
     }
-    let stream = connect(cluster, key.1, stats).await?;
+    let stream = connect(cluster, host, stats).await?;
     let (mut s, conn) = http1::Builder::new()
         .writev(false)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| from_hyper(&e))?;
+    let open = OpenConn::new(host);
     tokio::spawn(async move {
         let _ = conn.await;
+        drop(open);
     });
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
@@ -190,6 +193,7 @@ async fn send_h1(
 
 async fn send_h2(
     cluster: &UpstreamCluster,
+    host: &Arc<Host>,
     key: Key,
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
@@ -208,7 +212,7 @@ async fn send_h2(
     let (mut send, streams) = match found {
         Some(c) => c,
         None => {
-            let stream = connect(cluster, key.1, stats).await?;
+            let stream = connect(cluster, host, stats).await?;
             let h2 = &cluster.config.http.http2;
             let (send, conn) = http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(h2.initial_stream_window_size)
@@ -216,8 +220,10 @@ async fn send_h2(
                 .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| from_hyper(&e))?;
+            let open = OpenConn::new(host);
             tokio::spawn(async move {
                 let _ = conn.await;
+                drop(open);
             });
             let streams = Arc::new(AtomicU32::new(0));
             POOLS.with(|p| {
@@ -245,12 +251,30 @@ async fn send_h2(
     }
 }
 
+/// An open upstream connection, counted in its host's `cx_active`.
+struct OpenConn(Arc<Host>);
+
+impl OpenConn {
+    fn new(host: &Arc<Host>) -> Self {
+        host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(host))
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.stats.cx_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 async fn connect(
     cluster: &UpstreamCluster,
-    addr: SocketAddr,
+    host: &Host,
     stats: &ClusterStats,
 ) -> Result<TcpStream, SendError> {
+    let addr = host.address;
     stats.cx_total.inc();
+    host.stats.cx_total.fetch_add(1, Ordering::Relaxed);
     match tokio::time::timeout(cluster.config.connect_timeout, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => {
             let _ = s.set_nodelay(true);
@@ -259,10 +283,12 @@ async fn connect(
         Ok(Err(e)) => {
             tracing::debug!(%addr, error = %e, "upstream connect failed");
             stats.cx_connect_fail.inc();
+            host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
             Err(SendError::ConnectFailure)
         }
         Err(_) => {
             stats.cx_connect_fail.inc();
+            host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
             stats.cx_connect_timeout.inc();
             Err(SendError::ConnectTimeout)
         }
