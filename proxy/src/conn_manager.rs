@@ -4,7 +4,7 @@
 //! response rules.
 
 use crate::access_log::body::{LoggedBody, RequestBody};
-use crate::access_log::{Logs, Pending, ResponseSide, RouteName, Upstreamed};
+use crate::access_log::{DirectResponse, Logs, Pending, ResponseSide, RouteName, Upstreamed};
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::router::body::ResponseBody;
 use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
@@ -182,6 +182,7 @@ pub async fn handle(
         flag: resp.extensions().get::<ResponseFlag>().map(|f| f.0),
         upstream: resp.extensions_mut().remove::<Upstreamed>(),
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
+        direct: resp.extensions().get::<DirectResponse>().is_some(),
         response_duration: started.elapsed(),
         ..ResponseSide::default()
     };
@@ -216,7 +217,7 @@ async fn respond(
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {
-            let mut resp = router::forward(req, action, matched, info, up).await;
+            let mut resp = router::forward(req, action, matched, info, up, logging).await;
             if logging {
                 resp.extensions_mut().insert(RouteName(route.name.clone()));
             }
@@ -226,6 +227,9 @@ async fn respond(
             stats.rq_direct_response.inc();
             let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
             let mut resp = local_reply(to, status, d.body.clone().unwrap_or_default());
+            if logging {
+                resp.extensions_mut().insert(DirectResponse);
+            }
             // Envoy points 201 and 3xx direct responses at the request's own URL
             // (RFC 7231 7.1.2): a redirect with nothing rewritten.
             if (status == StatusCode::CREATED || status.is_redirection())

@@ -41,7 +41,10 @@ pub struct ServeOptions {
 /// Sets the log level (a `tracing` filter directive such as `debug`); the binary
 /// builds it over its subscriber's reload handle.
 #[derive(Clone)]
-pub struct LogControl(pub std::sync::Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>);
+pub struct LogControl(pub std::sync::Arc<SetLevel>);
+
+/// What [`LogControl`] calls: sets a filter directive, or says why it cannot.
+pub type SetLevel = dyn Fn(&str) -> Result<(), String> + Send + Sync;
 
 impl std::fmt::Debug for LogControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

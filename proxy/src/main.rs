@@ -71,8 +71,10 @@ fn init_logging(cli: &Cli) -> Option<courier::LogControl> {
         .with(fmt::layer().with_writer(std::io::stderr))
         .try_init()
         .ok()?;
-    Some(courier::LogControl(std::sync::Arc::new(move |level: &str| {
-        let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
-        handle.reload(filter).map_err(|e| e.to_string())
-    })))
+    Some(courier::LogControl(std::sync::Arc::new(
+        move |level: &str| {
+            let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            handle.reload(filter).map_err(|e| e.to_string())
+        },
+    )))
 }

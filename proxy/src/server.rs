@@ -237,8 +237,7 @@ fn check_access_logs(bootstrap: &Bootstrap) -> Result<(), String> {
     let admin_logs = bootstrap.admin.iter().flat_map(|a| a.access_log.iter());
     for log in hcm_logs.chain(admin_logs) {
         if let Sink::File(path) = &log.sink {
-            crate::access_log::writer::open(path)
-                .map_err(|e| format!("access log {path}: {e}"))?;
+            crate::access_log::writer::open(path).map_err(|e| format!("access log {path}: {e}"))?;
         }
     }
     Ok(())

@@ -52,6 +52,8 @@ fn logs(dir: &Path) -> String {
         combo: "%REQ(:METHOD)% %REQ(X-MISSING)%"
         start: "%START_TIME%"
         nested: {{trailer: "%TRAILER(grpc-status)%"}}
+        details: "%RESPONSE_CODE_DETAILS%"
+        port: "%DOWNSTREAM_LOCAL_PORT%"
 "#
     )
 }
@@ -83,7 +85,12 @@ async fn file_logs_in_text_default_and_json_forms() {
   match: {prefix: "/up"}
   route: {cluster: web}
 "#;
-    let c = courier(&logs(dir.path()), routes, &static_cluster("web", &[up], H2_UPSTREAM)).await;
+    let c = courier(
+        &logs(dir.path()),
+        routes,
+        &static_cluster("web", &[up], H2_UPSTREAM),
+    )
+    .await;
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -133,7 +140,10 @@ async fn file_logs_in_text_default_and_json_forms() {
     let (stamp, rest) = default[1].split_once("] ").unwrap();
     let stamp = stamp.trim_start_matches('[');
     assert_eq!(stamp.len(), 24, "{stamp}");
-    assert!(stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T', "{stamp}");
+    assert!(
+        stamp.ends_with('Z') && stamp.as_bytes()[10] == b'T',
+        "{stamp}"
+    );
     assert!(
         rest.starts_with("\"GET /direct HTTP/1.1\" 200 - 0 2 "),
         "{rest}"
@@ -157,7 +167,12 @@ async fn file_logs_in_text_default_and_json_forms() {
     assert_eq!(v[0]["received"], 5);
     assert_eq!(v[0]["sent"], forwarded.body.len() as u64);
     assert_eq!(v[0]["upstream"], up.to_string());
-    assert_eq!(v[0]["flags"], serde_json::Value::Null);
+    // As Envoy: no flags is the string "-", not null.
+    assert_eq!(v[0]["flags"], "-");
+    assert_eq!(v[0]["details"], "via_upstream");
+    assert_eq!(v[1]["details"], "direct_response");
+    assert_eq!(v[2]["details"], "route_not_found");
+    assert_eq!(v[1]["port"], u64::from(c.listener.port()));
     assert_eq!(v[0]["nested"]["trailer"], "0");
     assert_eq!(v[0]["combo"], "POST -");
     assert_eq!(v[2]["code"], 404);

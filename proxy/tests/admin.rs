@@ -155,8 +155,16 @@ static_resources:
 {clusters}
 "#,
         log = dir.join("admin.log").display(),
-        plain = indent(&HCM.replace("STAT", "plain").replace("ROUTES", "plain_routes"), 6),
-        secure = indent(&HCM.replace("STAT", "secure").replace("ROUTES", "secure_routes"), 6),
+        plain = indent(
+            &HCM.replace("STAT", "plain")
+                .replace("ROUTES", "plain_routes"),
+            6
+        ),
+        secure = indent(
+            &HCM.replace("STAT", "secure")
+                .replace("ROUTES", "secure_routes"),
+            6
+        ),
         cert = quoted(&cert),
         key = quoted(&key),
         clusters = indent(&static_cluster("web", &[up], ""), 2),
@@ -179,7 +187,10 @@ async fn config_dump_clusters_reset_counters_and_admin_access_log() {
     assert_eq!(status, 200);
     let v: serde_json::Value = serde_json::from_str(&dump).unwrap();
     let configs = v["configs"].as_array().unwrap();
-    let types: Vec<&str> = configs.iter().map(|c| c["@type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = configs
+        .iter()
+        .map(|c| c["@type"].as_str().unwrap())
+        .collect();
     assert_eq!(
         types,
         [
@@ -208,7 +219,10 @@ async fn config_dump_clusters_reset_counters_and_admin_access_log() {
     assert!(!dump.contains(key_body), "the private key leaked");
     assert!(!dump.contains("PRIVATE KEY"), "the private key leaked");
     assert!(dump.contains("[redacted]"));
-    assert!(dump.contains("BEGIN CERTIFICATE"), "certificates are not secret");
+    assert!(
+        dump.contains("BEGIN CERTIFICATE"),
+        "certificates are not secret"
+    );
 
     let (_, clusters) = p.get("/clusters").await;
     for line in [
@@ -233,8 +247,14 @@ async fn config_dump_clusters_reset_counters_and_admin_access_log() {
     let (_, clusters) = p.get("/clusters").await;
     assert!(clusters.contains(&format!("web::{up}::rq_total::0\n")));
     let (_, stats) = p.get("/stats").await;
-    assert!(stats.contains("http.plain.downstream_rq_total: 0\n"), "{stats}");
-    assert!(stats.contains("cluster.web.upstream_rq_total: 0\n"), "{stats}");
+    assert!(
+        stats.contains("http.plain.downstream_rq_total: 0\n"),
+        "{stats}"
+    );
+    assert!(
+        stats.contains("cluster.web.upstream_rq_total: 0\n"),
+        "{stats}"
+    );
 
     // Admin's own requests were logged.
     let mut lines = Vec::new();
@@ -249,9 +269,18 @@ async fn config_dump_clusters_reset_counters_and_admin_access_log() {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(lines.contains(&"GET /config_dump 200 -".to_string()), "{lines:?}");
-    assert!(lines.contains(&"GET /reset_counters 405 -".to_string()), "{lines:?}");
-    assert!(lines.contains(&"POST /reset_counters 200 -".to_string()), "{lines:?}");
+    assert!(
+        lines.contains(&"GET /config_dump 200 -".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"GET /reset_counters 405 -".to_string()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"POST /reset_counters 200 -".to_string()),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
@@ -296,7 +325,10 @@ async fn logging_changes_the_level_at_run_time() {
         p.post("/logging?level=debug").await,
         (200, "active loggers:\n  courier: debug\n".to_string())
     );
-    assert_eq!(p.get("/logging").await.1, "active loggers:\n  courier: debug\n");
+    assert_eq!(
+        p.get("/logging").await.1,
+        "active loggers:\n  courier: debug\n"
+    );
     assert_eq!(p.post("/logging?level=loud").await.0, 400);
     assert_eq!(
         p.post("/logging?level=warning").await.1,

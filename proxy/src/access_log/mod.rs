@@ -66,6 +66,10 @@ pub struct Upstreamed {
 #[derive(Debug, Clone)]
 pub struct RouteName(pub String);
 
+/// Marks a direct response (`%RESPONSE_CODE_DETAILS%` `direct_response`).
+#[derive(Debug, Clone, Copy)]
+pub struct DirectResponse;
+
 /// The request side of a log entry.
 #[derive(Debug)]
 pub struct Pending {
@@ -104,6 +108,8 @@ pub struct ResponseSide {
     pub upstream: Option<Upstreamed>,
     /// The matched route's name.
     pub route_name: Option<String>,
+    /// Whether the route answered with a direct response.
+    pub direct: bool,
     /// Time to the response headers.
     pub response_duration: Duration,
     /// Response body bytes sent.

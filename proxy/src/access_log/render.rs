@@ -118,15 +118,24 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
         Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
             (Some("NR"), _) => "route_not_found",
+            (Some("NC"), _) => "cluster_not_found",
+            (Some("UH"), _) => "no_healthy_upstream",
+            (Some("UT"), _) => "upstream_response_timeout",
             (None, Some(_)) => "via_upstream",
+            (None, None) if resp.direct => "direct_response",
             _ => return None,
         }),
-        Command::ResponseFlags => text(resp.flag?),
-        Command::ResponseFlagsLong => text(long_flag(resp.flag?)),
+        // Envoy prints `-` for no flags in both forms (a string in JSON, not null).
+        Command::ResponseFlags => text(resp.flag.unwrap_or("-")),
+        Command::ResponseFlagsLong => text(resp.flag.map_or("-", long_flag)),
         Command::BytesReceived => Some(Value::Number(e.bytes_received)),
         Command::BytesSent => Some(Value::Number(resp.bytes_sent)),
         Command::Duration => Some(Value::Number(ms(e.duration))),
-        Command::ResponseDuration => Some(Value::Number(ms(resp.response_duration))),
+        // Time to the upstream's response headers: none without an upstream.
+        Command::ResponseDuration => resp
+            .upstream
+            .as_ref()
+            .map(|_| Value::Number(ms(resp.response_duration))),
         Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.address_text),
         Command::UpstreamCluster => text(&resp.upstream.as_ref()?.cluster.name),
         Command::UpstreamRequestAttemptCount => {
@@ -139,7 +148,7 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         | Command::DownstreamDirectRemoteAddressWithoutPort => owned(req.peer.ip().to_string()),
         Command::DownstreamLocalAddress => owned(req.local.to_string()),
         Command::DownstreamLocalAddressWithoutPort => owned(req.local.ip().to_string()),
-        Command::DownstreamLocalPort => owned(req.local.port().to_string()),
+        Command::DownstreamLocalPort => Some(Value::Number(u64::from(req.local.port()))),
         Command::RouteName => text(resp.route_name.as_deref().filter(|n| !n.is_empty())?),
         Command::Hostname => text(crate::router::headers::hostname()),
         // Not recorded in this build: Envoy prints `-` for them when unknown too.

@@ -135,7 +135,7 @@ pub fn strftime(t: SystemTime, format: &str, out: &mut String) {
             'z' => write!(out, "+0000"),
             'Z' => write!(out, "UTC"),
             's' => write!(out, "{}", c.secs),
-            'n' => write!(out, "\n"),
+            'n' => writeln!(out),
             't' => write!(out, "\t"),
             'T' => write!(out, "{:02}:{:02}:{:02}", c.hour, c.minute, c.second),
             'R' => write!(out, "{:02}:{:02}", c.hour, c.minute),

@@ -12,7 +12,11 @@ fn host_stats(h: &Host) -> [(&'static str, u64, bool); 5] {
     let s = &h.stats;
     [
         ("cx_active", s.cx_active.load(Ordering::Relaxed), true),
-        ("cx_connect_fail", s.cx_connect_fail.load(Ordering::Relaxed), false),
+        (
+            "cx_connect_fail",
+            s.cx_connect_fail.load(Ordering::Relaxed),
+            false,
+        ),
         ("cx_total", s.cx_total.load(Ordering::Relaxed), false),
         ("rq_active", h.active_requests(), true),
         ("rq_total", s.rq_total.load(Ordering::Relaxed), false),

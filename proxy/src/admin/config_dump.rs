@@ -45,7 +45,12 @@ pub fn dump(bootstrap: &DynamicMessage) -> Result<Value, String> {
             .flatten()
             .chain(l.get("default_filter_chain"));
         for fc in chains {
-            for f in fc.get("filters").and_then(Value::as_array).into_iter().flatten() {
+            for f in fc
+                .get("filters")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 if let Some(tc) = f.get("typed_config")
                     && tc.get("@type").and_then(Value::as_str) == Some(HCM)
                     && let Some(rc) = tc.get("route_config")

@@ -37,9 +37,7 @@ pub async fn spawn(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Soc
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
                     let shared = Arc::clone(&shared);
-                    async move {
-                        Ok::<_, std::convert::Infallible>(logged(&req, &shared, peer, local))
-                    }
+                    async move { Ok::<_, std::convert::Infallible>(logged(&req, &shared, peer, local)) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)

@@ -149,13 +149,15 @@ impl Out<'_> {
     }
 }
 
-/// Forwards `req` along `action`.
+/// Forwards `req` along `action`; with `logging`, the response carries the
+/// upstream it came from ([`crate::access_log::Upstreamed`]).
 pub async fn forward(
     req: Request<UpstreamBody>,
     action: &RouteAction,
     m: Matched<'_>,
     conn: &ConnInfo,
     up: &Upstream<'_>,
+    logging: bool,
 ) -> Response<ResponseBody> {
     let (name, weighted): (Cow<'_, str>, Option<&ClusterWeight>) = match &action.cluster {
         ClusterSpecifier::Cluster(n) => (Cow::Borrowed(n), None),
@@ -237,10 +239,10 @@ pub async fn forward(
     });
     let host_text = Some(host.address_text.as_str());
 
-    let upstreamed = crate::access_log::Upstreamed {
+    let upstreamed = logging.then(|| crate::access_log::Upstreamed {
         host: std::sync::Arc::clone(&host),
         cluster: std::sync::Arc::clone(&cluster.config),
-    };
+    });
     let started = Instant::now();
     let sent = pool::send(cluster, &host, Request::from_parts(parts, body), stats);
     let result = match action.timeout {
@@ -295,8 +297,11 @@ pub async fn forward(
             resp
         }
     };
-    // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER%.
-    resp.extensions_mut().insert(upstreamed);
+    // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER% (no
+    // allocation for the extension when nothing logs).
+    if let Some(u) = upstreamed {
+        resp.extensions_mut().insert(u);
+    }
     resp
 }
 
