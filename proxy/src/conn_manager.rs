@@ -4,7 +4,9 @@
 //! response rules.
 
 use crate::access_log::body::{LoggedBody, RequestBody};
-use crate::access_log::{DirectResponse, Logs, Pending, ResponseSide, RouteName, Upstreamed};
+use crate::access_log::{
+    DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName, Upstreamed,
+};
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::router::body::ResponseBody;
 use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
@@ -38,6 +40,16 @@ pub struct ConnInfo {
     /// Index of the connection's filter chain: in `filter_chains`, or one past
     /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
     pub filter_chain_index: usize,
+    /// The TLS client's SNI, if any.
+    pub server_name: Option<String>,
+    /// The connection's id (`%CONNECTION_ID%`), unique in the process.
+    pub id: u64,
+}
+
+/// The next connection id (one relaxed increment per connection, not per request).
+pub fn next_connection_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A request as the route matcher sees it.
@@ -115,8 +127,7 @@ pub async fn handle(
         .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
-    let start = logging.then(|| (SystemTime::now(), Instant::now()));
-    let mut head = None;
+    let mut guard = Guard(None);
     let mut resp = match hcm {
         Some(hcm) => {
             let internal_only = match &hcm.route_specifier {
@@ -129,18 +140,13 @@ pub async fn handle(
                 .then(|| req.headers().get(REQUEST_ID).cloned())
                 .flatten();
             // The log sees the request as the connection manager passed it on.
-            let received = logging.then(|| {
-                let received = Arc::new(AtomicU64::new(0));
-                head = Some((
-                    req.method().clone(),
-                    req.uri().clone(),
-                    req.version(),
-                    req.headers().clone(),
-                    Arc::clone(&received),
-                ));
-                received
+            let progress = logging.then(|| {
+                let pending = pending(&req, snapshot, info);
+                let progress = (Arc::clone(&pending.request), pending.started);
+                guard.0 = Some(pending);
+                progress
             });
-            let req = req.map(|b| RequestBody::new(b, received));
+            let req = req.map(|b| RequestBody::new(b, progress));
             let mut resp = respond(req, hcm, stats, info, up, logging).await;
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
@@ -156,25 +162,8 @@ pub async fn handle(
         resp.headers_mut().insert(header::SERVER, v);
     }
     stats.response(resp.status().as_u16());
-    let (Some((start, started)), Some((method, uri, version, headers, received))) = (start, head)
-    else {
+    let Some(pending) = guard.0.take() else {
         return resp.map(LoggedBody::plain);
-    };
-    let pending = Pending {
-        logs: Logs::Hcm {
-            snapshot: Arc::clone(snapshot),
-            listener_index: info.listener_index,
-            filter_chain_index: info.filter_chain_index,
-        },
-        start,
-        started,
-        method,
-        uri,
-        version,
-        headers,
-        peer: info.peer,
-        local: info.local,
-        received,
     };
     let side = ResponseSide {
         status: resp.status().as_u16(),
@@ -183,10 +172,33 @@ pub async fn handle(
         upstream: resp.extensions_mut().remove::<Upstreamed>(),
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
         direct: resp.extensions().get::<DirectResponse>().is_some(),
-        response_duration: started.elapsed(),
+        response_duration: pending.started.elapsed(),
         ..ResponseSide::default()
     };
     resp.map(|b| LoggedBody::logged(b, pending, side))
+}
+
+/// The request side of the log entry of `req`.
+fn pending(req: &Request<Incoming>, snapshot: &Arc<Snapshot>, info: &ConnInfo) -> Pending {
+    use http_body::Body as _;
+    Pending {
+        logs: Logs::Hcm {
+            snapshot: Arc::clone(snapshot),
+            listener_index: info.listener_index,
+            filter_chain_index: info.filter_chain_index,
+        },
+        start: SystemTime::now(),
+        started: Instant::now(),
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        headers: req.headers().clone(),
+        peer: info.peer,
+        local: info.local,
+        server_name: info.server_name.clone(),
+        connection_id: info.id,
+        request: Arc::new(RequestProgress::new(req.body().is_end_stream())),
+    }
 }
 
 async fn respond(

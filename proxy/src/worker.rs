@@ -239,6 +239,8 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     peer,
                     local,
                     tls: accepted.stream.is_tls(),
+                    server_name: accepted.server_name,
+                    id: conn_manager::next_connection_id(),
                 });
                 (accepted.stream, info, codec)
             };

@@ -53,6 +53,9 @@ fn logs(dir: &Path) -> String {
         start: "%START_TIME%"
         nested: {{trailer: "%TRAILER(grpc-status)%"}}
         details: "%RESPONSE_CODE_DETAILS%"
+        conn: "%CONNECTION_ID%"
+        rq_ms: "%REQUEST_DURATION%"
+        sni: "%REQUESTED_SERVER_NAME%"
         port: "%DOWNSTREAM_LOCAL_PORT%"
 "#
     )
@@ -173,6 +176,12 @@ async fn file_logs_in_text_default_and_json_forms() {
     assert_eq!(v[1]["details"], "direct_response");
     assert_eq!(v[2]["details"], "route_not_found");
     assert_eq!(v[1]["port"], u64::from(c.listener.port()));
+    // Two connections: the HTTP/2 one, then the HTTP/1.1 one for two requests.
+    assert!(v[0]["conn"].is_u64());
+    assert_ne!(v[0]["conn"], v[1]["conn"]);
+    assert_eq!(v[1]["conn"], v[2]["conn"]);
+    assert!(v[0]["rq_ms"].is_u64() && v[1]["rq_ms"].is_u64());
+    assert_eq!(v[0]["sni"], serde_json::Value::Null);
     assert_eq!(v[0]["nested"]["trailer"], "0");
     assert_eq!(v[0]["combo"], "POST -");
     assert_eq!(v[2]["code"], 404);
@@ -181,4 +190,22 @@ async fn file_logs_in_text_default_and_json_forms() {
     assert_eq!(v[2]["upstream"], serde_json::Value::Null);
     assert_eq!(v[2]["nested"]["trailer"], serde_json::Value::Null);
     assert_eq!(v[2]["start"].as_str().map(str::len), Some(24));
+}
+
+#[tokio::test]
+async fn a_request_the_client_abandons_is_logged_with_dc() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = echo_upstream("one").await;
+    let routes = "- name: to-web\n  match: {prefix: \"/\"}\n  route: {cluster: web}\n";
+    let c = courier(&logs(dir.path()), routes, &static_cluster("web", &[up], "")).await;
+    let mut h2 = H2::connect(c.listener).await;
+    let req = Request::get("http://example.com/slow")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    // The upstream takes 2 s: give up (RST_STREAM) well before.
+    let abandoned = tokio::time::timeout(Duration::from_millis(300), h2.send(req)).await;
+    assert!(abandoned.is_err());
+    let text = lines(&dir.path().join("text.log"), 1).await;
+    let (line, _) = text[0].rsplit_once(' ').unwrap();
+    assert_eq!(line, "GET /slow HTTP/2 0 DC 0 0 - - - - -");
 }

@@ -91,8 +91,49 @@ pub struct Pending {
     pub peer: SocketAddr,
     /// Our address on the downstream connection.
     pub local: SocketAddr,
-    /// Request body bytes read so far.
-    pub received: Arc<AtomicU64>,
+    /// The TLS client's SNI.
+    pub server_name: Option<String>,
+    /// The downstream connection's id.
+    pub connection_id: u64,
+    /// How far the request body has been read.
+    pub request: Arc<RequestProgress>,
+}
+
+/// The request body's progress, written by [`body::RequestBody`] (which may run
+/// on an upstream HTTP/2 connection's task, hence atomics).
+#[derive(Debug)]
+pub struct RequestProgress {
+    /// Body bytes read.
+    pub received: AtomicU64,
+    /// Milliseconds from the start to the end of the body; `u64::MAX` until then.
+    pub done_ms: AtomicU64,
+}
+
+impl RequestProgress {
+    /// Progress of a request; one without a body is complete at once.
+    pub fn new(end_stream: bool) -> Self {
+        Self {
+            received: AtomicU64::new(0),
+            done_ms: AtomicU64::new(if end_stream { 0 } else { u64::MAX }),
+        }
+    }
+}
+
+/// Holds a request's [`Pending`] while it is answered: if the request is dropped
+/// first (the client went away), the line is still written, with status 0 and
+/// flag `DC`, as Envoy does.
+#[derive(Debug)]
+pub struct Guard(pub Option<Pending>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.write(ResponseSide {
+                flag: Some("DC"),
+                ..ResponseSide::default()
+            });
+        }
+    }
 }
 
 /// The response side of a log entry.
@@ -128,6 +169,8 @@ pub struct Entry<'a> {
     pub duration: Duration,
     /// Request body bytes.
     pub bytes_received: u64,
+    /// Time to the end of the request body, if it ended.
+    pub request_duration: Option<u64>,
 }
 
 impl Pending {
@@ -137,7 +180,9 @@ impl Pending {
             req: &self,
             resp: &resp,
             duration: self.started.elapsed(),
-            bytes_received: self.received.load(Ordering::Relaxed),
+            bytes_received: self.request.received.load(Ordering::Relaxed),
+            request_duration: Some(self.request.done_ms.load(Ordering::Relaxed))
+                .filter(|ms| *ms != u64::MAX),
         };
         for log in self.logs.get() {
             let line = render::line(log, &entry);

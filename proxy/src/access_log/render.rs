@@ -152,11 +152,11 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::RouteName => text(resp.route_name.as_deref().filter(|n| !n.is_empty())?),
         Command::Hostname => text(crate::router::headers::hostname()),
         // Not recorded in this build: Envoy prints `-` for them when unknown too.
-        Command::RequestDuration
-        | Command::UpstreamLocalAddress
+        Command::RequestDuration => e.request_duration.map(Value::Number),
+        Command::RequestedServerName => text(req.server_name.as_deref()?),
+        Command::ConnectionId => Some(Value::Number(req.connection_id)),
+        Command::UpstreamLocalAddress
         | Command::UpstreamTransportFailureReason
-        | Command::RequestedServerName
-        | Command::ConnectionId
         | Command::DynamicMetadata { .. } => None,
     }
 }

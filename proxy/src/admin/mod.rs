@@ -7,7 +7,7 @@ mod clusters;
 mod config_dump;
 
 use crate::access_log::body::LoggedBody;
-use crate::access_log::{Logs, Pending, ResponseSide};
+use crate::access_log::{Logs, Pending, RequestProgress, ResponseSide};
 use crate::local_reply::{Body, reply};
 use crate::server::{Shared, State};
 use crate::stats;
@@ -18,7 +18,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
@@ -71,7 +70,9 @@ fn logged(
         headers: req.headers().clone(),
         peer,
         local,
-        received: Arc::new(AtomicU64::new(0)),
+        server_name: None,
+        connection_id: 0,
+        request: Arc::new(RequestProgress::new(true)),
     };
     let side = ResponseSide {
         status: resp.status().as_u16(),
