@@ -5,7 +5,8 @@
 
 use crate::access_log::body::{LoggedBody, RequestBody};
 use crate::access_log::{
-    DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName, Upstreamed,
+    Details, DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName,
+    Upstreamed,
 };
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::router::body::ResponseBody;
@@ -172,6 +173,7 @@ pub async fn handle(
         upstream: resp.extensions_mut().remove::<Upstreamed>(),
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
         direct: resp.extensions().get::<DirectResponse>().is_some(),
+        details: resp.extensions_mut().remove::<Details>().map(|d| d.0),
         response_duration: pending.started.elapsed(),
         ..ResponseSide::default()
     };
@@ -256,6 +258,10 @@ async fn respond(
             let status =
                 StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
             let mut resp = local_reply(to, status, "");
+            if logging {
+                // Envoy's details for a redirect are `direct_response` too.
+                resp.extensions_mut().insert(DirectResponse);
+            }
             if let Ok(v) = HeaderValue::from_str(&location(&req, route, r)) {
                 resp.headers_mut().insert(header::LOCATION, v);
             }

@@ -56,8 +56,8 @@ impl Logs {
 /// The upstream a request was sent to, kept on the response for the log.
 #[derive(Debug, Clone)]
 pub struct Upstreamed {
-    /// `ip:port` of the host.
-    pub host: Arc<crate::upstream::host::Host>,
+    /// The host picked (none when the cluster had no healthy host).
+    pub host: Option<Arc<crate::upstream::host::Host>>,
     /// The cluster's name.
     pub cluster: Arc<courier_config::cluster::Cluster>,
 }
@@ -65,6 +65,10 @@ pub struct Upstreamed {
 /// The matched route's name, kept on the response for the log.
 #[derive(Debug, Clone)]
 pub struct RouteName(pub String);
+
+/// `%RESPONSE_CODE_DETAILS%` when the router set it (upstream resets).
+#[derive(Debug, Clone)]
+pub struct Details(pub String);
 
 /// Marks a direct response (`%RESPONSE_CODE_DETAILS%` `direct_response`).
 #[derive(Debug, Clone, Copy)]
@@ -149,8 +153,10 @@ pub struct ResponseSide {
     pub upstream: Option<Upstreamed>,
     /// The matched route's name.
     pub route_name: Option<String>,
-    /// Whether the route answered with a direct response.
+    /// Whether the route answered with a direct response or a redirect.
     pub direct: bool,
+    /// Response code details the router set.
+    pub details: Option<String>,
     /// Time to the response headers.
     pub response_duration: Duration,
     /// Response body bytes sent.

@@ -117,11 +117,12 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::Protocol => text(crate::router::headers::protocol(req.version)),
         Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
         Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
+            _ if resp.details.is_some() => resp.details.as_deref()?,
             (Some("NR"), _) => "route_not_found",
             (Some("NC"), _) => "cluster_not_found",
             (Some("UH"), _) => "no_healthy_upstream",
             (Some("UT"), _) => "upstream_response_timeout",
-            (None, Some(_)) => "via_upstream",
+            (None, Some(u)) if u.host.is_some() => "via_upstream",
             (None, None) if resp.direct => "direct_response",
             _ => return None,
         }),
@@ -135,12 +136,13 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::ResponseDuration => resp
             .upstream
             .as_ref()
+            .and_then(|u| u.host.as_ref())
             .map(|_| Value::Number(ms(resp.response_duration))),
-        Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.address_text),
+        Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.as_ref()?.address_text),
         Command::UpstreamCluster => text(&resp.upstream.as_ref()?.cluster.name),
-        Command::UpstreamRequestAttemptCount => {
-            Some(Value::Number(u64::from(resp.upstream.is_some())))
-        }
+        Command::UpstreamRequestAttemptCount => Some(Value::Number(u64::from(
+            resp.upstream.as_ref().is_some_and(|u| u.host.is_some()),
+        ))),
         Command::DownstreamRemoteAddress | Command::DownstreamDirectRemoteAddress => {
             owned(req.peer.to_string())
         }

@@ -200,13 +200,20 @@ pub async fn forward(
     let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
-        return out.local(
+        let mut resp = out.local(
             Some(&req),
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy upstream",
             "UH",
             None,
         );
+        if logging {
+            resp.extensions_mut().insert(crate::access_log::Upstreamed {
+                host: None,
+                cluster: std::sync::Arc::clone(&cluster.config),
+            });
+        }
+        return resp;
     };
 
     let (mut parts, body) = req.into_parts();
@@ -240,7 +247,7 @@ pub async fn forward(
     let host_text = Some(host.address_text.as_str());
 
     let upstreamed = logging.then(|| crate::access_log::Upstreamed {
-        host: std::sync::Arc::clone(&host),
+        host: Some(std::sync::Arc::clone(&host)),
         cluster: std::sync::Arc::clone(&cluster.config),
     });
     let started = Instant::now();
@@ -271,13 +278,18 @@ pub async fn forward(
                 "upstream connect error or disconnect/reset before headers. reset reason: {}",
                 e.reason()
             );
-            out.local(
+            let mut resp = out.local(
                 seen.as_ref(),
                 StatusCode::SERVICE_UNAVAILABLE,
                 body,
                 e.flag(),
                 host_text,
-            )
+            );
+            if logging {
+                resp.extensions_mut()
+                    .insert(crate::access_log::Details(e.details()));
+            }
+            resp
         }
         Some(Ok((resp, lease))) => {
             stats.rq_total.inc();

@@ -45,8 +45,8 @@ thread_local! {
 /// Why no response headers came back.
 #[derive(Debug)]
 pub enum SendError {
-    /// The TCP connect failed.
-    ConnectFailure,
+    /// The TCP connect failed; the OS's reason (`Connection refused`).
+    ConnectFailure(String),
     /// The TCP connect took longer than `connect_timeout`.
     ConnectTimeout,
     /// The connection closed before response headers.
@@ -59,7 +59,7 @@ impl SendError {
     /// Envoy's reset reason for the local reply body.
     pub fn reason(&self) -> &'static str {
         match self {
-            SendError::ConnectFailure => "remote connection failure",
+            SendError::ConnectFailure(_) => "remote connection failure",
             SendError::ConnectTimeout => "connection timeout",
             SendError::Termination => "connection termination",
             SendError::Reset(r) => r,
@@ -68,13 +68,29 @@ impl SendError {
 
     /// Whether a stream was attached to a connection (so `upstream_rq_total` counts it).
     pub fn attached(&self) -> bool {
-        !matches!(self, SendError::ConnectFailure | SendError::ConnectTimeout)
+        !matches!(
+            self,
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout
+        )
+    }
+
+    /// Envoy's `%RESPONSE_CODE_DETAILS%`:
+    /// `upstream_reset_before_response_started{<reason>[|<transport failure>]}`,
+    /// spaces as underscores.
+    pub fn details(&self) -> String {
+        let mut d = format!("upstream_reset_before_response_started{{{}", self.reason());
+        if let SendError::ConnectFailure(why) = self {
+            d.push_str("|delayed connect error: ");
+            d.push_str(why);
+        }
+        d.push('}');
+        d.replace(' ', "_")
     }
 
     /// Envoy's response flag.
     pub fn flag(&self) -> &'static str {
         match self {
-            SendError::ConnectFailure | SendError::ConnectTimeout => "UF",
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout => "UF",
             SendError::Termination => "UC",
             SendError::Reset(_) => "UR",
         }
@@ -284,7 +300,10 @@ async fn connect(
             tracing::debug!(%addr, error = %e, "upstream connect failed");
             stats.cx_connect_fail.inc();
             host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
-            Err(SendError::ConnectFailure)
+            // "Connection refused (os error 111)" -> Envoy's strerror text.
+            let text = e.to_string();
+            let why = text.split(" (os error").next().unwrap_or(&text);
+            Err(SendError::ConnectFailure(why.to_string()))
         }
         Err(_) => {
             stats.cx_connect_fail.inc();
