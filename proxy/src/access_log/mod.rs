@@ -191,8 +191,7 @@ impl Pending {
                 .filter(|ms| *ms != u64::MAX),
         };
         for log in self.logs.get() {
-            let line = render::line(log, &entry);
-            writer::append(&log.sink, &line);
+            writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));
         }
     }
 }

@@ -6,7 +6,6 @@ use super::{Entry, long_flag, time};
 use courier_config::format::{Command, FormatString, HeaderLookup, Part};
 use courier_config::listener::access_log::{AccessLog, JsonValue, LogFormat};
 use std::borrow::Cow;
-use std::fmt::Write;
 
 /// A command's value.
 enum Value<'a> {
@@ -14,36 +13,49 @@ enum Value<'a> {
     Number(u64),
 }
 
-/// One rendered line (with its newline for JSON; text formats carry their own).
-pub fn line(log: &AccessLog, e: &Entry<'_>) -> String {
+/// Renders one line onto `out` (with its newline for JSON; text formats carry
+/// their own). Text is written straight into the writer's buffer.
+pub fn line_into(log: &AccessLog, e: &Entry<'_>, out: &mut Vec<u8>) {
     match &log.format {
-        LogFormat::Text(fs) => text(fs, e, log.omit_empty_values),
+        LogFormat::Text(fs) => text_into(fs, e, log.omit_empty_values, out),
         LogFormat::Json(fields) => {
             let mut map = serde_json::Map::new();
             object(fields, e, log.omit_empty_values, &mut map);
-            let mut s = serde_json::Value::Object(map).to_string();
-            s.push('\n');
-            s
+            let _ = serde_json::to_writer(&mut *out, &serde_json::Value::Object(map));
+            out.push(b'\n');
         }
     }
 }
 
+/// One rendered line as a string (tests).
+#[cfg(test)]
+pub fn line(log: &AccessLog, e: &Entry<'_>) -> String {
+    let mut out = Vec::new();
+    line_into(log, e, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 fn text(fs: &FormatString, e: &Entry<'_>, omit_empty: bool) -> String {
-    let mut out = String::new();
+    let mut out = Vec::new();
+    text_into(fs, e, omit_empty, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn text_into(fs: &FormatString, e: &Entry<'_>, omit_empty: bool, out: &mut Vec<u8>) {
+    use std::io::Write as _;
     for part in &fs.parts {
         match part {
-            Part::Literal(s) => out.push_str(s),
+            Part::Literal(s) => out.extend_from_slice(s.as_bytes()),
             Part::Command(c) => match value(c, e) {
-                Some(Value::Text(t)) if !t.is_empty() => out.push_str(&t),
+                Some(Value::Text(t)) if !t.is_empty() => out.extend_from_slice(t.as_bytes()),
                 Some(Value::Number(n)) => {
                     let _ = write!(out, "{n}");
                 }
                 _ if omit_empty => {}
-                _ => out.push('-'),
+                _ => out.push(b'-'),
             },
         }
     }
-    out
 }
 
 fn object(
@@ -192,4 +204,83 @@ fn header<'a>(h: &HeaderLookup, get: impl Fn(&str) -> Option<&'a str>) -> Option
         _ => v,
     };
     Some(Cow::Borrowed(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Logs, Pending, RequestProgress, ResponseSide};
+    use super::*;
+    use courier_config::format::parse;
+    use courier_config::listener::access_log::Sink;
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn pending() -> Pending {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-long", http::HeaderValue::from_static("abcdefgh"));
+        headers.insert("user-agent", http::HeaderValue::from_static("ua/1"));
+        Pending {
+            logs: Logs::Admin(Arc::from(Vec::new())),
+            start: UNIX_EPOCH + Duration::new(1_796_227_992, 464_000_000),
+            started: tokio::time::Instant::now(),
+            method: http::Method::GET,
+            uri: "/p?q=1".parse().unwrap(),
+            version: http::Version::HTTP_11,
+            headers,
+            peer: "10.0.0.1:5000".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            server_name: None,
+            connection_id: 7,
+            request: Arc::new(RequestProgress::new(true)),
+        }
+    }
+
+    fn log(format: LogFormat, omit: bool) -> AccessLog {
+        AccessLog {
+            path: "/dev/null".into(),
+            sink: Sink::File("/dev/null".into()),
+            format,
+            omit_empty_values: omit,
+        }
+    }
+
+    #[test]
+    fn text_values_missing_dashes_and_omission() {
+        let req = pending();
+        let resp = ResponseSide {
+            status: 204,
+            ..ResponseSide::default()
+        };
+        let e = Entry {
+            req: &req,
+            resp: &resp,
+            duration: Duration::from_millis(12),
+            bytes_received: 0,
+            request_duration: None,
+        };
+        let f = parse(
+            "%START_TIME% %REQ(:PATH)% %REQ(X-LONG):3% %REQ(X-NO?USER-AGENT)% %REQ(X-NO)% %RESPONSE_CODE% %DURATION% %REQUEST_DURATION% %CONNECTION_ID% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\n",
+        )
+        .unwrap();
+        assert_eq!(
+            line(&log(LogFormat::Text(f.clone()), false), &e),
+            "2026-12-02T16:13:12.464Z /p?q=1 abc ua/1 - 204 12 - 7 10.0.0.1\n"
+        );
+        assert_eq!(
+            line(&log(LogFormat::Text(f), true), &e),
+            "2026-12-02T16:13:12.464Z /p?q=1 abc ua/1  204 12  7 10.0.0.1\n"
+        );
+        let json = LogFormat::Json(vec![
+            ("a".into(), JsonValue::Format(parse("%REQ(X-NO)%").unwrap())),
+            (
+                "b".into(),
+                JsonValue::Format(parse("%RESPONSE_CODE%").unwrap()),
+            ),
+        ]);
+        assert_eq!(
+            line(&log(json.clone(), false), &e),
+            "{\"a\":null,\"b\":204}\n"
+        );
+        assert_eq!(line(&log(json, true), &e), "{\"b\":204}\n");
+    }
 }

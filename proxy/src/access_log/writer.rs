@@ -63,8 +63,9 @@ pub fn open(path: &str) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Appends a rendered line to this thread's buffer for `sink`.
-pub fn append(sink: &Sink, line: &str) {
+/// Appends a line, rendered by `render` straight into this thread's buffer
+/// for `sink`.
+pub fn append(sink: &Sink, render: impl FnOnce(&mut Vec<u8>)) {
     let start_flusher = BUFFERS.with_borrow_mut(|b| {
         let i = match b.list.iter().position(|buf| &buf.sink == sink) {
             Some(i) => i,
@@ -89,7 +90,7 @@ pub fn append(sink: &Sink, line: &str) {
             }
         };
         if let Some(buf) = b.list.get_mut(i) {
-            buf.data.extend_from_slice(line.as_bytes());
+            render(&mut buf.data);
             if buf.data.len() >= FLUSH_BYTES {
                 buf.flush();
             }
