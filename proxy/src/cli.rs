@@ -104,6 +104,8 @@ impl Cli {
             workers: self.workers(),
             drain_time: std::time::Duration::from_secs(self.drain_time_s),
             admin_address_path: self.admin_address_path.clone(),
+            bootstrap_proto: None,
+            log_control: None,
         }
     }
 

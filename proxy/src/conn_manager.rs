@@ -3,9 +3,14 @@
 //! redirects here; forwarding is the router's), applying the connection manager's
 //! response rules.
 
+use crate::access_log::body::{LoggedBody, RequestBody};
+use crate::access_log::{
+    Details, DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName,
+    Upstreamed,
+};
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::router::body::ResponseBody;
-use crate::router::{self, Matched, Upstream, forwarded};
+use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::hcm::RouteSpecifier;
@@ -15,6 +20,10 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::SystemTime;
+use tokio::time::Instant;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
 
@@ -32,6 +41,16 @@ pub struct ConnInfo {
     /// Index of the connection's filter chain: in `filter_chains`, or one past
     /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
     pub filter_chain_index: usize,
+    /// The TLS client's SNI, if any.
+    pub server_name: Option<String>,
+    /// The connection's id (`%CONNECTION_ID%`), unique in the process.
+    pub id: u64,
+}
+
+/// The next connection id (one relaxed increment per connection, not per request).
+pub fn next_connection_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A request as the route matcher sees it.
@@ -97,17 +116,19 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
 /// the connection manager of filter chain `info.filter_chain_index`.
 pub async fn handle(
     mut req: Request<Incoming>,
-    snapshot: &Snapshot,
+    snapshot: &Arc<Snapshot>,
     info: &ConnInfo,
     stats: &HcmStats,
     up: &Upstream<'_>,
-) -> Response<ResponseBody> {
+) -> Response<LoggedBody<ResponseBody>> {
     stats.rq_total.inc();
     let hcm = snapshot
         .listeners
         .get(info.listener_index)
         .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
+    let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
+    let mut guard = Guard(None);
     let mut resp = match hcm {
         Some(hcm) => {
             let internal_only = match &hcm.route_specifier {
@@ -119,7 +140,15 @@ pub async fn handle(
                 .always_set_request_id_in_response
                 .then(|| req.headers().get(REQUEST_ID).cloned())
                 .flatten();
-            let mut resp = respond(req, hcm, stats, info, up).await;
+            // The log sees the request as the connection manager passed it on.
+            let progress = logging.then(|| {
+                let pending = pending(&req, snapshot, info);
+                let progress = (Arc::clone(&pending.request), pending.started);
+                guard.0 = Some(pending);
+                progress
+            });
+            let req = req.map(|b| RequestBody::new(b, progress));
+            let mut resp = respond(req, hcm, stats, info, up, logging).await;
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }
@@ -134,19 +163,57 @@ pub async fn handle(
         resp.headers_mut().insert(header::SERVER, v);
     }
     stats.response(resp.status().as_u16());
-    resp
+    let Some(pending) = guard.0.take() else {
+        return resp.map(LoggedBody::plain);
+    };
+    let side = ResponseSide {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        flag: resp.extensions().get::<ResponseFlag>().map(|f| f.0),
+        upstream: resp.extensions_mut().remove::<Upstreamed>(),
+        route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
+        direct: resp.extensions().get::<DirectResponse>().is_some(),
+        details: resp.extensions_mut().remove::<Details>().map(|d| d.0),
+        response_duration: pending.started.elapsed(),
+        ..ResponseSide::default()
+    };
+    resp.map(|b| LoggedBody::logged(b, pending, side))
+}
+
+/// The request side of the log entry of `req`.
+fn pending(req: &Request<Incoming>, snapshot: &Arc<Snapshot>, info: &ConnInfo) -> Pending {
+    use http_body::Body as _;
+    Pending {
+        logs: Logs::Hcm {
+            snapshot: Arc::clone(snapshot),
+            listener_index: info.listener_index,
+            filter_chain_index: info.filter_chain_index,
+        },
+        start: SystemTime::now(),
+        started: Instant::now(),
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        headers: req.headers().clone(),
+        peer: info.peer,
+        local: info.local,
+        server_name: info.server_name.clone(),
+        connection_id: info.id,
+        request: Arc::new(RequestProgress::new(req.body().is_end_stream())),
+    }
 }
 
 async fn respond(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     hcm: &HttpConnectionManager,
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
+    logging: bool,
 ) -> Response<ResponseBody> {
     let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
         stats.no_route.inc();
-        return reply(StatusCode::NOT_FOUND, "").map(ResponseBody::from);
+        return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let to = ReplyTo::of(&req);
     let host = authority(&req).unwrap_or("");
@@ -155,7 +222,7 @@ async fn respond(
         .and_then(|vh| Some((vh, vh.select_route(&View(&req))?)))
     else {
         stats.no_route.inc();
-        return local_reply(to, StatusCode::NOT_FOUND, "").map(ResponseBody::from);
+        return no_route(local_reply(to, StatusCode::NOT_FOUND, ""));
     };
     let matched = Matched {
         config: rc,
@@ -164,12 +231,19 @@ async fn respond(
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {
-            return router::forward(req, action, matched, info, up).await;
+            let mut resp = router::forward(req, action, matched, info, up, logging).await;
+            if logging {
+                resp.extensions_mut().insert(RouteName(route.name.clone()));
+            }
+            return resp;
         }
         Action::DirectResponse(d) => {
             stats.rq_direct_response.inc();
             let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
             let mut resp = local_reply(to, status, d.body.clone().unwrap_or_default());
+            if logging {
+                resp.extensions_mut().insert(DirectResponse);
+            }
             // Envoy points 201 and 3xx direct responses at the request's own URL
             // (RFC 7231 7.1.2): a redirect with nothing rewritten.
             if (status == StatusCode::CREATED || status.is_redirection())
@@ -184,6 +258,10 @@ async fn respond(
             let status =
                 StatusCode::from_u16(r.response_code).unwrap_or(StatusCode::MOVED_PERMANENTLY);
             let mut resp = local_reply(to, status, "");
+            if logging {
+                // Envoy's details for a redirect are `direct_response` too.
+                resp.extensions_mut().insert(DirectResponse);
+            }
             if let Ok(v) = HeaderValue::from_str(&location(&req, route, r)) {
                 resp.headers_mut().insert(header::LOCATION, v);
             }
@@ -195,6 +273,15 @@ async fn respond(
         let protocol = router::headers::protocol(req.version());
         router::response_headers(&mut resp, &levels, &req, info, protocol, None, "", route);
     }
+    if logging {
+        resp.extensions_mut().insert(RouteName(route.name.clone()));
+    }
+    resp.map(ResponseBody::from)
+}
+
+/// A 404 for a request no route takes, flagged `NR` for the access log.
+fn no_route(mut resp: Response<Body>) -> Response<ResponseBody> {
+    resp.extensions_mut().insert(ResponseFlag("NR"));
     resp.map(ResponseBody::from)
 }
 

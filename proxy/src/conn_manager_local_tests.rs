@@ -77,6 +77,8 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     peer: "127.0.0.1:1000".parse().unwrap(),
                     local: "127.0.0.1:2000".parse().unwrap(),
                     tls: false,
+                    server_name: None,
+                    id: 0,
                 };
                 let up = Upstream {
                     clusters: &clusters,

@@ -125,6 +125,8 @@ pub struct Accepted {
     pub filter_chain_index: usize,
     /// The ALPN protocol negotiated over TLS, if any.
     pub alpn: Option<Vec<u8>>,
+    /// The SNI the TLS client sent, lower-cased (`%REQUESTED_SERVER_NAME%`).
+    pub server_name: Option<String>,
 }
 
 /// Why a connection was closed before HTTP.
@@ -196,6 +198,7 @@ async fn accept_inner(
                 stream: DownstreamStream::Plain(stream),
                 filter_chain_index: index,
                 alpn: None,
+                server_name: None,
             }),
             None => Err(Refused::NoFilterChainMatch),
         };
@@ -233,6 +236,7 @@ async fn accept_inner(
         stream: DownstreamStream::Tls(Box::new(tls_stream)),
         filter_chain_index: index,
         alpn: negotiated,
+        server_name,
     })
 }
 

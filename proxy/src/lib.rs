@@ -6,6 +6,7 @@
 //! runtime and its own `SO_REUSEPORT` sockets, so a connection lives its whole
 //! life on one worker and nothing on the request path takes a lock.
 
+mod access_log;
 mod admin;
 mod conn_manager;
 mod filter_chain;
@@ -31,6 +32,24 @@ pub struct ServeOptions {
     pub drain_time: Duration,
     /// Where to write admin's bound address (`--admin-address-path`).
     pub admin_address_path: Option<std::path::PathBuf>,
+    /// The bootstrap as loaded, for admin's `/config_dump`.
+    pub bootstrap_proto: Option<prost_reflect::DynamicMessage>,
+    /// Changes the process's log level at run time (admin's `/logging`).
+    pub log_control: Option<LogControl>,
+}
+
+/// Sets the log level (a `tracing` filter directive such as `debug`); the binary
+/// builds it over its subscriber's reload handle.
+#[derive(Clone)]
+pub struct LogControl(pub std::sync::Arc<SetLevel>);
+
+/// What [`LogControl`] calls: sets a filter directive, or says why it cannot.
+pub type SetLevel = dyn Fn(&str) -> Result<(), String> + Send + Sync;
+
+impl std::fmt::Debug for LogControl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogControl")
+    }
 }
 
 /// Serves `bootstrap` until SIGTERM/SIGINT or `/quitquitquit`, then drains and

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
             };
         }
     };
-    init_logging(&cli);
+    let log_control = init_logging(&cli);
     let bootstrap = match courier_config::load_bootstrap(&cli.load_options()) {
         Ok(b) => b,
         Err(errors) => {
@@ -46,15 +46,35 @@ fn main() -> ExitCode {
             println!("configuration '{what}' OK");
             ExitCode::SUCCESS
         }
-        Mode::Serve => courier::serve(bootstrap, &cli.serve_options()),
+        Mode::Serve => {
+            let mut opts = cli.serve_options();
+            opts.log_control = log_control;
+            // The same sources again, untranslated, for /config_dump (the first
+            // load succeeded, so this one does too).
+            opts.bootstrap_proto = courier_config::load_bootstrap_proto(&cli.load_options()).ok();
+            courier::serve(bootstrap, &opts)
+        }
     }
 }
 
-fn init_logging(cli: &Cli) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.log_level.directive()));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+/// Logs to stderr at `--log-level` (or `RUST_LOG`), behind a reload layer so
+/// admin's `/logging` can change the level.
+fn init_logging(cli: &Cli) -> Option<courier::LogControl> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::{EnvFilter, fmt, reload};
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new(cli.log_level.directive()));
+    let (filter, handle) = reload::Layer::new(filter);
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(fmt::layer().with_writer(std::io::stderr))
+        .try_init()
+        .ok()?;
+    Some(courier::LogControl(std::sync::Arc::new(
+        move |level: &str| {
+            let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
+            handle.reload(filter).map_err(|e| e.to_string())
+        },
+    )))
 }

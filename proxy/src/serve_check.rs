@@ -21,13 +21,6 @@ pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     if bootstrap.dynamic_resources.is_some() {
         problems.push("dynamic_resources: xDS is not served yet".to_string());
     }
-    if bootstrap
-        .admin
-        .as_ref()
-        .is_some_and(|a| !a.access_log.is_empty())
-    {
-        problems.push("admin.access_log: admin access logs are not written yet".to_string());
-    }
     for (i, c) in bootstrap.clusters.iter().enumerate() {
         cluster(c, &format!("static_resources.clusters[{i}]"), &mut problems);
     }
@@ -102,9 +95,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
                 &format!("HTTP filter {}", f.name),
             );
         }
-    }
-    if !h.access_log.is_empty() {
-        refuse("access_log", "access logging");
     }
     if h.normalize_path
         || h.merge_slashes

@@ -5,7 +5,7 @@ use crate::listener;
 use crate::stats::{self, ClusterStats, HcmStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
-use crate::worker::{self, WorkerSetup};
+use crate::worker::{self, Phase, WorkerSetup};
 use crate::{ServeOptions, admin};
 use arc_swap::ArcSwap;
 use courier_config::Bootstrap;
@@ -38,12 +38,20 @@ pub struct Shared {
     pub stats: Vec<Arc<WorkerStats>>,
     /// Listener names and the addresses they are bound to (port 0 resolved).
     pub listeners: Vec<(String, SocketAddr)>,
-    /// The config in force.
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// Woken by `/quitquitquit`.
     pub quit: Notify,
     /// Worker count.
     pub concurrency: usize,
+    /// The workers' phase (`/drain_listeners`, shutdown).
+    pub phase: watch::Sender<Phase>,
+    /// The upstream clusters (`/clusters`).
+    pub clusters: Arc<ClusterManager>,
+    /// The bootstrap as loaded (`/config_dump`).
+    pub bootstrap_proto: Option<prost_reflect::DynamicMessage>,
+    /// Changes the log level (`/logging`).
+    pub log_control: Option<crate::LogControl>,
+    /// Admin's own access logs.
+    pub admin_logs: Arc<[courier_config::listener::access_log::AccessLog]>,
 }
 
 impl Shared {
@@ -80,6 +88,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
     let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
+    check_access_logs(&bootstrap)?;
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -102,7 +111,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         addrs.push((l.name.clone(), addr));
     }
 
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stats = Vec::with_capacity(opts.workers);
     let mut handles = Vec::with_capacity(opts.workers);
@@ -158,7 +167,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         match ready_rx.recv() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
-                let _ = shutdown_tx.send(true);
+                let _ = shutdown_tx.send(Phase::Shutdown);
                 return Err(e);
             }
             Err(_) => return Err("a worker stopped while starting".into()),
@@ -170,9 +179,18 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         started: SystemTime::now(),
         stats,
         listeners: addrs,
-        snapshot,
         quit: Notify::new(),
         concurrency: opts.workers,
+        phase: shutdown_tx,
+        clusters: Arc::clone(&clusters),
+        bootstrap_proto: opts.bootstrap_proto.clone(),
+        log_control: opts.log_control.clone(),
+        admin_logs: bootstrap
+            .admin
+            .as_ref()
+            .map(|a| a.access_log.clone())
+            .unwrap_or_default()
+            .into(),
     });
     for (name, addr) in &shared.listeners {
         tracing::info!(listener = %name, %addr, "listening");
@@ -201,11 +219,31 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
 
     shared.set_state(State::Draining);
     tracing::info!(drain_time = ?opts.drain_time, "draining");
-    let _ = shutdown_tx.send(true);
+    shared.phase.send_replace(Phase::Shutdown);
     for h in handles {
         let _ = h.join();
     }
     drop(reserved);
+    // Admin's access log lines, buffered on this thread.
+    crate::access_log::writer::flush();
+    Ok(())
+}
+
+/// Envoy refuses to start when an access log file cannot be opened; so does
+/// courier (each thread opens its own handle later, in append mode).
+fn check_access_logs(bootstrap: &Bootstrap) -> Result<(), String> {
+    use courier_config::listener::access_log::Sink;
+    let hcm_logs = bootstrap
+        .listeners
+        .iter()
+        .flat_map(|l| l.all_filter_chains())
+        .flat_map(|fc| fc.http_connection_manager.access_log.iter());
+    let admin_logs = bootstrap.admin.iter().flat_map(|a| a.access_log.iter());
+    for log in hcm_logs.chain(admin_logs) {
+        if let Sink::File(path) = &log.sink {
+            crate::access_log::writer::open(path).map_err(|e| format!("access log {path}: {e}"))?;
+        }
+    }
     Ok(())
 }
 

@@ -23,6 +23,11 @@ impl Counter {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// Back to zero (`/reset_counters`; gauges are never reset).
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
 }
 
 /// The connection manager's stats of one listener's HCM (`http.<stat_prefix>.*`).
@@ -207,6 +212,32 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
         }
     }
     out.into_iter().collect()
+}
+
+/// Zeroes every counter of every worker (`/reset_counters`); gauges
+/// (`downstream_cx_active`) keep their values, as in Envoy.
+pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
+    for w in workers {
+        for (_, s) in w.listeners.iter().flatten() {
+            let counters = [&s.cx_total, &s.rq_total, &s.no_route, &s.rq_direct_response];
+            counters.into_iter().for_each(Counter::reset);
+            s.rq_redirect.reset();
+            s.rq_xx.iter().for_each(Counter::reset);
+        }
+        for (_, c) in &w.clusters {
+            let counters = [
+                &c.rq_total,
+                &c.cx_total,
+                &c.cx_connect_fail,
+                &c.cx_connect_timeout,
+                &c.cx_none_healthy,
+                &c.rq_timeout,
+            ];
+            counters.into_iter().for_each(Counter::reset);
+            c.rq_code.iter().for_each(Counter::reset);
+            c.rq_xx.iter().for_each(Counter::reset);
+        }
+    }
 }
 
 /// Renders samples in Envoy's `/stats` text form (`name: value`).

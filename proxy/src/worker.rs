@@ -20,6 +20,20 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
+/// How far the server has gone towards stopping; phases only move forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Phase {
+    /// Accepting and serving.
+    Serving,
+    /// Listeners closed (`/drain_listeners`); open connections carry on.
+    ListenersStopped,
+    /// Listeners closed and open connections asked to finish
+    /// (`/drain_listeners?graceful`): `connection: close` / GOAWAY.
+    ConnectionsDraining,
+    /// The server is exiting: drain, then the worker stops.
+    Shutdown,
+}
+
 /// What a worker needs to start.
 pub struct WorkerSetup {
     /// Worker number.
@@ -35,8 +49,8 @@ pub struct WorkerSetup {
     /// The upstream clusters (host sets published by the main thread; pools and
     /// balancer cursors are this worker's own, thread-local).
     pub clusters: Arc<ClusterManager>,
-    /// Becomes `true` when the server drains.
-    pub shutdown: watch::Receiver<bool>,
+    /// The server's phase.
+    pub shutdown: watch::Receiver<Phase>,
     /// How long connections get to finish once draining.
     pub drain_time: Duration,
     /// Reports whether this worker bound its sockets.
@@ -109,7 +123,10 @@ async fn serve(setup: WorkerSetup) {
     }
 
     let mut shutdown = setup.shutdown.clone();
-    let _ = shutdown.wait_for(|draining| *draining).await.map(|_| ());
+    let _ = shutdown
+        .wait_for(|p| *p == Phase::Shutdown)
+        .await
+        .map(|_| ());
     // Stop accepting: dropping the accept tasks closes this worker's sockets.
     for t in &accept_tasks {
         t.abort();
@@ -124,6 +141,8 @@ async fn serve(setup: WorkerSetup) {
         }
     };
     let _ = tokio::time::timeout(setup.drain_time, drained).await;
+    // Lines of requests that finished while draining.
+    crate::access_log::writer::flush();
 }
 
 struct AcceptCtx {
@@ -132,7 +151,7 @@ struct AcceptCtx {
     tls: Arc<ServerConfigs>,
     stats: Arc<WorkerStats>,
     clusters: Arc<ClusterManager>,
-    shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<Phase>,
     tracker: Arc<Tracker>,
 }
 
@@ -144,7 +163,9 @@ macro_rules! serve_until_drained {
         tokio::pin!(conn);
         let drain = async {
             // The watch guard must not live across the await below.
-            let _ = $shutdown.wait_for(|draining| *draining).await;
+            let _ = $shutdown
+                .wait_for(|p| *p >= Phase::ConnectionsDraining)
+                .await;
         };
         tokio::select! {
             _ = conn.as_mut() => {}
@@ -168,8 +189,15 @@ impl Drop for ActiveCx {
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
     let listener_stats = ctx.stats.listener(ctx.listener_index);
+    let mut phase = ctx.shutdown.clone();
     loop {
-        let (stream, peer) = match listener.accept().await {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            // Returning drops (closes) this worker's socket: new connections
+            // are refused once every worker has closed its own.
+            _ = phase.wait_for(|p| *p >= Phase::ListenersStopped) => return,
+        };
+        let (stream, peer) = match accepted {
             Ok(c) => c,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -225,6 +253,8 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     peer,
                     local,
                     tls: accepted.stream.is_tls(),
+                    server_name: accepted.server_name,
+                    id: conn_manager::next_connection_id(),
                 });
                 (accepted.stream, info, codec)
             };

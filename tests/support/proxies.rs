@@ -153,6 +153,12 @@ impl Proxy {
         self.listeners.get(name).map(String::as_str)
     }
 
+    /// The process's working directory (relative paths in its config, such as
+    /// access log files, land here).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
     /// What the process wrote to stderr so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()

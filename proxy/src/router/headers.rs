@@ -146,7 +146,8 @@ impl FormatCtx<'_> {
     }
 }
 
-fn hostname() -> &'static str {
+/// The machine's host name (`%HOSTNAME%`).
+pub fn hostname() -> &'static str {
     static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     NAME.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/hostname")

@@ -149,13 +149,15 @@ impl Out<'_> {
     }
 }
 
-/// Forwards `req` along `action`.
+/// Forwards `req` along `action`; with `logging`, the response carries the
+/// upstream it came from ([`crate::access_log::Upstreamed`]).
 pub async fn forward(
     req: Request<UpstreamBody>,
     action: &RouteAction,
     m: Matched<'_>,
     conn: &ConnInfo,
     up: &Upstream<'_>,
+    logging: bool,
 ) -> Response<ResponseBody> {
     let (name, weighted): (Cow<'_, str>, Option<&ClusterWeight>) = match &action.cluster {
         ClusterSpecifier::Cluster(n) => (Cow::Borrowed(n), None),
@@ -198,13 +200,20 @@ pub async fn forward(
     let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
-        return out.local(
+        let mut resp = out.local(
             Some(&req),
             StatusCode::SERVICE_UNAVAILABLE,
             "no healthy upstream",
             "UH",
             None,
         );
+        if logging {
+            resp.extensions_mut().insert(crate::access_log::Upstreamed {
+                host: None,
+                cluster: std::sync::Arc::clone(&cluster.config),
+            });
+        }
+        return resp;
     };
 
     let (mut parts, body) = req.into_parts();
@@ -237,13 +246,17 @@ pub async fn forward(
     });
     let host_text = Some(host.address_text.as_str());
 
+    let upstreamed = logging.then(|| crate::access_log::Upstreamed {
+        host: Some(std::sync::Arc::clone(&host)),
+        cluster: std::sync::Arc::clone(&cluster.config),
+    });
     let started = Instant::now();
     let sent = pool::send(cluster, &host, Request::from_parts(parts, body), stats);
     let result = match action.timeout {
         Some(t) => tokio::time::timeout(t, sent).await.ok(),
         None => Some(sent.await),
     };
-    match result {
+    let mut resp = match result {
         None => {
             stats.rq_total.inc();
             stats.rq_timeout.inc();
@@ -265,13 +278,18 @@ pub async fn forward(
                 "upstream connect error or disconnect/reset before headers. reset reason: {}",
                 e.reason()
             );
-            out.local(
+            let mut resp = out.local(
                 seen.as_ref(),
                 StatusCode::SERVICE_UNAVAILABLE,
                 body,
                 e.flag(),
                 host_text,
-            )
+            );
+            if logging {
+                resp.extensions_mut()
+                    .insert(crate::access_log::Details(e.details()));
+            }
+            resp
         }
         Some(Ok((resp, lease))) => {
             stats.rq_total.inc();
@@ -290,7 +308,13 @@ pub async fn forward(
             out.mutate(&mut resp, seen.as_ref(), host_text);
             resp
         }
+    };
+    // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER% (no
+    // allocation for the extension when nothing logs).
+    if let Some(u) = upstreamed {
+        resp.extensions_mut().insert(u);
     }
+    resp
 }
 
 /// Applies response header mutations to `resp` (for `req`).

@@ -24,6 +24,31 @@ pub struct Host {
     pub healthy: bool,
     /// Requests in flight to this host, over all workers.
     active: AtomicU64,
+    /// Per-host stats admin's `/clusters` reports (shared by all workers, as
+    /// Envoy's host stats are).
+    pub stats: HostStats,
+}
+
+/// A host's counters (`/clusters`), summed over workers by being shared.
+#[derive(Debug, Default)]
+pub struct HostStats {
+    /// `rq_total`: requests sent.
+    pub rq_total: AtomicU64,
+    /// `cx_total`: connections opened (or attempted).
+    pub cx_total: AtomicU64,
+    /// `cx_active`: connections open.
+    pub cx_active: AtomicU64,
+    /// `cx_connect_fail`.
+    pub cx_connect_fail: AtomicU64,
+}
+
+impl HostStats {
+    /// Zeroes the counters (`/reset_counters`); `cx_active` is a gauge.
+    pub fn reset_counters(&self) {
+        for c in [&self.rq_total, &self.cx_total, &self.cx_connect_fail] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Host {
@@ -36,6 +61,7 @@ impl Host {
             weight: weight.max(1),
             healthy,
             active: AtomicU64::new(0),
+            stats: HostStats::default(),
         }
     }
 
@@ -47,6 +73,7 @@ impl Host {
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> ActiveRequest {
         self.active.fetch_add(1, Ordering::Relaxed);
+        self.stats.rq_total.fetch_add(1, Ordering::Relaxed);
         ActiveRequest(Arc::clone(self))
     }
 }

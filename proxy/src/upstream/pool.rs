@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::net::TcpStream;
 
 /// The body type of requests sent upstream.
-pub type UpstreamBody = Incoming;
+pub type UpstreamBody = crate::access_log::body::RequestBody;
 
 type Key = (usize, SocketAddr);
 
@@ -46,8 +46,8 @@ thread_local! {
 /// Why no response headers came back.
 #[derive(Debug)]
 pub enum SendError {
-    /// The TCP connect failed.
-    ConnectFailure,
+    /// The TCP connect failed; the OS's reason (`Connection refused`).
+    ConnectFailure(String),
     /// The TCP connect took longer than `connect_timeout`.
     ConnectTimeout,
     /// The connection closed before response headers.
@@ -60,7 +60,7 @@ impl SendError {
     /// Envoy's reset reason for the local reply body.
     pub fn reason(&self) -> &'static str {
         match self {
-            SendError::ConnectFailure => "remote connection failure",
+            SendError::ConnectFailure(_) => "remote connection failure",
             SendError::ConnectTimeout => "connection timeout",
             SendError::Termination => "connection termination",
             SendError::Reset(r) => r,
@@ -69,13 +69,29 @@ impl SendError {
 
     /// Whether a stream was attached to a connection (so `upstream_rq_total` counts it).
     pub fn attached(&self) -> bool {
-        !matches!(self, SendError::ConnectFailure | SendError::ConnectTimeout)
+        !matches!(
+            self,
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout
+        )
+    }
+
+    /// Envoy's `%RESPONSE_CODE_DETAILS%`:
+    /// `upstream_reset_before_response_started{<reason>[|<transport failure>]}`,
+    /// spaces as underscores.
+    pub fn details(&self) -> String {
+        let mut d = format!("upstream_reset_before_response_started{{{}", self.reason());
+        if let SendError::ConnectFailure(why) = self {
+            d.push_str("|delayed connect error: ");
+            d.push_str(why);
+        }
+        d.push('}');
+        d.replace(' ', "_")
     }
 
     /// Envoy's response flag.
     pub fn flag(&self) -> &'static str {
         match self {
-            SendError::ConnectFailure | SendError::ConnectTimeout => "UF",
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout => "UF",
             SendError::Termination => "UC",
             SendError::Reset(_) => "UR",
         }
@@ -140,14 +156,15 @@ pub async fn send(
     let active = host.start_request();
     let key = (cluster.index, host.address);
     match cluster.config.http.protocol {
-        UpstreamProtocol::Http2 => send_h2(cluster, key, req, stats, active).await,
+        UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
-        _ => send_h1(cluster, key, req, stats, active).await,
+        _ => send_h1(cluster, host, key, req, stats, active).await,
     }
 }
 
 async fn send_h1(
     cluster: &UpstreamCluster,
+    host: &Arc<Host>,
     key: Key,
     mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
@@ -174,14 +191,16 @@ async fn send_h1(
             },
         }
     }
-    let stream = connect(cluster, key.1, stats).await?;
+    let stream = connect(cluster, host, stats).await?;
     let (mut s, conn) = http1::Builder::new()
         .writev(false)
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| from_hyper(&e))?;
+    let open = OpenConn::new(host);
     tokio::spawn(async move {
         let _ = conn.await;
+        drop(open);
     });
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
@@ -191,6 +210,7 @@ async fn send_h1(
 
 async fn send_h2(
     cluster: &UpstreamCluster,
+    host: &Arc<Host>,
     key: Key,
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
@@ -209,7 +229,7 @@ async fn send_h2(
     let (mut send, streams) = match found {
         Some(c) => c,
         None => {
-            let stream = connect(cluster, key.1, stats).await?;
+            let stream = connect(cluster, host, stats).await?;
             let h2 = &cluster.config.http.http2;
             let (send, conn) = http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(h2.initial_stream_window_size)
@@ -217,8 +237,10 @@ async fn send_h2(
                 .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| from_hyper(&e))?;
+            let open = OpenConn::new(host);
             tokio::spawn(async move {
                 let _ = conn.await;
+                drop(open);
             });
             let streams = Arc::new(AtomicU32::new(0));
             POOLS.with(|p| {
@@ -246,18 +268,39 @@ async fn send_h2(
     }
 }
 
+/// An open upstream connection, counted in its host's `cx_active`.
+struct OpenConn(Arc<Host>);
+
+impl OpenConn {
+    fn new(host: &Arc<Host>) -> Self {
+        host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
+        Self(Arc::clone(host))
+    }
+}
+
+impl Drop for OpenConn {
+    fn drop(&mut self) {
+        self.0.stats.cx_active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
 async fn connect(
     cluster: &UpstreamCluster,
-    addr: SocketAddr,
+    host: &Host,
     stats: &ClusterStats,
 ) -> Result<UpstreamStream, SendError> {
+    let addr = host.address;
     stats.cx_total.inc();
+    host.stats.cx_total.fetch_add(1, Ordering::Relaxed);
     let open = async {
         let tcp = TcpStream::connect(addr).await.map_err(|e| {
             tracing::debug!(%addr, error = %e, "upstream connect failed");
+            // "Connection refused (os error 111)" -> Envoy's strerror text.
+            let text = e.to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_string()
         })?;
         let _ = tcp.set_nodelay(true);
         match &cluster.tls {
@@ -268,19 +311,21 @@ async fn connect(
                     // Envoy's local reply says only "remote connection failure"
                     // for a failed handshake; the reason goes to the debug log.
                     tracing::debug!(%addr, error = %e, "upstream TLS handshake failed");
-                    Err(())
+                    Err("TLS error".to_string())
                 }
             },
         }
     };
     match tokio::time::timeout(cluster.config.connect_timeout, open).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(())) => {
+        Ok(Err(why)) => {
             stats.cx_connect_fail.inc();
-            Err(SendError::ConnectFailure)
+            host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
+            Err(SendError::ConnectFailure(why))
         }
         Err(_) => {
             stats.cx_connect_fail.inc();
+            host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
             stats.cx_connect_timeout.inc();
             Err(SendError::ConnectTimeout)
         }

@@ -1,0 +1,217 @@
+//! Access logs: one line per finished request, in Envoy's format-string or JSON
+//! form, for each `access_log` of the connection manager (and admin).
+//!
+//! The request side is captured when the connection manager has answered
+//! ([`Pending`]), the response side as the body streams ([`body::LoggedBody`]);
+//! lines are rendered when the body ends and appended to this thread's buffer
+//! ([`writer`]), which a timer flushes — nothing on the request path locks.
+
+pub mod body;
+mod render;
+pub mod time;
+pub mod writer;
+
+use courier_config::listener::access_log::AccessLog;
+use courier_config::snapshot::Snapshot;
+use http::{HeaderMap, Method, Uri, Version};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+use tokio::time::Instant;
+
+/// The logs a request goes to, found without copying them per request.
+#[derive(Debug)]
+pub enum Logs {
+    /// A connection manager's `access_log`.
+    Hcm {
+        /// The config the request was served with.
+        snapshot: Arc<Snapshot>,
+        /// The listener's index.
+        listener_index: usize,
+        /// The filter chain's index (see `filter_chain::chain_at`).
+        filter_chain_index: usize,
+    },
+    /// Admin's `access_log`.
+    Admin(Arc<[AccessLog]>),
+}
+
+impl Logs {
+    fn get(&self) -> &[AccessLog] {
+        match self {
+            Logs::Hcm {
+                snapshot,
+                listener_index,
+                filter_chain_index,
+            } => snapshot
+                .listeners
+                .get(*listener_index)
+                .and_then(|l| crate::filter_chain::chain_at(l, *filter_chain_index))
+                .map_or(&[], |fc| &fc.http_connection_manager.access_log[..]),
+            Logs::Admin(logs) => logs,
+        }
+    }
+}
+
+/// The upstream a request was sent to, kept on the response for the log.
+#[derive(Debug, Clone)]
+pub struct Upstreamed {
+    /// The host picked (none when the cluster had no healthy host).
+    pub host: Option<Arc<crate::upstream::host::Host>>,
+    /// The cluster's name.
+    pub cluster: Arc<courier_config::cluster::Cluster>,
+}
+
+/// The matched route's name, kept on the response for the log.
+#[derive(Debug, Clone)]
+pub struct RouteName(pub String);
+
+/// `%RESPONSE_CODE_DETAILS%` when the router set it (upstream resets).
+#[derive(Debug, Clone)]
+pub struct Details(pub String);
+
+/// Marks a direct response (`%RESPONSE_CODE_DETAILS%` `direct_response`).
+#[derive(Debug, Clone, Copy)]
+pub struct DirectResponse;
+
+/// The request side of a log entry.
+#[derive(Debug)]
+pub struct Pending {
+    /// Where the lines go.
+    pub logs: Logs,
+    /// Wall-clock start (`%START_TIME%`).
+    pub start: SystemTime,
+    /// Monotonic start (durations).
+    pub started: Instant,
+    /// The request method.
+    pub method: Method,
+    /// The request URI.
+    pub uri: Uri,
+    /// The request's HTTP version.
+    pub version: Version,
+    /// The request headers as the connection manager saw them.
+    pub headers: HeaderMap,
+    /// The downstream peer.
+    pub peer: SocketAddr,
+    /// Our address on the downstream connection.
+    pub local: SocketAddr,
+    /// The TLS client's SNI.
+    pub server_name: Option<String>,
+    /// The downstream connection's id.
+    pub connection_id: u64,
+    /// How far the request body has been read.
+    pub request: Arc<RequestProgress>,
+}
+
+/// The request body's progress, written by [`body::RequestBody`] (which may run
+/// on an upstream HTTP/2 connection's task, hence atomics).
+#[derive(Debug)]
+pub struct RequestProgress {
+    /// Body bytes read.
+    pub received: AtomicU64,
+    /// Milliseconds from the start to the end of the body; `u64::MAX` until then.
+    pub done_ms: AtomicU64,
+}
+
+impl RequestProgress {
+    /// Progress of a request; one without a body is complete at once.
+    pub fn new(end_stream: bool) -> Self {
+        Self {
+            received: AtomicU64::new(0),
+            done_ms: AtomicU64::new(if end_stream { 0 } else { u64::MAX }),
+        }
+    }
+}
+
+/// Holds a request's [`Pending`] while it is answered: if the request is dropped
+/// first (the client went away), the line is still written, with status 0 and
+/// flag `DC`, as Envoy does.
+#[derive(Debug)]
+pub struct Guard(pub Option<Pending>);
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            p.write(ResponseSide {
+                flag: Some("DC"),
+                ..ResponseSide::default()
+            });
+        }
+    }
+}
+
+/// The response side of a log entry.
+#[derive(Debug, Default)]
+pub struct ResponseSide {
+    /// The status sent.
+    pub status: u16,
+    /// The response headers sent.
+    pub headers: HeaderMap,
+    /// Envoy's short response flag, if courier answered itself.
+    pub flag: Option<&'static str>,
+    /// The upstream, if the request was forwarded.
+    pub upstream: Option<Upstreamed>,
+    /// The matched route's name.
+    pub route_name: Option<String>,
+    /// Whether the route answered with a direct response or a redirect.
+    pub direct: bool,
+    /// Response code details the router set.
+    pub details: Option<String>,
+    /// Time to the response headers.
+    pub response_duration: Duration,
+    /// Response body bytes sent.
+    pub bytes_sent: u64,
+    /// Response trailers, if any were sent.
+    pub trailers: Option<HeaderMap>,
+}
+
+/// Everything a line may refer to.
+pub struct Entry<'a> {
+    /// The request side.
+    pub req: &'a Pending,
+    /// The response side.
+    pub resp: &'a ResponseSide,
+    /// Time from start to the end of the response.
+    pub duration: Duration,
+    /// Request body bytes.
+    pub bytes_received: u64,
+    /// Time to the end of the request body, if it ended.
+    pub request_duration: Option<u64>,
+}
+
+impl Pending {
+    /// Renders and buffers the request's lines.
+    pub fn write(self, resp: ResponseSide) {
+        let entry = Entry {
+            req: &self,
+            resp: &resp,
+            duration: self.started.elapsed(),
+            bytes_received: self.request.received.load(Ordering::Relaxed),
+            request_duration: Some(self.request.done_ms.load(Ordering::Relaxed))
+                .filter(|ms| *ms != u64::MAX),
+        };
+        for log in self.logs.get() {
+            writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));
+        }
+    }
+}
+
+/// Envoy's long name for a short response flag.
+pub fn long_flag(short: &str) -> &'static str {
+    match short {
+        "NR" => "NoRouteFound",
+        "NC" => "NoClusterFound",
+        "UH" => "NoHealthyUpstream",
+        "UF" => "UpstreamConnectionFailure",
+        "UT" => "UpstreamRequestTimeout",
+        "UO" => "UpstreamOverflow",
+        "URX" => "UpstreamRetryLimitExceeded",
+        "UC" => "UpstreamConnectionTermination",
+        "UR" => "UpstreamRemoteReset",
+        "LR" => "LocalReset",
+        "DC" => "DownstreamConnectionTermination",
+        "DPE" => "DownstreamProtocolError",
+        "UPE" => "UpstreamProtocolError",
+        _ => "-",
+    }
+}

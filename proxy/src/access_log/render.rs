@@ -1,0 +1,286 @@
+//! Rendering a line: command values, `-` for what is missing (Envoy's text
+//! form), typed JSON values for lone commands (numbers for the numeric ones,
+//! `null` for missing).
+
+use super::{Entry, long_flag, time};
+use courier_config::format::{Command, FormatString, HeaderLookup, Part};
+use courier_config::listener::access_log::{AccessLog, JsonValue, LogFormat};
+use std::borrow::Cow;
+
+/// A command's value.
+enum Value<'a> {
+    Text(Cow<'a, str>),
+    Number(u64),
+}
+
+/// Renders one line onto `out` (with its newline for JSON; text formats carry
+/// their own). Text is written straight into the writer's buffer.
+pub fn line_into(log: &AccessLog, e: &Entry<'_>, out: &mut Vec<u8>) {
+    match &log.format {
+        LogFormat::Text(fs) => text_into(fs, e, log.omit_empty_values, out),
+        LogFormat::Json(fields) => {
+            let mut map = serde_json::Map::new();
+            object(fields, e, log.omit_empty_values, &mut map);
+            let _ = serde_json::to_writer(&mut *out, &serde_json::Value::Object(map));
+            out.push(b'\n');
+        }
+    }
+}
+
+/// One rendered line as a string (tests).
+#[cfg(test)]
+pub fn line(log: &AccessLog, e: &Entry<'_>) -> String {
+    let mut out = Vec::new();
+    line_into(log, e, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn text(fs: &FormatString, e: &Entry<'_>, omit_empty: bool) -> String {
+    let mut out = Vec::new();
+    text_into(fs, e, omit_empty, &mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn text_into(fs: &FormatString, e: &Entry<'_>, omit_empty: bool, out: &mut Vec<u8>) {
+    use std::io::Write as _;
+    for part in &fs.parts {
+        match part {
+            Part::Literal(s) => out.extend_from_slice(s.as_bytes()),
+            Part::Command(c) => match value(c, e) {
+                Some(Value::Text(t)) if !t.is_empty() => out.extend_from_slice(t.as_bytes()),
+                Some(Value::Number(n)) => {
+                    let _ = write!(out, "{n}");
+                }
+                _ if omit_empty => {}
+                _ => out.push(b'-'),
+            },
+        }
+    }
+}
+
+fn object(
+    fields: &[(String, JsonValue)],
+    e: &Entry<'_>,
+    omit_empty: bool,
+    map: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    for (k, v) in fields {
+        let v = json(v, e, omit_empty);
+        if omit_empty && (v.is_null() || v.as_str() == Some("")) {
+            continue;
+        }
+        map.insert(k.clone(), v);
+    }
+}
+
+fn json(v: &JsonValue, e: &Entry<'_>, omit_empty: bool) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        JsonValue::Format(fs) => match fs.parts.as_slice() {
+            [Part::Command(c)] => match value(c, e) {
+                Some(Value::Number(n)) => J::from(n),
+                Some(Value::Text(t)) if !t.is_empty() => J::String(t.into_owned()),
+                _ => J::Null,
+            },
+            _ => J::String(text(fs, e, omit_empty)),
+        },
+        JsonValue::Object(fields) => {
+            let mut map = serde_json::Map::new();
+            object(fields, e, omit_empty, &mut map);
+            J::Object(map)
+        }
+        JsonValue::List(items) => J::Array(items.iter().map(|i| json(i, e, omit_empty)).collect()),
+        JsonValue::Number(n) => serde_json::Number::from_f64(*n).map_or(J::Null, J::Number),
+        JsonValue::Bool(b) => J::Bool(*b),
+        JsonValue::Null => J::Null,
+    }
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
+    let (req, resp) = (e.req, e.resp);
+    let owned = |s: String| Some(Value::Text(Cow::Owned(s)));
+    let text = |s: &'a str| Some(Value::Text(Cow::Borrowed(s)));
+    match c {
+        Command::StartTime(None) => {
+            let mut s = String::new();
+            time::default_format(req.start, &mut s);
+            owned(s)
+        }
+        Command::StartTime(Some(f)) => {
+            let mut s = String::new();
+            time::strftime(req.start, f, &mut s);
+            owned(s)
+        }
+        Command::Request(h) => request_header(h, e).map(Value::Text),
+        Command::Response(h) => {
+            if h.main == ":status" {
+                return Some(Value::Text(Cow::Owned(resp.status.to_string())));
+            }
+            header(h, |n| resp.headers.get(n)?.to_str().ok()).map(Value::Text)
+        }
+        Command::Trailer(h) => {
+            let t = resp.trailers.as_ref()?;
+            header(h, |n| t.get(n)?.to_str().ok()).map(Value::Text)
+        }
+        Command::Protocol => text(crate::router::headers::protocol(req.version)),
+        Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
+        Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
+            _ if resp.details.is_some() => resp.details.as_deref()?,
+            (Some("NR"), _) => "route_not_found",
+            (Some("NC"), _) => "cluster_not_found",
+            (Some("UH"), _) => "no_healthy_upstream",
+            (Some("UT"), _) => "upstream_response_timeout",
+            (None, Some(u)) if u.host.is_some() => "via_upstream",
+            (None, None) if resp.direct => "direct_response",
+            _ => return None,
+        }),
+        // Envoy prints `-` for no flags in both forms (a string in JSON, not null).
+        Command::ResponseFlags => text(resp.flag.unwrap_or("-")),
+        Command::ResponseFlagsLong => text(resp.flag.map_or("-", long_flag)),
+        Command::BytesReceived => Some(Value::Number(e.bytes_received)),
+        Command::BytesSent => Some(Value::Number(resp.bytes_sent)),
+        Command::Duration => Some(Value::Number(ms(e.duration))),
+        // Time to the upstream's response headers: none without an upstream.
+        Command::ResponseDuration => resp
+            .upstream
+            .as_ref()
+            .and_then(|u| u.host.as_ref())
+            .map(|_| Value::Number(ms(resp.response_duration))),
+        Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.as_ref()?.address_text),
+        Command::UpstreamCluster => text(&resp.upstream.as_ref()?.cluster.name),
+        Command::UpstreamRequestAttemptCount => Some(Value::Number(u64::from(
+            resp.upstream.as_ref().is_some_and(|u| u.host.is_some()),
+        ))),
+        Command::DownstreamRemoteAddress | Command::DownstreamDirectRemoteAddress => {
+            owned(req.peer.to_string())
+        }
+        Command::DownstreamRemoteAddressWithoutPort
+        | Command::DownstreamDirectRemoteAddressWithoutPort => owned(req.peer.ip().to_string()),
+        Command::DownstreamLocalAddress => owned(req.local.to_string()),
+        Command::DownstreamLocalAddressWithoutPort => owned(req.local.ip().to_string()),
+        Command::DownstreamLocalPort => Some(Value::Number(u64::from(req.local.port()))),
+        Command::RouteName => text(resp.route_name.as_deref().filter(|n| !n.is_empty())?),
+        Command::Hostname => text(crate::router::headers::hostname()),
+        // Not recorded in this build: Envoy prints `-` for them when unknown too.
+        Command::RequestDuration => e.request_duration.map(Value::Number),
+        Command::RequestedServerName => text(req.server_name.as_deref()?),
+        Command::ConnectionId => Some(Value::Number(req.connection_id)),
+        Command::UpstreamLocalAddress
+        | Command::UpstreamTransportFailureReason
+        | Command::DynamicMetadata { .. } => None,
+    }
+}
+
+fn request_header<'a>(h: &HeaderLookup, e: &'a Entry<'_>) -> Option<Cow<'a, str>> {
+    let req = e.req;
+    header(h, |name| match name {
+        ":method" => Some(req.method.as_str()),
+        ":path" => Some(req.uri.path_and_query().map_or("/", |p| p.as_str())),
+        ":authority" | "host" => req
+            .uri
+            .authority()
+            .map(|a| a.as_str())
+            .or_else(|| req.headers.get(http::header::HOST)?.to_str().ok()),
+        ":scheme" => Some(req.uri.scheme_str().unwrap_or("http")),
+        _ => req.headers.get(name)?.to_str().ok(),
+    })
+}
+
+fn header<'a>(h: &HeaderLookup, get: impl Fn(&str) -> Option<&'a str>) -> Option<Cow<'a, str>> {
+    let v = get(&h.main).or_else(|| h.alternative.as_deref().and_then(&get))?;
+    let v = match h.max_length {
+        Some(n) if v.len() > n => {
+            // Cut on a character boundary at or below `n`.
+            let mut end = n;
+            while !v.is_char_boundary(end) {
+                end -= 1;
+            }
+            &v[..end]
+        }
+        _ => v,
+    };
+    Some(Cow::Borrowed(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Logs, Pending, RequestProgress, ResponseSide};
+    use super::*;
+    use courier_config::format::parse;
+    use courier_config::listener::access_log::Sink;
+    use std::sync::Arc;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    fn pending() -> Pending {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-long", http::HeaderValue::from_static("abcdefgh"));
+        headers.insert("user-agent", http::HeaderValue::from_static("ua/1"));
+        Pending {
+            logs: Logs::Admin(Arc::from(Vec::new())),
+            start: UNIX_EPOCH + Duration::new(1_796_227_992, 464_000_000),
+            started: tokio::time::Instant::now(),
+            method: http::Method::GET,
+            uri: "/p?q=1".parse().unwrap(),
+            version: http::Version::HTTP_11,
+            headers,
+            peer: "10.0.0.1:5000".parse().unwrap(),
+            local: "127.0.0.1:80".parse().unwrap(),
+            server_name: None,
+            connection_id: 7,
+            request: Arc::new(RequestProgress::new(true)),
+        }
+    }
+
+    fn log(format: LogFormat, omit: bool) -> AccessLog {
+        AccessLog {
+            path: "/dev/null".into(),
+            sink: Sink::File("/dev/null".into()),
+            format,
+            omit_empty_values: omit,
+        }
+    }
+
+    #[test]
+    fn text_values_missing_dashes_and_omission() {
+        let req = pending();
+        let resp = ResponseSide {
+            status: 204,
+            ..ResponseSide::default()
+        };
+        let e = Entry {
+            req: &req,
+            resp: &resp,
+            duration: Duration::from_millis(12),
+            bytes_received: 0,
+            request_duration: None,
+        };
+        let f = parse(
+            "%START_TIME% %REQ(:PATH)% %REQ(X-LONG):3% %REQ(X-NO?USER-AGENT)% %REQ(X-NO)% %RESPONSE_CODE% %DURATION% %REQUEST_DURATION% %CONNECTION_ID% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\n",
+        )
+        .unwrap();
+        assert_eq!(
+            line(&log(LogFormat::Text(f.clone()), false), &e),
+            "2026-12-02T16:13:12.464Z /p?q=1 abc ua/1 - 204 12 - 7 10.0.0.1\n"
+        );
+        assert_eq!(
+            line(&log(LogFormat::Text(f), true), &e),
+            "2026-12-02T16:13:12.464Z /p?q=1 abc ua/1  204 12  7 10.0.0.1\n"
+        );
+        let json = LogFormat::Json(vec![
+            ("a".into(), JsonValue::Format(parse("%REQ(X-NO)%").unwrap())),
+            (
+                "b".into(),
+                JsonValue::Format(parse("%RESPONSE_CODE%").unwrap()),
+            ),
+        ]);
+        assert_eq!(
+            line(&log(json.clone(), false), &e),
+            "{\"a\":null,\"b\":204}\n"
+        );
+        assert_eq!(line(&log(json, true), &e), "{\"b\":204}\n");
+    }
+}

@@ -1,0 +1,132 @@
+//! `/clusters`: every cluster's circuit-breaker thresholds and, per host, its
+//! stats and health, in Envoy's text form (`cluster::host:port::stat::value`) or
+//! as JSON (`?format=json`, Envoy's `Clusters` message).
+
+use crate::upstream::ClusterManager;
+use crate::upstream::host::Host;
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+/// A host's stats as `/clusters` names them: (name, value, is a gauge).
+fn host_stats(h: &Host) -> [(&'static str, u64, bool); 5] {
+    let s = &h.stats;
+    [
+        ("cx_active", s.cx_active.load(Ordering::Relaxed), true),
+        (
+            "cx_connect_fail",
+            s.cx_connect_fail.load(Ordering::Relaxed),
+            false,
+        ),
+        ("cx_total", s.cx_total.load(Ordering::Relaxed), false),
+        ("rq_active", h.active_requests(), true),
+        ("rq_total", s.rq_total.load(Ordering::Relaxed), false),
+    ]
+}
+
+/// Every host of the cluster with its priority.
+fn hosts(c: &crate::upstream::UpstreamCluster) -> Vec<(usize, std::sync::Arc<Host>)> {
+    let set = c.hosts();
+    set.priorities
+        .iter()
+        .enumerate()
+        .flat_map(|(p, level)| level.all.iter().map(move |h| (p, std::sync::Arc::clone(h))))
+        .collect()
+}
+
+/// The text form.
+pub fn text(clusters: &ClusterManager) -> String {
+    let mut out = String::new();
+    let mut sorted: Vec<_> = clusters.clusters().iter().collect();
+    sorted.sort_by(|a, b| a.config.name.cmp(&b.config.name));
+    for c in sorted {
+        let name = &c.config.name;
+        let _ = writeln!(out, "{name}::observability_name::{}", c.config.stat_name());
+        for (priority, t) in [
+            ("default_priority", &c.config.circuit_breakers.default),
+            ("high_priority", &c.config.circuit_breakers.high),
+        ] {
+            for (k, v) in [
+                ("max_connections", t.max_connections),
+                ("max_pending_requests", t.max_pending_requests),
+                ("max_requests", t.max_requests),
+                ("max_retries", t.max_retries),
+            ] {
+                let _ = writeln!(out, "{name}::{priority}::{k}::{v}");
+            }
+        }
+        let _ = writeln!(out, "{name}::added_via_api::false");
+        for (priority, h) in hosts(c) {
+            let addr = &h.address_text;
+            for (stat, v, _) in host_stats(&h) {
+                let _ = writeln!(out, "{name}::{addr}::{stat}::{v}");
+            }
+            let _ = writeln!(out, "{name}::{addr}::hostname::{}", h.hostname);
+            let health = if h.healthy {
+                "healthy"
+            } else {
+                "/failed_eds_health"
+            };
+            let _ = writeln!(out, "{name}::{addr}::health_flags::{health}");
+            let _ = writeln!(out, "{name}::{addr}::weight::{}", h.weight);
+            let _ = writeln!(out, "{name}::{addr}::priority::{priority}");
+            let _ = writeln!(out, "{name}::{addr}::success_rate::-1");
+            let _ = writeln!(out, "{name}::{addr}::local_origin_success_rate::-1");
+        }
+    }
+    out
+}
+
+/// The JSON form (proto3 JSON: 64-bit values as strings, zero values left out).
+pub fn json(clusters: &ClusterManager) -> serde_json::Value {
+    use serde_json::json;
+    let mut sorted: Vec<_> = clusters.clusters().iter().collect();
+    sorted.sort_by(|a, b| a.config.name.cmp(&b.config.name));
+    let statuses: Vec<serde_json::Value> = sorted
+        .into_iter()
+        .map(|c| {
+            let host_statuses: Vec<serde_json::Value> = hosts(c)
+                .into_iter()
+                .map(|(priority, h)| {
+                    let stats: Vec<serde_json::Value> = host_stats(&h)
+                        .into_iter()
+                        .map(|(name, v, gauge)| {
+                            let mut s = json!({ "name": name });
+                            if v > 0 {
+                                s["value"] = json!(v.to_string());
+                            }
+                            if gauge {
+                                s["type"] = json!("GAUGE");
+                            }
+                            s
+                        })
+                        .collect();
+                    let mut status = json!({
+                        "address": {"socket_address": {
+                            "address": h.address.ip().to_string(),
+                            "port_value": h.address.port(),
+                        }},
+                        "stats": stats,
+                        "health_status": {
+                            "eds_health_status": if h.healthy { "HEALTHY" } else { "UNHEALTHY" },
+                        },
+                        "weight": h.weight,
+                        "locality": {},
+                    });
+                    if !h.hostname.is_empty() {
+                        status["hostname"] = json!(h.hostname);
+                    }
+                    if priority > 0 {
+                        status["priority"] = json!(priority);
+                    }
+                    status
+                })
+                .collect();
+            json!({
+                "name": c.config.name,
+                "observability_name": c.config.stat_name(),
+                "host_statuses": host_statuses,
+            })
+        })
+        .collect();
+    json!({ "cluster_statuses": statuses })
+}

@@ -1,0 +1,263 @@
+//! The admin endpoint (`admin.address`), served on the main thread: `/ready`,
+//! `/stats`, `/stats/prometheus`, `/server_info`, `/listeners`, `/clusters`,
+//! `/config_dump`, `/logging`, and the POST-only `/drain_listeners`,
+//! `/reset_counters`, `/quitquitquit`. Requests are logged to `admin.access_log`.
+
+mod clusters;
+mod config_dump;
+
+use crate::access_log::body::LoggedBody;
+use crate::access_log::{Logs, Pending, RequestProgress, ResponseSide};
+use crate::local_reply::{Body, reply};
+use crate::server::{Shared, State};
+use crate::stats;
+use crate::worker::Phase;
+use http::{Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::SystemTime;
+use tokio::net::TcpListener;
+use tokio::time::Instant;
+
+/// Binds admin and serves it in the background; returns the bound address.
+pub async fn spawn(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, peer)) = listener.accept().await else {
+                continue;
+            };
+            let local = stream.local_addr().unwrap_or(bound);
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let shared = Arc::clone(&shared);
+                    async move { Ok::<_, std::convert::Infallible>(logged(&req, &shared, peer, local)) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    Ok(bound)
+}
+
+/// Answers and, when admin has access logs, logs the request as the connection
+/// manager does.
+fn logged(
+    req: &Request<Incoming>,
+    shared: &Shared,
+    peer: SocketAddr,
+    local: SocketAddr,
+) -> Response<LoggedBody<Body>> {
+    let start = (SystemTime::now(), Instant::now());
+    let resp = handle(req, shared);
+    if shared.admin_logs.is_empty() {
+        return resp.map(LoggedBody::plain);
+    }
+    let pending = Pending {
+        logs: Logs::Admin(Arc::clone(&shared.admin_logs)),
+        start: start.0,
+        started: start.1,
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        headers: req.headers().clone(),
+        peer,
+        local,
+        server_name: None,
+        connection_id: 0,
+        request: Arc::new(RequestProgress::new(true)),
+    };
+    let side = ResponseSide {
+        status: resp.status().as_u16(),
+        headers: resp.headers().clone(),
+        response_duration: start.1.elapsed(),
+        ..ResponseSide::default()
+    };
+    resp.map(|b| LoggedBody::logged(b, pending, side))
+}
+
+fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
+    let path = req.uri().path();
+    let query = req.uri().query().unwrap_or("");
+    let has = |param: &str| {
+        query
+            .split('&')
+            .any(|p| p == param || p.split_once('=').is_some_and(|(k, _)| k == param))
+    };
+    // Envoy: endpoints that change state need POST (`/logging` only to change).
+    let mutating = matches!(
+        path,
+        "/quitquitquit"
+            | "/drain_listeners"
+            | "/healthcheck/fail"
+            | "/healthcheck/ok"
+            | "/reset_counters"
+    ) || (path == "/logging" && !query.is_empty());
+    if mutating && req.method() != Method::POST {
+        return reply(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "This endpoint requires POST\n",
+        );
+    }
+    match path {
+        "/ready" => match shared.state() {
+            State::Live => reply(StatusCode::OK, "LIVE\n"),
+            State::Initializing => reply(StatusCode::SERVICE_UNAVAILABLE, "INITIALIZING\n"),
+            State::Draining => reply(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
+        },
+        "/stats" => {
+            let samples = stats::collect(&shared.stats);
+            if query.split('&').any(|p| p == "format=prometheus") {
+                prometheus(&samples)
+            } else {
+                reply(StatusCode::OK, stats::render_text(&samples))
+            }
+        }
+        "/stats/prometheus" => prometheus(&stats::collect(&shared.stats)),
+        "/server_info" => json(server_info(shared)),
+        "/listeners" => {
+            let mut s = String::new();
+            for (name, addr) in &shared.listeners {
+                s.push_str(&format!("{name}::{addr}\n"));
+            }
+            reply(StatusCode::OK, s)
+        }
+        "/clusters" => {
+            if query.split('&').any(|p| p == "format=json") {
+                json(clusters::json(&shared.clusters))
+            } else {
+                reply(StatusCode::OK, clusters::text(&shared.clusters))
+            }
+        }
+        "/config_dump" => match &shared.bootstrap_proto {
+            Some(b) => match config_dump::dump(b) {
+                Ok(v) => json(v),
+                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+            },
+            None => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the bootstrap was not kept\n",
+            ),
+        },
+        "/drain_listeners" => {
+            // In-flight requests carry on; with `graceful`, open connections are
+            // also asked to finish (connection: close / GOAWAY).
+            let target = if has("graceful") {
+                Phase::ConnectionsDraining
+            } else {
+                Phase::ListenersStopped
+            };
+            shared.phase.send_if_modified(|p| {
+                let changed = *p < target;
+                *p = (*p).max(target);
+                changed
+            });
+            reply(StatusCode::OK, "OK\n")
+        }
+        "/reset_counters" => {
+            stats::reset_counters(&shared.stats);
+            for c in shared.clusters.clusters() {
+                for level in &c.hosts().priorities {
+                    for h in &level.all {
+                        h.stats.reset_counters();
+                    }
+                }
+            }
+            reply(StatusCode::OK, "OK\n")
+        }
+        "/logging" => logging(query, shared),
+        "/quitquitquit" => {
+            shared.quit.notify_one();
+            reply(StatusCode::OK, "OK\n")
+        }
+        _ => reply(
+            StatusCode::NOT_FOUND,
+            "invalid path. admin commands are: /clusters /config_dump /drain_listeners /listeners /logging /quitquitquit /ready /reset_counters /server_info /stats /stats/prometheus\n",
+        ),
+    }
+}
+
+/// `/logging`: lists the level (GET), or sets it (`POST ?level=debug`).
+fn logging(query: &str, shared: &Shared) -> Response<Body> {
+    let level = query
+        .split('&')
+        .find_map(|p| p.strip_prefix("level="))
+        .map(|l| match l {
+            "warning" => "warn",
+            "critical" => "error",
+            other => other,
+        });
+    if let Some(level) = level {
+        if !matches!(level, "trace" | "debug" | "info" | "warn" | "error" | "off") {
+            return reply(
+                StatusCode::BAD_REQUEST,
+                "error: unknown logger level\nusage: /logging?level=<trace|debug|info|warning|error|critical|off>\n",
+            );
+        }
+        let Some(control) = &shared.log_control else {
+            return reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "logging is not controllable\n",
+            );
+        };
+        if let Err(e) = (control.0)(level) {
+            return reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n"));
+        }
+    } else if !query.is_empty() {
+        return reply(
+            StatusCode::BAD_REQUEST,
+            "usage: /logging?level=<trace|debug|info|warning|error|critical|off>\n",
+        );
+    }
+    let current = tracing::level_filters::LevelFilter::current();
+    let name = match current.into_level() {
+        None => "off".to_string(),
+        Some(tracing::Level::WARN) => "warning".to_string(),
+        Some(l) => l.as_str().to_ascii_lowercase(),
+    };
+    reply(
+        StatusCode::OK,
+        format!("active loggers:\n  courier: {name}\n"),
+    )
+}
+
+fn prometheus(samples: &[stats::Sample]) -> Response<Body> {
+    let mut r = reply(StatusCode::OK, stats::render_prometheus(samples));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    r
+}
+
+fn json(v: serde_json::Value) -> Response<Body> {
+    let mut r = reply(StatusCode::OK, format!("{v:#}\n"));
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+fn server_info(shared: &Shared) -> serde_json::Value {
+    let uptime = shared.started.elapsed().map(|d| d.as_secs()).unwrap_or(0);
+    let state = match shared.state() {
+        State::Live => "LIVE",
+        State::Initializing => "INITIALIZING",
+        State::Draining => "DRAINING",
+    };
+    serde_json::json!({
+        "version": concat!("courier/", env!("CARGO_PKG_VERSION")),
+        "state": state,
+        "uptime_current_epoch": format!("{uptime}s"),
+        "uptime_all_epochs": format!("{uptime}s"),
+        "command_line_options": { "concurrency": shared.concurrency },
+    })
+}
