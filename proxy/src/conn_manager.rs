@@ -4,7 +4,8 @@
 //! response rules.
 
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
-use crate::router::body::ResponseBody;
+use crate::request_limits;
+use crate::router::body::{Progress, RequestBody, ResponseBody};
 use crate::router::{self, Matched, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
@@ -15,6 +16,7 @@ use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
 
@@ -109,7 +111,10 @@ pub async fn handle(
         .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
         .map(|fc| &fc.http_connection_manager);
     let mut resp = match hcm {
-        Some(hcm) => {
+        Some(hcm) => 'answer: {
+            if let Some(refused) = request_limits::refuse(&req, hcm) {
+                break 'answer refused;
+            }
             let internal_only = match &hcm.route_specifier {
                 RouteSpecifier::Inline(rc) => &rc.internal_only_headers[..],
                 RouteSpecifier::Rds { .. } => &[],
@@ -119,7 +124,11 @@ pub async fn handle(
                 .always_set_request_id_in_response
                 .then(|| req.headers().get(REQUEST_ID).cloned())
                 .flatten();
-            let mut resp = respond(req, hcm, stats, info, up).await;
+            let to = ReplyTo::of(&req);
+            let progress = Arc::new(Progress::new());
+            let req = req.map(|b| RequestBody::new(b, Arc::clone(&progress)));
+            let answer = respond(req, hcm, stats, info, up);
+            let mut resp = request_limits::timed(answer, progress, hcm, to).await;
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }
@@ -138,7 +147,7 @@ pub async fn handle(
 }
 
 async fn respond(
-    req: Request<Incoming>,
+    req: Request<RequestBody>,
     hcm: &HttpConnectionManager,
     stats: &HcmStats,
     info: &ConnInfo,

@@ -7,10 +7,13 @@
 //! life on one worker and nothing on the request path takes a lock.
 
 mod admin;
+mod codec_error;
+mod conn_idle;
 mod conn_manager;
 mod filter_chain;
 mod listener;
 mod local_reply;
+mod request_limits;
 mod router;
 mod serve_check;
 mod server;

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::net::TcpStream;
 
 /// The body type of requests sent upstream.
-pub type UpstreamBody = Incoming;
+pub type UpstreamBody = crate::router::body::RequestBody;
 
 type Key = (usize, SocketAddr);
 
