@@ -1,16 +1,19 @@
 //! `common_http_protocol_options.idle_timeout`: a downstream connection with no
 //! active stream for that long is closed (HTTP/1.1) or sent GOAWAY (HTTP/2). A
 //! stream is active from its request headers until its response body has been
-//! sent (or dropped).
+//! sent (or dropped). Also `stream_idle_timeout` once the response has started:
+//! a response body that stalls that long resets the stream (Envoy's behaviour
+//! when the response headers are already out).
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 /// Active streams of one connection and when the last one ended.
 #[derive(Debug)]
@@ -71,37 +74,78 @@ impl Drop for StreamGuard {
     }
 }
 
-/// A response body that holds its stream active until it is sent or dropped.
+/// A response body that holds its stream active until it is sent or dropped,
+/// and fails (resetting the stream) when it stalls longer than the stream idle
+/// timeout.
 #[derive(Debug)]
 pub struct Tracked<B> {
     body: B,
     guard: Option<StreamGuard>,
+    idle_timeout: Option<Duration>,
+    /// Armed on the first stall only: local replies never stall, so never allocate.
+    idle: Option<Pin<Box<Sleep>>>,
 }
 
 impl<B> Tracked<B> {
-    /// `body`, active while `guard` lives.
-    pub fn new(body: B, guard: StreamGuard) -> Self {
+    /// `body`, active while `guard` lives, reset after `idle_timeout` without a frame.
+    pub fn new(body: B, guard: StreamGuard, idle_timeout: Option<Duration>) -> Self {
         Tracked {
             body,
             guard: Some(guard),
+            idle_timeout,
+            idle: None,
         }
     }
 }
 
-impl<B: Body<Data = Bytes> + Unpin> Body for Tracked<B> {
+/// Why a response body was cut short.
+#[derive(Debug)]
+pub struct StreamIdleTimeout;
+
+impl std::fmt::Display for StreamIdleTimeout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stream idle timeout")
+    }
+}
+
+impl std::error::Error for StreamIdleTimeout {}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<B> Body for Tracked<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
-    type Error = B::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
         let polled = Pin::new(&mut this.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(None) | Poll::Ready(Some(Err(_)))) {
-            this.guard = None;
+        match &polled {
+            Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guard = None,
+            Poll::Ready(Some(Ok(_))) => {
+                if let (Some(t), Some(idle)) = (this.idle_timeout, this.idle.as_mut()) {
+                    idle.as_mut().reset(Instant::now() + t);
+                }
+            }
+            Poll::Pending => {
+                if let Some(t) = this.idle_timeout {
+                    let idle = this
+                        .idle
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
+                    if idle.as_mut().poll(cx).is_ready() {
+                        this.guard = None;
+                        return Poll::Ready(Some(Err(Box::new(StreamIdleTimeout))));
+                    }
+                }
+            }
         }
-        polled
+        polled.map(|f| f.map(|r| r.map_err(Into::into)))
     }
 
     fn is_end_stream(&self) -> bool {

@@ -147,6 +147,7 @@ struct Limits {
     max_headers_count: usize,
     idle_timeout: Option<Duration>,
     request_headers_timeout: Option<Duration>,
+    stream_idle_timeout: Option<Duration>,
     h2_max_streams: u32,
     h2_stream_window: u32,
     h2_connection_window: u32,
@@ -169,6 +170,9 @@ impl Limits {
                 max_headers_count: common.max_headers_count as usize,
                 idle_timeout: common.idle_timeout,
                 request_headers_timeout: None,
+                stream_idle_timeout: Some(
+                    courier_config::listener::hcm::DEFAULT_STREAM_IDLE_TIMEOUT,
+                ),
                 h2_max_streams: h2.max_concurrent_streams,
                 h2_stream_window: h2.initial_stream_window_size,
                 h2_connection_window: h2.initial_connection_window_size,
@@ -180,6 +184,7 @@ impl Limits {
             max_headers_count: h.common_http_protocol_options.max_headers_count as usize,
             idle_timeout: h.common_http_protocol_options.idle_timeout,
             request_headers_timeout: h.request_headers_timeout,
+            stream_idle_timeout: h.stream_idle_timeout,
             h2_max_streams: h.http2_protocol_options.max_concurrent_streams,
             h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
             h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
@@ -330,6 +335,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
             let service = {
                 let stats = Arc::clone(&stats);
                 let activity = Arc::clone(&activity);
+                let stream_idle = limits.stream_idle_timeout;
                 service_fn(move |req| {
                     let stream = activity.stream();
                     let snapshot = snapshot.load_full();
@@ -348,7 +354,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                         if resp.extensions().get::<ResetStream>().is_some() {
                             return Err(ResetStream);
                         }
-                        Ok(resp.map(|b| Tracked::new(b, stream)))
+                        Ok(resp.map(|b| Tracked::new(b, stream, stream_idle)))
                     }
                 })
             };

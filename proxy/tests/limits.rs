@@ -342,3 +342,56 @@ impl H2Raw {
         H2Raw(send)
     }
 }
+
+/// An upstream that sends response headers and part of the body, then stalls.
+async fn stalling_body_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        for _ in 0..100 {
+            let Ok((mut s, _)) = l.accept().await else {
+                continue;
+            };
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf).await;
+            let _ = s
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+                .await;
+            held.push(s);
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn stream_idle_timeout_after_the_response_started_cuts_the_stream() {
+    let up = stalling_body_upstream().await;
+    let c = courier(
+        "stream_idle_timeout: 0.3s",
+        "- match: {prefix: \"/\"}\n  route: {cluster: stall}\n",
+        &static_cluster("stall", &[up], ""),
+    )
+    .await;
+    let r = raw(c.listener, b"GET / HTTP/1.1\r\nhost: a\r\n\r\n", WAIT).await;
+    assert!(r.text.starts_with("HTTP/1.1 200 OK\r\n"), "{}", r.text);
+    assert!(r.text.ends_with("\r\n\r\npartial"), "{}", r.text);
+    assert!(r.closed, "the connection must be closed mid-body");
+    assert!(r.took >= Duration::from_millis(250), "{:?}", r.took);
+    assert!(r.took < Duration::from_secs(2), "{:?}", r.took);
+
+    // HTTP/2: the stream is reset; the body read fails.
+    let mut h2 = H2Raw::connect(c.listener).await;
+    let req = http::Request::get("http://a/")
+        .body(http_body_util::Full::default())
+        .unwrap();
+    let resp = h2.0.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let body = tokio::time::timeout(
+        Duration::from_secs(3),
+        http_body_util::BodyExt::collect(resp.into_body()),
+    )
+    .await
+    .unwrap();
+    assert!(body.is_err());
+}
