@@ -6,12 +6,23 @@
 //! `server` header and `connection: close`. This wrapper around the downstream
 //! socket recognises hyper's automatic response among the bytes hyper writes
 //! and writes Envoy's instead.
+//!
+//! It also keeps `request_headers_timeout` as Envoy does: armed by the first
+//! byte of a request (HTTP/1.1, no request in progress), disarmed when its
+//! headers are complete; when it fires, `408 request header timeout` and the
+//! connection is closed. (hyper's own header timer also runs while a keep-alive
+//! connection waits for its next request, and closes silently.)
 
+use crate::conn_idle::Activity;
 use bytes::Bytes;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
 
 /// What follows the status line in hyper's automatic error responses (and in
 /// nothing courier sends: its responses start with their own headers and hyper
@@ -24,17 +35,89 @@ pub struct CodecErrors<S> {
     server: Bytes,
     /// Envoy's reply, still to be written in place of hyper's.
     pending: Bytes,
+    headers_timer: Option<HeadersTimer>,
+    /// The request headers timer fired: EOF once the 408 is out.
+    timed_out: bool,
+}
+
+/// `request_headers_timeout` on an HTTP/1.1 connection.
+struct HeadersTimer {
+    timeout: Duration,
+    activity: Arc<Activity>,
+    /// `activity.heads()` when armed: a change means the headers arrived.
+    heads_at_arm: u64,
+    sleep: Option<Pin<Box<Sleep>>>,
+    first_read: bool,
+}
+
+impl HeadersTimer {
+    fn on_bytes(&mut self, bytes: &[u8]) {
+        if std::mem::take(&mut self.first_read) && bytes.starts_with(b"PRI * HTTP/2") {
+            // HTTP/2 (prior knowledge): streams, not this connection-wide timer.
+            self.timeout = Duration::ZERO;
+            return;
+        }
+        if self.timeout.is_zero() {
+            return;
+        }
+        self.disarm_if_done();
+        if self.sleep.is_none() && self.activity.active() == 0 {
+            self.heads_at_arm = self.activity.heads();
+            self.sleep = Some(Box::pin(tokio::time::sleep(self.timeout)));
+        }
+    }
+
+    fn disarm_if_done(&mut self) {
+        if self.sleep.is_some() && self.activity.heads() != self.heads_at_arm {
+            self.sleep = None;
+        }
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.disarm_if_done();
+        self.sleep
+            .as_mut()
+            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+    }
 }
 
 impl<S> CodecErrors<S> {
-    /// Wraps `inner`; replies carry `server: <server>`.
-    pub fn new(inner: S, server: &str) -> Self {
+    /// Wraps `inner`; replies carry `server: <server>`; `request_headers_timeout`
+    /// is kept with the help of the connection's `activity`.
+    pub fn new(
+        inner: S,
+        server: &str,
+        activity: &Arc<Activity>,
+        request_headers_timeout: Option<Duration>,
+    ) -> Self {
         CodecErrors {
             inner,
             server: Bytes::copy_from_slice(server.as_bytes()),
             pending: Bytes::new(),
+            headers_timer: request_headers_timeout.map(|timeout| HeadersTimer {
+                timeout,
+                activity: Arc::clone(activity),
+                heads_at_arm: 0,
+                sleep: None,
+                first_read: true,
+            }),
+            timed_out: false,
         }
     }
+}
+
+/// Envoy's local reply that closes the connection.
+fn closing_reply(status_line: &str, body: &str, server: &[u8]) -> Vec<u8> {
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let mut out = format!(
+        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\ndate: {date}\r\nserver: ",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(server);
+    out.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+    out.extend_from_slice(body.as_bytes());
+    out
 }
 
 /// Envoy's reply for hyper's automatic response `head`, when `head` is one.
@@ -102,13 +185,42 @@ impl<S: AsyncWrite + Unpin> CodecErrors<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for CodecErrors<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for CodecErrors<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+        let this = self.get_mut();
+        if this.timed_out {
+            // The 408 goes out first; then hyper sees the connection end.
+            ready!(this.poll_pending(cx))?;
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let Some(timer) = this.headers_timer.as_mut() else {
+            return polled;
+        };
+        match &polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                timer.on_bytes(&buf.filled()[before..]);
+            }
+            Poll::Pending if timer.expired(cx) => {
+                this.headers_timer = None;
+                this.timed_out = true;
+                let reply = closing_reply(
+                    "408 Request Timeout",
+                    "request header timeout",
+                    &this.server,
+                );
+                this.pending = Bytes::from(reply);
+                ready!(this.poll_pending(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            _ => {}
+        }
+        polled
     }
 }
 

@@ -20,6 +20,8 @@ use tokio::time::{Instant, Sleep};
 pub struct Activity {
     start: Instant,
     active: AtomicUsize,
+    /// Requests whose headers have arrived, ever.
+    heads: AtomicU64,
     /// Milliseconds from `start` to when the connection last became idle.
     idle_since_ms: AtomicU64,
 }
@@ -30,14 +32,26 @@ impl Activity {
         Arc::new(Activity {
             start: Instant::now(),
             active: AtomicUsize::new(0),
+            heads: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(0),
         })
     }
 
     /// A stream starts; it ends when the guard drops.
     pub fn stream(self: &Arc<Self>) -> StreamGuard {
+        self.heads.fetch_add(1, Ordering::Relaxed);
         self.active.fetch_add(1, Ordering::Relaxed);
         StreamGuard(Arc::clone(self))
+    }
+
+    /// Streams in progress.
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Requests whose headers have arrived so far.
+    pub fn heads(&self) -> u64 {
+        self.heads.load(Ordering::Relaxed)
     }
 
     /// Resolves once the connection has had no active stream for `timeout`.

@@ -210,8 +210,9 @@ impl Limits {
         b.max_buf_size(self.h1_buffer())
             .max_headers(self.max_headers_count)
             .timer(TokioTimer::new())
-            // hyper's default is 30 s once a timer is set; Envoy's is none.
-            .header_read_timeout(self.request_headers_timeout);
+            // hyper's default is 30 s once a timer is set; Envoy's is none, and
+            // the socket wrapper keeps `request_headers_timeout` Envoy's way.
+            .header_read_timeout(None);
     }
 
     fn h2(&self, b: &mut hyper::server::conn::http2::Builder<TokioExecutor>) {
@@ -228,7 +229,7 @@ impl Limits {
             .max_buf_size(self.h1_buffer())
             .max_headers(self.max_headers_count)
             .timer(TokioTimer::new())
-            .header_read_timeout(self.request_headers_timeout);
+            .header_read_timeout(None);
         b.http2()
             .max_header_list_size(self.h2_header_list())
             .max_concurrent_streams(self.h2_max_streams)
@@ -358,7 +359,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     }
                 })
             };
-            let io = TokioIo::new(CodecErrors::new(stream, &limits.server_name));
+            let io = TokioIo::new(CodecErrors::new(
+                stream,
+                &limits.server_name,
+                &activity,
+                limits.request_headers_timeout,
+            ));
             // The fixed codecs use hyper's own builders: hyper-util's `auto`
             // ignores `http1_only`/`http2_only` when serving with upgrades.
             match codec {

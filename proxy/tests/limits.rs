@@ -309,8 +309,26 @@ async fn stream_idle_timeout_answers_408_or_504() {
 async fn request_headers_and_idle_timeouts_close_connections() {
     let c = courier("request_headers_timeout: 0.3s", DIRECT, &unused_cluster()).await;
     let r = raw(c.listener, b"GET / HTTP/1.1\r\nhost: a\r\n", WAIT).await;
+    assert_eq!(
+        status_and_body(&r),
+        (
+            "HTTP/1.1 408 Request Timeout".into(),
+            "request header timeout".into()
+        )
+    );
     assert!(r.closed, "{}", r.text);
+    assert!(r.took >= Duration::from_millis(250), "{:?}", r.took);
     assert!(r.took < Duration::from_secs(2), "{:?}", r.took);
+    // The timer starts with a request's first byte: an idle keep-alive
+    // connection stays open (Envoy's idle_timeout is 1 h here).
+    let r = raw(
+        c.listener,
+        b"GET / HTTP/1.1\r\nhost: a\r\n\r\n",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(status_and_body(&r).1, "ok");
+    assert!(!r.closed, "{}", r.text);
 
     let c = courier(
         "common_http_protocol_options: {idle_timeout: 0.5s}",
