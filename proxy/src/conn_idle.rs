@@ -5,6 +5,7 @@
 //! a response body that stalls that long resets the stream (Envoy's behaviour
 //! when the response headers are already out).
 
+use crate::router::body::Progress;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
@@ -98,16 +99,26 @@ pub struct Tracked<B> {
     idle_timeout: Option<Duration>,
     /// Armed on the first stall only: local replies never stall, so never allocate.
     idle: Option<Pin<Box<Sleep>>>,
+    /// The request's progress: its events keep the stream alive too (a
+    /// bidirectional stream where only the client talks).
+    request: Option<Arc<Progress>>,
 }
 
 impl<B> Tracked<B> {
-    /// `body`, active while `guard` lives, reset after `idle_timeout` without a frame.
-    pub fn new(body: B, guard: StreamGuard, idle_timeout: Option<Duration>) -> Self {
+    /// `body`, active while `guard` lives, reset after `idle_timeout` without a
+    /// frame of it or of the request (`request`).
+    pub fn new(
+        body: B,
+        guard: StreamGuard,
+        idle_timeout: Option<Duration>,
+        request: Option<Arc<Progress>>,
+    ) -> Self {
         Tracked {
             body,
             guard: Some(guard),
             idle_timeout,
             idle: None,
+            request,
         }
     }
 }
@@ -153,8 +164,18 @@ where
                         .idle
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
                     if idle.as_mut().poll(cx).is_ready() {
-                        this.guard = None;
-                        return Poll::Ready(Some(Err(Box::new(StreamIdleTimeout))));
+                        let moved = this.request.as_ref().map(|p| p.last_activity() + t);
+                        match moved {
+                            Some(later) if later > Instant::now() => {
+                                idle.as_mut().reset(later);
+                                // Registers the waker for the new deadline.
+                                let _ = idle.as_mut().poll(cx);
+                            }
+                            _ => {
+                                this.guard = None;
+                                return Poll::Ready(Some(Err(Box::new(StreamIdleTimeout))));
+                            }
+                        }
                     }
                 }
             }

@@ -128,7 +128,9 @@ pub async fn handle(
             let progress = Arc::new(Progress::new());
             let req = req.map(|b| RequestBody::new(b, Arc::clone(&progress)));
             let answer = respond(req, hcm, stats, info, up);
-            let mut resp = request_limits::timed(answer, progress, hcm, to).await;
+            let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
+            // The stream idle timer goes on while the response streams (worker).
+            resp.extensions_mut().insert(progress);
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }

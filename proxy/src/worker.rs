@@ -8,6 +8,7 @@ use crate::filter_chain::{self, Codec};
 use crate::listener;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
+use crate::router::body::Progress;
 use crate::stats::WorkerStats;
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
@@ -349,13 +350,15 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                             clusters: &clusters,
                             stats: &worker_stats,
                         };
-                        let resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                        let mut resp =
+                            conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
                         // An HTTP/2 stream the connection manager refuses is reset:
                         // hyper resets the stream of a service error.
                         if resp.extensions().get::<ResetStream>().is_some() {
                             return Err(ResetStream);
                         }
-                        Ok(resp.map(|b| Tracked::new(b, stream, stream_idle)))
+                        let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                        Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress)))
                     }
                 })
             };

@@ -413,3 +413,107 @@ async fn stream_idle_timeout_after_the_response_started_cuts_the_stream() {
     .unwrap();
     assert!(body.is_err());
 }
+
+type Frames = tonic::codegen::tokio_stream::wrappers::ReceiverStream<
+    Result<hyper::body::Frame<bytes::Bytes>, std::convert::Infallible>,
+>;
+
+/// An h2c upstream that answers with headers and one `hello` frame, then reads
+/// the request body to its end without sending anything more.
+async fn quiet_h2_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..10 {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let service = hyper::service::service_fn(
+                |req: http::Request<hyper::body::Incoming>| async move {
+                    let (tx, rx) = tokio::sync::mpsc::channel(4);
+                    tx.send(Ok(hyper::body::Frame::data(bytes::Bytes::from_static(
+                        b"hello",
+                    ))))
+                    .await
+                    .unwrap();
+                    tokio::spawn(async move {
+                        let _ = http_body_util::BodyExt::collect(req.into_body()).await;
+                        tokio::time::sleep(Duration::from_secs(5)).await;
+                        drop(tx);
+                    });
+                    Ok::<_, std::convert::Infallible>(http::Response::new(
+                        http_body_util::StreamBody::new(Frames::new(rx)),
+                    ))
+                },
+            );
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), service),
+            );
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn stream_idle_timer_is_kept_alive_by_request_data_and_resets_after() {
+    let up = quiet_h2_upstream().await;
+    let h2_cluster = "typed_extension_protocol_options:\n  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n    \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n    explicit_http_config:\n      http2_protocol_options: {}\n";
+    let c = courier(
+        "stream_idle_timeout: 0.4s",
+        "- match: {prefix: \"/\"}\n  route: {cluster: quiet}\n",
+        &static_cluster("quiet", &[up], h2_cluster),
+    )
+    .await;
+    let s = TcpStream::connect(c.listener).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(s),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let req = http::Request::post("http://a/")
+        .body(http_body_util::StreamBody::new(Frames::new(rx)))
+        .unwrap();
+    let resp = send.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let first = http_body_util::BodyExt::frame(&mut body)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.into_data().unwrap(), "hello");
+    // The client talks every 150 ms for 1.2 s: the stream stays up.
+    let talking = async {
+        for _ in 0..8 {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            tx.send(Ok(hyper::body::Frame::data(bytes::Bytes::from_static(
+                b"x",
+            ))))
+            .await
+            .unwrap();
+        }
+    };
+    let early = tokio::select! {
+        f = http_body_util::BodyExt::frame(&mut body) => Some(f.map(|r| r.is_ok())),
+        () = talking => None,
+    };
+    assert_eq!(early, None, "the stream ended while the client was talking");
+    // Silence both ways: reset after the stream idle timeout.
+    let start = Instant::now();
+    let end = tokio::time::timeout(
+        Duration::from_secs(3),
+        http_body_util::BodyExt::frame(&mut body),
+    )
+    .await
+    .unwrap();
+    assert!(matches!(end, Some(Err(_))), "{end:?}");
+    assert!(
+        start.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        start.elapsed()
+    );
+    drop(tx);
+}
