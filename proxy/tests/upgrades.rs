@@ -79,6 +79,9 @@ async fn websocket_is_forwarded_and_bytes_flow_both_ways() {
     );
     assert!(resp_lc.contains("\r\nupgrade: websocket"), "{resp}");
     assert!(resp_lc.contains("\r\nconnection: upgrade"), "{resp}");
+    assert!(resp_lc.contains("\r\nserver: envoy"), "{resp}");
+    // As Envoy 1.40: no upstream service time on a 101.
+    assert!(!resp_lc.contains("x-envoy-upstream-service-time"), "{resp}");
     assert!(resp_lc.contains("\r\nsec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="));
     // What the upstream received: the upgrade headers survived the hop.
     let seen = read_until(&mut s, b"\r\n\r\n").await.to_ascii_lowercase();

@@ -301,12 +301,14 @@ pub async fn forward(
                 .flatten();
             headers::strip_hop_by_hop(&mut rp.headers);
             if let Some(u) = switched {
+                // Envoy 1.40 sends no upstream service time on a 101.
                 upgrade::restore_headers(&mut rp.headers, u);
+            } else {
+                rp.headers.insert(
+                    SERVICE_TIME,
+                    HeaderValue::from(started.elapsed().as_millis() as u64),
+                );
             }
-            rp.headers.insert(
-                SERVICE_TIME,
-                HeaderValue::from(started.elapsed().as_millis() as u64),
-            );
             let body = match lease {
                 Some(lease) => ResponseBody::upstream(rb, lease),
                 None => upgrade::body(rb),
