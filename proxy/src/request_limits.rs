@@ -9,6 +9,7 @@ use courier_config::listener::hcm::HttpConnectionManager;
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use std::future::Future;
 use std::sync::Arc;
+use std::task::Poll;
 use tokio::time::{Instant, sleep_until};
 
 /// Marks a response that must not be sent: the HTTP/2 stream is reset instead
@@ -131,6 +132,11 @@ pub async fn timed(
         return respond.await;
     }
     tokio::pin!(respond);
+    // Local replies are ready at once: no timer for them.
+    let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
+    if let Poll::Ready(resp) = first {
+        return resp;
+    }
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);
     loop {
