@@ -129,8 +129,11 @@ pub async fn handle(
             let req = req.map(|b| RequestBody::new(b, Arc::clone(&progress)));
             let answer = respond(req, hcm, stats, info, up);
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
-            // The stream idle timer goes on while the response streams (worker).
-            resp.extensions_mut().insert(progress);
+            // The stream idle timer goes on while an upstream response streams
+            // (worker); courier's own replies never stall, and skip the allocation.
+            if matches!(resp.body(), ResponseBody::Upstream { .. }) {
+                resp.extensions_mut().insert(progress);
+            }
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }

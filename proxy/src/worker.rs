@@ -207,13 +207,23 @@ impl Limits {
         u32::try_from(self.max_headers_bytes * 2 + 16 * 1024).unwrap_or(u32::MAX)
     }
 
+    /// hyper parses at most 100 headers (Envoy's default count too) on the
+    /// stack; a configured count makes it allocate and fill that many slots per
+    /// request (a third of the throughput of a direct response), so it is set
+    /// only above 100. Below, the connection manager enforces the count.
+    fn hyper_max_headers(&self) -> Option<usize> {
+        (self.max_headers_count > 100).then_some(self.max_headers_count)
+    }
+
     fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
         b.max_buf_size(self.h1_buffer())
-            .max_headers(self.max_headers_count)
             .timer(TokioTimer::new())
             // hyper's default is 30 s once a timer is set; Envoy's is none, and
             // the socket wrapper keeps `request_headers_timeout` Envoy's way.
             .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            b.max_headers(n);
+        }
     }
 
     fn h2(&self, b: &mut hyper::server::conn::http2::Builder<TokioExecutor>) {
@@ -226,11 +236,13 @@ impl Limits {
 
     fn auto(&self) -> auto::Builder<TokioExecutor> {
         let mut b = auto::Builder::new(TokioExecutor::new());
-        b.http1()
-            .max_buf_size(self.h1_buffer())
-            .max_headers(self.max_headers_count)
+        let mut h1 = b.http1();
+        h1.max_buf_size(self.h1_buffer())
             .timer(TokioTimer::new())
             .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            h1.max_headers(n);
+        }
         b.http2()
             .max_header_list_size(self.h2_header_list())
             .max_concurrent_streams(self.h2_max_streams)
