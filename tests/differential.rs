@@ -205,8 +205,13 @@ fn bootstraps() -> Vec<Bootstrap> {
                 hcm_listener("vhosts", "", VHOSTS),
                 hcm_listener("nohost", "", NOHOST),
                 hcm_listener("named", "server_name: differential-test", NOHOST),
+                hcm_listener(
+                    "limits",
+                    "max_request_headers_kb: 1\ncommon_http_protocol_options: {max_headers_count: 5}",
+                    DIRECT,
+                ),
             ]),
-            listeners: vec!["vhosts", "nohost", "named"],
+            listeners: vec!["vhosts", "nohost", "named", "limits"],
         },
     ]
 }
@@ -396,6 +401,29 @@ fn cases() -> Vec<Case> {
         u("upstream TLS SAN mismatch", "/san"),
         u("upstream TLS sni", "/sni"),
         u("upstream TLS alpn_protocols", "/alpn"),
+        // Limits and upgrades at the edge of a request.
+        Case::get("headers within limits", "limits", "example.com", "/ok").header("x-a", "1"),
+        Case::get(
+            "headers over max_request_headers_kb",
+            "limits",
+            "example.com",
+            "/ok",
+        )
+        .header("x-big", &"a".repeat(2000)),
+        Case::get(
+            "headers over max_headers_count",
+            "limits",
+            "example.com",
+            "/ok",
+        )
+        .header("x-1", "1")
+        .header("x-2", "2")
+        .header("x-3", "3")
+        .header("x-4", "4")
+        .header("x-5", "5"),
+        d("websocket upgrade not enabled", "/ok")
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket"),
     ]
 }
 

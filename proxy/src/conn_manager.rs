@@ -9,7 +9,8 @@ use crate::access_log::{
     Upstreamed,
 };
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
-use crate::router::body::ResponseBody;
+use crate::request_limits;
+use crate::router::body::{Progress, ResponseBody};
 use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
@@ -130,7 +131,10 @@ pub async fn handle(
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
     let mut guard = Guard(None);
     let mut resp = match hcm {
-        Some(hcm) => {
+        Some(hcm) => 'answer: {
+            if let Some(refused) = request_limits::refuse(&req, hcm) {
+                break 'answer refused;
+            }
             let internal_only = match &hcm.route_specifier {
                 RouteSpecifier::Inline(rc) => &rc.internal_only_headers[..],
                 RouteSpecifier::Rds { .. } => &[],
@@ -140,15 +144,28 @@ pub async fn handle(
                 .always_set_request_id_in_response
                 .then(|| req.headers().get(REQUEST_ID).cloned())
                 .flatten();
+            let to = ReplyTo::of(&req);
             // The log sees the request as the connection manager passed it on.
-            let progress = logging.then(|| {
+            let log_progress = logging.then(|| {
                 let pending = pending(&req, snapshot, info);
                 let progress = (Arc::clone(&pending.request), pending.started);
                 guard.0 = Some(pending);
                 progress
             });
-            let req = req.map(|b| RequestBody::new(b, progress));
-            let mut resp = respond(req, hcm, stats, info, up, logging).await;
+            // Request progress drives the request and stream-idle timers; the
+            // access log's wrapper goes outside it.
+            let progress = Arc::new(Progress::new());
+            let req = req.map(|b| {
+                let timed = crate::router::body::RequestBody::new(b, Arc::clone(&progress));
+                RequestBody::new(timed, log_progress)
+            });
+            let answer = respond(req, hcm, stats, info, up, logging);
+            let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
+            // The stream idle timer goes on while an upstream response streams
+            // (worker); courier's own replies never stall, and skip the allocation.
+            if matches!(resp.body(), ResponseBody::Upstream { .. }) {
+                resp.extensions_mut().insert(progress);
+            }
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
             }

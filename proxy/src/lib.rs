@@ -8,10 +8,13 @@
 
 mod access_log;
 mod admin;
+mod codec_error;
+mod conn_idle;
 mod conn_manager;
 mod filter_chain;
 mod listener;
 mod local_reply;
+mod request_limits;
 mod router;
 mod serve_check;
 mod server;

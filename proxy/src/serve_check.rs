@@ -105,20 +105,8 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     if h.strip_port != StripPort::None {
         refuse("strip_matching_host_port", "host port stripping");
     }
-    if !h.upgrade_configs.is_empty() {
-        refuse("upgrade_configs", "protocol upgrades");
-    }
-    if h.request_timeout.is_some() || h.request_headers_timeout.is_some() {
-        refuse("request_timeout", "request timeouts");
-    }
     if h.proxy_100_continue {
         refuse("proxy_100_continue", "100-continue proxying");
-    }
-    if h.max_request_headers_kb != courier_config::listener::hcm::DEFAULT_MAX_REQUEST_HEADERS_KB {
-        refuse(
-            "max_request_headers_kb",
-            "a header size limit other than 60 KiB",
-        );
     }
     if h.server_header_transformation != ServerHeaderTransformation::Overwrite {
         refuse(

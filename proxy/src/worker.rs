@@ -1,17 +1,22 @@
 //! A worker: one OS thread, one current-thread runtime, its own listening
 //! sockets, and every connection it accepts, start to end.
 
+use crate::codec_error::CodecErrors;
+use crate::conn_idle::{Activity, Tracked};
 use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::{self, Codec};
 use crate::listener;
+use crate::request_limits::ResetStream;
 use crate::router::Upstream;
+use crate::router::body::Progress;
 use crate::stats::{ListenerStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
+use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -155,10 +160,123 @@ struct AcceptCtx {
     tracker: Arc<Tracker>,
 }
 
+/// The connection manager's limits and timeouts that hyper enforces, per connection.
+#[derive(Debug, Clone)]
+struct Limits {
+    max_headers_bytes: usize,
+    max_headers_count: usize,
+    idle_timeout: Option<Duration>,
+    request_headers_timeout: Option<Duration>,
+    stream_idle_timeout: Option<Duration>,
+    h2_max_streams: u32,
+    h2_stream_window: u32,
+    h2_connection_window: u32,
+    server_name: String,
+}
+
+/// hyper's smallest HTTP/1.1 read buffer.
+const MIN_H1_BUFFER: usize = 8192;
+
+impl Limits {
+    fn of(hcm: Option<&HttpConnectionManager>) -> Self {
+        let Some(h) = hcm else {
+            // No connection manager (the chain vanished): Envoy's defaults.
+            use courier_config::listener::http_options::{CommonHttpOptions, Http2Options};
+            let (common, h2) = (CommonHttpOptions::default(), Http2Options::default());
+            return Limits {
+                max_headers_bytes: courier_config::listener::hcm::DEFAULT_MAX_REQUEST_HEADERS_KB
+                    as usize
+                    * 1024,
+                max_headers_count: common.max_headers_count as usize,
+                idle_timeout: common.idle_timeout,
+                request_headers_timeout: None,
+                stream_idle_timeout: Some(
+                    courier_config::listener::hcm::DEFAULT_STREAM_IDLE_TIMEOUT,
+                ),
+                h2_max_streams: h2.max_concurrent_streams,
+                h2_stream_window: h2.initial_stream_window_size,
+                h2_connection_window: h2.initial_connection_window_size,
+                server_name: "envoy".to_string(),
+            };
+        };
+        Limits {
+            max_headers_bytes: h.max_request_headers_kb as usize * 1024,
+            max_headers_count: h.common_http_protocol_options.max_headers_count as usize,
+            idle_timeout: h.common_http_protocol_options.idle_timeout,
+            request_headers_timeout: h.request_headers_timeout,
+            stream_idle_timeout: h.stream_idle_timeout,
+            h2_max_streams: h.http2_protocol_options.max_concurrent_streams,
+            h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
+            h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
+            server_name: h.server_name.clone(),
+        }
+    }
+
+    /// The head (request line and headers) must fit hyper's read buffer: room
+    /// for the limit plus the request line; the exact limit is the connection
+    /// manager's (hyper's buffer cannot be smaller than 8 KiB).
+    fn h1_buffer(&self) -> usize {
+        (self.max_headers_bytes + MIN_H1_BUFFER).max(MIN_H1_BUFFER)
+    }
+
+    /// Envoy resets an HTTP/2 stream over the limit, as the connection manager
+    /// does; h2 itself answers 431 past its list size, so that is set well
+    /// above the limit (still bounding what a peer can make us hold).
+    fn h2_header_list(&self) -> u32 {
+        u32::try_from(self.max_headers_bytes * 2 + 16 * 1024).unwrap_or(u32::MAX)
+    }
+
+    /// hyper parses at most 100 headers (Envoy's default count too) on the
+    /// stack; a configured count makes it allocate and fill that many slots per
+    /// request (a third of the throughput of a direct response), so it is set
+    /// only above 100. Below, the connection manager enforces the count.
+    fn hyper_max_headers(&self) -> Option<usize> {
+        (self.max_headers_count > 100).then_some(self.max_headers_count)
+    }
+
+    fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
+        b.max_buf_size(self.h1_buffer())
+            .timer(TokioTimer::new())
+            // hyper's default is 30 s once a timer is set; Envoy's is none, and
+            // the socket wrapper keeps `request_headers_timeout` Envoy's way.
+            .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            b.max_headers(n);
+        }
+    }
+
+    fn h2(&self, b: &mut hyper::server::conn::http2::Builder<TokioExecutor>) {
+        b.max_header_list_size(self.h2_header_list())
+            .max_concurrent_streams(self.h2_max_streams)
+            .initial_stream_window_size(self.h2_stream_window)
+            .initial_connection_window_size(self.h2_connection_window)
+            .timer(TokioTimer::new());
+    }
+
+    fn auto(&self) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        let mut h1 = b.http1();
+        h1.max_buf_size(self.h1_buffer())
+            .timer(TokioTimer::new())
+            .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            h1.max_headers(n);
+        }
+        b.http2()
+            .max_header_list_size(self.h2_header_list())
+            .max_concurrent_streams(self.h2_max_streams)
+            .initial_stream_window_size(self.h2_stream_window)
+            .initial_connection_window_size(self.h2_connection_window)
+            .timer(TokioTimer::new());
+        b
+    }
+}
+
 /// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
-/// end, or, once the server drains, shuts it down gracefully and lets it finish.
+/// end; once the server drains, or the connection has been idle for
+/// `$idle_timeout`, shuts it down gracefully and lets it finish.
 macro_rules! serve_until_drained {
-    ($conn:expr, $shutdown:ident) => {{
+    ($conn:expr, $shutdown:ident, $activity:ident, $idle_timeout:expr) => {{
         let conn = $conn;
         tokio::pin!(conn);
         let drain = async {
@@ -167,8 +285,19 @@ macro_rules! serve_until_drained {
                 .wait_for(|p| *p >= Phase::ConnectionsDraining)
                 .await;
         };
+        let idle = async {
+            match $idle_timeout {
+                Some(t) => $activity.idle_for(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             _ = conn.as_mut() => {}
+            () = idle => {
+                // Connection: close on an idle HTTP/1.1 connection, GOAWAY on HTTP/2.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
             () = drain => {
                 // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
                 conn.as_mut().graceful_shutdown();
@@ -223,7 +352,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
             let _open = open;
             let _active = active;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
-            let (stream, info, codec) = {
+            let (stream, info, codec, limits) = {
                 // An owned snapshot: a guard must not be held across the handshake.
                 let current = snapshot.load_full();
                 let Some(l) = current.listeners.get(listener_index) else {
@@ -240,13 +369,12 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                         return;
                     }
                 };
-                let codec = filter_chain::chain_at(l, accepted.filter_chain_index).map_or(
-                    Codec::Auto,
-                    |fc| {
-                        let codec_type = fc.http_connection_manager.codec_type;
-                        filter_chain::codec(codec_type, accepted.alpn.as_deref())
-                    },
-                );
+                let chain = filter_chain::chain_at(l, accepted.filter_chain_index);
+                let codec = chain.map_or(Codec::Auto, |fc| {
+                    let codec_type = fc.http_connection_manager.codec_type;
+                    filter_chain::codec(codec_type, accepted.alpn.as_deref())
+                });
+                let limits = Limits::of(chain.map(|fc| &*fc.http_connection_manager));
                 let info = Arc::new(ConnInfo {
                     listener_index,
                     filter_chain_index: accepted.filter_chain_index,
@@ -256,14 +384,18 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     server_name: accepted.server_name,
                     id: conn_manager::next_connection_id(),
                 });
-                (accepted.stream, info, codec)
+                (accepted.stream, info, codec, limits)
             };
+            let activity = Activity::new();
             let stats = worker_stats.hcm(listener_index, info.filter_chain_index);
             stats.cx_total.inc();
             stats.cx_active.inc();
             let service = {
                 let stats = Arc::clone(&stats);
+                let activity = Arc::clone(&activity);
+                let stream_idle = limits.stream_idle_timeout;
                 service_fn(move |req| {
+                    let stream = activity.stream();
                     let snapshot = snapshot.load_full();
                     let info = Arc::clone(&info);
                     let stats = Arc::clone(&stats);
@@ -274,33 +406,56 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                             clusters: &clusters,
                             stats: &worker_stats,
                         };
-                        Ok::<_, std::convert::Infallible>(
-                            conn_manager::handle(req, &snapshot, &info, &stats, &up).await,
-                        )
+                        let mut resp =
+                            conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                        // An HTTP/2 stream the connection manager refuses is reset:
+                        // hyper resets the stream of a service error.
+                        if resp.extensions().get::<ResetStream>().is_some() {
+                            return Err(ResetStream);
+                        }
+                        let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                        Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress)))
                     }
                 })
             };
-            let io = TokioIo::new(stream);
+            let io = TokioIo::new(CodecErrors::new(
+                stream,
+                &limits.server_name,
+                &activity,
+                limits.request_headers_timeout,
+            ));
             // The fixed codecs use hyper's own builders: hyper-util's `auto`
             // ignores `http1_only`/`http2_only` when serving with upgrades.
             match codec {
                 Codec::Auto => {
-                    let builder = auto::Builder::new(TokioExecutor::new());
+                    let builder = limits.auto();
                     serve_until_drained!(
                         builder.serve_connection_with_upgrades(io, service),
-                        shutdown
+                        shutdown,
+                        activity,
+                        limits.idle_timeout
                     );
                 }
                 Codec::Http1 => {
-                    let builder = hyper::server::conn::http1::Builder::new();
+                    let mut builder = hyper::server::conn::http1::Builder::new();
+                    limits.h1(&mut builder);
                     serve_until_drained!(
                         builder.serve_connection(io, service).with_upgrades(),
-                        shutdown
+                        shutdown,
+                        activity,
+                        limits.idle_timeout
                     );
                 }
                 Codec::Http2 => {
-                    let builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-                    serve_until_drained!(builder.serve_connection(io, service), shutdown);
+                    let mut builder =
+                        hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    limits.h2(&mut builder);
+                    serve_until_drained!(
+                        builder.serve_connection(io, service),
+                        shutdown,
+                        activity,
+                        limits.idle_timeout
+                    );
                 }
             }
             stats.cx_active.dec();

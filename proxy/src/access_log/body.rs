@@ -5,7 +5,6 @@
 use super::{Pending, RequestProgress, ResponseSide};
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use hyper::body::Incoming;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,13 +16,16 @@ use tokio::time::Instant;
 /// there only when the connection manager logs.
 #[derive(Debug)]
 pub struct RequestBody {
-    inner: Incoming,
+    inner: crate::router::body::RequestBody,
     progress: Option<(Arc<RequestProgress>, Instant)>,
 }
 
 impl RequestBody {
     /// Wraps `inner`, recording into `progress` (from `started`) if given.
-    pub fn new(inner: Incoming, progress: Option<(Arc<RequestProgress>, Instant)>) -> Self {
+    pub fn new(
+        inner: crate::router::body::RequestBody,
+        progress: Option<(Arc<RequestProgress>, Instant)>,
+    ) -> Self {
         Self { inner, progress }
     }
 }

@@ -85,3 +85,106 @@ impl Body for ResponseBody {
         }
     }
 }
+
+/// How far a downstream request has got, for the connection manager's request
+/// and stream idle timers: whether its body has ended, and when it last moved.
+#[derive(Debug)]
+pub struct Progress {
+    start: tokio::time::Instant,
+    /// Milliseconds from `start` to the last header or data event.
+    last_ms: std::sync::atomic::AtomicU64,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    /// A request whose headers just arrived.
+    pub fn new() -> Self {
+        Progress {
+            start: tokio::time::Instant::now(),
+            last_ms: std::sync::atomic::AtomicU64::new(0),
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the whole request body has been read.
+    pub fn done(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// When the request last moved (headers or a body frame).
+    pub fn last_activity(&self) -> tokio::time::Instant {
+        self.start
+            + std::time::Duration::from_millis(
+                self.last_ms.load(std::sync::atomic::Ordering::Relaxed),
+            )
+    }
+
+    fn moved(&self) {
+        let ms = self.start.elapsed().as_millis() as u64;
+        self.last_ms.store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn finish(&self) {
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Default for Progress {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A downstream request body on its way upstream, reporting its progress.
+#[derive(Debug)]
+pub struct RequestBody {
+    body: Incoming,
+    progress: Option<std::sync::Arc<Progress>>,
+}
+
+impl RequestBody {
+    /// `body`, reporting to `progress`.
+    pub fn new(body: Incoming, progress: std::sync::Arc<Progress>) -> Self {
+        if body.is_end_stream() {
+            progress.finish();
+        }
+        RequestBody {
+            body,
+            progress: Some(progress),
+        }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        if let Some(p) = &this.progress {
+            match &polled {
+                Poll::Ready(Some(Ok(_))) => {
+                    p.moved();
+                    if this.body.is_end_stream() {
+                        p.finish();
+                    }
+                }
+                Poll::Ready(None) => p.finish(),
+                _ => {}
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}

@@ -9,6 +9,7 @@ pub mod body;
 pub mod forwarded;
 pub mod headers;
 mod rewrite;
+pub mod upgrade;
 
 use crate::conn_manager::ConnInfo;
 use crate::local_reply::reply;
@@ -216,6 +217,9 @@ pub async fn forward(
         return resp;
     };
 
+    // An upgrade the connection manager let through (its type is enabled).
+    let upgrade =
+        crate::request_limits::upgrade_type(&req).and_then(|t| HeaderValue::from_str(t).ok());
     let (mut parts, body) = req.into_parts();
     let levels = m.request_levels(weighted);
     rewrite::prepare(
@@ -231,6 +235,9 @@ pub async fn forward(
             protocol: cluster.config.http.protocol,
         },
     );
+    if let Some(u) = &upgrade {
+        upgrade::restore_headers(&mut parts.headers, u.clone());
+    }
     if let Some(t) = action.timeout {
         parts
             .headers
@@ -251,7 +258,15 @@ pub async fn forward(
         cluster: std::sync::Arc::clone(&cluster.config),
     });
     let started = Instant::now();
-    let sent = pool::send(cluster, &host, Request::from_parts(parts, body), stats);
+    let request = Request::from_parts(parts, body);
+    let sent = async {
+        if upgrade.is_some() {
+            let resp = upgrade::send(cluster, host.address, request, stats).await?;
+            return Ok::<_, pool::SendError>((resp, None));
+        }
+        let (resp, lease) = pool::send(cluster, &host, request, stats).await?;
+        Ok((resp, Some(lease)))
+    };
     let result = match action.timeout {
         Some(t) => tokio::time::timeout(t, sent).await.ok(),
         None => Some(sent.await),
@@ -299,12 +314,24 @@ pub async fn forward(
             // (hyper would echo the upstream's, as Envoy does not).
             rp.version = out.version;
             rp.extensions.clear();
+            let switched = (rp.status == StatusCode::SWITCHING_PROTOCOLS)
+                .then(|| rp.headers.get(http::header::UPGRADE).cloned())
+                .flatten();
             headers::strip_hop_by_hop(&mut rp.headers);
-            rp.headers.insert(
-                SERVICE_TIME,
-                HeaderValue::from(started.elapsed().as_millis() as u64),
-            );
-            let mut resp = Response::from_parts(rp, ResponseBody::upstream(rb, lease));
+            if let Some(u) = switched {
+                // Envoy 1.40 sends no upstream service time on a 101.
+                upgrade::restore_headers(&mut rp.headers, u);
+            } else {
+                rp.headers.insert(
+                    SERVICE_TIME,
+                    HeaderValue::from(started.elapsed().as_millis() as u64),
+                );
+            }
+            let body = match lease {
+                Some(lease) => ResponseBody::upstream(rb, lease),
+                None => upgrade::body(rb),
+            };
+            let mut resp = Response::from_parts(rp, body);
             out.mutate(&mut resp, seen.as_ref(), host_text);
             resp
         }

@@ -1,0 +1,292 @@
+//! Envoy's replies to requests its HTTP/1.1 codec cannot parse. hyper answers a
+//! malformed request (bad request line, invalid header, bad `content-length`,
+//! headers over the limit) itself, before any service sees it, with an empty
+//! `400`/`431`/`414`. Envoy answers the same requests with a local reply whose
+//! body is the reason phrase (`Bad Request`), `content-type: text/plain`, its
+//! `server` header and `connection: close`. This wrapper around the downstream
+//! socket recognises hyper's automatic response among the bytes hyper writes
+//! and writes Envoy's instead.
+//!
+//! It also keeps `request_headers_timeout` as Envoy does: armed by the first
+//! byte of a request (HTTP/1.1, no request in progress), disarmed when its
+//! headers are complete; when it fires, `408 request header timeout` and the
+//! connection is closed. (hyper's own header timer also runs while a keep-alive
+//! connection waits for its next request, and closes silently.)
+
+use crate::conn_idle::Activity;
+use bytes::Bytes;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Sleep;
+
+/// What follows the status line in hyper's automatic error responses (and in
+/// nothing courier sends: its responses start with their own headers and hyper
+/// appends `connection: close` after them).
+const HYPER_ERROR_HEADERS: &[u8] = b"connection: close\r\ncontent-length: 0\r\ndate: ";
+
+/// A downstream socket whose codec-error responses take Envoy's shape.
+pub struct CodecErrors<S> {
+    inner: S,
+    server: Bytes,
+    /// Envoy's reply, still to be written in place of hyper's.
+    pending: Bytes,
+    headers_timer: Option<HeadersTimer>,
+    /// The request headers timer fired: EOF once the 408 is out.
+    timed_out: bool,
+}
+
+/// `request_headers_timeout` on an HTTP/1.1 connection.
+struct HeadersTimer {
+    timeout: Duration,
+    activity: Arc<Activity>,
+    /// `activity.heads()` when armed: a change means the headers arrived.
+    heads_at_arm: u64,
+    sleep: Option<Pin<Box<Sleep>>>,
+    first_read: bool,
+}
+
+impl HeadersTimer {
+    fn on_bytes(&mut self, bytes: &[u8]) {
+        if std::mem::take(&mut self.first_read) && bytes.starts_with(b"PRI * HTTP/2") {
+            // HTTP/2 (prior knowledge): streams, not this connection-wide timer.
+            self.timeout = Duration::ZERO;
+            return;
+        }
+        if self.timeout.is_zero() {
+            return;
+        }
+        self.disarm_if_done();
+        if self.sleep.is_none() && self.activity.active() == 0 {
+            self.heads_at_arm = self.activity.heads();
+            self.sleep = Some(Box::pin(tokio::time::sleep(self.timeout)));
+        }
+    }
+
+    fn disarm_if_done(&mut self) {
+        if self.sleep.is_some() && self.activity.heads() != self.heads_at_arm {
+            self.sleep = None;
+        }
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.disarm_if_done();
+        self.sleep
+            .as_mut()
+            .is_some_and(|s| s.as_mut().poll(cx).is_ready())
+    }
+}
+
+impl<S> CodecErrors<S> {
+    /// Wraps `inner`; replies carry `server: <server>`; `request_headers_timeout`
+    /// is kept with the help of the connection's `activity`.
+    pub fn new(
+        inner: S,
+        server: &str,
+        activity: &Arc<Activity>,
+        request_headers_timeout: Option<Duration>,
+    ) -> Self {
+        CodecErrors {
+            inner,
+            server: Bytes::copy_from_slice(server.as_bytes()),
+            pending: Bytes::new(),
+            headers_timer: request_headers_timeout.map(|timeout| HeadersTimer {
+                timeout,
+                activity: Arc::clone(activity),
+                heads_at_arm: 0,
+                sleep: None,
+                first_read: true,
+            }),
+            timed_out: false,
+        }
+    }
+}
+
+/// Envoy's local reply that closes the connection.
+fn closing_reply(status_line: &str, body: &str, server: &[u8]) -> Vec<u8> {
+    let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let mut out = format!(
+        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\ndate: {date}\r\nserver: ",
+        body.len()
+    )
+    .into_bytes();
+    out.extend_from_slice(server);
+    out.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+    out.extend_from_slice(body.as_bytes());
+    out
+}
+
+/// Envoy's reply for hyper's automatic response `head`, when `head` is one.
+fn rewrite(head: &[u8], server: &[u8]) -> Option<Vec<u8>> {
+    let line_end = head.windows(2).position(|w| w == b"\r\n")?;
+    let status_line = &head[..line_end];
+    let rest = &head[line_end + 2..];
+    if !status_line.starts_with(b"HTTP/1.") || !rest.starts_with(HYPER_ERROR_HEADERS) {
+        return None;
+    }
+    // `HTTP/1.1 400 Bad Request`: the reason phrase is Envoy's body.
+    let mut words = status_line.splitn(3, |&b| b == b' ');
+    let (_, code, reason) = (words.next()?, words.next()?, words.next()?);
+    if !code.starts_with(b"4") && !code.starts_with(b"5") {
+        return None;
+    }
+    let date_start = HYPER_ERROR_HEADERS.len();
+    let date_len = rest[date_start..].windows(2).position(|w| w == b"\r\n")?;
+    let date = &rest[date_start..date_start + date_len];
+    // Only a whole head, nothing after it: anything else is not hyper's reply.
+    if rest.get(date_start + date_len..) != Some(b"\r\n\r\n".as_slice()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(160 + reason.len() * 2);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(code);
+    out.push(b' ');
+    out.extend_from_slice(reason);
+    out.extend_from_slice(format!("\r\ncontent-length: {}\r\n", reason.len()).as_bytes());
+    out.extend_from_slice(b"content-type: text/plain\r\ndate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nserver: ");
+    out.extend_from_slice(server);
+    out.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+    out.extend_from_slice(reason);
+    Some(out)
+}
+
+impl<S: AsyncWrite + Unpin> CodecErrors<S> {
+    /// Writes what is pending of a replacement reply.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.pending.is_empty() {
+            let n = ready!(Pin::new(&mut self.inner).poll_write(cx, &self.pending))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            let _ = self.pending.split_to(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Takes `buf` whole when it is hyper's automatic error response.
+    fn intercept(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Option<Poll<io::Result<usize>>> {
+        // Cheap test first: every response hyper writes starts with a status line.
+        if buf.len() > 200 || !buf.starts_with(b"HTTP/1.") {
+            return None;
+        }
+        let reply = rewrite(buf, &self.server)?;
+        self.pending = Bytes::from(reply);
+        // hyper's bytes count as written; ours are flushed now or on the next call.
+        Some(match self.poll_pending(cx) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            _ => Poll::Ready(Ok(buf.len())),
+        })
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for CodecErrors<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.timed_out {
+            // The 408 goes out first; then hyper sees the connection end.
+            ready!(this.poll_pending(cx))?;
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        let Some(timer) = this.headers_timer.as_mut() else {
+            return polled;
+        };
+        match &polled {
+            Poll::Ready(Ok(())) if buf.filled().len() > before => {
+                timer.on_bytes(&buf.filled()[before..]);
+            }
+            Poll::Pending if timer.expired(cx) => {
+                this.headers_timer = None;
+                this.timed_out = true;
+                let reply = closing_reply(
+                    "408 Request Timeout",
+                    "request header timeout",
+                    &this.server,
+                );
+                this.pending = Bytes::from(reply);
+                ready!(this.poll_pending(cx))?;
+                return Poll::Ready(Ok(()));
+            }
+            _ => {}
+        }
+        polled
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for CodecErrors<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        if let Some(p) = this.intercept(cx, buf) {
+            return p;
+        }
+        Pin::new(&mut this.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        // hyper queues a response head as its own slice, first.
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty())
+            && let Some(p) = this.intercept(cx, first)
+        {
+            return p;
+        }
+        Pin::new(&mut this.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        ready!(this.poll_pending(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rewrite;
+
+    #[test]
+    fn hyper_errors_become_envoy_replies() {
+        let hyper = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconnection: close\r\ncontent-length: 0\r\ndate: Wed, 02 Dec 2026 16:45:55 GMT\r\n\r\n";
+        let out = rewrite(hyper, b"envoy").unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 31\r\ncontent-type: text/plain\r\ndate: Wed, 02 Dec 2026 16:45:55 GMT\r\nserver: envoy\r\nconnection: close\r\n\r\nRequest Header Fields Too Large"
+        );
+        // Courier's own responses are left alone.
+        let ours = b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nserver: envoy\r\nconnection: close\r\ndate: x\r\n\r\n";
+        assert!(rewrite(ours, b"envoy").is_none());
+        let with_body = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: x\r\n\r\nabc";
+        assert!(rewrite(with_body, b"envoy").is_none());
+    }
+}

@@ -1,0 +1,177 @@
+//! The connection manager's checks at the edges of a request: header size and
+//! count limits (431), framing Envoy's codec refuses (400), upgrade types that
+//! are not enabled (403), and the request and stream idle timers (408/504).
+
+use crate::local_reply::{ReplyTo, local_reply};
+use crate::router::ResponseFlag;
+use crate::router::body::{Progress, ResponseBody};
+use courier_config::listener::hcm::HttpConnectionManager;
+use http::{HeaderValue, Request, Response, StatusCode, Version, header};
+use std::future::Future;
+use std::sync::Arc;
+use std::task::Poll;
+use tokio::time::{Instant, sleep_until};
+
+/// Marks a response that must not be sent: the HTTP/2 stream is reset instead
+/// (the worker turns it into a service error, which hyper answers with
+/// RST_STREAM).
+#[derive(Debug, Clone, Copy)]
+pub struct ResetStream;
+
+impl std::fmt::Display for ResetStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stream reset by the connection manager")
+    }
+}
+
+impl std::error::Error for ResetStream {}
+
+/// A local reply that closes the connection (HTTP/1.1), as Envoy's codec errors do.
+fn closing(to: ReplyTo, status: StatusCode, body: &'static str) -> Response<ResponseBody> {
+    let mut resp = local_reply(to, status, body);
+    resp.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    resp.map(ResponseBody::from)
+}
+
+/// Envoy's `HeaderMap::byteSize` of a request head: every header's name and
+/// value, and the pseudo-headers.
+fn head_bytes<B>(req: &Request<B>) -> usize {
+    let pseudo = req.method().as_str().len()
+        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+        + crate::conn_manager::authority(req).map_or(0, str::len);
+    req.headers()
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum::<usize>()
+        + pseudo
+}
+
+/// What Envoy refuses before routing: headers over `max_request_headers_kb` or
+/// `max_headers_count` (HTTP/1.1: 431 and close; HTTP/2: the stream is reset),
+/// HTTP/1.0 unless accepted (426), HTTP/1.1 without a host (400),
+/// `content-length` with `transfer-encoding` (400), and an upgrade of a type
+/// that is not enabled (403).
+pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Response<ResponseBody>> {
+    let h2 = req.version() == Version::HTTP_2;
+    let to = ReplyTo::of(req);
+    let too_many =
+        req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
+    if too_many || head_bytes(req) > hcm.max_request_headers_kb as usize * 1024 {
+        if h2 {
+            let mut resp = Response::new(ResponseBody::from(http_body_util::Full::default()));
+            resp.extensions_mut().insert(ResetStream);
+            return Some(resp);
+        }
+        return Some(closing(
+            to,
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            "Request Header Fields Too Large",
+        ));
+    }
+    if req.version() == Version::HTTP_10 && !hcm.http_protocol_options.accept_http_10 {
+        return Some(closing(
+            to,
+            StatusCode::UPGRADE_REQUIRED,
+            "Upgrade Required",
+        ));
+    }
+    // HTTP/1.1 requires a host (RFC 9112 3.2).
+    if req.version() == Version::HTTP_11 && crate::conn_manager::authority(req).is_none() {
+        return Some(closing(to, StatusCode::BAD_REQUEST, ""));
+    }
+    let headers = req.headers();
+    if !h2
+        && headers.contains_key(header::TRANSFER_ENCODING)
+        && headers.contains_key(header::CONTENT_LENGTH)
+    {
+        return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
+    }
+    if let Some(kind) = upgrade_type(req)
+        && !hcm
+            .upgrade_configs
+            .iter()
+            .any(|u| u.enabled && u.upgrade_type.eq_ignore_ascii_case(kind))
+    {
+        return Some(closing(to, StatusCode::FORBIDDEN, ""));
+    }
+    None
+}
+
+/// The upgrade an HTTP/1.1 request asks for (`connection: upgrade` and
+/// `upgrade: <type>`).
+pub fn upgrade_type<B>(req: &Request<B>) -> Option<&str> {
+    if req.version() != Version::HTTP_11 {
+        return None;
+    }
+    let asks = req
+        .headers()
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
+    if !asks {
+        return None;
+    }
+    req.headers().get(header::UPGRADE)?.to_str().ok()
+}
+
+/// Runs `respond` under `request_timeout` (until the whole request has been
+/// read: 408 `request timeout`) and `stream_idle_timeout` (no request event for
+/// that long before the response: 408 `stream timeout` while the request is
+/// still arriving, 504 once it has been forwarded whole), as Envoy.
+pub async fn timed(
+    respond: impl Future<Output = Response<ResponseBody>>,
+    progress: Arc<Progress>,
+    hcm: &HttpConnectionManager,
+    to: ReplyTo,
+) -> Response<ResponseBody> {
+    let (request, idle) = (hcm.request_timeout, hcm.stream_idle_timeout);
+    if request.is_none() && idle.is_none() {
+        return respond.await;
+    }
+    tokio::pin!(respond);
+    // Local replies are ready at once: no timer for them.
+    let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
+    if let Poll::Ready(resp) = first {
+        return resp;
+    }
+    let start = Instant::now();
+    let mut request_deadline = request.map(|t| start + t);
+    loop {
+        let idle_deadline = idle.map(|t| progress.last_activity() + t);
+        let next = [request_deadline, idle_deadline]
+            .into_iter()
+            .flatten()
+            .min();
+        let Some(next) = next else {
+            return respond.await;
+        };
+        tokio::select! {
+            resp = respond.as_mut() => return resp,
+            () = sleep_until(next) => {}
+        }
+        let now = Instant::now();
+        if request_deadline.is_some_and(|d| d <= now) {
+            if progress.done() {
+                // Disarmed: the whole request has gone upstream.
+                request_deadline = None;
+            } else {
+                return closing(to, StatusCode::REQUEST_TIMEOUT, "request timeout");
+            }
+        }
+        if let Some(t) = idle
+            && progress.last_activity() + t <= now
+        {
+            let mut resp = if progress.done() {
+                local_reply(to, StatusCode::GATEWAY_TIMEOUT, "stream timeout")
+                    .map(ResponseBody::from)
+            } else {
+                closing(to, StatusCode::REQUEST_TIMEOUT, "stream timeout")
+            };
+            resp.extensions_mut().insert(ResponseFlag("SI"));
+            return resp;
+        }
+    }
+}

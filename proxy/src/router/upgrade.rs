@@ -1,0 +1,85 @@
+//! Upgrades (`upgrade_configs`: WebSocket and the like) forwarded upstream: the
+//! request goes over a connection of its own (an upgraded connection never
+//! returns to the pool), always HTTP/1.1; when the upstream accepts with 101,
+//! the 101 goes downstream and bytes are copied both ways until either side
+//! closes. Any other answer is an ordinary response.
+
+use super::body::ResponseBody;
+use crate::stats::ClusterStats;
+use crate::upstream::UpstreamCluster;
+use crate::upstream::pool::SendError;
+use crate::upstream::pool::UpstreamBody;
+use http::{HeaderValue, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use tokio::net::TcpStream;
+
+/// The headers an upgrade carries hop to hop, which the router strips from
+/// other requests: put back after the rewrite.
+pub fn restore_headers(headers: &mut http::HeaderMap, upgrade: HeaderValue) {
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::UPGRADE, upgrade);
+}
+
+/// Sends the upgrade request `req` to `addr`; on 101, joins the two upgraded
+/// connections in a task of their own.
+pub async fn send(
+    cluster: &UpstreamCluster,
+    addr: SocketAddr,
+    mut req: Request<UpstreamBody>,
+    stats: &ClusterStats,
+) -> Result<Response<Incoming>, SendError> {
+    let downstream = hyper::upgrade::on(&mut req);
+    stats.cx_total.inc();
+    let stream = match tokio::time::timeout(
+        cluster.config.connect_timeout,
+        TcpStream::connect(addr),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            stats.cx_connect_fail.inc();
+            // "Connection refused (os error 111)" -> Envoy's strerror text.
+            let text = e.to_string();
+            let why = text.split(" (os error").next().unwrap_or(&text).to_string();
+            return Err(SendError::ConnectFailure(why));
+        }
+        Err(_) => {
+            stats.cx_connect_fail.inc();
+            stats.cx_connect_timeout.inc();
+            return Err(SendError::ConnectTimeout);
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| SendError::ConnectFailure(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.with_upgrades().await;
+    });
+    let mut resp = send
+        .send_request(req)
+        .await
+        .map_err(|_| SendError::Termination)?;
+    if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+        let upstream = hyper::upgrade::on(&mut resp);
+        tokio::spawn(async move {
+            let (Ok(down), Ok(up)) = tokio::join!(downstream, upstream) else {
+                return;
+            };
+            let (mut down, mut up) = (TokioIo::new(down), TokioIo::new(up));
+            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+        });
+    }
+    Ok(resp)
+}
+
+/// A response that came over an upgrade connection: not pooled, so no lease.
+pub fn body(b: Incoming) -> ResponseBody {
+    ResponseBody::Upstream {
+        body: b,
+        lease: None,
+    }
+}
