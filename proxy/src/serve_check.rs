@@ -7,6 +7,8 @@
 use courier_config::Bootstrap;
 use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
 use courier_config::filters::HttpFilterConfig;
+use courier_config::filters::jwt_authn::JwksSource;
+use courier_config::filters::rbac::Principal;
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
@@ -89,11 +91,39 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     let mut refuse =
         |field: &str, what: &str| problems.push(format!("{at}.{field}: {what} is not served yet"));
     for (i, f) in h.http_filters.iter().enumerate() {
-        if !matches!(f.config, HttpFilterConfig::Router(_)) {
-            refuse(
+        match &f.config {
+            HttpFilterConfig::Router(_) => {}
+            HttpFilterConfig::JwtAuthn(j) => {
+                for provider in &j.providers {
+                    if matches!(provider.jwks, JwksSource::Remote(_)) {
+                        refuse(
+                            &format!(
+                                "http_filters[{i}].typed_config.providers.{}.remote_jwks",
+                                provider.name
+                            ),
+                            "remote JWKS",
+                        );
+                    }
+                }
+            }
+            HttpFilterConfig::Rbac(r) => {
+                for (which, engine) in [("rules", &r.rules), ("shadow_rules", &r.shadow_rules)] {
+                    let authenticated = engine
+                        .iter()
+                        .flat_map(|e| &e.policies)
+                        .any(|p| p.principals.iter().any(uses_authenticated));
+                    if authenticated {
+                        refuse(
+                            &format!("http_filters[{i}].{which}"),
+                            "the RBAC principal authenticated (peer certificates)",
+                        );
+                    }
+                }
+            }
+            HttpFilterConfig::ExtAuthz(_) => refuse(
                 &format!("http_filters[{i}]"),
                 &format!("HTTP filter {}", f.name),
-            );
+            ),
         }
     }
     if h.normalize_path
@@ -117,6 +147,17 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     match &h.route_specifier {
         RouteSpecifier::Inline(rc) => routes(rc, &format!("{at}.route_config"), problems),
         RouteSpecifier::Rds { .. } => problems.push(format!("{at}.rds: RDS is not served yet")),
+    }
+}
+
+/// Whether a principal (or one nested in it) matches on the peer certificate, which
+/// the connection facts do not carry yet.
+fn uses_authenticated(p: &Principal) -> bool {
+    match p {
+        Principal::Authenticated(_) => true,
+        Principal::And(ps) | Principal::Or(ps) => ps.iter().any(uses_authenticated),
+        Principal::Not(p) => uses_authenticated(p),
+        _ => false,
     }
 }
 

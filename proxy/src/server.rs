@@ -1,6 +1,7 @@
 //! The main thread: resolves listener addresses, starts the workers, runs admin,
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
+use crate::http_filters::HttpFilters;
 use crate::listener;
 use crate::stats::{self, ClusterStats, HcmStats, WorkerStats};
 use crate::tls::ServerConfigs;
@@ -111,6 +112,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         addrs.push((l.name.clone(), addr));
     }
 
+    // One chain per connection manager, shared by every worker (the filters' caches are
+    // lock-free).
+    let http_filters = Arc::new(HttpFilters::build(&bootstrap)?);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stats = Vec::with_capacity(opts.workers);
@@ -151,6 +155,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             snapshot: Arc::clone(&snapshot),
             tls: Arc::clone(&tls),
             stats: worker_stats,
+            http_filters: Arc::clone(&http_filters),
             clusters: Arc::clone(&clusters),
             shutdown: shutdown_rx.clone(),
             drain_time: opts.drain_time,
