@@ -1,19 +1,22 @@
 //! The HTTP filter chains (jwt_authn, RBAC) of every connection manager, built once at
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
+use crate::stats::Sample;
 use courier_config::Bootstrap;
 use courier_config::route::{RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The filter chain of each connection manager, by listener index then filter chain
 /// (`filter_chain::chain_at` order, the default chain last), like `WorkerStats::hcm`.
 #[derive(Debug, Default)]
 pub struct HttpFilters {
     chains: Vec<Vec<Arc<FilterChain>>>,
-    /// Every chain's filter counters (not rendered yet).
-    pub stats: Vec<FilterStats>,
+    /// Every chain's filter counters, with the HCM's stat prefix. One set per filter,
+    /// shared by all workers (relaxed atomics, not per worker).
+    stats: Vec<(String, FilterStats)>,
 }
 
 impl HttpFilters {
@@ -27,7 +30,9 @@ impl HttpFilters {
                 let (chain, stats) =
                     courier_filters::build_chain(&fc.http_connection_manager.http_filters, None)
                         .map_err(|e| format!("listener {}: {e}", l.name))?;
-                out.stats.extend(stats);
+                let prefix = &fc.http_connection_manager.stat_prefix;
+                out.stats
+                    .extend(stats.into_iter().map(|s| (prefix.clone(), s)));
                 chains.push(Arc::new(chain));
             }
             out.chains.push(chains);
@@ -43,6 +48,71 @@ impl HttpFilters {
             .and_then(|c| c.get(chain))
             .filter(|c| !c.is_empty())
             .map(Arc::clone)
+    }
+
+    /// The filters' counters under Envoy's names (`http.<hcm prefix>.jwt_authn.…`,
+    /// `http.<hcm prefix>.rbac.<rules_stat_prefix>…`), added to `out`.
+    pub fn samples(&self, out: &mut Vec<Sample>) {
+        self.for_each_counter(&mut |name, c| out.push((name, c.load(Ordering::Relaxed))));
+    }
+
+    /// Zeroes the filters' counters (`/reset_counters`).
+    pub fn reset_counters(&self) {
+        self.for_each_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
+    }
+
+    fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
+        for (hcm, s) in &self.stats {
+            match s {
+                FilterStats::JwtAuthn { stat_prefix, stats } => {
+                    let p = if stat_prefix.is_empty() {
+                        format!("http.{hcm}.jwt_authn.")
+                    } else {
+                        format!("http.{hcm}.jwt_authn.{stat_prefix}.")
+                    };
+                    add(format!("{p}allowed"), &stats.allowed);
+                    add(format!("{p}denied"), &stats.denied);
+                    add(
+                        format!("{p}cors_preflight_bypassed"),
+                        &stats.cors_preflight_bypassed,
+                    );
+                    add(format!("{p}jwt_cache_hit"), &stats.jwt_cache_hit);
+                    add(format!("{p}jwt_cache_miss"), &stats.jwt_cache_miss);
+                    add(format!("{p}jwks_fetch_success"), &stats.fetch.success);
+                    add(format!("{p}jwks_fetch_failed"), &stats.fetch.failed);
+                }
+                FilterStats::Rbac {
+                    rules_stat_prefix,
+                    shadow_rules_stat_prefix,
+                    stats,
+                } => {
+                    let p = format!("http.{hcm}.rbac.{rules_stat_prefix}");
+                    let shadow = format!("http.{hcm}.rbac.{shadow_rules_stat_prefix}");
+                    add(format!("{p}allowed"), &stats.allowed);
+                    add(format!("{p}denied"), &stats.denied);
+                    add(format!("{shadow}shadow_allowed"), &stats.shadow_allowed);
+                    add(format!("{shadow}shadow_denied"), &stats.shadow_denied);
+                    // Envoy creates these on first use: absent until counted.
+                    let lazy = [
+                        ("logged".to_string(), &stats.logged),
+                        ("not_logged".to_string(), &stats.not_logged),
+                    ]
+                    .into_iter()
+                    .chain(stats.per_policy.iter().flat_map(|policy| {
+                        let name = &policy.name;
+                        [
+                            (format!("policy.{name}.allowed"), &policy.allowed),
+                            (format!("policy.{name}.denied"), &policy.denied),
+                        ]
+                    }));
+                    for (name, c) in lazy {
+                        if c.load(Ordering::Relaxed) != 0 {
+                            add(format!("{p}{name}"), c);
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -37,6 +37,8 @@ pub struct Shared {
     pub started: SystemTime,
     /// Every worker's stats.
     pub stats: Vec<Arc<WorkerStats>>,
+    /// The HTTP filter chains (their counters are shared by the workers).
+    pub http_filters: Arc<HttpFilters>,
     /// Listener names and the addresses they are bound to (port 0 resolved).
     pub listeners: Vec<(String, SocketAddr)>,
     /// Woken by `/quitquitquit`.
@@ -183,6 +185,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         state: AtomicU8::new(State::Live as u8),
         started: SystemTime::now(),
         stats,
+        http_filters,
         listeners: addrs,
         quit: Notify::new(),
         concurrency: opts.workers,

@@ -158,6 +158,9 @@ async fn jwt_authn_with_a_local_jwks_is_enforced() {
     let foreign = format!("Bearer {}", other.token("alice", now() + 600));
     let r = h1.get("/orders", &[("authorization", &foreign)]).await;
     assert_eq!(r.status, 401, "{r:?}");
+
+    assert_eq!(stat(&c, "http.ingress.jwt_authn.allowed").await, 1);
+    assert_eq!(stat(&c, "http.ingress.jwt_authn.denied").await, 3);
 }
 
 #[tokio::test]
@@ -199,6 +202,8 @@ async fn rbac_deny_on_a_path_prefix() {
     let r = h1.get("/public", &[]).await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.header("x-upstream"), Some("up"));
+    assert_eq!(stat(&c, "http.ingress.rbac.denied").await, 1);
+    assert_eq!(stat(&c, "http.ingress.rbac.allowed").await, 1);
 }
 
 #[test]
