@@ -27,6 +27,9 @@ const VHOSTS: &str = r#"
     direct_response: { status: 200, body: { inline_string: "public\n" } }
 "#;
 
+/// The example issuer's public key (examples/sidecar.yaml).
+const KEY: &str = r#"inline_string: '{"keys": [{"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "example-key", "n": "moaSZs58gF9u8K0OxuUsf8bLbHkZdlpWhOiqhZDvtLF9MKVExt0cfGXBCrNCcF_Dz45vJrd28ehoTdN5HnxQzZ_EVRa9kudlFc84k_527G_HJVMPhgE9hKSuJjGjKHIATWo9xACvnXA_2z5LGwv2Bmp7ZRsxh-LiC-fQ8eJxrZsZ2zhghn4334tXd-kIQ3ZlN8SXFo97s7elRWmTGzRSo_wKWeoYTPSsOyMRjgdCY1kO8FJNguLwWhMTy98nvrbVlly3THQn6BqU8_MFF7DIA1ThyrwwRxu4TPEYi8rbd5ggzjyJsyYYc5183qE18pP418kt1lmqgNcwsRklhTi3kw", "e": "AQAB"}]}'"#;
+
 const JWT: &str = r#"
 - name: envoy.filters.http.jwt_authn
   typed_config:
@@ -35,7 +38,7 @@ const JWT: &str = r#"
       example:
         issuer: https://issuer.example.com
         local_jwks:
-          inline_string: '{"keys": [{"kty": "RSA", "alg": "RS256", "use": "sig", "kid": "example-key", "n": "moaSZs58gF9u8K0OxuUsf8bLbHkZdlpWhOiqhZDvtLF9MKVExt0cfGXBCrNCcF_Dz45vJrd28ehoTdN5HnxQzZ_EVRa9kudlFc84k_527G_HJVMPhgE9hKSuJjGjKHIATWo9xACvnXA_2z5LGwv2Bmp7ZRsxh-LiC-fQ8eJxrZsZ2zhghn4334tXd-kIQ3ZlN8SXFo97s7elRWmTGzRSo_wKWeoYTPSsOyMRjgdCY1kO8FJNguLwWhMTy98nvrbVlly3THQn6BqU8_MFF7DIA1ThyrwwRxu4TPEYi8rbd5ggzjyJsyYYc5183qE18pP418kt1lmqgNcwsRklhTi3kw", "e": "AQAB"}]}'
+          KEY
     rules:
     - match: { prefix: "/open" }
     - match: { prefix: "/" }
@@ -57,6 +60,64 @@ const RBAC: &str = r#"
           principals: [{ header: { name: x-user, string_match: { exact: mallory } } }]
 "#;
 
+/// Per-route configs: jwt_authn off on /open, RBAC replaced on /public and
+/// disabled (`FilterConfig`) on /admin/off; the virtual host turns jwt_authn off
+/// everywhere but where a route turns it back on.
+const PER_ROUTE_VHOSTS: &str = r#"
+- name: all
+  domains: ["*"]
+  typed_per_filter_config:
+    envoy.filters.http.jwt_authn:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig
+      disabled: true
+  routes:
+  - match: { prefix: "/secure" }
+    direct_response: { status: 200, body: { inline_string: "secure\n" } }
+    typed_per_filter_config:
+      envoy.filters.http.jwt_authn:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig
+        requirement_name: need-example
+  - match: { prefix: "/unknown-requirement" }
+    direct_response: { status: 200 }
+    typed_per_filter_config:
+      envoy.filters.http.jwt_authn:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig
+        requirement_name: nope
+  - match: { prefix: "/admin/off" }
+    direct_response: { status: 200, body: { inline_string: "admin off\n" } }
+    typed_per_filter_config:
+      envoy.filters.http.rbac:
+        "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+        disabled: true
+  - match: { prefix: "/public" }
+    direct_response: { status: 200, body: { inline_string: "public\n" } }
+    typed_per_filter_config:
+      envoy.filters.http.rbac:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute
+        rbac:
+          rules:
+            action: ALLOW
+            policies:
+              only-alice:
+                permissions: [{ any: true }]
+                principals: [{ header: { name: x-user, string_match: { exact: alice } } }]
+  - match: { prefix: "/" }
+    direct_response: { status: 200, body: { inline_string: "other\n" } }
+"#;
+
+const JWT_REQUIREMENT_MAP: &str = r#"
+- name: envoy.filters.http.jwt_authn
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
+    providers:
+      example:
+        issuer: https://issuer.example.com
+        local_jwks:
+          KEY
+    requirement_map:
+      need-example: { provider_name: example }
+"#;
+
 /// A well-formed token for the example issuer with a bogus signature.
 const BAD_SIGNATURE: &str = "Bearer eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6ImV4YW1wbGUta2V5In0.eyJpc3MiOiJodHRwczovL2lzc3Vlci5leGFtcGxlLmNvbSIsInN1YiI6IngiLCJleHAiOjk5OTk5OTk5OTl9.AAAA";
 /// Expired (exp 1000), bogus signature.
@@ -67,6 +128,7 @@ const OTHER_ISSUER: &str = "Bearer eyJhbGciOiJSUzI1NiIsInR5cCI6IkpXVCIsImtpZCI6I
 fn cases() -> Vec<Case> {
     let j = |name, path| Case::get(name, "jwt", "example.com", path);
     let r = |name, path| Case::get(name, "rbac", "example.com", path);
+    let p = |name, path| Case::get(name, "perroute", "example.com", path);
     vec![
         j("jwt missing", "/secure?x=1"),
         j("jwt missing h2c", "/secure").h2c(),
@@ -89,6 +151,16 @@ fn cases() -> Vec<Case> {
         r("rbac other header", "/public").header("x-user", "alice"),
         r("rbac no route", "/nowhere"),
         r("rbac no route denied", "/admin-nowhere-but-prefix"),
+        p("per-route jwt off by the vhost", "/other"),
+        p("per-route jwt requirement_name", "/secure"),
+        p(
+            "per-route jwt unknown requirement_name",
+            "/unknown-requirement",
+        ),
+        p("per-route rbac disabled", "/admin/off"),
+        p("per-route rbac still denies", "/admin"),
+        p("per-route rbac override denies", "/public"),
+        p("per-route rbac override allows", "/public").header("x-user", "alice"),
     ]
 }
 
@@ -101,10 +173,16 @@ fn filters_answer_as_envoy_does() {
     let all = vec![Bootstrap {
         id: "filters",
         yaml: bootstrap(&[
-            hcm_listener_filters("jwt", "", JWT, VHOSTS),
+            hcm_listener_filters("jwt", "", &JWT.replace("KEY", KEY), VHOSTS),
             hcm_listener_filters("rbac", "", RBAC, VHOSTS),
+            hcm_listener_filters(
+                "perroute",
+                "",
+                &(JWT_REQUIREMENT_MAP.replace("KEY", KEY) + RBAC),
+                PER_ROUTE_VHOSTS,
+            ),
         ]),
-        listeners: vec!["jwt", "rbac"],
+        listeners: vec!["jwt", "rbac", "perroute"],
     }];
     let failures = run(&envoy, &courier_bin(), &all, &cases());
     assert!(

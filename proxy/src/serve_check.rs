@@ -6,16 +6,16 @@
 
 use courier_config::Bootstrap;
 use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
-use courier_config::filters::HttpFilterConfig;
 use courier_config::filters::jwt_authn::JwksSource;
 use courier_config::filters::rbac::Principal;
+use courier_config::filters::{HttpFilterConfig, PerRouteFilterConfig, RbacFilter};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
     EscapedSlashesAction, HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation,
     StripPort,
 };
-use courier_config::route::{Action, HeaderMutations, RouteConfig};
+use courier_config::route::{Action, HeaderMutations, PerFilterConfigs, RouteConfig};
 
 /// Every feature in `bootstrap` that the data plane does not serve yet.
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
@@ -107,17 +107,11 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
                 }
             }
             HttpFilterConfig::Rbac(r) => {
-                for (which, engine) in [("rules", &r.rules), ("shadow_rules", &r.shadow_rules)] {
-                    let authenticated = engine
-                        .iter()
-                        .flat_map(|e| &e.policies)
-                        .any(|p| p.principals.iter().any(uses_authenticated));
-                    if authenticated {
-                        refuse(
-                            &format!("http_filters[{i}].{which}"),
-                            "the RBAC principal authenticated (peer certificates)",
-                        );
-                    }
+                for which in authenticated_engines(r) {
+                    refuse(
+                        &format!("http_filters[{i}].{which}"),
+                        "the RBAC principal authenticated (peer certificates)",
+                    );
                 }
             }
             HttpFilterConfig::ExtAuthz(_) => refuse(
@@ -150,6 +144,41 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     }
 }
 
+/// The engines (`rules`, `shadow_rules`) of an RBAC config that match on the peer
+/// certificate.
+fn authenticated_engines(r: &RbacFilter) -> impl Iterator<Item = &'static str> + '_ {
+    [("rules", &r.rules), ("shadow_rules", &r.shadow_rules)]
+        .into_iter()
+        .filter(|(_, engine)| {
+            engine
+                .iter()
+                .flat_map(|e| &e.policies)
+                .any(|p| p.principals.iter().any(uses_authenticated))
+        })
+        .map(|(which, _)| which)
+}
+
+/// Refuses the per-route configs the filters do not serve: ext_authz's, and RBAC
+/// overrides matching on peer certificates. jwt_authn's and RBAC's others are served
+/// (route, virtual host and route configuration levels).
+fn per_filter(configs: &PerFilterConfigs, at: &str, problems: &mut Vec<String>) {
+    for (name, c) in configs {
+        match &c.config {
+            None | Some(PerRouteFilterConfig::JwtAuthn(_)) => {}
+            Some(PerRouteFilterConfig::Rbac(r)) => {
+                for which in r.rbac.iter().flat_map(authenticated_engines) {
+                    problems.push(format!(
+                        "{at}.typed_per_filter_config.{name}.rbac.{which}: the RBAC principal authenticated (peer certificates) is not served yet"
+                    ));
+                }
+            }
+            Some(PerRouteFilterConfig::ExtAuthz(_)) => problems.push(format!(
+                "{at}.typed_per_filter_config.{name}: ext_authz is not served yet"
+            )),
+        }
+    }
+}
+
 /// Whether a principal (or one nested in it) matches on the peer certificate, which
 /// the connection facts do not carry yet.
 fn uses_authenticated(p: &Principal) -> bool {
@@ -162,19 +191,11 @@ fn uses_authenticated(p: &Principal) -> bool {
 }
 
 fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
-    if !rc.typed_per_filter_config.is_empty() {
-        problems.push(format!(
-            "{at}.typed_per_filter_config: per-filter configs are not served yet"
-        ));
-    }
+    per_filter(&rc.typed_per_filter_config, at, problems);
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if !vh.typed_per_filter_config.is_empty() {
-            problems.push(format!(
-                "{at}.typed_per_filter_config: per-filter configs are not served yet"
-            ));
-        }
+        per_filter(&vh.typed_per_filter_config, &at, problems);
         if vh.retry_policy.is_some()
             || vh.hedge_policy.is_some()
             || vh.include_request_attempt_count
@@ -185,11 +206,7 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
         mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
             let at = format!("{at}.routes[{r}]");
-            if !route.typed_per_filter_config.is_empty() {
-                problems.push(format!(
-                    "{at}.typed_per_filter_config: per-filter configs are not served yet"
-                ));
-            }
+            per_filter(&route.typed_per_filter_config, &at, problems);
             mutations(
                 &route.request_headers,
                 &route.response_headers,

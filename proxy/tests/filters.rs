@@ -273,3 +273,63 @@ static_resources:
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn per_route_configs_turn_filters_off_and_replace_rbac_rules() {
+    let k = key();
+    let up = echo_upstream("up").await;
+    let routes = r#"- match: {prefix: "/open"}
+  route: {cluster: web}
+  typed_per_filter_config:
+    envoy.filters.http.jwt_authn:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig
+      disabled: true
+    envoy.filters.http.rbac:
+      "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+      disabled: true
+- match: {prefix: "/bob"}
+  route: {cluster: web}
+  typed_per_filter_config:
+    envoy.filters.http.rbac:
+      "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute
+      rbac:
+        rules:
+          action: ALLOW
+          policies:
+            bob:
+              permissions: [{any: true}]
+              principals:
+              - metadata:
+                  filter: envoy.filters.http.jwt_authn
+                  path: [{key: jwt_payload}, {key: sub}]
+                  value: {string_match: {exact: bob}}
+- match: {prefix: "/"}
+  route: {cluster: web}
+"#;
+    let c = courier_filters(
+        &["--concurrency", "1", "--drain-time-s", "1"],
+        "",
+        "",
+        routes,
+        &static_cluster("web", &[up], ""),
+        &(jwt_filter(&k, false) + ALICE_ONLY),
+    )
+    .await;
+    let mut h1 = H1::connect(c.listener).await;
+    // Both filters are off on /open: no token needed, no RBAC.
+    let r = h1.get("/open", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.seen("x-jwt-sub"), None);
+
+    let alice = format!("Bearer {}", k.token("alice", now() + 600));
+    let bob = format!("Bearer {}", k.token("bob", now() + 600));
+    // The filter-level rules let only alice through...
+    assert_eq!(h1.get("/x", &[("authorization", &alice)]).await.status, 200);
+    assert_eq!(h1.get("/x", &[("authorization", &bob)]).await.status, 403);
+    // ...the route's RBACPerRoute only bob.
+    assert_eq!(h1.get("/bob", &[("authorization", &bob)]).await.status, 200);
+    let r = h1.get("/bob", &[("authorization", &alice)]).await;
+    assert_eq!(r.status, 403, "{r:?}");
+    // jwt_authn still runs there.
+    assert_eq!(h1.get("/bob", &[]).await.status, 401);
+}
