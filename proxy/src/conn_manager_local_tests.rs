@@ -82,7 +82,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     facts: crate::http_filters::conn_facts(
                         "127.0.0.1:1000".parse().unwrap(),
                         "127.0.0.1:2000".parse().unwrap(),
-                        false,
+                        None,
                         None,
                     ),
                     http_filters: None,

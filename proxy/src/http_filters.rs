@@ -2,6 +2,7 @@
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
 use crate::stats::Sample;
+use crate::tls::DownstreamStream;
 use courier_config::Bootstrap;
 use courier_config::route::{RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
@@ -116,21 +117,21 @@ impl HttpFilters {
     }
 }
 
-/// What filters know of a connection. The peer certificate is not extracted yet
-/// (serve_check refuses RBAC `authenticated` principals).
+/// What filters know of a connection. `stream` is `None` where no filter runs (the
+/// peer certificate is then not parsed).
 pub fn conn_facts(
     peer: std::net::SocketAddr,
     local: std::net::SocketAddr,
-    tls: bool,
+    stream: Option<&DownstreamStream>,
     sni: Option<&str>,
 ) -> ConnFacts {
     ConnFacts {
         peer,
         source: peer,
         local,
-        tls: tls.then(|| TlsFacts {
+        tls: stream.filter(|s| s.is_tls()).map(|s| TlsFacts {
             sni: sni.map(str::to_string),
-            peer_cert: None,
+            peer_cert: crate::tls::peer_cert(s),
         }),
     }
 }

@@ -7,8 +7,7 @@
 use courier_config::Bootstrap;
 use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
 use courier_config::filters::jwt_authn::JwksSource;
-use courier_config::filters::rbac::Principal;
-use courier_config::filters::{HttpFilterConfig, PerRouteFilterConfig, RbacFilter};
+use courier_config::filters::{HttpFilterConfig, PerRouteFilterConfig};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
@@ -106,14 +105,7 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
                     }
                 }
             }
-            HttpFilterConfig::Rbac(r) => {
-                for which in authenticated_engines(r) {
-                    refuse(
-                        &format!("http_filters[{i}].{which}"),
-                        "the RBAC principal authenticated (peer certificates)",
-                    );
-                }
-            }
+            HttpFilterConfig::Rbac(_) => {}
             HttpFilterConfig::ExtAuthz(_) => refuse(
                 &format!("http_filters[{i}]"),
                 &format!("HTTP filter {}", f.name),
@@ -144,49 +136,18 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// The engines (`rules`, `shadow_rules`) of an RBAC config that match on the peer
-/// certificate.
-fn authenticated_engines(r: &RbacFilter) -> impl Iterator<Item = &'static str> + '_ {
-    [("rules", &r.rules), ("shadow_rules", &r.shadow_rules)]
-        .into_iter()
-        .filter(|(_, engine)| {
-            engine
-                .iter()
-                .flat_map(|e| &e.policies)
-                .any(|p| p.principals.iter().any(uses_authenticated))
-        })
-        .map(|(which, _)| which)
-}
-
-/// Refuses the per-route configs the filters do not serve: ext_authz's, and RBAC
-/// overrides matching on peer certificates. jwt_authn's and RBAC's others are served
-/// (route, virtual host and route configuration levels).
+/// Refuses the per-route configs the filters do not serve: ext_authz's. jwt_authn's
+/// and RBAC's are served (route, virtual host and route configuration levels).
 fn per_filter(configs: &PerFilterConfigs, at: &str, problems: &mut Vec<String>) {
     for (name, c) in configs {
         match &c.config {
-            None | Some(PerRouteFilterConfig::JwtAuthn(_)) => {}
-            Some(PerRouteFilterConfig::Rbac(r)) => {
-                for which in r.rbac.iter().flat_map(authenticated_engines) {
-                    problems.push(format!(
-                        "{at}.typed_per_filter_config.{name}.rbac.{which}: the RBAC principal authenticated (peer certificates) is not served yet"
-                    ));
-                }
-            }
+            None
+            | Some(PerRouteFilterConfig::JwtAuthn(_))
+            | Some(PerRouteFilterConfig::Rbac(_)) => {}
             Some(PerRouteFilterConfig::ExtAuthz(_)) => problems.push(format!(
                 "{at}.typed_per_filter_config.{name}: ext_authz is not served yet"
             )),
         }
-    }
-}
-
-/// Whether a principal (or one nested in it) matches on the peer certificate, which
-/// the connection facts do not carry yet.
-fn uses_authenticated(p: &Principal) -> bool {
-    match p {
-        Principal::Authenticated(_) => true,
-        Principal::And(ps) | Principal::Or(ps) => ps.iter().any(uses_authenticated),
-        Principal::Not(p) => uses_authenticated(p),
-        _ => false,
     }
 }
 

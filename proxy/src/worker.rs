@@ -381,6 +381,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     filter_chain::codec(codec_type, accepted.alpn.as_deref())
                 });
                 let limits = Limits::of(chain.map(|fc| &*fc.http_connection_manager));
+                let filters = http_filters.chain(listener_index, accepted.filter_chain_index);
                 let info = Arc::new(ConnInfo {
                     listener_index,
                     filter_chain_index: accepted.filter_chain_index,
@@ -390,10 +391,10 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     facts: http_filters::conn_facts(
                         peer,
                         local,
-                        accepted.stream.is_tls(),
+                        filters.as_ref().map(|_| &accepted.stream),
                         accepted.server_name.as_deref(),
                     ),
-                    http_filters: http_filters.chain(listener_index, accepted.filter_chain_index),
+                    http_filters: filters,
                     server_name: accepted.server_name,
                     id: conn_manager::next_connection_id(),
                 });
