@@ -1,5 +1,6 @@
 //! The HTTP connection manager: per request, apply the request header rules, pick
-//! the virtual host and route from the snapshot and answer (direct responses and
+//! the virtual host and route from the snapshot, run the HTTP filters (jwt_authn,
+//! RBAC: `http_filters`) and answer (direct responses and
 //! redirects here; forwarding is the router's), applying the connection manager's
 //! response rules.
 
@@ -8,6 +9,7 @@ use crate::access_log::{
     Details, DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName,
     Upstreamed,
 };
+use crate::http_filters;
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::request_limits;
 use crate::router::body::{Progress, ResponseBody};
@@ -15,8 +17,11 @@ use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::hcm::RouteSpecifier;
-use courier_config::route::{Action, PathMatch, RedirectAction, RedirectPath, Route, RouteRequest};
+use courier_config::route::{
+    Action, PathMatch, RedirectAction, RedirectPath, Route, RouteConfig, RouteRequest, VirtualHost,
+};
 use courier_config::snapshot::Snapshot;
+use courier_filters::{RequestState, Verdict};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
@@ -46,6 +51,10 @@ pub struct ConnInfo {
     pub server_name: Option<String>,
     /// The connection's id (`%CONNECTION_ID%`), unique in the process.
     pub id: u64,
+    /// What HTTP filters see of the connection.
+    pub facts: courier_filters::ConnFacts,
+    /// The connection manager's HTTP filter chain, when it has filters to run.
+    pub http_filters: Option<Arc<courier_filters::FilterChain>>,
 }
 
 /// The next connection id (one relaxed increment per connection, not per request).
@@ -54,27 +63,49 @@ pub fn next_connection_id() -> u64 {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// A request as the route matcher sees it.
-struct View<'a, B>(&'a Request<B>);
+/// A request head as the route matcher sees it.
+struct View<'a> {
+    uri: &'a Uri,
+    method: &'a http::Method,
+    headers: &'a HeaderMap,
+}
 
-impl<B> RouteRequest for View<'_, B> {
+impl<'a> View<'a> {
+    fn of<B>(req: &'a Request<B>) -> Self {
+        Self {
+            uri: req.uri(),
+            method: req.method(),
+            headers: req.headers(),
+        }
+    }
+
+    fn parts(head: &'a http::request::Parts) -> Self {
+        Self {
+            uri: &head.uri,
+            method: &head.method,
+            headers: &head.headers,
+        }
+    }
+}
+
+impl RouteRequest for View<'_> {
     fn path(&self) -> &str {
-        self.0.uri().path_and_query().map_or("/", |pq| pq.as_str())
+        self.uri.path_and_query().map_or("/", |pq| pq.as_str())
     }
 
     fn method(&self) -> &str {
-        self.0.method().as_str()
+        self.method.as_str()
     }
 
     fn header(&self, name: &str) -> Option<Cow<'_, str>> {
         match name {
-            ":authority" => return authority(self.0).map(Cow::Borrowed),
+            ":authority" => return authority_of(self.uri, self.headers).map(Cow::Borrowed),
             ":path" => return Some(Cow::Borrowed(self.path())),
             ":method" => return Some(Cow::Borrowed(self.method())),
-            ":scheme" => return Some(Cow::Borrowed(self.0.uri().scheme_str().unwrap_or("http"))),
+            ":scheme" => return Some(Cow::Borrowed(self.uri.scheme_str().unwrap_or("http"))),
             _ => {}
         }
-        let mut values = self.0.headers().get_all(name).iter();
+        let mut values = self.headers.get_all(name).iter();
         let first = values.next()?.to_str().ok()?;
         match values.next() {
             None => Some(Cow::Borrowed(first)),
@@ -94,11 +125,18 @@ impl<B> RouteRequest for View<'_, B> {
         if name.starts_with(':') {
             return self.header(name).map(|v| test(&v));
         }
-        let mut values = self.0.headers().get_all(name).iter().peekable();
+        let mut values = self.headers.get_all(name).iter().peekable();
         values.peek()?;
         // Values that are not visible ASCII (rare; `to_str` refuses them) are skipped.
         Some(values.any(|v| v.to_str().is_ok_and(&mut *test)))
     }
+}
+
+/// The virtual host and route a request head selects.
+fn select<'a>(rc: &'a RouteConfig, head: &View<'_>) -> Option<(&'a VirtualHost, &'a Route)> {
+    let host = authority_of(head.uri, head.headers).unwrap_or("");
+    rc.select_virtual_host(host)
+        .and_then(|vh| Some((vh, vh.select_route(head)?)))
 }
 
 /// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
@@ -139,7 +177,7 @@ pub async fn handle(
                 RouteSpecifier::Inline(rc) => &rc.internal_only_headers[..],
                 RouteSpecifier::Rds { .. } => &[],
             };
-            forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
+            let remote = forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
             let request_id = hcm
                 .always_set_request_id_in_response
                 .then(|| req.headers().get(REQUEST_ID).cloned())
@@ -159,7 +197,7 @@ pub async fn handle(
                 let timed = crate::router::body::RequestBody::new(b, Arc::clone(&progress));
                 RequestBody::new(timed, log_progress)
             });
-            let answer = respond(req, hcm, stats, info, up, logging);
+            let answer = respond(req, hcm, stats, info, up, logging, remote);
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall, and skip the allocation.
@@ -227,17 +265,73 @@ async fn respond(
     info: &ConnInfo,
     up: &Upstream<'_>,
     logging: bool,
+    remote: std::net::IpAddr,
 ) -> Response<ResponseBody> {
     let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
         stats.no_route.inc();
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
+    let selected = select(rc, &View::of(&req));
+    let Some(chain) = info.http_filters.as_deref() else {
+        return route(req, rc, selected, stats, info, up, logging).await;
+    };
+    // The filters run before the router, also when no route matched (the router
+    // then answers 404), as in Envoy.
     let to = ReplyTo::of(&req);
-    let host = authority(&req).unwrap_or("");
-    let Some((vhost, route)) = rc
-        .select_virtual_host(host)
-        .and_then(|vh| Some((vh, vh.select_route(&View(&req))?)))
-    else {
+    let (head, body) = req.into_parts();
+    let mut state = RequestState::new(
+        head,
+        &info.facts,
+        remote,
+        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r)),
+    );
+    let mut reselected = None;
+    let verdict = chain
+        .decode_headers(&mut state, |head| {
+            let s = select(rc, &View::parts(head));
+            reselected = Some(s);
+            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r))
+        })
+        .await;
+    let mut resp = match verdict {
+        Verdict::Respond(r) => {
+            let mut resp = local_reply(to, r.status, r.body);
+            resp.headers_mut().extend(r.headers);
+            if logging {
+                resp.extensions_mut()
+                    .insert(Details(r.details.into_owned()));
+            }
+            resp.map(ResponseBody::from)
+        }
+        Verdict::Continue => {
+            let selected = reselected.unwrap_or(selected);
+            // The head goes on to the router; filters' response hooks do not need it.
+            let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
+            let req = Request::from_parts(head, body);
+            route(req, rc, selected, stats, info, up, logging).await
+        }
+    };
+    chain.encode_headers(&state, resp.headers_mut());
+    for (name, value) in std::mem::take(&mut state.response_headers) {
+        if let Some(name) = name {
+            resp.headers_mut().append(name, value);
+        }
+    }
+    resp
+}
+
+/// The router's part: answers a request on the route it selected (404 without one).
+async fn route(
+    req: Request<RequestBody>,
+    rc: &RouteConfig,
+    selected: Option<(&VirtualHost, &Route)>,
+    stats: &HcmStats,
+    info: &ConnInfo,
+    up: &Upstream<'_>,
+    logging: bool,
+) -> Response<ResponseBody> {
+    let to = ReplyTo::of(&req);
+    let Some((vhost, route)) = selected else {
         stats.no_route.inc();
         return no_route(local_reply(to, StatusCode::NOT_FOUND, ""));
     };
@@ -328,7 +422,7 @@ fn location<B>(req: &Request<B>, route: &Route, r: &RedirectAction) -> String {
         (None, Some(p)) => Some(p.to_string()),
         (None, None) => None,
     };
-    let full = View(req).path().to_string();
+    let full = View::of(req).path().to_string();
     let (path_in, query_in) = match full.split_once('?') {
         Some((p, q)) => (p.to_string(), Some(q.to_string())),
         None => (full.clone(), None),

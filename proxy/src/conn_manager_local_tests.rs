@@ -79,6 +79,13 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     tls: false,
                     server_name: None,
                     id: 0,
+                    facts: crate::http_filters::conn_facts(
+                        "127.0.0.1:1000".parse().unwrap(),
+                        "127.0.0.1:2000".parse().unwrap(),
+                        None,
+                        None,
+                    ),
+                    http_filters: None,
                 };
                 let up = Upstream {
                     clusters: &clusters,

@@ -12,6 +12,7 @@ mod codec_error;
 mod conn_idle;
 mod conn_manager;
 mod filter_chain;
+mod http_filters;
 mod listener;
 mod local_reply;
 mod request_limits;

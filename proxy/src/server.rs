@@ -1,6 +1,7 @@
 //! The main thread: resolves listener addresses, starts the workers, runs admin,
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
+use crate::http_filters::HttpFilters;
 use crate::listener;
 use crate::stats::{self, ClusterStats, HcmStats, WorkerStats};
 use crate::tls::ServerConfigs;
@@ -36,6 +37,8 @@ pub struct Shared {
     pub started: SystemTime,
     /// Every worker's stats.
     pub stats: Vec<Arc<WorkerStats>>,
+    /// The HTTP filter chains (their counters are shared by the workers).
+    pub http_filters: Arc<HttpFilters>,
     /// Listener names and the addresses they are bound to (port 0 resolved).
     pub listeners: Vec<(String, SocketAddr)>,
     /// Woken by `/quitquitquit`.
@@ -111,6 +114,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         addrs.push((l.name.clone(), addr));
     }
 
+    // One chain per connection manager, shared by every worker (the filters' caches are
+    // lock-free).
+    let http_filters = Arc::new(HttpFilters::build(&bootstrap)?);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stats = Vec::with_capacity(opts.workers);
@@ -151,6 +157,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             snapshot: Arc::clone(&snapshot),
             tls: Arc::clone(&tls),
             stats: worker_stats,
+            http_filters: Arc::clone(&http_filters),
             clusters: Arc::clone(&clusters),
             shutdown: shutdown_rx.clone(),
             drain_time: opts.drain_time,
@@ -178,6 +185,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         state: AtomicU8::new(State::Live as u8),
         started: SystemTime::now(),
         stats,
+        http_filters,
         listeners: addrs,
         quit: Notify::new(),
         concurrency: opts.workers,

@@ -5,6 +5,7 @@ use crate::codec_error::CodecErrors;
 use crate::conn_idle::{Activity, Tracked};
 use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::{self, Codec};
+use crate::http_filters::{self, HttpFilters};
 use crate::listener;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
@@ -51,6 +52,8 @@ pub struct WorkerSetup {
     pub tls: Arc<ServerConfigs>,
     /// This worker's stats.
     pub stats: Arc<WorkerStats>,
+    /// The HTTP filter chains, shared by every worker.
+    pub http_filters: Arc<HttpFilters>,
     /// The upstream clusters (host sets published by the main thread; pools and
     /// balancer cursors are this worker's own, thread-local).
     pub clusters: Arc<ClusterManager>,
@@ -120,6 +123,7 @@ async fn serve(setup: WorkerSetup) {
             snapshot: Arc::clone(&setup.snapshot),
             tls: Arc::clone(&setup.tls),
             stats: Arc::clone(&setup.stats),
+            http_filters: Arc::clone(&setup.http_filters),
             clusters: Arc::clone(&setup.clusters),
             shutdown: setup.shutdown.clone(),
             tracker: Arc::clone(&tracker),
@@ -155,6 +159,7 @@ struct AcceptCtx {
     snapshot: Arc<ArcSwap<Snapshot>>,
     tls: Arc<ServerConfigs>,
     stats: Arc<WorkerStats>,
+    http_filters: Arc<HttpFilters>,
     clusters: Arc<ClusterManager>,
     shutdown: watch::Receiver<Phase>,
     tracker: Arc<Tracker>,
@@ -347,6 +352,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let snapshot = Arc::clone(&ctx.snapshot);
         let tls = Arc::clone(&ctx.tls);
         let worker_stats = Arc::clone(&ctx.stats);
+        let http_filters = Arc::clone(&ctx.http_filters);
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
             let _open = open;
@@ -375,12 +381,20 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                     filter_chain::codec(codec_type, accepted.alpn.as_deref())
                 });
                 let limits = Limits::of(chain.map(|fc| &*fc.http_connection_manager));
+                let filters = http_filters.chain(listener_index, accepted.filter_chain_index);
                 let info = Arc::new(ConnInfo {
                     listener_index,
                     filter_chain_index: accepted.filter_chain_index,
                     peer,
                     local,
                     tls: accepted.stream.is_tls(),
+                    facts: http_filters::conn_facts(
+                        peer,
+                        local,
+                        filters.as_ref().map(|_| &accepted.stream),
+                        accepted.server_name.as_deref(),
+                    ),
+                    http_filters: filters,
                     server_name: accepted.server_name,
                     id: conn_manager::next_connection_id(),
                 });

@@ -292,6 +292,16 @@ pub fn bootstrap(listeners: &[String]) -> String {
 /// prefix `name`, router only): `hcm_extra` is added to the manager's fields and
 /// `virtual_hosts` (a YAML list) becomes its inline route configuration's hosts.
 pub fn hcm_listener(name: &str, hcm_extra: &str, virtual_hosts: &str) -> String {
+    hcm_listener_filters(name, hcm_extra, "", virtual_hosts)
+}
+
+/// Like [`hcm_listener`], with `http_filters` (a YAML list) before the router.
+pub fn hcm_listener_filters(
+    name: &str,
+    hcm_extra: &str,
+    http_filters: &str,
+    virtual_hosts: &str,
+) -> String {
     format!(
         r#"- name: {name}
   address:
@@ -304,7 +314,7 @@ pub fn hcm_listener(name: &str, hcm_extra: &str, virtual_hosts: &str) -> String 
         stat_prefix: {name}
 {extra}
         http_filters:
-        - name: envoy.filters.http.router
+{filters}        - name: envoy.filters.http.router
           typed_config:
             "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
         route_config:
@@ -312,6 +322,11 @@ pub fn hcm_listener(name: &str, hcm_extra: &str, virtual_hosts: &str) -> String 
           virtual_hosts:
 {vhosts}"#,
         extra = indent(hcm_extra, 8),
+        filters = if http_filters.is_empty() {
+            String::new()
+        } else {
+            indent(http_filters, 8) + "\n"
+        },
         vhosts = indent(virtual_hosts, 10),
     )
 }

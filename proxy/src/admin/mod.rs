@@ -113,14 +113,14 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             State::Draining => reply(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
         },
         "/stats" => {
-            let samples = stats::collect(&shared.stats);
+            let samples = samples(shared);
             if query.split('&').any(|p| p == "format=prometheus") {
                 prometheus(&samples)
             } else {
                 reply(StatusCode::OK, stats::render_text(&samples))
             }
         }
-        "/stats/prometheus" => prometheus(&stats::collect(&shared.stats)),
+        "/stats/prometheus" => prometheus(&samples(shared)),
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
@@ -163,6 +163,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         }
         "/reset_counters" => {
             stats::reset_counters(&shared.stats);
+            shared.http_filters.reset_counters();
             for c in shared.clusters.clusters() {
                 for level in &c.hosts().priorities {
                     for h in &level.all {
@@ -226,6 +227,14 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
         StatusCode::OK,
         format!("active loggers:\n  courier: {name}\n"),
     )
+}
+
+/// Every counter and gauge: the workers' and the HTTP filters', sorted by name.
+fn samples(shared: &Shared) -> Vec<stats::Sample> {
+    let mut samples = stats::collect(&shared.stats);
+    shared.http_filters.samples(&mut samples);
+    samples.sort();
+    samples
 }
 
 fn prometheus(samples: &[stats::Sample]) -> Response<Body> {

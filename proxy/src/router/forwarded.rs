@@ -39,13 +39,14 @@ const EDGE_STRIPPED: &[&str] = &[
 ];
 
 /// Applies the rules to a request's headers; `internal_only` are the route
-/// config's `internal_only_headers`.
+/// config's `internal_only_headers`. Returns the trusted client address (Envoy's
+/// final remote address: the socket peer when the XFF rules yield none).
 pub fn mutate_request(
     headers: &mut HeaderMap,
     hcm: &HttpConnectionManager,
     internal_only: &[String],
     conn: &ConnInfo,
-) {
+) -> IpAddr {
     let hops = hcm.xff_num_trusted_hops as usize;
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
     let (final_remote, trusted_checks) = if hcm.use_remote_address {
@@ -107,6 +108,7 @@ pub fn mutate_request(
     {
         headers.insert(REQUEST_ID, v);
     }
+    final_remote.unwrap_or(conn.peer.ip())
 }
 
 /// The XFF entry `skip` places from the right, and whether XFF holds one address.

@@ -2,9 +2,11 @@
 //! once from the chain's validated `DownstreamTls` (DER certificate and key, ALPN,
 //! versions, client-certificate validation with SAN matchers).
 
+mod peer;
 pub(crate) mod san;
 mod stream;
 
+pub use peer::peer_cert;
 pub use stream::DownstreamStream;
 
 use courier_config::listener::Listener;

@@ -161,6 +161,18 @@ pub async fn courier_args(
     routes: &str,
     clusters: &str,
 ) -> Courier {
+    courier_filters(args, hcm_extra, vhost_extra, routes, clusters, "").await
+}
+
+/// Like [`courier_args`], with `http_filters` (a YAML list) before the router.
+pub async fn courier_filters(
+    args: &[&str],
+    hcm_extra: &str,
+    vhost_extra: &str,
+    routes: &str,
+    clusters: &str,
+    http_filters: &str,
+) -> Courier {
     let config = format!(
         r#"
 admin:
@@ -184,7 +196,7 @@ static_resources:
               routes:
 {routes}
           http_filters:
-          - name: envoy.filters.http.router
+{filters}          - name: envoy.filters.http.router
             typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
   clusters:
 {clusters}
@@ -193,6 +205,7 @@ static_resources:
         vhost = indent(vhost_extra, 14),
         routes = indent(routes, 14),
         clusters = indent(clusters, 2),
+        filters = indent(http_filters, 10),
     );
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("courier.yaml");

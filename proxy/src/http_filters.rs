@@ -1,0 +1,155 @@
+//! The HTTP filter chains (jwt_authn, RBAC) of every connection manager, built once at
+//! start-up and shared by all workers, and the per-request glue to `courier-filters`.
+
+use crate::stats::Sample;
+use crate::tls::DownstreamStream;
+use courier_config::Bootstrap;
+use courier_config::route::{RouteConfig, VirtualHost};
+use courier_filters::build::FilterStats;
+use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The filter chain of each connection manager, by listener index then filter chain
+/// (`filter_chain::chain_at` order, the default chain last), like `WorkerStats::hcm`.
+#[derive(Debug, Default)]
+pub struct HttpFilters {
+    chains: Vec<Vec<Arc<FilterChain>>>,
+    /// Every chain's filter counters, with the HCM's stat prefix. One set per filter,
+    /// shared by all workers (relaxed atomics, not per worker).
+    stats: Vec<(String, FilterStats)>,
+}
+
+impl HttpFilters {
+    /// Builds the chains of every listener. Remote JWKS has no fetcher here: serve_check
+    /// refuses it before this runs.
+    pub fn build(bootstrap: &Bootstrap) -> Result<Self, String> {
+        let mut out = Self::default();
+        for l in &bootstrap.listeners {
+            let mut chains = Vec::new();
+            for fc in l.all_filter_chains() {
+                let (chain, stats) =
+                    courier_filters::build_chain(&fc.http_connection_manager.http_filters, None)
+                        .map_err(|e| format!("listener {}: {e}", l.name))?;
+                let prefix = &fc.http_connection_manager.stat_prefix;
+                out.stats
+                    .extend(stats.into_iter().map(|s| (prefix.clone(), s)));
+                chains.push(Arc::new(chain));
+            }
+            out.chains.push(chains);
+        }
+        Ok(out)
+    }
+
+    /// The chain of a listener's filter chain; `None` when it has no filter to run (or
+    /// the index is unknown).
+    pub fn chain(&self, listener: usize, chain: usize) -> Option<Arc<FilterChain>> {
+        self.chains
+            .get(listener)
+            .and_then(|c| c.get(chain))
+            .filter(|c| !c.is_empty())
+            .map(Arc::clone)
+    }
+
+    /// The filters' counters under Envoy's names (`http.<hcm prefix>.jwt_authn.…`,
+    /// `http.<hcm prefix>.rbac.<rules_stat_prefix>…`), added to `out`.
+    pub fn samples(&self, out: &mut Vec<Sample>) {
+        self.for_each_counter(&mut |name, c| out.push((name, c.load(Ordering::Relaxed))));
+    }
+
+    /// Zeroes the filters' counters (`/reset_counters`).
+    pub fn reset_counters(&self) {
+        self.for_each_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
+    }
+
+    fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
+        for (hcm, s) in &self.stats {
+            match s {
+                FilterStats::JwtAuthn { stat_prefix, stats } => {
+                    let p = if stat_prefix.is_empty() {
+                        format!("http.{hcm}.jwt_authn.")
+                    } else {
+                        format!("http.{hcm}.jwt_authn.{stat_prefix}.")
+                    };
+                    add(format!("{p}allowed"), &stats.allowed);
+                    add(format!("{p}denied"), &stats.denied);
+                    add(
+                        format!("{p}cors_preflight_bypassed"),
+                        &stats.cors_preflight_bypassed,
+                    );
+                    add(format!("{p}jwt_cache_hit"), &stats.jwt_cache_hit);
+                    add(format!("{p}jwt_cache_miss"), &stats.jwt_cache_miss);
+                    add(format!("{p}jwks_fetch_success"), &stats.fetch.success);
+                    add(format!("{p}jwks_fetch_failed"), &stats.fetch.failed);
+                }
+                FilterStats::Rbac {
+                    rules_stat_prefix,
+                    shadow_rules_stat_prefix,
+                    stats,
+                } => {
+                    let p = format!("http.{hcm}.rbac.{rules_stat_prefix}");
+                    let shadow = format!("http.{hcm}.rbac.{shadow_rules_stat_prefix}");
+                    add(format!("{p}allowed"), &stats.allowed);
+                    add(format!("{p}denied"), &stats.denied);
+                    add(format!("{shadow}shadow_allowed"), &stats.shadow_allowed);
+                    add(format!("{shadow}shadow_denied"), &stats.shadow_denied);
+                    // Envoy creates these on first use: absent until counted.
+                    let lazy = [
+                        ("logged".to_string(), &stats.logged),
+                        ("not_logged".to_string(), &stats.not_logged),
+                    ]
+                    .into_iter()
+                    .chain(stats.per_policy.iter().flat_map(|policy| {
+                        let name = &policy.name;
+                        [
+                            (format!("policy.{name}.allowed"), &policy.allowed),
+                            (format!("policy.{name}.denied"), &policy.denied),
+                        ]
+                    }));
+                    for (name, c) in lazy {
+                        if c.load(Ordering::Relaxed) != 0 {
+                            add(format!("{p}{name}"), c);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What filters know of a connection. `stream` is `None` where no filter runs (the
+/// peer certificate is then not parsed).
+pub fn conn_facts(
+    peer: std::net::SocketAddr,
+    local: std::net::SocketAddr,
+    stream: Option<&DownstreamStream>,
+    sni: Option<&str>,
+) -> ConnFacts {
+    ConnFacts {
+        peer,
+        source: peer,
+        local,
+        tls: stream.filter(|s| s.is_tls()).map(|s| TlsFacts {
+            sni: sni.map(str::to_string),
+            peer_cert: crate::tls::peer_cert(s),
+        }),
+    }
+}
+
+/// The per-filter configs (route, virtual host, route configuration; weighted-cluster
+/// levels are refused by serve_check) and metadata of a selected route.
+pub fn selected_route<'a>(
+    rc: &'a RouteConfig,
+    vhost: &'a VirtualHost,
+    route: &'a courier_config::route::Route,
+) -> SelectedRoute<'a> {
+    SelectedRoute {
+        per_filter: [
+            None,
+            Some(&route.typed_per_filter_config),
+            Some(&vhost.typed_per_filter_config),
+            Some(&rc.typed_per_filter_config),
+        ],
+        metadata: Some(&route.metadata),
+    }
+}
