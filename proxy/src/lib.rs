@@ -15,6 +15,7 @@ mod filter_chain;
 mod http_filters;
 mod listener;
 mod local_reply;
+mod maybe_tls;
 mod request_limits;
 mod router;
 mod serve_check;
