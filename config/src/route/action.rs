@@ -119,8 +119,9 @@ pub struct RouteAction {
 pub struct DirectResponse {
     /// Status, 200..=599.
     pub status: u16,
-    /// Body, if any (at most `max_direct_response_body_size_bytes`).
-    pub body: Option<Vec<u8>>,
+    /// Body, if any (at most `max_direct_response_body_size_bytes`); `Bytes` so
+    /// each response shares it instead of copying it.
+    pub body: Option<bytes::Bytes>,
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -394,7 +395,7 @@ pub(crate) fn direct_response(
                 );
                 return None;
             }
-            Some(bytes) => Some(bytes),
+            Some(bytes) => Some(bytes::Bytes::from(bytes)),
             None => return None,
         },
     };
