@@ -1,11 +1,14 @@
 //! The HTTP filter chains (jwt_authn, RBAC) of every connection manager, built once at
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
+use crate::jwks_fetch::ClusterJwksFetcher;
 use crate::stats::Sample;
 use crate::tls::DownstreamStream;
+use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
 use courier_config::route::{RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
+use courier_filters::jwt_authn::jwks_cache::JwksFetcher;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,16 +24,18 @@ pub struct HttpFilters {
 }
 
 impl HttpFilters {
-    /// Builds the chains of every listener. Remote JWKS has no fetcher here: serve_check
-    /// refuses it before this runs.
-    pub fn build(bootstrap: &Bootstrap) -> Result<Self, String> {
+    /// Builds the chains of every listener; remote JWKS are fetched through `client`.
+    pub fn build(bootstrap: &Bootstrap, client: &ClusterClient) -> Result<Self, String> {
         let mut out = Self::default();
+        let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
         for l in &bootstrap.listeners {
             let mut chains = Vec::new();
             for fc in l.all_filter_chains() {
-                let (chain, stats) =
-                    courier_filters::build_chain(&fc.http_connection_manager.http_filters, None)
-                        .map_err(|e| format!("listener {}: {e}", l.name))?;
+                let (chain, stats) = courier_filters::build_chain(
+                    &fc.http_connection_manager.http_filters,
+                    Some(Arc::clone(&fetcher)),
+                )
+                .map_err(|e| format!("listener {}: {e}", l.name))?;
                 let prefix = &fc.http_connection_manager.stat_prefix;
                 out.stats
                     .extend(stats.into_iter().map(|s| (prefix.clone(), s)));

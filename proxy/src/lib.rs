@@ -13,6 +13,7 @@ mod conn_idle;
 mod conn_manager;
 mod filter_chain;
 mod http_filters;
+mod jwks_fetch;
 mod listener;
 mod local_reply;
 mod maybe_tls;

@@ -116,7 +116,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
 
     // One chain per connection manager, shared by every worker (the filters' caches are
     // lock-free).
-    let http_filters = Arc::new(HttpFilters::build(&bootstrap)?);
+    let http_filters = Arc::new(HttpFilters::build(
+        &bootstrap,
+        &crate::upstream::client::ClusterClient::new(Arc::clone(&clusters)),
+    )?);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stats = Vec::with_capacity(opts.workers);

@@ -206,69 +206,6 @@ async fn rbac_deny_on_a_path_prefix() {
     assert_eq!(stat(&c, "http.ingress.rbac.allowed").await, 1);
 }
 
-#[test]
-fn serve_refuses_remote_jwks_but_not_authenticated_principals() {
-    let config = r#"
-static_resources:
-  listeners:
-  - name: ingress
-    address: {socket_address: {address: 127.0.0.1, port_value: 0}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: ingress
-          route_config:
-            virtual_hosts:
-            - {name: all, domains: ["*"], routes: [{match: {prefix: "/"}, direct_response: {status: 200}}]}
-          http_filters:
-          - name: envoy.filters.http.jwt_authn
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
-              providers:
-                remote:
-                  issuer: https://issuer.test
-                  remote_jwks:
-                    http_uri: {uri: "http://jwks.test/keys", cluster: jwks, timeout: 1s}
-          - name: envoy.filters.http.rbac
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
-              rules:
-                action: ALLOW
-                policies:
-                  mtls:
-                    permissions: [{any: true}]
-                    principals: [{not_id: {authenticated: {principal_name: {exact: "spiffe://a"}}}}]
-          - name: envoy.filters.http.router
-            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
-  clusters:
-  - name: jwks
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: jwks
-      endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 1}}}}]}]
-"#;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("courier.yaml");
-    std::fs::write(&path, config).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
-        .arg("-c")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    let at = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
-    assert!(
-        err.contains(&format!(
-            "{at}.http_filters[0].typed_config.providers.remote.remote_jwks: remote JWKS is not served yet"
-        )),
-        "{err}"
-    );
-    assert!(!err.contains("http_filters[1]"), "{err}");
-}
-
 #[tokio::test]
 async fn per_route_configs_turn_filters_off_and_replace_rbac_rules() {
     let k = key();

@@ -135,11 +135,20 @@ impl Default for Progress {
     }
 }
 
-/// A downstream request body on its way upstream, reporting its progress.
+/// A request body on its way upstream: the downstream's, streamed and reporting its
+/// progress, or bytes courier holds itself (its own requests to a cluster, and bodies
+/// buffered for a retry).
 #[derive(Debug)]
 pub struct RequestBody {
-    body: Incoming,
+    body: Source,
     progress: Option<std::sync::Arc<Progress>>,
+}
+
+#[derive(Debug)]
+enum Source {
+    Streamed(Incoming),
+    /// Taken by the first poll.
+    Held(Option<Bytes>),
 }
 
 impl RequestBody {
@@ -149,8 +158,16 @@ impl RequestBody {
             progress.finish();
         }
         RequestBody {
-            body,
+            body: Source::Streamed(body),
             progress: Some(progress),
+        }
+    }
+
+    /// A body of `bytes` (none when empty), reporting nothing.
+    pub fn full(bytes: Bytes) -> Self {
+        RequestBody {
+            body: Source::Held((!bytes.is_empty()).then_some(bytes)),
+            progress: None,
         }
     }
 }
@@ -164,12 +181,16 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let body = match &mut this.body {
+            Source::Streamed(b) => b,
+            Source::Held(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+        };
+        let polled = Pin::new(&mut *body).poll_frame(cx);
         if let Some(p) = &this.progress {
             match &polled {
                 Poll::Ready(Some(Ok(_))) => {
                     p.moved();
-                    if this.body.is_end_stream() {
+                    if body.is_end_stream() {
                         p.finish();
                     }
                 }
@@ -181,10 +202,16 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
+        match &self.body {
+            Source::Streamed(b) => b.is_end_stream(),
+            Source::Held(b) => b.is_none(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
+        match &self.body {
+            Source::Streamed(b) => b.size_hint(),
+            Source::Held(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! each with one `ArcSwap` store per cluster; workers read them lock-free. Load
 //! balancer cursors and connection pools are per worker.
 
+pub mod client;
 pub mod dns;
 pub mod host;
 pub mod lb;

@@ -1,0 +1,242 @@
+//! courier's own requests to a cluster: a remote JWKS fetch, an authorization check, a
+//! control-plane call. They take the same way as a routed request (the cluster's load
+//! balancer, then the calling thread's connection pool with the cluster's protocol and
+//! TLS), so an internal call needs no connection of its own and no lock.
+//!
+//! Like the pools, the client is usable from any thread with a tokio runtime: each
+//! thread gets its own connections to the cluster's hosts.
+
+use super::pool::{self, Lease, UpstreamBody};
+use super::{ClusterManager, lb};
+use crate::stats::ClusterStats;
+use bytes::Bytes;
+use courier_config::cluster::UpstreamProtocol;
+use http::uri::{self, PathAndQuery};
+use http::{HeaderValue, Request, Response, Uri, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why an internal request got no response.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The cluster does not exist.
+    #[error("cluster {0} is unknown")]
+    UnknownCluster(String),
+    /// The cluster has no host to send to.
+    #[error("cluster {0} has no healthy upstream")]
+    NoHealthyUpstream(String),
+    /// Connecting or sending failed.
+    #[error("upstream {0}")]
+    Send(String),
+    /// No complete response within the timeout.
+    #[error("timed out")]
+    Timeout,
+    /// The response body failed midway.
+    #[error("response body: {0}")]
+    Body(String),
+}
+
+/// Sends courier's own requests to clusters by name.
+#[derive(Debug, Clone)]
+pub struct ClusterClient {
+    clusters: Arc<ClusterManager>,
+    /// Counters of the internal traffic, per cluster index (not the routed traffic's
+    /// per-worker counters: internal calls may run on any thread).
+    stats: Arc<[ClusterStats]>,
+}
+
+impl ClusterClient {
+    /// A client for the clusters of `clusters`.
+    pub fn new(clusters: Arc<ClusterManager>) -> Self {
+        let stats = clusters
+            .clusters()
+            .iter()
+            .map(|_| ClusterStats::default())
+            .collect();
+        Self { clusters, stats }
+    }
+
+    /// Sends `req` to a host of `cluster` and reads the whole response, all within
+    /// `timeout`.
+    pub async fn send(
+        &self,
+        cluster: &str,
+        req: Request<Bytes>,
+        timeout: Duration,
+    ) -> Result<Response<Bytes>, ClientError> {
+        let exchange = async {
+            let (parts, body) = req.into_parts();
+            let req = Request::from_parts(parts, full_body(body));
+            let (resp, lease) = self.send_streaming(cluster, req).await?;
+            let (parts, body) = resp.into_parts();
+            let body = body
+                .collect()
+                .await
+                .map_err(|e| ClientError::Body(e.to_string()))?
+                .to_bytes();
+            lease.release();
+            Ok(Response::from_parts(parts, body))
+        };
+        tokio::time::timeout(timeout, exchange)
+            .await
+            .map_err(|_| ClientError::Timeout)?
+    }
+
+    /// Sends `req` to a host of `cluster` and returns the response as it arrives; the
+    /// lease goes back (with [`Lease::release`]) once its body has been read to the end.
+    /// No timeout: the caller bounds the exchange.
+    pub async fn send_streaming(
+        &self,
+        cluster: &str,
+        req: Request<UpstreamBody>,
+    ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        let c = self
+            .clusters
+            .get(cluster)
+            .ok_or_else(|| ClientError::UnknownCluster(cluster.to_string()))?;
+        let host = lb::choose(&c.hosts(), &c.config.lb, c.index)
+            .ok_or_else(|| ClientError::NoHealthyUpstream(cluster.to_string()))?;
+        let fallback;
+        let stats = match self.stats.get(c.index) {
+            Some(s) => s,
+            None => {
+                fallback = ClusterStats::default();
+                &fallback
+            }
+        };
+        let req = for_protocol(req, c.config.http.protocol);
+        pool::send(c, &host, req, stats)
+            .await
+            .map_err(|e| ClientError::Send(e.details()))
+    }
+}
+
+/// Puts the authority where the cluster's protocol carries it: HTTP/2 in the URI
+/// (`:authority`, with `:scheme` http), HTTP/1.1 in `host` with an origin-form target.
+fn for_protocol<B>(req: Request<B>, protocol: UpstreamProtocol) -> Request<B> {
+    let (mut parts, body) = req.into_parts();
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| {
+            let host = parts.headers.get(header::HOST)?;
+            host.to_str().ok().map(str::to_string)
+        });
+    let path = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    let mut uri = uri::Parts::default();
+    if protocol == UpstreamProtocol::Http2 {
+        parts.version = http::Version::HTTP_2;
+        parts.headers.remove(header::HOST);
+        uri.scheme = Some(uri::Scheme::HTTP);
+        uri.authority = authority.and_then(|a| uri::Authority::try_from(a).ok());
+    } else {
+        parts.version = http::Version::HTTP_11;
+        if let Some(v) = authority.and_then(|a| HeaderValue::try_from(a).ok()) {
+            parts.headers.insert(header::HOST, v);
+        }
+    }
+    uri.path_and_query = Some(path);
+    if let Ok(u) = Uri::from_parts(uri) {
+        parts.uri = u;
+    }
+    Request::from_parts(parts, body)
+}
+
+/// A request body of `bytes`, for [`ClusterClient::send_streaming`].
+pub fn full_body(bytes: Bytes) -> UpstreamBody {
+    UpstreamBody::new(crate::router::body::RequestBody::full(bytes), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courier_config::load::Format;
+    use courier_config::snapshot::Snapshot;
+    use http_body_util::Full;
+    use hyper::server::conn::http1;
+    use hyper_util::rt::TokioIo;
+
+    /// A bootstrap with cluster `up` at `addr` and cluster `none` with no endpoint.
+    fn clusters(addr: std::net::SocketAddr) -> Arc<ClusterManager> {
+        let yaml = format!(
+            r#"
+static_resources:
+  clusters:
+  - name: up
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: up
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}
+  - name: none
+    connect_timeout: 1s
+"#,
+            addr.port()
+        );
+        let b = courier_config::bootstrap_from_str(&yaml, Format::Yaml).unwrap();
+        Arc::new(ClusterManager::new(&Snapshot::from_bootstrap(&b)).unwrap())
+    }
+
+    /// Answers every request with its method, path and body, after `delay`.
+    async fn echo_server(delay: Duration) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((s, _)) = listener.accept().await {
+                let svc = hyper::service::service_fn(move |req: Request<Incoming>| async move {
+                    tokio::time::sleep(delay).await;
+                    let head = format!("{} {} ", req.method(), req.uri().path());
+                    let body = req.into_body().collect().await?.to_bytes();
+                    let mut out = head.into_bytes();
+                    out.extend_from_slice(&body);
+                    Ok::<_, hyper::Error>(Response::new(Full::new(Bytes::from(out))))
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(s), svc));
+            }
+        });
+        addr
+    }
+
+    #[tokio::test]
+    async fn sends_through_the_cluster_and_reads_the_whole_response() {
+        let addr = echo_server(Duration::ZERO).await;
+        let client = ClusterClient::new(clusters(addr));
+        for body in ["first", "second"] {
+            let req = Request::post("/check").body(Bytes::from(body)).unwrap();
+            let resp = client
+                .send("up", req, Duration::from_secs(5))
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            assert_eq!(resp.body(), format!("POST /check {body}").as_bytes());
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_empty_and_slow_clusters_are_errors() {
+        let addr = echo_server(Duration::from_secs(5)).await;
+        let client = ClusterClient::new(clusters(addr));
+        let get = || Request::get("/").body(Bytes::new()).unwrap();
+        let short = Duration::from_millis(100);
+        assert!(matches!(
+            client.send("nope", get(), short).await,
+            Err(ClientError::UnknownCluster(_))
+        ));
+        assert!(matches!(
+            client.send("none", get(), short).await,
+            Err(ClientError::NoHealthyUpstream(_))
+        ));
+        assert!(matches!(
+            client.send("up", get(), short).await,
+            Err(ClientError::Timeout)
+        ));
+    }
+}
