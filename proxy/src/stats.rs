@@ -284,6 +284,9 @@ pub fn render_prometheus(samples: &[Sample]) -> String {
 /// The Prometheus family and labels of an Envoy stat name.
 fn prometheus_name(name: &str) -> Option<(String, String)> {
     let (scope, rest) = name.split_once('.')?;
+    if scope == "listener" {
+        return listener_prometheus_name(rest);
+    }
     let (owner, stat) = rest.split_once('.')?;
     let owner_label = match scope {
         "http" => format!("envoy_http_conn_manager_prefix=\"{owner}\""),
@@ -313,8 +316,65 @@ fn prometheus_name(name: &str) -> Option<(String, String)> {
     Some((format!("envoy_{scope}_{stat}"), owner_label))
 }
 
+/// `listener.<address>.<stat>` and `listener.<address>.worker_<n>.<stat>`, tagged as
+/// Envoy's `envoy.listener_address` and `envoy.worker_id` extractors do. Envoy's address
+/// pattern takes only IP-like names (digits, dots, underscores; hex and brackets for
+/// IPv6): another owner stays in the family name untagged, like `listener.admin.*`.
+fn listener_prometheus_name(rest: &str) -> Option<(String, String)> {
+    let (owner, stat) = rest.rsplit_once('.')?;
+    let (address, worker) = match owner.rsplit_once(".worker_") {
+        Some((a, w)) if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => (a, Some(w)),
+        _ => (owner, None),
+    };
+    let ip_like = |a: &str| {
+        !a.is_empty()
+            && (a
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'_')
+                || a.bytes()
+                    .all(|b| b.is_ascii_hexdigit() || matches!(b, b'_' | b'[' | b']')))
+    };
+    if !ip_like(address) {
+        let family = format!("envoy_listener_{owner}_{stat}").replace('.', "_");
+        return Some((family, String::new()));
+    }
+    Some(match worker {
+        Some(w) => (
+            format!("envoy_listener_worker_{stat}"),
+            format!("envoy_worker_id=\"{w}\",envoy_listener_address=\"{address}\""),
+        ),
+        None => (
+            format!("envoy_listener_{stat}"),
+            format!("envoy_listener_address=\"{address}\""),
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn listener_stats_get_envoys_prometheus_tags() {
+        let samples = vec![
+            ("listener.127.0.0.1_80.downstream_cx_total".to_string(), 3),
+            (
+                "listener.127.0.0.1_80.worker_1.downstream_cx_active".to_string(),
+                2,
+            ),
+            ("listener.[__1]_8080.downstream_cx_total".to_string(), 1),
+            ("listener.admin.downstream_cx_total".to_string(), 4),
+        ];
+        let text = super::render_prometheus(&samples);
+        for line in [
+            "envoy_listener_downstream_cx_total{envoy_listener_address=\"127.0.0.1_80\"} 3",
+            "envoy_listener_worker_downstream_cx_active{envoy_worker_id=\"1\",envoy_listener_address=\"127.0.0.1_80\"} 2",
+            "envoy_listener_downstream_cx_total{envoy_listener_address=\"[__1]_8080\"} 1",
+            "envoy_listener_admin_downstream_cx_total{} 4",
+            "# TYPE envoy_listener_worker_downstream_cx_active gauge",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+    }
+
     use super::*;
 
     #[test]
