@@ -40,24 +40,21 @@ struct Node {
     entries: Vec<Entry>,
 }
 
-/// A radix trie of route keys.
+/// A radix trie of route keys as it is built (a node owns its label, children and
+/// entries); [`Builder::pack`] lays it out for lookups.
 #[derive(Debug, Clone)]
-struct Trie {
+struct Builder {
     nodes: Vec<Node>,
     /// Keys are lower-cased and the walk folds the path's ASCII case.
     fold: bool,
 }
 
-impl Trie {
+impl Builder {
     fn new(fold: bool) -> Self {
         Self {
             nodes: vec![Node::default()],
             fold,
         }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.nodes.len() == 1 && self.nodes[0].entries.is_empty()
     }
 
     fn child(&self, node: usize, byte: u8) -> Result<usize, usize> {
@@ -112,36 +109,118 @@ impl Trie {
         }
     }
 
+    /// The packed form: nodes in breadth-first order, so each node's children are
+    /// consecutive and carry their label's first byte; labels and entries in one array
+    /// each. A lookup then touches a few contiguous cache lines per level instead of
+    /// chasing a node's label, child list and each probed child through the heap.
+    fn pack(&self) -> Trie {
+        let mut nodes = Vec::with_capacity(self.nodes.len());
+        let mut labels = Vec::new();
+        let mut entries = Vec::new();
+        // Breadth-first: packed position i holds builder node order[i].
+        let mut order = vec![0u32];
+        let mut i = 0;
+        while let Some(&id) = order.get(i) {
+            let n = &self.nodes[id as usize];
+            let children_start = order.len() as u32;
+            order.extend_from_slice(&n.children);
+            nodes.push(Packed {
+                first: n.label.first().copied().unwrap_or(0),
+                label_start: labels.len() as u32,
+                label_len: n.label.len() as u32,
+                children_start,
+                children_len: n.children.len() as u32,
+                entries_start: entries.len() as u32,
+                entries_len: n.entries.len() as u32,
+            });
+            labels.extend_from_slice(&n.label);
+            entries.extend_from_slice(&n.entries);
+            i += 1;
+        }
+        Trie {
+            nodes,
+            labels,
+            entries,
+            fold: self.fold,
+        }
+    }
+}
+
+/// One node of a packed trie; ranges index [`Trie`]'s arrays.
+#[derive(Debug, Clone, Copy)]
+struct Packed {
+    /// The label's first byte (children are sorted by it).
+    first: u8,
+    label_start: u32,
+    label_len: u32,
+    children_start: u32,
+    children_len: u32,
+    entries_start: u32,
+    entries_len: u32,
+}
+
+/// A packed radix trie of route keys (see [`Builder::pack`]).
+#[derive(Debug, Clone)]
+struct Trie {
+    nodes: Vec<Packed>,
+    labels: Vec<u8>,
+    entries: Vec<Entry>,
+    /// Keys are lower-cased and the walk folds the path's ASCII case.
+    fold: bool,
+}
+
+impl Trie {
+    fn is_empty(&self) -> bool {
+        self.nodes.len() <= 1 && self.entries.is_empty()
+    }
+
+    fn entries(&self, n: &Packed) -> &[Entry] {
+        let start = n.entries_start as usize;
+        self.entries
+            .get(start..start + n.entries_len as usize)
+            .unwrap_or(&[])
+    }
+
     /// Calls `visit(depth, entries)` for every node whose key is a prefix of `path`.
     fn walk(&self, path: &[u8], mut visit: impl FnMut(usize, &[Entry])) {
-        let mut node = 0usize;
+        let Some(mut node) = self.nodes.first() else {
+            return;
+        };
         let mut depth = 0usize;
-        visit(0, &self.nodes[0].entries);
+        visit(0, self.entries(node));
         while depth < path.len() {
             let byte = if self.fold {
                 path[depth].to_ascii_lowercase()
             } else {
                 path[depth]
             };
-            let Ok(i) = self.child(node, byte) else {
+            let start = node.children_start as usize;
+            let Some(children) = self.nodes.get(start..start + node.children_len as usize) else {
                 return;
             };
-            let c = self.nodes[node].children[i] as usize;
-            let label = &self.nodes[c].label;
-            let Some(seg) = path.get(depth..depth + label.len()) else {
+            let Ok(i) = children.binary_search_by_key(&byte, |c| c.first) else {
+                return;
+            };
+            let c = &children[i];
+            let label_start = c.label_start as usize;
+            let (Some(label), Some(seg)) = (
+                self.labels
+                    .get(label_start..label_start + c.label_len as usize),
+                path.get(depth..depth + c.label_len as usize),
+            ) else {
                 return;
             };
             let same = if self.fold {
                 seg.eq_ignore_ascii_case(label)
             } else {
-                seg == &label[..]
+                seg == label
             };
             if !same {
                 return;
             }
             depth += label.len();
             node = c;
-            visit(depth, &self.nodes[c].entries);
+            visit(depth, self.entries(c));
         }
     }
 }
@@ -158,11 +237,9 @@ pub(crate) struct RouteIndex {
 impl RouteIndex {
     /// Builds the index of `matches`, given in route order.
     pub(crate) fn build<'a>(matches: impl Iterator<Item = &'a RouteMatch>) -> Self {
-        let mut index = Self {
-            sensitive: Trie::new(false),
-            insensitive: Trie::new(true),
-            linear: Vec::new(),
-        };
+        let mut sensitive = Builder::new(false);
+        let mut insensitive = Builder::new(true);
+        let mut linear = Vec::new();
         for (i, m) in matches.enumerate() {
             let position = i as u32;
             let (key, kind) = match &m.path {
@@ -170,19 +247,23 @@ impl RouteIndex {
                 PathMatch::Exact(p) => (p, Kind::Exact),
                 PathMatch::SeparatedPrefix(p) => (p, Kind::Separated),
                 PathMatch::Regex(_) => {
-                    index.linear.push(position);
+                    linear.push(position);
                     continue;
                 }
             };
             let trie = if m.case_sensitive {
-                &mut index.sensitive
+                &mut sensitive
             } else {
-                &mut index.insensitive
+                &mut insensitive
             };
             // Keys of case-insensitive routes are stored lower-cased already.
             trie.insert(key.as_bytes(), Entry { position, kind });
         }
-        index
+        Self {
+            sensitive: sensitive.pack(),
+            insensitive: insensitive.pack(),
+            linear,
+        }
     }
 
     /// The position of the first route (in config order) that matches `req`.
