@@ -21,7 +21,7 @@ use courier_config::route::{
     Action, PathMatch, RedirectAction, RedirectPath, Route, RouteConfig, RouteRequest, VirtualHost,
 };
 use courier_config::snapshot::Snapshot;
-use courier_filters::{RequestState, Verdict};
+use courier_filters::{FilterChain, RequestState, Verdict};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
@@ -197,7 +197,9 @@ pub async fn handle(
                 let timed = crate::router::body::RequestBody::new(b, Arc::clone(&progress));
                 RequestBody::new(timed, log_progress)
             });
-            let answer = respond(req, hcm, stats, info, up, logging, remote);
+            // Built in place: a binding moved into `pin!` would take a second slot in
+            // this future.
+            let answer = std::pin::pin!(respond(req, hcm, stats, info, up, logging, remote));
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall, and skip the allocation.
@@ -272,11 +274,48 @@ async fn respond(
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let selected = select(rc, &View::of(&req));
-    let Some(chain) = info.http_filters.as_deref() else {
-        return route(req, rc, selected, stats, info, up, logging).await;
+    // The router is awaited at one place for both ways in: each await of it would take
+    // its own slot in this future, which hyper moves on every request.
+    let (req, selected, filtered) = match info.http_filters.as_deref() {
+        None => (req, selected, None),
+        Some(chain) => match filter(chain, req, rc, selected, info, remote, logging).await {
+            Filtered::Answered(resp) => return resp,
+            Filtered::Continue(req, selected, state) => (req, selected, Some((chain, state))),
+        },
     };
-    // The filters run before the router, also when no route matched (the router
-    // then answers 404), as in Envoy.
+    let mut resp = route(req, rc, selected, stats, info, up, logging).await;
+    if let Some((chain, mut state)) = filtered {
+        encode(chain, &mut state, &mut resp);
+    }
+    resp
+}
+
+/// What the filter chain made of a request.
+// Not boxed: the value is taken apart as soon as the chain returns it, and a box would
+// cost an allocation per filtered request.
+#[allow(clippy::large_enum_variant)]
+enum Filtered<'a> {
+    /// A filter answered (its response hooks have run).
+    Answered(Response<ResponseBody>),
+    /// On to the router, with the route as the filters left it.
+    Continue(
+        Request<RequestBody>,
+        Option<(&'a VirtualHost, &'a Route)>,
+        RequestState<'a>,
+    ),
+}
+
+/// Runs the filter chain; the filters run before the router, also when no route
+/// matched (the router then answers 404), as in Envoy.
+async fn filter<'a>(
+    chain: &FilterChain,
+    req: Request<RequestBody>,
+    rc: &'a RouteConfig,
+    selected: Option<(&'a VirtualHost, &'a Route)>,
+    info: &'a ConnInfo,
+    remote: std::net::IpAddr,
+    logging: bool,
+) -> Filtered<'a> {
     let to = ReplyTo::of(&req);
     let (head, body) = req.into_parts();
     let mut state = RequestState::new(
@@ -293,7 +332,7 @@ async fn respond(
             s.map(|(vh, r)| http_filters::selected_route(rc, vh, r))
         })
         .await;
-    let mut resp = match verdict {
+    match verdict {
         Verdict::Respond(r) => {
             let mut resp = local_reply(to, r.status, r.body);
             resp.headers_mut().extend(r.headers);
@@ -301,23 +340,27 @@ async fn respond(
                 resp.extensions_mut()
                     .insert(Details(r.details.into_owned()));
             }
-            resp.map(ResponseBody::from)
+            let mut resp = resp.map(ResponseBody::from);
+            encode(chain, &mut state, &mut resp);
+            Filtered::Answered(resp)
         }
         Verdict::Continue => {
             let selected = reselected.unwrap_or(selected);
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
-            let req = Request::from_parts(head, body);
-            route(req, rc, selected, stats, info, up, logging).await
+            Filtered::Continue(Request::from_parts(head, body), selected, state)
         }
-    };
-    chain.encode_headers(&state, resp.headers_mut());
+    }
+}
+
+/// The filters' response hooks, and the response headers they asked for.
+fn encode(chain: &FilterChain, state: &mut RequestState<'_>, resp: &mut Response<ResponseBody>) {
+    chain.encode_headers(state, resp.headers_mut());
     for (name, value) in std::mem::take(&mut state.response_headers) {
         if let Some(name) = name {
             resp.headers_mut().append(name, value);
         }
     }
-    resp
 }
 
 /// The router's part: answers a request on the route it selected (404 without one).

@@ -8,6 +8,7 @@ use crate::router::body::{Progress, ResponseBody};
 use courier_config::listener::hcm::HttpConnectionManager;
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
 use tokio::time::{Instant, sleep_until};
@@ -121,8 +122,13 @@ pub fn upgrade_type<B>(req: &Request<B>) -> Option<&str> {
 /// read: 408 `request timeout`) and `stream_idle_timeout` (no request event for
 /// that long before the response: 408 `stream timeout` while the request is
 /// still arriving, 504 once it has been forwarded whole), as Envoy.
-pub async fn timed(
-    respond: impl Future<Output = Response<ResponseBody>>,
+///
+/// `respond` is borrowed pinned, not moved in: the caller's future holds the (large)
+/// answering future once, and this one only a pointer to it — a future taken by value
+/// would be stored again in this future's state, and hyper moves the whole per-request
+/// future into the connection's in-flight slot on every request.
+pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
+    mut respond: Pin<&mut F>,
     progress: Arc<Progress>,
     hcm: &HttpConnectionManager,
     to: ReplyTo,
@@ -131,7 +137,6 @@ pub async fn timed(
     if request.is_none() && idle.is_none() {
         return respond.await;
     }
-    tokio::pin!(respond);
     // Local replies are ready at once: no timer for them.
     let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
     if let Poll::Ready(resp) = first {

@@ -259,16 +259,19 @@ pub async fn forward(
     });
     let started = Instant::now();
     let request = Request::from_parts(parts, body);
-    let sent = async {
+    // Pinned in place: awaited through a pointer from either arm below, so this
+    // future holds the exchange once.
+    let mut sent = std::pin::pin!(async {
         if upgrade.is_some() {
-            let resp = upgrade::send(cluster, host.address, request, stats).await?;
+            // Boxed: upgrades are rare; their state stays out of every request's future.
+            let resp = Box::pin(upgrade::send(cluster, host.address, request, stats)).await?;
             return Ok::<_, pool::SendError>((resp, None));
         }
         let (resp, lease) = pool::send(cluster, &host, request, stats).await?;
         Ok((resp, Some(lease)))
-    };
+    });
     let result = match action.timeout {
-        Some(t) => tokio::time::timeout(t, sent).await.ok(),
+        Some(t) => tokio::time::timeout(t, sent.as_mut()).await.ok(),
         None => Some(sent.await),
     };
     let mut resp = match result {

@@ -191,17 +191,9 @@ async fn send_h1(
             },
         }
     }
-    let stream = connect(cluster, host, stats).await?;
-    let (mut s, conn) = http1::Builder::new()
-        .writev(false)
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| from_hyper(&e))?;
-    let open = OpenConn::new(host);
-    tokio::spawn(async move {
-        let _ = conn.await;
-        drop(open);
-    });
+    // Boxed: a new connection is rare next to a pooled one, and its connect, TLS and
+    // handshake state would otherwise sit in every request's future.
+    let mut s = Box::pin(open_h1(cluster, host, stats)).await?;
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
         Err(e) => Err(from_hyper(&e)),
@@ -229,19 +221,8 @@ async fn send_h2(
     let (mut send, streams) = match found {
         Some(c) => c,
         None => {
-            let stream = connect(cluster, host, stats).await?;
-            let h2 = &cluster.config.http.http2;
-            let (send, conn) = http2::Builder::new(TokioExecutor::new())
-                .initial_stream_window_size(h2.initial_stream_window_size)
-                .initial_connection_window_size(h2.initial_connection_window_size)
-                .handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| from_hyper(&e))?;
-            let open = OpenConn::new(host);
-            tokio::spawn(async move {
-                let _ = conn.await;
-                drop(open);
-            });
+            // Boxed, as in `send_h1`.
+            let send = Box::pin(open_h2(cluster, host, stats)).await?;
             let streams = Arc::new(AtomicU32::new(0));
             POOLS.with(|p| {
                 p.borrow_mut().entry(key).or_default().h2.push(H2Conn {
@@ -287,6 +268,48 @@ impl Drop for OpenConn {
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
+/// A new HTTP/1.1 connection to `host`, its driver spawned.
+async fn open_h1(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    stats: &ClusterStats,
+) -> Result<http1::SendRequest<UpstreamBody>, SendError> {
+    let stream = connect(cluster, host, stats).await?;
+    let (s, conn) = http1::Builder::new()
+        .writev(false)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| from_hyper(&e))?;
+    let open = OpenConn::new(host);
+    tokio::spawn(async move {
+        let _ = conn.await;
+        drop(open);
+    });
+    Ok(s)
+}
+
+/// A new HTTP/2 connection to `host`, its driver spawned.
+async fn open_h2(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    stats: &ClusterStats,
+) -> Result<http2::SendRequest<UpstreamBody>, SendError> {
+    let stream = connect(cluster, host, stats).await?;
+    let h2 = &cluster.config.http.http2;
+    let (send, conn) = http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(h2.initial_stream_window_size)
+        .initial_connection_window_size(h2.initial_connection_window_size)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| from_hyper(&e))?;
+    let open = OpenConn::new(host);
+    tokio::spawn(async move {
+        let _ = conn.await;
+        drop(open);
+    });
+    Ok(send)
+}
+
 async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,
