@@ -209,6 +209,11 @@ pub fn apply(
 /// Removes the hop-by-hop headers (and those `connection` names) before a message
 /// crosses the proxy; `te: trailers` survives (gRPC needs it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // One pass over the names first: most messages carry none of these, and each
+    // removal by name below hashes that name.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     if let header::Entry::Occupied(e) = headers.entry(header::CONNECTION) {
         let named: Vec<String> = e
             .iter()
@@ -235,6 +240,16 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
     {
         headers.remove(header::TE);
     }
+}
+
+/// A header `strip_hop_by_hop` may remove (`connection` may name others).
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    name == header::CONNECTION
+        || name == header::TRANSFER_ENCODING
+        || name == header::UPGRADE
+        || name == header::TE
+        || name.as_str() == "keep-alive"
+        || name.as_str() == "proxy-connection"
 }
 
 #[cfg(test)]

@@ -39,6 +39,12 @@ pub struct Plan<'a> {
 /// Rewrites `parts` in place into the upstream request head.
 pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
     headers::strip_hop_by_hop(&mut parts.headers);
+    if untouched(parts, plan) {
+        // An origin-form HTTP/1.1 request with its `host` goes on as it came: no
+        // copy of its authority and path, no re-parse.
+        parts.version = http::Version::HTTP_11;
+        return;
+    }
     let mut authority = crate::conn_manager::authority_of(&parts.uri, &parts.headers)
         .unwrap_or("")
         .to_string();
@@ -142,6 +148,22 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
             parts.uri = Uri::from(pq);
         }
     }
+}
+
+/// Whether nothing of `parts` changes on its way to an HTTP/1.1 upstream: no header
+/// mutation, no host or path rewrite, already origin-form with a `host` header.
+fn untouched(parts: &Parts, plan: &Plan<'_>) -> bool {
+    plan.levels.is_empty()
+        && plan.action.path_rewrite.is_none()
+        && plan.action.host_rewrite.is_none()
+        && plan
+            .weighted
+            .is_none_or(|w| w.host_rewrite_literal.is_none())
+        && plan.protocol != UpstreamProtocol::Http2
+        && parts.uri.scheme().is_none()
+        && parts.uri.authority().is_none()
+        && parts.uri.path_and_query().is_some()
+        && parts.headers.contains_key(header::HOST)
 }
 
 /// The rewritten path (query kept): `prefix_rewrite` replaces the matched prefix
