@@ -46,6 +46,25 @@ impl HttpFilters {
         Ok(out)
     }
 
+    /// Starts the filters' work on the main thread's `runtime`: background work (JWKS
+    /// refreshes) is spawned there, and start-up work the listeners wait for (a first
+    /// `async_fetch` without `fast_listener`) runs to completion before this returns, as
+    /// Envoy's init manager holds its listeners. A failed start-up fetch does not stop
+    /// the listeners (Envoy marks the init target ready either way).
+    pub fn start(&self, runtime: &tokio::runtime::Runtime) {
+        for chain in self.chains.iter().flatten() {
+            let background = Arc::clone(chain);
+            runtime.spawn(async move { background.background().await });
+        }
+        runtime.block_on(async {
+            for chain in self.chains.iter().flatten() {
+                if !chain.init().await {
+                    tracing::warn!("a filter's start-up work failed (remote JWKS fetch)");
+                }
+            }
+        });
+    }
+
     /// The chain of a listener's filter chain; `None` when it has no filter to run (or
     /// the index is unknown).
     pub fn chain(&self, listener: usize, chain: usize) -> Option<Arc<FilterChain>> {

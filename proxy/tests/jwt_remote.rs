@@ -82,7 +82,9 @@ async fn a_rotated_key_is_accepted_once_the_cached_jwks_expires() {
     let new_token = new.token("b");
     let mut accepted = false;
     for _ in 0..100 {
-        let r = h1.get("/api", &[("authorization", &bearer(&new_token))]).await;
+        let r = h1
+            .get("/api", &[("authorization", &bearer(&new_token))])
+            .await;
         if r.status == 200 {
             assert_eq!(r.seen("x-jwt-sub"), Some("b"));
             accepted = true;
@@ -139,10 +141,16 @@ async fn jwks_answering_non_200_or_garbage_fails_the_fetch() {
     let mut h1 = H1::connect(c.listener).await;
     let token = key.token("a");
     let r = h1.get("/api", &[("authorization", &bearer(&token))]).await;
-    assert_eq!((r.status, r.body.as_str()), (401, "Jwks remote fetch is failed"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (401, "Jwks remote fetch is failed")
+    );
     state.serve("{not a jwks".into());
     let r = h1.get("/api", &[("authorization", &bearer(&token))]).await;
-    assert_eq!((r.status, r.body.as_str()), (401, "Jwks remote fetch is failed"));
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (401, "Jwks remote fetch is failed")
+    );
     assert_eq!(stat(&c, &format!("{P}jwks_fetch_failed")).await, 2);
     state.serve(jwks(&[&key]));
     let r = h1.get("/api", &[("authorization", &bearer(&token))]).await;

@@ -129,22 +129,22 @@ impl JwtAuthnFilter {
         &self.config
     }
 
-    /// Fetches the remote JWKS of every provider with `async_fetch` (Envoy fetches them when
-    /// the listener starts, and the listener waits unless `fast_listener`). The proxy spawns
-    /// this when it builds the chain; requests arriving meanwhile join the fetch. Returns
-    /// whether every fetch succeeded.
+    /// The first fetch of every `async_fetch` provider without `fast_listener`: Envoy's
+    /// listener waits for it (success or failure). Requests arriving meanwhile join it.
+    /// Returns whether every fetch succeeded.
     pub async fn prefetch(&self) -> bool {
-        let Some(fetcher) = &self.fetcher else {
-            return !self.runtime.iter().any(|r| r.remote.is_some());
-        };
         let mut ok = true;
         for (p, r) in self.config.providers.iter().zip(&self.runtime) {
-            let background = matches!(&p.jwks, JwksSource::Remote(rj) if rj.async_fetch.is_some());
-            if let (true, Some(remote)) = (background, &r.remote) {
-                ok &= remote
-                    .fetch(fetcher.as_ref(), &self.stats.fetch)
-                    .await
-                    .is_some();
+            let waits = matches!(&p.jwks,
+                JwksSource::Remote(rj) if rj.async_fetch.is_some_and(|a| !a.fast_listener));
+            if let (true, Some(remote)) = (waits, &r.remote) {
+                ok &= match &self.fetcher {
+                    Some(fetcher) => remote
+                        .fetch(fetcher.as_ref(), &self.stats.fetch)
+                        .await
+                        .is_some(),
+                    None => false,
+                };
             }
         }
         ok
@@ -375,12 +375,27 @@ fn claim(payload: &serde_json::Map<String, Value>, path: &[String]) -> Option<St
 
 impl HttpFilter for JwtAuthnFilter {
     fn init(&self) -> Option<crate::chain::InitFuture<'_>> {
-        let any_async = self
-            .config
-            .providers
+        let any_waits = self.config.providers.iter().any(|p| {
+            matches!(&p.jwks,
+                JwksSource::Remote(r) if r.async_fetch.is_some_and(|a| !a.fast_listener))
+        });
+        any_waits.then(|| Box::pin(self.prefetch()) as crate::chain::InitFuture<'_>)
+    }
+
+    fn background(&self) -> Vec<crate::chain::BackgroundFuture<'_>> {
+        let Some(fetcher) = &self.fetcher else {
+            return Vec::new();
+        };
+        let stats = &self.stats.fetch;
+        self.runtime
             .iter()
-            .any(|p| matches!(&p.jwks, JwksSource::Remote(r) if r.async_fetch.is_some()));
-        any_async.then(|| Box::pin(self.prefetch()) as crate::chain::InitFuture<'_>)
+            .filter_map(|r| r.remote.as_ref())
+            .filter(|r| r.async_fetch())
+            .map(|remote| {
+                Box::pin(remote.refresh_loop(fetcher.as_ref(), stats))
+                    as crate::chain::BackgroundFuture<'_>
+            })
+            .collect()
     }
 
     fn decode_headers<'r>(

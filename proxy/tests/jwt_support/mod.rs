@@ -219,7 +219,9 @@ fn spawn_server(listener: TcpListener, state: Arc<JwksState>) {
                         let _ = open.wait_for(|o| *o).await;
                         let body = state.body.load_full();
                         let resp = if body.is_empty() {
-                            Response::builder().status(503).body(Full::new(Bytes::new()))
+                            Response::builder()
+                                .status(503)
+                                .body(Full::new(Bytes::new()))
                         } else {
                             Response::builder()
                                 .header("content-type", "application/json")
