@@ -272,8 +272,11 @@ async fn respond(
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let selected = select(rc, &View::of(&req));
+    // Envoy's per-stream random value: the weighted cluster the filters see is the one
+    // the router takes.
+    let random = fastrand::u64(..);
     let Some(chain) = info.http_filters.as_deref() else {
-        return route(req, rc, selected, stats, info, up, logging).await;
+        return route(req, rc, selected, random, stats, info, up, logging).await;
     };
     // The filters run before the router, also when no route matched (the router
     // then answers 404), as in Envoy.
@@ -283,14 +286,14 @@ async fn respond(
         head,
         &info.facts,
         remote,
-        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r)),
+        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random)),
     );
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
             let s = select(rc, &View::parts(head));
             reselected = Some(s);
-            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r))
+            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random))
         })
         .await;
     let mut resp = match verdict {
@@ -308,7 +311,7 @@ async fn respond(
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
             let req = Request::from_parts(head, body);
-            route(req, rc, selected, stats, info, up, logging).await
+            route(req, rc, selected, random, stats, info, up, logging).await
         }
     };
     chain.encode_headers(&state, resp.headers_mut());
@@ -325,6 +328,7 @@ async fn route(
     req: Request<RequestBody>,
     rc: &RouteConfig,
     selected: Option<(&VirtualHost, &Route)>,
+    random: u64,
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
@@ -339,6 +343,7 @@ async fn route(
         config: rc,
         vhost,
         route,
+        random,
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {

@@ -6,7 +6,7 @@ use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
-use courier_config::route::{RouteConfig, VirtualHost};
+use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::jwt_authn::jwks_cache::JwksFetcher;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
@@ -160,16 +160,26 @@ pub fn conn_facts(
     }
 }
 
-/// The per-filter configs (route, virtual host, route configuration; weighted-cluster
-/// levels are refused by serve_check) and metadata of a selected route.
+/// The per-filter configs (the weighted cluster `random` picks, route, virtual host,
+/// route configuration) and metadata of a selected route. Envoy picks the weighted cluster
+/// when it resolves the route, so decoder filters before the router already see the
+/// picked cluster's configs; the router picks again with the same `random`.
 pub fn selected_route<'a>(
     rc: &'a RouteConfig,
     vhost: &'a VirtualHost,
     route: &'a courier_config::route::Route,
+    random: u64,
 ) -> SelectedRoute<'a> {
+    let weighted = match &route.action {
+        Action::Route(ra) => match &ra.cluster {
+            ClusterSpecifier::Weighted(w) => w.pick(random).map(|c| &c.typed_per_filter_config),
+            _ => None,
+        },
+        _ => None,
+    };
     SelectedRoute {
         per_filter: [
-            None,
+            weighted,
             Some(&route.typed_per_filter_config),
             Some(&vhost.typed_per_filter_config),
             Some(&rc.typed_per_filter_config),
