@@ -6,8 +6,8 @@
 
 use crate::access_log::body::{LoggedBody, RequestBody};
 use crate::access_log::{
-    Details, DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName,
-    Upstreamed,
+    Details, DirectResponse, DynamicMetadata, Guard, Logs, Pending, RequestProgress, ResponseSide,
+    RouteName, Upstreamed,
 };
 use crate::http_filters;
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
@@ -229,6 +229,10 @@ pub async fn handle(
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
         direct: resp.extensions().get::<DirectResponse>().is_some(),
         details: resp.extensions_mut().remove::<Details>().map(|d| d.0),
+        dynamic_metadata: resp
+            .extensions_mut()
+            .remove::<DynamicMetadata>()
+            .unwrap_or_default(),
         response_duration: pending.started.elapsed(),
         ..ResponseSide::default()
     };
@@ -319,6 +323,10 @@ async fn respond(
         if let Some(name) = name {
             resp.headers_mut().append(name, value);
         }
+    }
+    if logging && !state.metadata.is_empty() {
+        resp.extensions_mut()
+            .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
     }
     resp
 }

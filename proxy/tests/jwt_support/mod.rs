@@ -118,7 +118,13 @@ impl Key {
 
     /// A token for `sub`, valid for a minute, with this key's `kid`.
     pub fn token(&self, sub: &str) -> String {
-        let claims = serde_json::json!({"iss": ISS, "sub": sub, "exp": now() + 60});
+        self.token_with(serde_json::json!({"sub": sub}))
+    }
+
+    /// A token with `claims` plus `iss` and an `exp` a minute away.
+    pub fn token_with(&self, mut claims: serde_json::Value) -> String {
+        claims["iss"] = ISS.into();
+        claims["exp"] = (now() + 60).into();
         let mut h = Header::new(self.alg);
         h.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&h, &claims, &self.encoding).unwrap()
