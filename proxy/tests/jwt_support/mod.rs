@@ -121,10 +121,12 @@ impl Key {
         self.token_with(serde_json::json!({"sub": sub}))
     }
 
-    /// A token with `claims` plus `iss` and an `exp` a minute away.
+    /// A token with `claims` plus `iss` and (unless given) an `exp` a minute away.
     pub fn token_with(&self, mut claims: serde_json::Value) -> String {
         claims["iss"] = ISS.into();
-        claims["exp"] = (now() + 60).into();
+        if claims.get("exp").is_none() {
+            claims["exp"] = (now() + 60).into();
+        }
         let mut h = Header::new(self.alg);
         h.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&h, &claims, &self.encoding).unwrap()
