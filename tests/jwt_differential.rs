@@ -15,13 +15,14 @@ mod jwt_support;
 
 use courier_tests::differential::{Bootstrap, Case, bootstrap, hcm_listener_filters, indent, run};
 use courier_tests::{courier_bin, envoy_bin};
-use jwt_support::{Key, free_addr, jwks, jwks_server};
+use jwt_support::{Key, free_addr, jwks, jwks_server, now};
 use std::net::SocketAddr;
 
 const FILTER: &str = r#"
 - name: envoy.filters.http.jwt_authn
   typed_config:
     "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
+    bypass_cors_preflight: true
     providers:
       good:
         issuer: https://issuer.test
@@ -51,6 +52,41 @@ const FILTER: &str = r#"
       requires: { provider_name: down }
     - match: { prefix: "/garbage" }
       requires: { provider_name: garbage }
+"#;
+
+/// Conformance cases 20 and 21: the verified payload in metadata read by RBAC, and
+/// `requires_any` with `allow_missing`.
+const FILTER_RBAC: &str = r#"
+- name: envoy.filters.http.jwt_authn
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
+    providers:
+      good:
+        issuer: https://issuer.test
+        payload_in_metadata: p
+        remote_jwks:
+          http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
+    rules:
+    - match: { prefix: "/any" }
+      requires: { requires_any: { requirements: [{ provider_name: good }, { allow_missing: {} }] } }
+    - match: { prefix: "/" }
+      requires: { provider_name: good }
+- name: envoy.filters.http.rbac
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+    rules:
+      action: ALLOW
+      policies:
+        alice-on-rbac:
+          permissions: [{ url_path: { path: { prefix: "/rbac" } } }]
+          principals:
+          - metadata:
+              filter: envoy.filters.http.jwt_authn
+              path: [{ key: p }, { key: sub }]
+              value: { string_match: { exact: alice } }
+        anyone-elsewhere:
+          permissions: [{ not_rule: { url_path: { path: { prefix: "/rbac" } } } }]
+          principals: [{ any: true }]
 "#;
 
 /// `/weighted-off`: the only pickable cluster (weight 1; the other has 0) disables
@@ -168,10 +204,13 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
         id: "jwt-remote",
         yaml: format!(
             "{}\n  clusters:\n{}\n",
-            bootstrap(&[hcm_listener_filters("rjwt", "", FILTER, VHOSTS)]),
+            bootstrap(&[
+                hcm_listener_filters("rjwt", "", FILTER, VHOSTS),
+                hcm_listener_filters("rjwt-rbac", "", FILTER_RBAC, VHOSTS),
+            ]),
             indent(&clusters, 2)
         ),
-        listeners: vec!["rjwt"],
+        listeners: vec!["rjwt", "rjwt-rbac"],
     }];
     let stranger = Key::p256("zzz");
     let wrong_key_same_kid = Key::p256("e");
@@ -186,6 +225,16 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
             ec.token_with(serde_json::json!({"sub": "a", "exp": 1000})),
         ),
         (
+            "expired 61 s ago",
+            ec.token_with(serde_json::json!({"sub": "a", "exp": now() - 61})),
+        ),
+        (
+            "expired 30 s ago",
+            ec.token_with(serde_json::json!({"sub": "a", "exp": now() - 30})),
+        ),
+        ("alice", ed.token("alice")),
+        ("bob", ed.token("bob")),
+        (
             "audience ok",
             ec.token_with(serde_json::json!({"sub": "a", "aud": "https://api.test/"})),
         ),
@@ -196,6 +245,7 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
     ];
     let token = |name: &str| bearer(&tokens.iter().find(|(n, _)| *n == name).unwrap().1);
     let g = |name, path| Case::get(name, "rjwt", "example.com", path);
+    let r = |name, path| Case::get(name, "rjwt-rbac", "example.com", path);
     let cases = vec![
         g("remote RS256", "/good").header("authorization", &token("rsa")),
         g("remote ES256", "/good").header("authorization", &token("ec")),
@@ -215,6 +265,24 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
             .method("HEAD")
             .header("authorization", &token("rsa")),
         g("remote JWKS garbage", "/garbage").header("authorization", &token("rsa")),
+        g("remote expired HEAD", "/good")
+            .method("HEAD")
+            .header("authorization", &token("expired")),
+        g("remote expired beyond the 60 s skew", "/good")
+            .header("authorization", &token("expired 61 s ago")),
+        g("remote expired within the 60 s skew", "/good")
+            .header("authorization", &token("expired 30 s ago")),
+        g("cors preflight bypassed", "/good")
+            .method("OPTIONS")
+            .header("origin", "https://web.test")
+            .header("access-control-request-method", "GET"),
+        g("OPTIONS without preflight headers checked", "/good").method("OPTIONS"),
+        r("rbac on jwt payload: alice", "/rbac").header("authorization", &token("alice")),
+        r("rbac on jwt payload: bob", "/rbac").header("authorization", &token("bob")),
+        r("requires_any allow_missing: no token", "/any"),
+        r("requires_any allow_missing: bad token", "/any")
+            .header("authorization", &token("unknown kid")),
+        r("requires_any allow_missing: good token", "/any").header("authorization", &token("bob")),
         g("weighted cluster disables jwt_authn", "/weighted-off"),
         g("weighted cluster requires a token", "/weighted-on"),
         g("weighted cluster requires a token, given", "/weighted-on")
