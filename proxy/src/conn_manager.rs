@@ -280,7 +280,7 @@ async fn respond(
     // the router takes.
     let random = fastrand::u64(..);
     let Some(chain) = info.http_filters.as_deref() else {
-        return route(req, rc, selected, random, stats, info, up, logging).await;
+        return route(req, rc, (selected, random), stats, info, up, logging).await;
     };
     // The filters run before the router, also when no route matched (the router
     // then answers 404), as in Envoy.
@@ -315,7 +315,7 @@ async fn respond(
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
             let req = Request::from_parts(head, body);
-            route(req, rc, selected, random, stats, info, up, logging).await
+            route(req, rc, (selected, random), stats, info, up, logging).await
         }
     };
     chain.encode_headers(&state, resp.headers_mut());
@@ -335,8 +335,7 @@ async fn respond(
 async fn route(
     req: Request<RequestBody>,
     rc: &RouteConfig,
-    selected: Option<(&VirtualHost, &Route)>,
-    random: u64,
+    (selected, random): (Option<(&VirtualHost, &Route)>, u64),
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
