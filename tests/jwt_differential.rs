@@ -15,7 +15,8 @@ mod jwt_support;
 
 use courier_tests::differential::{Bootstrap, Case, bootstrap, hcm_listener_filters, indent, run};
 use courier_tests::{courier_bin, envoy_bin};
-use jwt_support::{Key, free_addr, jwks, jwks_server, now};
+use jsonwebtoken::Algorithm;
+use jwt_support::{Key, free_addr, jwks, jwks_server, now, unsigned_token};
 use std::net::SocketAddr;
 
 const FILTER: &str = r#"
@@ -26,6 +27,19 @@ const FILTER: &str = r#"
     providers:
       good:
         issuer: https://issuer.test
+        remote_jwks:
+          http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
+      strict:
+        issuer: https://issuer.test
+        subjects: { prefix: "user:" }
+        require_expiration: true
+        max_lifetime: 3600s
+        remote_jwks:
+          http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
+      tier:
+        issuer: https://issuer.test
+        claim_to_headers: [{ header_name: x-tier, claim_name: tier }]
+        clear_route_cache: true
         remote_jwks:
           http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
       aud:
@@ -52,6 +66,10 @@ const FILTER: &str = r#"
       requires: { provider_name: down }
     - match: { prefix: "/garbage" }
       requires: { provider_name: garbage }
+    - match: { prefix: "/strict" }
+      requires: { provider_name: strict }
+    - match: { prefix: "/tier" }
+      requires: { provider_name: tier }
 "#;
 
 /// Conformance cases 20 and 21: the verified payload in metadata read by RBAC, and
@@ -132,6 +150,8 @@ const VHOSTS: &str = r#"
       envoy.filters.http.jwt_authn:
         "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig
         disabled: true
+  - match: { prefix: "/tier", headers: [{ name: x-tier, string_match: { exact: gold } }] }
+    direct_response: { status: 200, body: { inline_string: "gold\n" } }
   - match: { prefix: "/" }
     direct_response: { status: 200, body: { inline_string: "ok\n" } }
 "#;
@@ -191,7 +211,12 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
         return;
     };
     let (rsa, ec, ed) = (Key::rsa("r"), Key::p256("e"), Key::ed25519("d"));
-    let s = servers(jwks(&[&rsa, &ec, &ed]));
+    let (ps256, rs512) = (
+        Key::rsa_for("ps", Algorithm::PS256),
+        Key::rsa_for("r5", Algorithm::RS512),
+    );
+    let (es384, hs256) = (Key::p384("e3"), Key::hmac("h"));
+    let s = servers(jwks(&[&rsa, &ec, &ed, &ps256, &rs512, &es384, &hs256]));
     let clusters = [
         cluster("jwks-good", s.good),
         cluster("jwks-down", free_addr()),
@@ -233,6 +258,42 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
             ec.token_with(serde_json::json!({"sub": "a", "exp": now() - 30})),
         ),
         ("alice", ed.token("alice")),
+        ("ps256", ps256.token("a")),
+        ("rs512", rs512.token("a")),
+        ("es384", es384.token("a")),
+        ("hs256", hs256.token("a")),
+        (
+            "alg none",
+            unsigned_token(
+                &serde_json::json!({"iss": "https://issuer.test", "sub": "a", "exp": now() + 60}),
+            ),
+        ),
+        (
+            "subject ok",
+            ec.token_with(serde_json::json!({"sub": "user:alice", "iat": now()})),
+        ),
+        (
+            "subject wrong",
+            ec.token_with(serde_json::json!({"sub": "svc:alice", "iat": now()})),
+        ),
+        (
+            "no exp",
+            ec.token_with(serde_json::json!({"sub": "user:alice", "iat": now(), "exp": null})),
+        ),
+        (
+            "too long-lived",
+            ec.token_with(
+                serde_json::json!({"sub": "user:alice", "iat": now(), "exp": now() + 7200}),
+            ),
+        ),
+        (
+            "gold",
+            ec.token_with(serde_json::json!({"sub": "a", "tier": "gold"})),
+        ),
+        (
+            "silver",
+            ec.token_with(serde_json::json!({"sub": "a", "tier": "silver"})),
+        ),
         ("bob", ed.token("bob")),
         (
             "audience ok",
@@ -265,6 +326,32 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
             .method("HEAD")
             .header("authorization", &token("rsa")),
         g("remote JWKS garbage", "/garbage").header("authorization", &token("rsa")),
+        g("remote PS256", "/good").header("authorization", &token("ps256")),
+        g("remote RS512", "/good").header("authorization", &token("rs512")),
+        g("remote ES384", "/good").header("authorization", &token("es384")),
+        g("remote HS256", "/good").header("authorization", &token("hs256")),
+        g("alg none refused", "/good").header("authorization", &token("alg none")),
+        g("bearer is case-sensitive", "/good")
+            .header("authorization", &token("rsa").replace("Bearer", "bearer")),
+        g(
+            "good header token, bad query token",
+            "/good?access_token=abc.def.ghi",
+        )
+        .header("authorization", &token("rsa")),
+        g(
+            "query token alone",
+            &format!("/good?access_token={}", ec.token("q")),
+        ),
+        g("subjects ok", "/strict").header("authorization", &token("subject ok")),
+        g("subjects wrong", "/strict").header("authorization", &token("subject wrong")),
+        g("require_expiration without exp", "/strict").header("authorization", &token("no exp")),
+        g("max_lifetime exceeded", "/strict").header("authorization", &token("too long-lived")),
+        g("clear_route_cache re-routes on a claim header", "/tier")
+            .header("authorization", &token("gold")),
+        g("clear_route_cache other claim", "/tier").header("authorization", &token("silver")),
+        g("claim header spoofed by the client is removed", "/tier")
+            .header("authorization", &token("silver"))
+            .header("x-tier", "gold"),
         g("remote expired HEAD", "/good")
             .method("HEAD")
             .header("authorization", &token("expired")),

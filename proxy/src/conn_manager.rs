@@ -331,7 +331,8 @@ async fn respond(
     resp
 }
 
-/// The router's part: answers a request on the route it selected (404 without one).
+/// The router's part: answers a request on the route it selected (404 without one);
+/// `random` picks its weighted cluster (the one the filters saw).
 async fn route(
     req: Request<RequestBody>,
     rc: &RouteConfig,

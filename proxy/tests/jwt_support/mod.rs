@@ -91,6 +91,38 @@ impl Key {
         }
     }
 
+    /// A fresh 2048-bit RSA key for `alg` (RS*/PS*), its JWK naming that `alg`.
+    pub fn rsa_for(kid: &str, alg: Algorithm) -> Self {
+        let mut k = Self::rsa(kid);
+        k.alg = alg;
+        k.jwk["alg"] = format!("{alg:?}").into();
+        k
+    }
+
+    /// A P-384 key (ES384).
+    pub fn p384(kid: &str) -> Self {
+        let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P384_SHA384).unwrap();
+        let raw = kp.public_key_raw();
+        Key {
+            encoding: EncodingKey::from_ec_der(kp.serialized_der()),
+            alg: Algorithm::ES384,
+            jwk: serde_json::json!({"kty": "EC", "crv": "P-384", "kid": kid, "alg": "ES384",
+                "x": b64(&raw[1..49]), "y": b64(&raw[49..97])}),
+            kid: kid.into(),
+        }
+    }
+
+    /// A random HMAC secret (HS256).
+    pub fn hmac(kid: &str) -> Self {
+        let secret: Vec<u8> = (0..32).map(|_| fastrand::u8(..)).collect();
+        Key {
+            encoding: EncodingKey::from_secret(&secret).unwrap(),
+            alg: Algorithm::HS256,
+            jwk: serde_json::json!({"kty": "oct", "kid": kid, "alg": "HS256", "k": b64(&secret)}),
+            kid: kid.into(),
+        }
+    }
+
     /// A P-256 key (ES256).
     pub fn p256(kid: &str) -> Self {
         let kp = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
@@ -121,16 +153,27 @@ impl Key {
         self.token_with(serde_json::json!({"sub": sub}))
     }
 
-    /// A token with `claims` plus `iss` and (unless given) an `exp` a minute away.
+    /// A token with `claims` plus `iss` and (unless given) an `exp` a minute away;
+    /// `"exp": null` leaves `exp` out.
     pub fn token_with(&self, mut claims: serde_json::Value) -> String {
         claims["iss"] = ISS.into();
-        if claims.get("exp").is_none() {
-            claims["exp"] = (now() + 60).into();
+        match claims.get("exp") {
+            None => claims["exp"] = (now() + 60).into(),
+            Some(serde_json::Value::Null) => {
+                claims.as_object_mut().unwrap().remove("exp");
+            }
+            Some(_) => {}
         }
         let mut h = Header::new(self.alg);
         h.kid = Some(self.kid.clone());
         jsonwebtoken::encode(&h, &claims, &self.encoding).unwrap()
     }
+}
+
+/// An unsigned token (`alg: none`) with `claims`.
+pub fn unsigned_token(claims: &serde_json::Value) -> String {
+    let header = b64(br#"{"alg":"none","typ":"JWT"}"#);
+    format!("{header}.{}.", b64(claims.to_string().as_bytes()))
 }
 
 /// A JWKS document with `keys`.
