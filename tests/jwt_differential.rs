@@ -393,6 +393,7 @@ const LOGGED_FILTER: &str = r#"
         issuer: https://issuer.test
         payload_in_metadata: p
         header_in_metadata: h
+        failed_status_in_metadata: f
         remote_jwks:
           http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
     rules:
@@ -412,7 +413,7 @@ access_log:
     path: access.txt
     log_format:
       text_format_source:
-        inline_string: "%RESPONSE_CODE% %DYNAMIC_METADATA({NS}:p:sub)% %DYNAMIC_METADATA({NS}:p:level)% %DYNAMIC_METADATA({NS}:p:ratio)% %DYNAMIC_METADATA({NS}:p:admin)% %DYNAMIC_METADATA({NS}:p:nested)% %DYNAMIC_METADATA({NS}:p:iss):8% %DYNAMIC_METADATA({NS}:h:alg)% %DYNAMIC_METADATA({NS}:p:missing)% %DYNAMIC_METADATA(other)%\n"
+        inline_string: "%RESPONSE_CODE% %DYNAMIC_METADATA({NS}:p:sub)% %DYNAMIC_METADATA({NS}:p:level)% %DYNAMIC_METADATA({NS}:p:ratio)% %DYNAMIC_METADATA({NS}:p:admin)% %DYNAMIC_METADATA({NS}:p:nested)% %DYNAMIC_METADATA({NS}:p:iss):8% %DYNAMIC_METADATA({NS}:h:alg)% %DYNAMIC_METADATA({NS}:p:missing)% %DYNAMIC_METADATA(other)% %DYNAMIC_METADATA({NS}:f)%\n"
 - name: envoy.access_loggers.file
   typed_config:
     "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
@@ -426,6 +427,8 @@ access_log:
         nested: "%DYNAMIC_METADATA({NS}:p:nested)%"
         missing: "%DYNAMIC_METADATA({NS}:p:missing)%"
         cut: "%DYNAMIC_METADATA({NS}:p:sub):3%"
+        failed: "%DYNAMIC_METADATA({NS}:f)%"
+        code: "%DYNAMIC_METADATA({NS}:f:code)%"
 "#
     )
 }
@@ -463,7 +466,17 @@ fn dynamic_metadata_in_access_logs_as_envoy_logs_it() {
             .unwrap_or_default(),
         body: Vec::new(),
     };
-    let reqs = [req(Some(&bearer(&token))), req(None)];
+    let expired = ec.token_with(serde_json::json!({"sub": "a", "exp": 1000}));
+    let stranger = Key::p256("zzz").token("a");
+    let wrong_key = Key::p256("e").token("a");
+    let reqs = [
+        req(Some(&bearer(&token))),
+        req(None),
+        req(Some(&bearer(&expired))),
+        req(Some(&bearer(&stranger))),
+        req(Some(&bearer(&wrong_key))),
+        req(Some("Bearer abc")),
+    ];
     let mut got = Vec::new();
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
         let proxy = Proxy::start(kind, &bin, &yaml, &["logged"]).unwrap();
@@ -492,6 +505,11 @@ fn dynamic_metadata_in_access_logs_as_envoy_logs_it() {
     }
     let ((et, ej), (ct, cj)) = (&got[0], &got[1]);
     assert!(et[0].starts_with("200 alice 3 1.5 true "), "{}", et[0]);
+    // failed_status_in_metadata: a missing token (the single provider's key), an expired
+    // one, an unknown kid, a bad signature, a malformed token.
+    for (line, code) in et[1..].iter().zip([1, 3, 32, 26, 4]) {
+        assert!(line.contains(&format!(r#"{{"code":{code},"#)), "{line}");
+    }
     assert_eq!(et, ct, "text lines: envoy then courier");
     for (e, c) in ej.iter().zip(cj) {
         let e: serde_json::Value = serde_json::from_str(e).unwrap();

@@ -20,7 +20,7 @@ use extract::Location;
 use http::StatusCode;
 use http::header::{HeaderName, HeaderValue};
 use jwks_cache::{FetchStats, JwksFetcher, RemoteKeys};
-use requirement::{Eval, Fetched, Stop, Verified};
+use requirement::{Eval, Failure, Fetched, Stop, Verified};
 use serde_json::Value;
 use status::Status;
 use std::sync::Arc;
@@ -210,7 +210,9 @@ impl JwtAuthnFilter {
         &self,
         req: &mut RequestState<'_>,
         outcome: Result<Vec<Verified<'_>>, Status>,
+        failed: &[Failure],
     ) -> Verdict {
+        self.record_failures(req, failed);
         match outcome {
             Ok(verified) => {
                 self.stats.allowed.fetch_add(1, Ordering::Relaxed);
@@ -222,6 +224,28 @@ impl JwtAuthnFilter {
             Err(status) => {
                 self.stats.denied.fetch_add(1, Ordering::Relaxed);
                 Verdict::Respond(self.failure(req, status))
+            }
+        }
+    }
+
+    /// `failed_status_in_metadata`: each failed token's `{code, message}` under the key of
+    /// the provider it was checked against, or of the only provider when none was
+    /// resolved (Envoy's `getSingleProvider`). Envoy writes the metadata whatever the
+    /// outcome, so it is visible in access logs of refused requests too.
+    fn record_failures(&self, req: &mut RequestState<'_>, failed: &[Failure]) {
+        let providers = &self.config.providers;
+        for (provider, status) in failed {
+            let p = match provider {
+                Some(i) => providers.get(*i),
+                None if providers.len() == 1 => providers.first(),
+                None => None,
+            };
+            if let Some(key) = p.and_then(|p| p.failed_status_in_metadata.as_ref()) {
+                req.set_metadata(
+                    METADATA_NAMESPACE,
+                    key.clone(),
+                    serde_json::json!({"code": status.code(), "message": status.message()}),
+                );
             }
         }
     }
@@ -336,19 +360,20 @@ impl JwtAuthnFilter {
                 _ => None,
             };
             fetched.push((need, keys));
+            let mut failed = Vec::new();
             let outcome = Eval {
                 filter: self,
                 head: &req.head,
                 fetched: &fetched,
             }
-            .run(requirement);
+            .run(requirement, &mut failed);
             match outcome {
-                Ok(v) => return self.finish(req, Ok(v)),
-                Err(Stop::Failed(s)) => return self.finish(req, Err(s)),
+                Ok(v) => return self.finish(req, Ok(v), &failed),
+                Err(Stop::Failed(s)) => return self.finish(req, Err(s), &failed),
                 Err(Stop::NeedFetch(p)) => need = p,
             }
         }
-        self.finish(req, Err(Status::FetchFail))
+        self.finish(req, Err(Status::FetchFail), &[])
     }
 }
 
@@ -421,15 +446,16 @@ impl HttpFilter for JwtAuthnFilter {
             req.head.headers.remove(h);
         }
         let fetched: &Fetched = &[];
+        let mut failed = Vec::new();
         let outcome = Eval {
             filter: self,
             head: &req.head,
             fetched,
         }
-        .run(requirement);
+        .run(requirement, &mut failed);
         let verdict = match outcome {
-            Ok(v) => self.finish(req, Ok(v)),
-            Err(Stop::Failed(s)) => self.finish(req, Err(s)),
+            Ok(v) => self.finish(req, Ok(v), &failed),
+            Err(Stop::Failed(s)) => self.finish(req, Err(s), &failed),
             Err(Stop::NeedFetch(p)) => {
                 return Decision::Pending(Box::pin(self.fetch_and_finish(req, requirement, p)));
             }
