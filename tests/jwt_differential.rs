@@ -25,6 +25,10 @@ const FILTER: &str = r#"
     "@type": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication
     bypass_cors_preflight: true
     providers:
+      nocluster:
+        issuer: https://issuer.test
+        remote_jwks:
+          http_uri: { uri: "http://jwks.test/keys", cluster: no-such-cluster, timeout: 2s }
       good:
         issuer: https://issuer.test
         remote_jwks:
@@ -68,6 +72,8 @@ const FILTER: &str = r#"
       requires: { provider_name: garbage }
     - match: { prefix: "/strict" }
       requires: { provider_name: strict }
+    - match: { prefix: "/nocluster" }
+      requires: { provider_name: nocluster }
     - match: { prefix: "/tier" }
       requires: { provider_name: tier }
 "#;
@@ -326,6 +332,7 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
             .method("HEAD")
             .header("authorization", &token("rsa")),
         g("remote JWKS garbage", "/garbage").header("authorization", &token("rsa")),
+        g("remote JWKS cluster missing", "/nocluster").header("authorization", &token("rsa")),
         g("remote PS256", "/good").header("authorization", &token("ps256")),
         g("remote RS512", "/good").header("authorization", &token("rs512")),
         g("remote ES384", "/good").header("authorization", &token("es384")),

@@ -223,3 +223,22 @@ async fn concurrent_requests_share_one_fetch() {
     assert_eq!(stat(&c, &format!("{P}jwks_fetch_success")).await, 1);
     assert_eq!(stat(&c, &format!("{P}allowed")).await, N);
 }
+
+#[tokio::test]
+async fn a_jwks_cluster_that_does_not_exist_fails_the_fetch() {
+    // Envoy accepts the config and fails each fetch (FetchFailedMissingCluster).
+    let key = Key::p256("k");
+    let (addr, state) = jwks_server(jwks(&[&key])).await;
+    let filter = remote_filter("").replace("cluster: jwks,", "cluster: nope,");
+    let c = start(&filter, addr).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let r = h1
+        .get("/api", &[("authorization", &bearer(&key.token("a")))])
+        .await;
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (401, "Jwks remote fetch is failed")
+    );
+    assert_eq!(state.fetches(), 0);
+    assert_eq!(stat(&c, &format!("{P}jwks_fetch_failed")).await, 1);
+}
