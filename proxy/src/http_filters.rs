@@ -56,13 +56,31 @@ impl HttpFilters {
             let background = Arc::clone(chain);
             runtime.spawn(async move { background.background().await });
         }
-        runtime.block_on(async {
-            for chain in self.chains.iter().flatten() {
-                if !chain.init().await {
-                    tracing::warn!("a filter's start-up work failed (remote JWKS fetch)");
+        // The chains' start-up fetches run side by side, as Envoy's init targets.
+        let mut inits: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = bool> + '_>>> = self
+            .chains
+            .iter()
+            .flatten()
+            .map(|c| Box::pin(c.init()) as _)
+            .collect();
+        let mut failed = false;
+        runtime.block_on(std::future::poll_fn(|cx| {
+            inits.retain_mut(|f| match f.as_mut().poll(cx) {
+                std::task::Poll::Ready(ok) => {
+                    failed |= !ok;
+                    false
                 }
+                std::task::Poll::Pending => true,
+            });
+            if inits.is_empty() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
             }
-        });
+        }));
+        if failed {
+            tracing::warn!("a filter's start-up work failed (remote JWKS fetch)");
+        }
     }
 
     /// The chain of a listener's filter chain; `None` when it has no filter to run (or
