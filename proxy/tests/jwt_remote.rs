@@ -242,3 +242,34 @@ async fn a_jwks_cluster_that_does_not_exist_fails_the_fetch() {
     assert_eq!(state.fetches(), 0);
     assert_eq!(stat(&c, &format!("{P}jwks_fetch_failed")).await, 1);
 }
+
+#[tokio::test]
+async fn the_payload_is_forwarded_padded_when_asked() {
+    let key = Key::ed25519("k");
+    let (addr, _state) = jwks_server(jwks(&[&key])).await;
+    let filter = remote_filter("").replace(
+        "        remote_jwks:",
+        "        forward_payload_header: x-jwt-payload\n        pad_forward_payload_header: true\n        remote_jwks:",
+    );
+    let c = start(&filter, addr).await;
+    let mut h1 = H1::connect(c.listener).await;
+    // Payloads of every length modulo 3, so some need padding.
+    for sub in ["a", "ab", "abc"] {
+        let token = key.token(sub);
+        let payload = token.split('.').nth(1).unwrap();
+        let padded = format!("{payload}{}", "=".repeat((4 - payload.len() % 4) % 4));
+        let r = h1
+            .get(
+                "/api",
+                &[
+                    ("authorization", &bearer(&token)),
+                    // A client cannot supply the header itself.
+                    ("x-jwt-payload", "spoofed"),
+                ],
+            )
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.seen("x-jwt-payload"), Some(padded.as_str()), "{sub}");
+        assert_eq!(r.body.matches("x-jwt-payload:").count(), 1);
+    }
+}
