@@ -113,7 +113,11 @@ async fn the_jwks_is_refreshed_before_it_expires() {
         .await;
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.seen("x-jwt-sub"), Some("b"));
-    // Every fetch was a background one.
+    // Every fetch was a background one (one more may be under way right now).
     let success = stat(&c, &format!("{P}jwks_fetch_success")).await;
-    assert_eq!(state.fetches(), success);
+    assert!(
+        state.fetches() <= success + 1,
+        "{} > {success} + 1",
+        state.fetches()
+    );
 }
