@@ -109,6 +109,9 @@ pub type PendingFuture<'r> = Pin<Box<dyn Future<Output = Verdict> + Send + 'r>>;
 /// A filter's start-up work ([`HttpFilter::init`]).
 pub type InitFuture<'f> = Pin<Box<dyn Future<Output = bool> + Send + 'f>>;
 
+/// A filter's background work for its lifetime ([`HttpFilter::background`]).
+pub type BackgroundFuture<'f> = Pin<Box<dyn Future<Output = ()> + Send + 'f>>;
+
 /// What a filter decided about the request headers.
 pub enum Decision<'r> {
     /// Go on with the next filter.
@@ -145,6 +148,12 @@ pub trait HttpFilter: Send + Sync {
     /// resolves to whether it succeeded. The default has none.
     fn init(&self) -> Option<InitFuture<'_>> {
         None
+    }
+
+    /// Work that runs as long as the filter lives, off the request path (jwt_authn
+    /// `async_fetch` refreshes), one future per independent task. The default has none.
+    fn background(&self) -> Vec<BackgroundFuture<'_>> {
+        Vec::new()
     }
 
     /// Whether the filter needs the request body buffered before `decode_headers`
@@ -250,6 +259,25 @@ impl FilterChain {
             }
         }
         ok
+    }
+
+    /// Runs every filter's background work until all of it ends (the proxy spawns this on
+    /// its main thread, holding the chain in an `Arc`, and drops it at shutdown).
+    pub async fn background(&self) {
+        let mut work: Vec<BackgroundFuture<'_>> = self
+            .entries
+            .iter()
+            .flat_map(|e| e.filter.background())
+            .collect();
+        std::future::poll_fn(|cx| {
+            work.retain_mut(|f| f.as_mut().poll(cx).is_pending());
+            if work.is_empty() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        })
+        .await;
     }
 
     /// Runs the filters on the request headers. `reselect` selects the route again from the

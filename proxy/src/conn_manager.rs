@@ -6,8 +6,8 @@
 
 use crate::access_log::body::{LoggedBody, RequestBody};
 use crate::access_log::{
-    Details, DirectResponse, Guard, Logs, Pending, RequestProgress, ResponseSide, RouteName,
-    Upstreamed,
+    Details, DirectResponse, DynamicMetadata, Guard, Logs, Pending, RequestProgress, ResponseSide,
+    RouteName, Upstreamed,
 };
 use crate::http_filters;
 use crate::local_reply::{Body, ReplyTo, local_reply, reply};
@@ -231,6 +231,10 @@ pub async fn handle(
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
         direct: resp.extensions().get::<DirectResponse>().is_some(),
         details: resp.extensions_mut().remove::<Details>().map(|d| d.0),
+        dynamic_metadata: resp
+            .extensions_mut()
+            .remove::<DynamicMetadata>()
+            .unwrap_or_default(),
         response_duration: pending.started.elapsed(),
         ..ResponseSide::default()
     };
@@ -274,18 +278,23 @@ async fn respond(
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let selected = select(rc, &View::of(&req));
+    // Envoy's per-stream random value: the weighted cluster the filters see is the one
+    // the router takes.
+    let random = fastrand::u64(..);
     // The router is awaited at one place for both ways in: each await of it would take
     // its own slot in this future, which hyper moves on every request.
     let (req, selected, filtered) = match info.http_filters.as_deref() {
         None => (req, selected, None),
-        Some(chain) => match filter(chain, req, rc, selected, info, remote, logging).await {
-            Filtered::Answered(resp) => return resp,
-            Filtered::Continue(req, selected, state) => (req, selected, Some((chain, state))),
-        },
+        Some(chain) => {
+            match filter(chain, req, rc, (selected, random), info, remote, logging).await {
+                Filtered::Answered(resp) => return resp,
+                Filtered::Continue(req, selected, state) => (req, selected, Some((chain, state))),
+            }
+        }
     };
-    let mut resp = route(req, rc, selected, stats, info, up, logging).await;
+    let mut resp = route(req, rc, (selected, random), stats, info, up, logging).await;
     if let Some((chain, mut state)) = filtered {
-        encode(chain, &mut state, &mut resp);
+        encode(chain, &mut state, &mut resp, logging);
     }
     resp
 }
@@ -311,7 +320,7 @@ async fn filter<'a>(
     chain: &FilterChain,
     req: Request<RequestBody>,
     rc: &'a RouteConfig,
-    selected: Option<(&'a VirtualHost, &'a Route)>,
+    (selected, random): (Option<(&'a VirtualHost, &'a Route)>, u64),
     info: &'a ConnInfo,
     remote: std::net::IpAddr,
     logging: bool,
@@ -322,14 +331,14 @@ async fn filter<'a>(
         head,
         &info.facts,
         remote,
-        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r)),
+        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random)),
     );
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
             let s = select(rc, &View::parts(head));
             reselected = Some(s);
-            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r))
+            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random))
         })
         .await;
     match verdict {
@@ -341,7 +350,7 @@ async fn filter<'a>(
                     .insert(Details(r.details.into_owned()));
             }
             let mut resp = resp.map(ResponseBody::from);
-            encode(chain, &mut state, &mut resp);
+            encode(chain, &mut state, &mut resp, logging);
             Filtered::Answered(resp)
         }
         Verdict::Continue => {
@@ -353,21 +362,32 @@ async fn filter<'a>(
     }
 }
 
-/// The filters' response hooks, and the response headers they asked for.
-fn encode(chain: &FilterChain, state: &mut RequestState<'_>, resp: &mut Response<ResponseBody>) {
+/// The filters' response hooks, the response headers they asked for, and (for the access
+/// log) the request's dynamic metadata.
+fn encode(
+    chain: &FilterChain,
+    state: &mut RequestState<'_>,
+    resp: &mut Response<ResponseBody>,
+    logging: bool,
+) {
     chain.encode_headers(state, resp.headers_mut());
     for (name, value) in std::mem::take(&mut state.response_headers) {
         if let Some(name) = name {
             resp.headers_mut().append(name, value);
         }
     }
+    if logging && !state.metadata.is_empty() {
+        resp.extensions_mut()
+            .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
+    }
 }
 
-/// The router's part: answers a request on the route it selected (404 without one).
+/// The router's part: answers a request on the route it selected (404 without one);
+/// `random` picks its weighted cluster (the one the filters saw).
 async fn route(
     req: Request<RequestBody>,
     rc: &RouteConfig,
-    selected: Option<(&VirtualHost, &Route)>,
+    (selected, random): (Option<(&VirtualHost, &Route)>, u64),
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
@@ -382,6 +402,7 @@ async fn route(
         config: rc,
         vhost,
         route,
+        random,
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {

@@ -6,7 +6,7 @@ use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
-use courier_config::route::{RouteConfig, VirtualHost};
+use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::jwt_authn::jwks_cache::JwksFetcher;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
@@ -44,6 +44,43 @@ impl HttpFilters {
             out.chains.push(chains);
         }
         Ok(out)
+    }
+
+    /// Starts the filters' work on the main thread's `runtime`: background work (JWKS
+    /// refreshes) is spawned there, and start-up work the listeners wait for (a first
+    /// `async_fetch` without `fast_listener`) runs to completion before this returns, as
+    /// Envoy's init manager holds its listeners. A failed start-up fetch does not stop
+    /// the listeners (Envoy marks the init target ready either way).
+    pub fn start(&self, runtime: &tokio::runtime::Runtime) {
+        for chain in self.chains.iter().flatten() {
+            let background = Arc::clone(chain);
+            runtime.spawn(async move { background.background().await });
+        }
+        // The chains' start-up fetches run side by side, as Envoy's init targets.
+        let mut inits: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = bool> + '_>>> = self
+            .chains
+            .iter()
+            .flatten()
+            .map(|c| Box::pin(c.init()) as _)
+            .collect();
+        let mut failed = false;
+        runtime.block_on(std::future::poll_fn(|cx| {
+            inits.retain_mut(|f| match f.as_mut().poll(cx) {
+                std::task::Poll::Ready(ok) => {
+                    failed |= !ok;
+                    false
+                }
+                std::task::Poll::Pending => true,
+            });
+            if inits.is_empty() {
+                std::task::Poll::Ready(())
+            } else {
+                std::task::Poll::Pending
+            }
+        }));
+        if failed {
+            tracing::warn!("a filter's start-up work failed (remote JWKS fetch)");
+        }
     }
 
     /// The chain of a listener's filter chain; `None` when it has no filter to run (or
@@ -141,16 +178,26 @@ pub fn conn_facts(
     }
 }
 
-/// The per-filter configs (route, virtual host, route configuration; weighted-cluster
-/// levels are refused by serve_check) and metadata of a selected route.
+/// The per-filter configs (the weighted cluster `random` picks, route, virtual host,
+/// route configuration) and metadata of a selected route. Envoy picks the weighted cluster
+/// when it resolves the route, so decoder filters before the router already see the
+/// picked cluster's configs; the router picks again with the same `random`.
 pub fn selected_route<'a>(
     rc: &'a RouteConfig,
     vhost: &'a VirtualHost,
     route: &'a courier_config::route::Route,
+    random: u64,
 ) -> SelectedRoute<'a> {
+    let weighted = match &route.action {
+        Action::Route(ra) => match &ra.cluster {
+            ClusterSpecifier::Weighted(w) => w.pick(random).map(|c| &c.typed_per_filter_config),
+            _ => None,
+        },
+        _ => None,
+    };
     SelectedRoute {
         per_filter: [
-            None,
+            weighted,
             Some(&route.typed_per_filter_config),
             Some(&vhost.typed_per_filter_config),
             Some(&rc.typed_per_filter_config),

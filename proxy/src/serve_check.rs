@@ -177,11 +177,9 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             if let courier_config::route::ClusterSpecifier::Weighted(w) = &ra.cluster {
                 for (i, c) in w.clusters.iter().enumerate() {
                     let at = format!("{at}.route.weighted_clusters.clusters[{i}]");
-                    if !c.typed_per_filter_config.is_empty() {
-                        problems.push(format!(
-                            "{at}.typed_per_filter_config: per-filter configs are not served yet"
-                        ));
-                    }
+                    // The picked cluster's configs are the most specific level, as
+                    // Envoy's route entry for a weighted cluster.
+                    per_filter(&c.typed_per_filter_config, &at, problems);
                     mutations(&c.request_headers, &c.response_headers, &at, problems);
                 }
             }

@@ -4,9 +4,11 @@
 //! starts (or joins) one fetch: concurrent requests share it through a `OnceCell` in the
 //! current generation, so a burst of requests costs one fetch. A fetched set stays in use
 //! for `cache_duration`; a failed fetch answers the requests that waited on it and the next
-//! request tries again.
+//! request tries again. With `async_fetch`, [`RemoteKeys::refresh_loop`] (run by the proxy
+//! off the request path) refetches before expiry, so requests keep the last good set
+//! meanwhile.
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, ArcSwapOption};
 use bytes::Bytes;
 use courier_config::filters::http_uri::HttpUri;
 use courier_config::filters::jwt_authn::{Jwks, RemoteJwks, parse_jwks};
@@ -14,6 +16,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
@@ -38,17 +41,29 @@ pub struct FetchStats {
     pub failed: AtomicU64,
 }
 
-type Fetched = Result<(Arc<Jwks>, Instant), ()>;
+/// A fetch's outcome: the key set, or `None` when it failed.
+type Fetched = Option<Arc<Jwks>>;
 
 #[derive(Debug, Default)]
 struct Generation {
     cell: OnceCell<Fetched>,
 }
 
+/// The last good key set and when it expires.
+#[derive(Debug)]
+struct Cached {
+    jwks: Arc<Jwks>,
+    expires: Instant,
+}
+
 /// One provider's remote key set.
 #[derive(Debug)]
 pub struct RemoteKeys {
     config: RemoteJwks,
+    /// The last good set; kept apart from the fetch under way so a background refresh
+    /// does not hide it from requests while it runs.
+    keys: ArcSwapOption<Cached>,
+    /// The fetch under way, or the last one finished.
     current: ArcSwap<Generation>,
 }
 
@@ -61,21 +76,39 @@ pub enum Lookup {
     NeedFetch,
 }
 
+/// Envoy refreshes an `async_fetch` JWKS this long before it expires, so requests never
+/// wait for it.
+const REFETCH_BEFORE_EXPIRY: Duration = Duration::from_secs(5);
+
 impl RemoteKeys {
     /// An empty cache for `config`.
     pub fn new(config: RemoteJwks) -> Self {
         Self {
             config,
+            keys: ArcSwapOption::empty(),
             current: ArcSwap::from_pointee(Generation::default()),
         }
     }
 
+    /// Whether the key set is fetched in the background (`async_fetch`).
+    pub fn async_fetch(&self) -> bool {
+        self.config.async_fetch.is_some()
+    }
+
     /// The key set if fresh; never waits.
     pub fn lookup(&self) -> Lookup {
-        match self.current.load().cell.get() {
-            Some(Ok((jwks, expires))) if Instant::now() < *expires => Lookup::Fresh(jwks.clone()),
-            _ => Lookup::NeedFetch,
+        match self.fresh() {
+            Some(jwks) => Lookup::Fresh(jwks),
+            None => Lookup::NeedFetch,
         }
+    }
+
+    fn fresh(&self) -> Option<Arc<Jwks>> {
+        self.keys
+            .load()
+            .as_ref()
+            .filter(|c| Instant::now() < c.expires)
+            .map(|c| Arc::clone(&c.jwks))
     }
 
     /// One fetch, retried per `retry_policy` with exponential back-off (base interval
@@ -84,7 +117,7 @@ impl RemoteKeys {
     async fn fetch_with_retries(&self, fetcher: &dyn JwksFetcher) -> Result<Jwks, String> {
         let (retries, base, max) = match &self.config.retry_policy {
             Some(r) => (r.num_retries, r.base_interval, r.max_interval),
-            None => (0, std::time::Duration::ZERO, std::time::Duration::ZERO),
+            None => (0, Duration::ZERO, Duration::ZERO),
         };
         let mut attempt = 0u32;
         loop {
@@ -105,16 +138,20 @@ impl RemoteKeys {
     }
 
     /// Fetches (or waits for the fetch already under way) and returns the key set; `None`
-    /// when the fetch failed.
+    /// when the fetch failed. A set made fresh meanwhile (by another request or the
+    /// background refresh) is returned without a fetch.
     pub async fn fetch(&self, fetcher: &dyn JwksFetcher, stats: &FetchStats) -> Option<Arc<Jwks>> {
+        if let Some(jwks) = self.fresh() {
+            return Some(jwks);
+        }
+        self.fetch_now(fetcher, stats).await
+    }
+
+    /// Starts a fetch unless one is under way, and waits for it.
+    async fn fetch_now(&self, fetcher: &dyn JwksFetcher, stats: &FetchStats) -> Option<Arc<Jwks>> {
         let generation = {
             let current = self.current.load_full();
-            let stale = match current.cell.get() {
-                None => false,
-                Some(Ok((_, expires))) => Instant::now() >= *expires,
-                Some(Err(())) => true,
-            };
-            if stale {
+            if current.cell.initialized() {
                 // Replace the finished generation unless another request already did; either
                 // way join whatever is current now.
                 let fresh = Arc::new(Generation::default());
@@ -131,19 +168,51 @@ impl RemoteKeys {
         let result = generation
             .cell
             .get_or_init(|| async {
-                let outcome = self.fetch_with_retries(fetcher).await;
-                match outcome {
+                match self.fetch_with_retries(fetcher).await {
                     Ok(jwks) => {
                         stats.success.fetch_add(1, Ordering::Relaxed);
-                        Ok((Arc::new(jwks), Instant::now() + self.config.cache_duration))
+                        let jwks = Arc::new(jwks);
+                        self.keys.store(Some(Arc::new(Cached {
+                            jwks: Arc::clone(&jwks),
+                            expires: Instant::now() + self.config.cache_duration,
+                        })));
+                        Some(jwks)
                     }
                     Err(_) => {
                         stats.failed.fetch_add(1, Ordering::Relaxed);
-                        Err(())
+                        None
                     }
                 }
             })
             .await;
-        result.as_ref().ok().map(|(jwks, _)| jwks.clone())
+        result.clone()
+    }
+
+    /// `async_fetch`: keeps the key set fresh for as long as the future is polled, as
+    /// Envoy's main-thread `JwksAsyncFetcher`: a first fetch (joining one under way), then
+    /// a refetch 5 s before the set expires after a success (at expiry when
+    /// `cache_duration` is 5 s or less) and `failed_refetch_duration` after a failure.
+    /// Does nothing without `async_fetch`.
+    pub async fn refresh_loop(&self, fetcher: &dyn JwksFetcher, stats: &FetchStats) {
+        let Some(async_fetch) = self.config.async_fetch else {
+            return;
+        };
+        let cache = self.config.cache_duration;
+        let good = if cache > REFETCH_BEFORE_EXPIRY {
+            cache - REFETCH_BEFORE_EXPIRY
+        } else {
+            cache
+        };
+        let mut ok = self.fetch(fetcher, stats).await.is_some();
+        // Runs as long as the filter lives: the proxy drops the task at shutdown.
+        loop {
+            let wait = if ok {
+                good
+            } else {
+                async_fetch.failed_refetch_duration
+            };
+            tokio::time::sleep(wait).await;
+            ok = self.fetch_now(fetcher, stats).await.is_some();
+        }
     }
 }

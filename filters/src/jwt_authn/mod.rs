@@ -20,7 +20,7 @@ use extract::Location;
 use http::StatusCode;
 use http::header::{HeaderName, HeaderValue};
 use jwks_cache::{FetchStats, JwksFetcher, RemoteKeys};
-use requirement::{Eval, Fetched, Stop, Verified};
+use requirement::{Eval, Failure, Fetched, Stop, Verified};
 use serde_json::Value;
 use status::Status;
 use std::sync::Arc;
@@ -129,22 +129,22 @@ impl JwtAuthnFilter {
         &self.config
     }
 
-    /// Fetches the remote JWKS of every provider with `async_fetch` (Envoy fetches them when
-    /// the listener starts, and the listener waits unless `fast_listener`). The proxy spawns
-    /// this when it builds the chain; requests arriving meanwhile join the fetch. Returns
-    /// whether every fetch succeeded.
+    /// The first fetch of every `async_fetch` provider without `fast_listener`: Envoy's
+    /// listener waits for it (success or failure). Requests arriving meanwhile join it.
+    /// Returns whether every fetch succeeded.
     pub async fn prefetch(&self) -> bool {
-        let Some(fetcher) = &self.fetcher else {
-            return !self.runtime.iter().any(|r| r.remote.is_some());
-        };
         let mut ok = true;
         for (p, r) in self.config.providers.iter().zip(&self.runtime) {
-            let background = matches!(&p.jwks, JwksSource::Remote(rj) if rj.async_fetch.is_some());
-            if let (true, Some(remote)) = (background, &r.remote) {
-                ok &= remote
-                    .fetch(fetcher.as_ref(), &self.stats.fetch)
-                    .await
-                    .is_some();
+            let waits = matches!(&p.jwks,
+                JwksSource::Remote(rj) if rj.async_fetch.is_some_and(|a| !a.fast_listener));
+            if let (true, Some(remote)) = (waits, &r.remote) {
+                ok &= match &self.fetcher {
+                    Some(fetcher) => remote
+                        .fetch(fetcher.as_ref(), &self.stats.fetch)
+                        .await
+                        .is_some(),
+                    None => false,
+                };
             }
         }
         ok
@@ -210,7 +210,9 @@ impl JwtAuthnFilter {
         &self,
         req: &mut RequestState<'_>,
         outcome: Result<Vec<Verified<'_>>, Status>,
+        failed: &[Failure],
     ) -> Verdict {
+        self.record_failures(req, failed);
         match outcome {
             Ok(verified) => {
                 self.stats.allowed.fetch_add(1, Ordering::Relaxed);
@@ -222,6 +224,28 @@ impl JwtAuthnFilter {
             Err(status) => {
                 self.stats.denied.fetch_add(1, Ordering::Relaxed);
                 Verdict::Respond(self.failure(req, status))
+            }
+        }
+    }
+
+    /// `failed_status_in_metadata`: each failed token's `{code, message}` under the key of
+    /// the provider it was checked against, or of the only provider when none was
+    /// resolved (Envoy's `getSingleProvider`). Envoy writes the metadata whatever the
+    /// outcome, so it is visible in access logs of refused requests too.
+    fn record_failures(&self, req: &mut RequestState<'_>, failed: &[Failure]) {
+        let providers = &self.config.providers;
+        for (provider, status) in failed {
+            let p = match provider {
+                Some(i) => providers.get(*i),
+                None if providers.len() == 1 => providers.first(),
+                None => None,
+            };
+            if let Some(key) = p.and_then(|p| p.failed_status_in_metadata.as_ref()) {
+                req.set_metadata(
+                    METADATA_NAMESPACE,
+                    key.clone(),
+                    serde_json::json!({"code": status.code(), "message": status.message()}),
+                );
             }
         }
     }
@@ -336,19 +360,20 @@ impl JwtAuthnFilter {
                 _ => None,
             };
             fetched.push((need, keys));
+            let mut failed = Vec::new();
             let outcome = Eval {
                 filter: self,
                 head: &req.head,
                 fetched: &fetched,
             }
-            .run(requirement);
+            .run(requirement, &mut failed);
             match outcome {
-                Ok(v) => return self.finish(req, Ok(v)),
-                Err(Stop::Failed(s)) => return self.finish(req, Err(s)),
+                Ok(v) => return self.finish(req, Ok(v), &failed),
+                Err(Stop::Failed(s)) => return self.finish(req, Err(s), &failed),
                 Err(Stop::NeedFetch(p)) => need = p,
             }
         }
-        self.finish(req, Err(Status::FetchFail))
+        self.finish(req, Err(Status::FetchFail), &[])
     }
 }
 
@@ -375,12 +400,27 @@ fn claim(payload: &serde_json::Map<String, Value>, path: &[String]) -> Option<St
 
 impl HttpFilter for JwtAuthnFilter {
     fn init(&self) -> Option<crate::chain::InitFuture<'_>> {
-        let any_async = self
-            .config
-            .providers
+        let any_waits = self.config.providers.iter().any(|p| {
+            matches!(&p.jwks,
+                JwksSource::Remote(r) if r.async_fetch.is_some_and(|a| !a.fast_listener))
+        });
+        any_waits.then(|| Box::pin(self.prefetch()) as crate::chain::InitFuture<'_>)
+    }
+
+    fn background(&self) -> Vec<crate::chain::BackgroundFuture<'_>> {
+        let Some(fetcher) = &self.fetcher else {
+            return Vec::new();
+        };
+        let stats = &self.stats.fetch;
+        self.runtime
             .iter()
-            .any(|p| matches!(&p.jwks, JwksSource::Remote(r) if r.async_fetch.is_some()));
-        any_async.then(|| Box::pin(self.prefetch()) as crate::chain::InitFuture<'_>)
+            .filter_map(|r| r.remote.as_ref())
+            .filter(|r| r.async_fetch())
+            .map(|remote| {
+                Box::pin(remote.refresh_loop(fetcher.as_ref(), stats))
+                    as crate::chain::BackgroundFuture<'_>
+            })
+            .collect()
     }
 
     fn decode_headers<'r>(
@@ -406,15 +446,16 @@ impl HttpFilter for JwtAuthnFilter {
             req.head.headers.remove(h);
         }
         let fetched: &Fetched = &[];
+        let mut failed = Vec::new();
         let outcome = Eval {
             filter: self,
             head: &req.head,
             fetched,
         }
-        .run(requirement);
+        .run(requirement, &mut failed);
         let verdict = match outcome {
-            Ok(v) => self.finish(req, Ok(v)),
-            Err(Stop::Failed(s)) => self.finish(req, Err(s)),
+            Ok(v) => self.finish(req, Ok(v), &failed),
+            Err(Stop::Failed(s)) => self.finish(req, Err(s), &failed),
             Err(Stop::NeedFetch(p)) => {
                 return Decision::Pending(Box::pin(self.fetch_and_finish(req, requirement, p)));
             }

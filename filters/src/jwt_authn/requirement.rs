@@ -53,6 +53,10 @@ pub enum Stop {
     NeedFetch(usize),
 }
 
+/// A token that failed, for `failed_status_in_metadata`: the provider it was checked
+/// against (`None` when none was resolved: no token, unknown issuer) and why.
+pub type Failure = (Option<usize>, Status);
+
 /// Key sets fetched during this request: `(provider, keys)`, `None` keys = fetch failed.
 pub type Fetched = [(usize, Option<Arc<Jwks>>)];
 
@@ -67,14 +71,24 @@ pub struct Eval<'f, 'x> {
 }
 
 impl<'f> Eval<'f, '_> {
-    /// Evaluates `req`; on success, the verified tokens.
-    pub fn run(&self, req: &JwtRequirement) -> Result<Vec<Verified<'f>>, Stop> {
+    /// Evaluates `req`; on success, the verified tokens. Every token failure met on the
+    /// way (also in alternatives that did not decide) is added to `failed`.
+    pub fn run(
+        &self,
+        req: &JwtRequirement,
+        failed: &mut Vec<Failure>,
+    ) -> Result<Vec<Verified<'f>>, Stop> {
         let mut out = Vec::new();
-        self.eval(req, &mut out)?;
+        self.eval(req, &mut out, failed)?;
         Ok(out)
     }
 
-    fn eval(&self, req: &JwtRequirement, out: &mut Vec<Verified<'f>>) -> Result<(), Stop> {
+    fn eval(
+        &self,
+        req: &JwtRequirement,
+        out: &mut Vec<Verified<'f>>,
+        failed: &mut Vec<Failure>,
+    ) -> Result<(), Stop> {
         match req {
             JwtRequirement::AllowAll => Ok(()),
             JwtRequirement::Provider {
@@ -88,10 +102,18 @@ impl<'f> Eval<'f, '_> {
                 let mut tokens = Vec::new();
                 extract(p, self.head, &mut tokens);
                 if tokens.is_empty() {
+                    // Envoy has no provider data for a missing token (see `record`).
+                    failed.push((None, Status::Missing));
                     return Err(Stop::Failed(Status::Missing));
                 }
                 for t in tokens {
-                    let jwt = self.verify(*provider, audiences.as_deref(), &t.token, true)?;
+                    let jwt = self
+                        .verify(*provider, audiences.as_deref(), &t.token, true)
+                        .inspect_err(|e| {
+                            if let Stop::Failed(s) = e {
+                                failed.push((Some(*provider), *s));
+                            }
+                        })?;
                     out.push(Verified {
                         provider: *provider,
                         location: t.location,
@@ -103,7 +125,7 @@ impl<'f> Eval<'f, '_> {
             }
             JwtRequirement::RequiresAll(list) => {
                 for r in list {
-                    self.eval(r, out)?;
+                    self.eval(r, out, failed)?;
                 }
                 Ok(())
             }
@@ -111,7 +133,7 @@ impl<'f> Eval<'f, '_> {
                 let mut worst: Option<Status> = None;
                 for r in list {
                     let mut branch = Vec::new();
-                    match self.eval(r, &mut branch) {
+                    match self.eval(r, &mut branch, failed) {
                         Ok(()) => {
                             out.extend(branch);
                             return Ok(());
@@ -127,14 +149,19 @@ impl<'f> Eval<'f, '_> {
                 }
                 Err(Stop::Failed(worst.unwrap_or(Status::Missing)))
             }
-            JwtRequirement::AllowMissing => self.any_provider(out, false),
-            JwtRequirement::AllowMissingOrFailed => self.any_provider(out, true),
+            JwtRequirement::AllowMissing => self.any_provider(out, false, failed),
+            JwtRequirement::AllowMissingOrFailed => self.any_provider(out, true, failed),
         }
     }
 
     /// `allow_missing` / `allow_missing_or_failed`: every token of every provider, each
     /// verified by the provider its `iss` names.
-    fn any_provider(&self, out: &mut Vec<Verified<'f>>, ignore_failures: bool) -> Result<(), Stop> {
+    fn any_provider(
+        &self,
+        out: &mut Vec<Verified<'f>>,
+        ignore_failures: bool,
+        failed: &mut Vec<Failure>,
+    ) -> Result<(), Stop> {
         let mut seen: Vec<Extracted<'f>> = Vec::new();
         for p in &self.filter.config.providers {
             extract(p, self.head, &mut seen);
@@ -149,26 +176,35 @@ impl<'f> Eval<'f, '_> {
                     token: t.token,
                     jwt,
                 }),
-                Err(Stop::NeedFetch(p)) => return Err(Stop::NeedFetch(p)),
-                Err(e) if !ignore_failures => return Err(e),
-                Err(_) => {}
+                Err((_, Stop::NeedFetch(p))) => return Err(Stop::NeedFetch(p)),
+                Err((provider, Stop::Failed(s))) => {
+                    failed.push((provider, s));
+                    if !ignore_failures {
+                        return Err(Stop::Failed(s));
+                    }
+                }
             }
         }
         Ok(())
     }
 
-    fn by_issuer(&self, token: &str) -> Result<(usize, JwtRef), Stop> {
+    /// Verifies `token` with the provider its `iss` names; a failure says which provider
+    /// it was checked against, if one was found.
+    fn by_issuer(&self, token: &str) -> Result<(usize, JwtRef), (Option<usize>, Stop)> {
         let iss = match token::parse(token) {
             Ok(j) => j.issuer().to_string(),
-            Err(s) => return Err(Stop::Failed(s)),
+            Err(s) => return Err((None, Stop::Failed(s))),
         };
         let providers = &self.filter.config.providers;
         let i = providers
             .iter()
             .position(|p| p.issuer == iss)
             .or_else(|| providers.iter().position(|p| p.issuer.is_empty()))
-            .ok_or(Stop::Failed(Status::UnknownIssuer))?;
-        Ok((i, self.verify(i, None, token, false)?))
+            .ok_or((None, Stop::Failed(Status::UnknownIssuer)))?;
+        let jwt = self
+            .verify(i, None, token, false)
+            .map_err(|e| (Some(i), e))?;
+        Ok((i, jwt))
     }
 
     /// Verifies `token` for provider `i`.

@@ -54,6 +54,27 @@ impl Status {
         }
     }
 
+    /// Envoy's number for the status (`JwtVerify::Status`), as `failed_status_in_metadata`
+    /// reports it. A header that is not base64url reports the JSON failure's number, as
+    /// courier does not tell them apart.
+    pub fn code(self) -> u32 {
+        match self {
+            Self::Missing => 1,
+            Self::NotYetValid => 2,
+            Self::Expired => 3,
+            Self::BadFormat => 4,
+            Self::HeaderParse => 6,
+            Self::HeaderBadAlg => 7,
+            Self::AlgNotImplemented => 8,
+            Self::PayloadParse => 11,
+            Self::UnknownIssuer => 24,
+            Self::AudienceNotAllowed => 25,
+            Self::VerificationFail => 26,
+            Self::KidAlgMismatch => 32,
+            Self::FetchFail => 40,
+        }
+    }
+
     /// `requires_any` reports, when every alternative failed, a failure that is neither
     /// Missing nor UnknownIssuer if there is one, else UnknownIssuer, else Missing.
     pub(crate) fn rank(self) -> u8 {

@@ -461,3 +461,41 @@ fn jwt_cache_turns_a_repeated_token_into_a_hit() {
 
 #[path = "tests_remote.rs"]
 mod remote;
+
+/// `failed_status_in_metadata`: a passing `allow_missing_or_failed` still records why a
+/// token failed, with Envoy's status number; a refused request records it too.
+#[test]
+fn failed_status_in_metadata_records_each_failed_token() {
+    let body = BASIC
+        .replace(
+            "    payload_in_metadata: p",
+            "    payload_in_metadata: p\n    failed_status_in_metadata: fs",
+        )
+        .replace(
+            "requires: {provider_name: a}",
+            "requires: {allow_missing_or_failed: {}}",
+        );
+    let f = jwt(&body);
+    let conn = plain_conn();
+    let mut c = good_claims();
+    c["exp"] = json!(now() - 3600);
+    let t = rsa_token(&c);
+    let mut req = state(&conn, head("GET", "/x", &[("authorization", &bearer(&t))]));
+    assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
+    assert_eq!(
+        req.metadata[METADATA_NAMESPACE]["fs"],
+        json!({"code": 3, "message": "Jwt is expired"})
+    );
+    // Refused (provider requirement): missing token, the single provider's key.
+    let f = jwt(&BASIC.replace(
+        "    payload_in_metadata: p",
+        "    failed_status_in_metadata: fs",
+    ));
+    let mut req = state(&conn, head("GET", "/x", &[]));
+    let r = reply(run_sync(&f, &mut req, None));
+    assert_eq!(r.status.as_u16(), 401);
+    assert_eq!(
+        req.metadata[METADATA_NAMESPACE]["fs"],
+        json!({"code": 1, "message": "Jwt is missing"})
+    );
+}

@@ -143,3 +143,58 @@ async fn retry_policy_retries_with_backoff_and_async_fetch_prefetches() {
     let mut req = state(&conn, head("GET", "/x", &[("authorization", &bearer(&t))]));
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
 }
+
+/// Serves `body`; every fetch after the first waits until `open` is notified.
+struct Gated {
+    body: String,
+    calls: AtomicUsize,
+    open: tokio::sync::Notify,
+}
+
+impl JwksFetcher for Gated {
+    fn fetch<'a>(&'a self, _: &'a HttpUri) -> FetchFuture<'a> {
+        Box::pin(async move {
+            if self.calls.fetch_add(1, Relaxed) > 0 {
+                self.open.notified().await;
+            }
+            Ok(bytes::Bytes::from(self.body.clone()))
+        })
+    }
+}
+
+/// `async_fetch` refreshes 5 s before expiry in the background; while that refresh is
+/// under way requests keep verifying with the set at hand, without suspending.
+#[tokio::test(start_paused = true)]
+async fn background_refresh_keeps_the_last_keys_in_use() {
+    let body = REMOTE.replace(
+        "      cache_duration: 300s",
+        "      cache_duration: 10s\n      async_fetch: {fast_listener: true}",
+    );
+    let fetcher = Arc::new(Gated {
+        body: jwks(&[rsa_key().jwk.clone()]),
+        calls: AtomicUsize::new(0),
+        open: tokio::sync::Notify::new(),
+    });
+    let f = Arc::new(jwt_with(&body, Some(fetcher.clone())));
+    assert!(f.init().is_none(), "fast_listener: nothing to wait for");
+    let bg = Arc::clone(&f);
+    let task = tokio::spawn(async move {
+        let mut work = bg.background();
+        assert_eq!(work.len(), 1);
+        work.remove(0).await;
+    });
+    // The first fetch, then the refresh at 10 s - 5 s, which the fetcher holds.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    assert_eq!(fetcher.calls.load(Relaxed), 2);
+    let conn = plain_conn();
+    let t = rsa_token(&good_claims());
+    let mut req = state(&conn, head("GET", "/x", &[("authorization", &bearer(&t))]));
+    assert!(matches!(
+        run_sync(f.as_ref(), &mut req, None),
+        Verdict::Continue
+    ));
+    fetcher.open.notify_one();
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    assert_eq!(f.stats().fetch.success.load(Relaxed), 2);
+    task.abort();
+}

@@ -66,6 +66,11 @@ pub struct Upstreamed {
 #[derive(Debug, Clone)]
 pub struct RouteName(pub String);
 
+/// The request's dynamic metadata after the filters ran (`%DYNAMIC_METADATA(...)%`),
+/// moved onto the response only when the request is logged.
+#[derive(Debug, Clone, Default)]
+pub struct DynamicMetadata(pub courier_config::core::MetadataMap);
+
 /// `%RESPONSE_CODE_DETAILS%` when the router set it (upstream resets).
 #[derive(Debug, Clone)]
 pub struct Details(pub String);
@@ -163,6 +168,8 @@ pub struct ResponseSide {
     pub bytes_sent: u64,
     /// Response trailers, if any were sent.
     pub trailers: Option<HeaderMap>,
+    /// The filters' dynamic metadata.
+    pub dynamic_metadata: DynamicMetadata,
 }
 
 /// Everything a line may refer to.

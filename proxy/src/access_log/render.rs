@@ -11,6 +11,8 @@ use std::borrow::Cow;
 enum Value<'a> {
     Text(Cow<'a, str>),
     Number(u64),
+    /// A dynamic-metadata value: text as JSON (strings bare), typed in JSON logs.
+    Json(&'a serde_json::Value),
 }
 
 /// Renders one line onto `out` (with its newline for JSON; text formats carry
@@ -51,6 +53,7 @@ fn text_into(fs: &FormatString, e: &Entry<'_>, omit_empty: bool, out: &mut Vec<u
                 Some(Value::Number(n)) => {
                     let _ = write!(out, "{n}");
                 }
+                Some(Value::Json(v)) => out.extend_from_slice(json_text(v).as_bytes()),
                 _ if omit_empty => {}
                 _ => out.push(b'-'),
             },
@@ -79,6 +82,7 @@ fn json(v: &JsonValue, e: &Entry<'_>, omit_empty: bool) -> serde_json::Value {
         JsonValue::Format(fs) => match fs.parts.as_slice() {
             [Part::Command(c)] => match value(c, e) {
                 Some(Value::Number(n)) => J::from(n),
+                Some(Value::Json(v)) => v.clone(),
                 Some(Value::Text(t)) if !t.is_empty() => J::String(t.into_owned()),
                 _ => J::Null,
             },
@@ -169,10 +173,54 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::RequestDuration => e.request_duration.map(Value::Number),
         Command::RequestedServerName => text(req.server_name.as_deref()?),
         Command::ConnectionId => Some(Value::Number(req.connection_id)),
-        Command::UpstreamLocalAddress
-        | Command::UpstreamTransportFailureReason
-        | Command::DynamicMetadata { .. } => None,
+        Command::DynamicMetadata {
+            namespace,
+            path,
+            max_length,
+        } => {
+            let object = resp.dynamic_metadata.0.get(namespace)?;
+            let v = match path.split_first() {
+                None => {
+                    return Some(Value::Text(Cow::Owned(truncate(
+                        serde_json::Value::Object(object.clone()).to_string(),
+                        *max_length,
+                    ))));
+                }
+                Some((first, rest)) => rest
+                    .iter()
+                    .try_fold(object.get(first)?, |v, k| v.as_object()?.get(k))?,
+            };
+            match max_length {
+                // Truncation works on the text form, as Envoy's.
+                Some(n) => Some(Value::Text(Cow::Owned(truncate(json_text(v), Some(*n))))),
+                None => Some(Value::Json(v)),
+            }
+        }
+        Command::UpstreamLocalAddress | Command::UpstreamTransportFailureReason => None,
     }
+}
+
+/// A metadata value as Envoy prints it in text: strings bare, the rest as JSON.
+fn json_text(v: &serde_json::Value) -> Cow<'_, str> {
+    match v {
+        serde_json::Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(other.to_string()),
+    }
+}
+
+/// `s` cut to at most `max` bytes, on a character boundary.
+fn truncate(s: impl Into<String>, max: Option<usize>) -> String {
+    let mut s = s.into();
+    if let Some(n) = max
+        && s.len() > n
+    {
+        let mut end = n;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
 }
 
 fn request_header<'a>(h: &HeaderLookup, e: &'a Entry<'_>) -> Option<Cow<'a, str>> {

@@ -43,6 +43,9 @@ pub struct Matched<'a> {
     pub vhost: &'a VirtualHost,
     /// The route.
     pub route: &'a Route,
+    /// The request's random value: picks the weighted cluster (the filters before the
+    /// router saw the same pick's per-filter configs).
+    pub random: u64,
 }
 
 impl<'a> Matched<'a> {
@@ -172,7 +175,7 @@ pub async fn forward(
             ),
             None,
         ),
-        ClusterSpecifier::Weighted(w) => match w.pick(fastrand::u64(..)) {
+        ClusterSpecifier::Weighted(w) => match w.pick(m.random) {
             Some(c) => (Cow::Borrowed(&c.name), Some(c)),
             None => (Cow::Borrowed(""), None),
         },
