@@ -278,13 +278,26 @@ async fn respond(
     // The filters run before the router, also when no route matched (the router
     // then answers 404), as in Envoy.
     let to = ReplyTo::of(&req);
-    let (head, body) = req.into_parts();
+    let (head, mut body) = req.into_parts();
+    let mut buffered = None;
+    if let Some(wanted) = chain.wants_body()
+        && !http_body::Body::is_end_stream(&body)
+    {
+        match crate::filter_body::buffer(&mut body, wanted).await {
+            Ok(b) => buffered = Some(b),
+            Err(_) => {
+                return local_reply(to, StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large")
+                    .map(ResponseBody::from);
+            }
+        }
+    }
     let mut state = RequestState::new(
         head,
         &info.facts,
         remote,
         selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r)),
     );
+    state.body = buffered;
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
@@ -297,6 +310,9 @@ async fn respond(
         Verdict::Respond(r) => {
             let mut resp = local_reply(to, r.status, r.body);
             resp.headers_mut().extend(r.headers);
+            if r.details.starts_with("ext_authz") {
+                resp.extensions_mut().insert(ResponseFlag("UAEX"));
+            }
             if logging {
                 resp.extensions_mut()
                     .insert(Details(r.details.into_owned()));
@@ -307,6 +323,11 @@ async fn respond(
             let selected = reselected.unwrap_or(selected);
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
+            // A buffered body goes on as the bytes read.
+            let body = match state.body.take() {
+                Some(b) => RequestBody::new(crate::router::body::RequestBody::full(b), None),
+                None => body,
+            };
             let req = Request::from_parts(head, body);
             route(req, rc, selected, stats, info, up, logging).await
         }
