@@ -4,7 +4,6 @@ use super::metadata::from_struct;
 use super::outcome::{Allow, Mutation, Outcome};
 use crate::chain::LocalReply;
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
-use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{CheckResponse, DeniedHttpResponse};
 use http::StatusCode;
@@ -21,18 +20,14 @@ fn name_value(h: &HeaderValueOption) -> Option<(HeaderName, HeaderValue)> {
     Some((name, value))
 }
 
-/// `append` (deprecated) wins over `append_action`.
+/// Envoy 1.40 reads only the deprecated `append`: true joins to an existing value,
+/// anything else (unset included, whatever `append_action` says) sets the header (seen
+/// against real Envoy in the differential test).
 #[allow(deprecated)] // Envoy still honours `append`.
 fn mutation(h: &HeaderValueOption) -> Mutation {
     match h.append {
         Some(a) if a.value => Mutation::AppendExisting,
-        Some(_) => Mutation::Set,
-        None => match HeaderAppendAction::try_from(h.append_action) {
-            Ok(HeaderAppendAction::AddIfAbsent) => Mutation::AddIfAbsent,
-            Ok(HeaderAppendAction::OverwriteIfExistsOrAdd) => Mutation::Set,
-            Ok(HeaderAppendAction::OverwriteIfExists) => Mutation::OverwriteIfExists,
-            Ok(HeaderAppendAction::AppendIfExistsOrAdd) | Err(_) => Mutation::Add,
-        },
+        _ => Mutation::Set,
     }
 }
 

@@ -83,7 +83,7 @@ pub fn outcome(resp: &Response<Bytes>, svc: &HttpService) -> Outcome {
             resp.headers(),
             r.allowed_upstream_headers_to_append.as_ref(),
         ) {
-            allow.headers.push((Mutation::AppendOrAdd, n, v));
+            allow.headers.push((Mutation::Add, n, v));
         }
         if let Some(v) = resp
             .headers()

@@ -14,15 +14,8 @@ pub enum Mutation {
     Set,
     /// Join to the existing value with `,`; nothing when absent (`append: true`).
     AppendExisting,
-    /// Join to the existing value with `,`, or add when absent (HTTP
-    /// `allowed_upstream_headers_to_append`).
-    AppendOrAdd,
-    /// Add another value.
+    /// Add another value (HTTP `allowed_upstream_headers_to_append`).
     Add,
-    /// Add only when absent.
-    AddIfAbsent,
-    /// Replace only when present.
-    OverwriteIfExists,
 }
 
 /// An OK answer's changes.
@@ -72,13 +65,7 @@ pub fn apply(req: &mut RequestState<'_>, allow: &Allow) -> bool {
             Mutation::Add => {
                 headers.append(name.clone(), value.clone());
             }
-            Mutation::AddIfAbsent if !present => {
-                headers.insert(name.clone(), value.clone());
-            }
-            Mutation::OverwriteIfExists if present => {
-                headers.insert(name.clone(), value.clone());
-            }
-            Mutation::AppendExisting | Mutation::AppendOrAdd if present => {
+            Mutation::AppendExisting if present => {
                 let mut joined = headers
                     .get_all(name)
                     .iter()
@@ -91,10 +78,7 @@ pub fn apply(req: &mut RequestState<'_>, allow: &Allow) -> bool {
                     headers.insert(name.clone(), v);
                 }
             }
-            Mutation::AppendOrAdd => {
-                headers.insert(name.clone(), value.clone());
-            }
-            _ => continue,
+            Mutation::AppendExisting => continue,
         }
         changed = true;
     }
@@ -120,7 +104,7 @@ pub fn apply(req: &mut RequestState<'_>, allow: &Allow) -> bool {
 }
 
 /// Sets and removes query parameters on `:path` (Envoy's `QueryParamsMulti`: a set
-/// replaces every value of the key, new keys go last).
+/// replaces every value of the key; the query is rebuilt in key order).
 fn rewrite_query(req: &mut RequestState<'_>, set: &[(String, String)], remove: &[String]) -> bool {
     let (path, query) = match req.path().split_once('?') {
         Some((p, q)) => (p.to_string(), q.to_string()),
@@ -152,6 +136,8 @@ fn rewrite_query(req: &mut RequestState<'_>, set: &[(String, String)], remove: &
         }
     }
     params.retain(|(k, _)| !remove.contains(k));
+    // Stable: the values of one key keep their order.
+    params.sort_by(|a, b| a.0.cmp(&b.0));
     let query = params
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
