@@ -237,3 +237,6 @@ impl HttpFilter for ExtAuthzFilter {
         })
     }
 }
+
+#[cfg(test)]
+mod tests;
