@@ -144,6 +144,9 @@ fn cases() -> Vec<Case> {
         Case::get("body over the limit", "body", "example.com", "/a")
             .method("POST")
             .body("much more than ten bytes"),
+        Case::get("body over the limit where disabled", "body", "example.com", "/open")
+            .method("POST")
+            .body("much more than ten bytes"),
     ]
 }
 

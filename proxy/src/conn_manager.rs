@@ -279,8 +279,9 @@ async fn respond(
     // then answers 404), as in Envoy.
     let to = ReplyTo::of(&req);
     let (head, mut body) = req.into_parts();
+    let filter_route = selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r));
     let mut buffered = None;
-    if let Some(wanted) = chain.wants_body()
+    if let Some(wanted) = chain.wants_body_on(filter_route)
         && !http_body::Body::is_end_stream(&body)
     {
         match crate::filter_body::buffer(&mut body, wanted).await {
@@ -291,12 +292,7 @@ async fn respond(
             }
         }
     }
-    let mut state = RequestState::new(
-        head,
-        &info.facts,
-        remote,
-        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r)),
-    );
+    let mut state = RequestState::new(head, &info.facts, remote, filter_route);
     state.body = buffered;
     let mut reselected = None;
     let verdict = chain

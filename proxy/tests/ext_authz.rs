@@ -446,6 +446,14 @@ async fn with_request_body_sends_the_body_and_refuses_larger_ones() {
         .await;
     assert_eq!(r.status, 413);
     assert_eq!(s.hits.load(Ordering::SeqCst), 1);
+    // Where the filter is off, nothing is buffered and nothing refused.
+    let open = Request::post("/open")
+        .header("host", "example.com")
+        .body(Full::new(Bytes::from("much more than ten bytes")))
+        .unwrap();
+    let r = H1::connect(s.courier.listener).await.send(open).await;
+    assert_eq!(r.status, 200);
+    assert!(r.body.ends_with("body: much more than ten bytes\n"), "{}", r.body);
 }
 
 #[tokio::test]

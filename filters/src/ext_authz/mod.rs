@@ -236,6 +236,18 @@ impl HttpFilter for ExtAuthzFilter {
             allow_partial: s.allow_partial_message,
         })
     }
+
+    fn wants_body_on(&self, per_route: Option<&PerRouteFilterConfig>) -> Option<BodyWanted> {
+        match per_route {
+            Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::Disabled(true))) => None,
+            Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::CheckSettings(s)))
+                if s.disable_request_body_buffering =>
+            {
+                None
+            }
+            _ => self.wants_body(),
+        }
+    }
 }
 
 #[cfg(test)]
