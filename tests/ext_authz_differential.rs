@@ -31,6 +31,8 @@ fn vhosts() -> String {
       envoy.filters.http.ext_authz:
         "@type": {PER_ROUTE}
         disabled: true
+  - match: {{ prefix: "/reroute", headers: [{{ name: x-t-user, string_match: {{ exact: alice }} }}] }}
+    direct_response: {{ status: 200, body: {{ inline_string: "rerouted\n" }} }}
   - match: {{ prefix: "/direct" }}
     direct_response: {{ status: 200, body: {{ inline_string: "direct\n" }} }}
   - match: {{ prefix: "/" }}
@@ -138,15 +140,57 @@ fn cases() -> Vec<Case> {
         h("http 201 is a denial", "/a").header("x-mode", "created"),
         h("http 500 is an error", "/a").header("x-mode", "error"),
         Case::get("http fail open", "http_open", "example.com", "/a").header("x-mode", "error"),
+        g("grpc deny to a gRPC client", "/a")
+            .method("POST")
+            .header("content-type", "application/grpc")
+            .header("x-mode", "deny")
+            .h2c(),
+        g("grpc route kept without clear_route_cache", "/reroute"),
+        Case::get(
+            "grpc clear_route_cache",
+            "reroute",
+            "example.com",
+            "/reroute",
+        ),
+        Case::get(
+            "http deny allowed_client_headers",
+            "http_client",
+            "example.com",
+            "/a",
+        )
+        .header("x-mode", "deny"),
+        Case::get(
+            "http unauthorized allowed_client_headers",
+            "http_client",
+            "example.com",
+            "/a",
+        )
+        .header("x-mode", "unauthorized"),
+        Case::get("partial body", "partial", "example.com", "/a")
+            .method("POST")
+            .body("longer than five"),
+        Case::get(
+            "partial body within the limit",
+            "partial",
+            "example.com",
+            "/a",
+        )
+        .method("POST")
+        .body("abc"),
         Case::get("body within the limit", "body", "example.com", "/a")
             .method("POST")
             .body("hello"),
         Case::get("body over the limit", "body", "example.com", "/a")
             .method("POST")
             .body("much more than ten bytes"),
-        Case::get("body over the limit where disabled", "body", "example.com", "/open")
-            .method("POST")
-            .body("much more than ten bytes"),
+        Case::get(
+            "body over the limit where disabled",
+            "body",
+            "example.com",
+            "/open",
+        )
+        .method("POST")
+        .body("much more than ten bytes"),
     ]
 }
 
@@ -195,6 +239,33 @@ fn ext_authz_answers_as_envoy_does() {
             ),
             &v,
         ),
+        hcm_listener_filters(
+            "reroute",
+            "",
+            &filter(&grpc("authz_grpc"), "clear_route_cache: true"),
+            &v,
+        ),
+        hcm_listener_filters(
+            "http_client",
+            "",
+            &filter(
+                &HTTP.replace(
+                    "allowed_client_headers_on_success",
+                    "allowed_client_headers: { patterns: [{ exact: x-t-deny }] }\n        allowed_client_headers_on_success",
+                ),
+                "",
+            ),
+            &v,
+        ),
+        hcm_listener_filters(
+            "partial",
+            "",
+            &filter(
+                &grpc("authz_grpc"),
+                "with_request_body: { max_request_bytes: 5, allow_partial_message: true }",
+            ),
+            &v,
+        ),
     ];
     let clusters = [
         cluster("up", s.upstream, false),
@@ -218,6 +289,9 @@ fn ext_authz_answers_as_envoy_does() {
             "http",
             "http_open",
             "body",
+            "reroute",
+            "http_client",
+            "partial",
         ],
     }];
     let failures = run(&envoy, &courier_bin(), &all, &cases());

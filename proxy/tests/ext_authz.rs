@@ -453,7 +453,11 @@ async fn with_request_body_sends_the_body_and_refuses_larger_ones() {
         .unwrap();
     let r = H1::connect(s.courier.listener).await.send(open).await;
     assert_eq!(r.status, 200);
-    assert!(r.body.ends_with("body: much more than ten bytes\n"), "{}", r.body);
+    assert!(
+        r.body.ends_with("body: much more than ten bytes\n"),
+        "{}",
+        r.body
+    );
 }
 
 #[tokio::test]

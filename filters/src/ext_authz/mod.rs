@@ -30,6 +30,9 @@ use std::time::Duration;
 /// The dynamic-metadata namespace ext_authz writes.
 pub const FILTER_NAME: &str = "envoy.filters.http.ext_authz";
 
+/// Tells the authorization service whether the body it got was cut.
+const PARTIAL_BODY: &str = "x-envoy-auth-partial-body";
+
 /// A check without a deadline (`timeout: 0s`) is still bounded, so a stalled server
 /// cannot hold a request forever.
 const UNBOUNDED: Duration = Duration::from_secs(3600);
@@ -145,7 +148,7 @@ impl ExtAuthzFilter {
                 let partial = b.len() > max;
                 if s.allow_partial_message {
                     req.head.headers.insert(
-                        "x-envoy-auth-partial-body",
+                        PARTIAL_BODY,
                         HeaderValue::from_static(if partial { "true" } else { "false" }),
                     );
                 }
@@ -154,6 +157,8 @@ impl ExtAuthzFilter {
             _ => None,
         };
         let outcome = self.call(req, context, body).await;
+        // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
+        req.head.headers.remove(PARTIAL_BODY);
         match outcome {
             Outcome::Ok(allow) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
