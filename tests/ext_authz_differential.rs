@@ -53,6 +53,28 @@ fn filter(service: &str, extra: &str) -> String {
     )
 }
 
+/// ext_authz named `authz`, then RBAC allowing only requests whose dynamic metadata in
+/// namespace `ns` has `user: alice` (what the authz server's allow answer carries).
+fn metadata_chain(ns: &str) -> String {
+    format!(
+        r#"
+- name: authz
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz
+    {grpc}
+- name: envoy.filters.http.rbac
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+    rules:
+      action: ALLOW
+      policies:
+        md:
+          permissions: [{{ any: true }}]
+          principals: [{{ metadata: {{ filter: {ns}, path: [{{ key: user }}], value: {{ string_match: {{ exact: alice }} }} }} }}]"#,
+        grpc = grpc("authz_grpc")
+    )
+}
+
 fn grpc(cluster: &str) -> String {
     format!("grpc_service: {{ envoy_grpc: {{ cluster_name: {cluster} }}, timeout: 0.5s }}")
 }
@@ -177,6 +199,18 @@ fn cases() -> Vec<Case> {
         )
         .method("POST")
         .body("abc"),
+        Case::get(
+            "dynamic metadata under the filter's type name",
+            "md_const",
+            "example.com",
+            "/a",
+        ),
+        Case::get(
+            "dynamic metadata under the filter's config name",
+            "md_name",
+            "example.com",
+            "/a",
+        ),
         Case::get("body within the limit", "body", "example.com", "/a")
             .method("POST")
             .body("hello"),
@@ -266,6 +300,8 @@ fn ext_authz_answers_as_envoy_does() {
             ),
             &v,
         ),
+        hcm_listener_filters("md_const", "", &metadata_chain("envoy.filters.http.ext_authz"), &v),
+        hcm_listener_filters("md_name", "", &metadata_chain("authz"), &v),
     ];
     let clusters = [
         cluster("up", s.upstream, false),
@@ -292,6 +328,8 @@ fn ext_authz_answers_as_envoy_does() {
             "reroute",
             "http_client",
             "partial",
+            "md_const",
+            "md_name",
         ],
     }];
     let failures = run(&envoy, &courier_bin(), &all, &cases());

@@ -147,11 +147,25 @@ impl Authorization for Auth {
                 ],
                 ..Default::default()
             }),
-            _ => ok(OkHttpResponse {
-                headers: vec![set("x-t-user", "alice")],
-                response_headers_to_add: vec![set("x-t-resp", "r1")],
-                ..Default::default()
-            }),
+            _ => {
+                let mut md = envoy_types::pb::google::protobuf::Struct::default();
+                md.fields.insert(
+                    "user".into(),
+                    envoy_types::pb::google::protobuf::Value {
+                        kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                            "alice".into(),
+                        )),
+                    },
+                );
+                CheckResponse {
+                    dynamic_metadata: Some(md),
+                    ..ok(OkHttpResponse {
+                        headers: vec![set("x-t-user", "alice")],
+                        response_headers_to_add: vec![set("x-t-resp", "r1")],
+                        ..Default::default()
+                    })
+                }
+            }
         };
         Ok(tonic::Response::new(resp))
     }
