@@ -1,6 +1,7 @@
 //! Building an HCM's filter chain from its validated `http_filters`.
 
 use crate::chain::{ChainEntry, FilterChain};
+use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
 use crate::rbac::{RbacFilter, RbacStats};
@@ -26,14 +27,31 @@ pub enum FilterStats {
         /// The counters.
         stats: Arc<RbacStats>,
     },
+    /// ext_authz: `ext_authz.[<stat_prefix>.]...`.
+    ExtAuthz {
+        /// `stat_prefix` (empty = none).
+        stat_prefix: String,
+        /// The counters.
+        stats: Arc<ExtAuthzStats>,
+    },
 }
 
 /// The chain for `filters` (in config order, the terminal router left out) and the
-/// counters of its filters. `fetcher` serves jwt_authn remote JWKS. Fails on a filter this
-/// crate does not implement yet (ext_authz).
+/// counters of its filters. `fetcher` serves jwt_authn remote JWKS. Fails on ext_authz
+/// (it needs a transport: [`build_chain_with`]).
 pub fn build_chain(
     filters: &[FilterConfig],
     fetcher: Option<Arc<dyn JwksFetcher>>,
+) -> Result<(FilterChain, Vec<FilterStats>), String> {
+    build_chain_with(filters, fetcher, None)
+}
+
+/// [`build_chain`] with `authz` carrying ext_authz checks (without one, an ext_authz filter
+/// fails the build).
+pub fn build_chain_with(
+    filters: &[FilterConfig],
+    fetcher: Option<Arc<dyn JwksFetcher>>,
+    authz: Option<Arc<dyn AuthzTransport>>,
 ) -> Result<(FilterChain, Vec<FilterStats>), String> {
     let mut entries = Vec::new();
     let mut stats = Vec::new();
@@ -57,11 +75,19 @@ pub fn build_chain(
                 });
                 Box::new(filter)
             }
-            HttpFilterConfig::ExtAuthz(_) => {
-                return Err(format!(
-                    "HTTP filter {} (ext_authz) is not implemented yet",
-                    f.name
-                ));
+            HttpFilterConfig::ExtAuthz(c) => {
+                let Some(transport) = authz.clone() else {
+                    return Err(format!(
+                        "HTTP filter {} (ext_authz) needs an authorization transport",
+                        f.name
+                    ));
+                };
+                let filter = ExtAuthzFilter::new(&f.name, Arc::new((**c).clone()), transport);
+                stats.push(FilterStats::ExtAuthz {
+                    stat_prefix: c.stat_prefix.clone(),
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
             }
         };
         entries.push(ChainEntry {

@@ -162,6 +162,13 @@ pub trait HttpFilter: Send + Sync {
         None
     }
 
+    /// [`HttpFilter::wants_body`] on a route whose per-route config for this filter is
+    /// `per_route` (ext_authz `disable_request_body_buffering`). The default ignores it.
+    fn wants_body_on(&self, per_route: Option<&PerRouteFilterConfig>) -> Option<BodyWanted> {
+        let _ = per_route;
+        self.wants_body()
+    }
+
     /// Called with the response headers (upstream or local reply), in reverse filter order.
     /// The default does nothing.
     fn encode_headers(&self, req: &RequestState<'_>, headers: &mut HeaderMap) {
@@ -242,6 +249,21 @@ impl FilterChain {
         self.entries
             .iter()
             .filter_map(|e| e.filter.wants_body())
+            .reduce(|a, b| BodyWanted {
+                max_bytes: a.max_bytes.max(b.max_bytes),
+                allow_partial: a.allow_partial && b.allow_partial,
+            })
+    }
+
+    /// [`FilterChain::wants_body`] for the filters that run on `route`, with their
+    /// per-route configs: a filter disabled there buffers nothing.
+    pub fn wants_body_on(
+        &self,
+        route: Option<crate::request::SelectedRoute<'_>>,
+    ) -> Option<BodyWanted> {
+        self.entries
+            .iter()
+            .filter_map(|e| e.filter.wants_body_on(e.on_route(route)?))
             .reduce(|a, b| BodyWanted {
                 max_bytes: a.max_bytes.max(b.max_bytes),
                 allow_partial: a.allow_partial && b.allow_partial,

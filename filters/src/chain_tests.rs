@@ -144,7 +144,7 @@ async fn disabled_per_route_and_route_reselection() {
 }
 
 #[test]
-fn ext_authz_is_not_built_yet() {
+fn ext_authz_needs_a_transport() {
     let f = filter_config(
         "name: authz\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n  http_service: {server_uri: {uri: \"http://authz/\", cluster: authz, timeout: 1s}}\n",
     );

@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod chain;
+pub mod ext_authz;
 pub mod jwt_authn;
 pub mod rbac;
 pub mod request;
@@ -12,7 +13,7 @@ pub(crate) mod test_support;
 #[cfg(test)]
 mod timing_tests;
 
-pub use build::build_chain;
+pub use build::{build_chain, build_chain_with};
 pub use chain::{
     BodyWanted, ChainEntry, Decision, FilterChain, HttpFilter, LocalReply, PendingFuture, Verdict,
 };

@@ -326,13 +326,24 @@ async fn filter<'a>(
     logging: bool,
 ) -> Filtered<'a> {
     let to = ReplyTo::of(&req);
-    let (head, body) = req.into_parts();
-    let mut state = RequestState::new(
-        head,
-        &info.facts,
-        remote,
-        selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random)),
-    );
+    let (head, mut body) = req.into_parts();
+    let filter_route = selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random));
+    let mut buffered = None;
+    if let Some(wanted) = chain.wants_body_on(filter_route)
+        && !http_body::Body::is_end_stream(&body)
+    {
+        match crate::filter_body::buffer(&mut body, wanted).await {
+            Ok(b) => buffered = Some(b),
+            Err(_) => {
+                return Filtered::Answered(
+                    local_reply(to, StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large")
+                        .map(ResponseBody::from),
+                );
+            }
+        }
+    }
+    let mut state = RequestState::new(head, &info.facts, remote, filter_route);
+    state.body = buffered;
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
@@ -345,6 +356,9 @@ async fn filter<'a>(
         Verdict::Respond(r) => {
             let mut resp = local_reply(to, r.status, r.body);
             resp.headers_mut().extend(r.headers);
+            if r.details.starts_with("ext_authz") {
+                resp.extensions_mut().insert(ResponseFlag("UAEX"));
+            }
             if logging {
                 resp.extensions_mut()
                     .insert(Details(r.details.into_owned()));
@@ -357,6 +371,11 @@ async fn filter<'a>(
             let selected = reselected.unwrap_or(selected);
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
+            // A buffered body goes on as the bytes read.
+            let body = match state.body.take() {
+                Some(b) => RequestBody::new(crate::router::body::RequestBody::full(b), None),
+                None => body,
+            };
             Filtered::Continue(Request::from_parts(head, body), selected, state)
         }
     }

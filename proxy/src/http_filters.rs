@@ -1,6 +1,7 @@
 //! The HTTP filter chains (jwt_authn, RBAC) of every connection manager, built once at
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
+use crate::ext_authz_client::ClusterAuthz;
 use crate::jwks_fetch::ClusterJwksFetcher;
 use crate::stats::Sample;
 use crate::tls::DownstreamStream;
@@ -8,6 +9,7 @@ use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
 use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
+use courier_filters::ext_authz::AuthzTransport;
 use courier_filters::jwt_authn::jwks_cache::JwksFetcher;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
 use std::sync::Arc;
@@ -28,12 +30,14 @@ impl HttpFilters {
     pub fn build(bootstrap: &Bootstrap, client: &ClusterClient) -> Result<Self, String> {
         let mut out = Self::default();
         let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
+        let authz: Arc<dyn AuthzTransport> = Arc::new(ClusterAuthz(client.clone()));
         for l in &bootstrap.listeners {
             let mut chains = Vec::new();
             for fc in l.all_filter_chains() {
-                let (chain, stats) = courier_filters::build_chain(
+                let (chain, stats) = courier_filters::build_chain_with(
                     &fc.http_connection_manager.http_filters,
                     Some(Arc::clone(&fetcher)),
+                    Some(Arc::clone(&authz)),
                 )
                 .map_err(|e| format!("listener {}: {e}", l.name))?;
                 let prefix = &fc.http_connection_manager.stat_prefix;
@@ -123,6 +127,21 @@ impl HttpFilters {
                     add(format!("{p}jwt_cache_miss"), &stats.jwt_cache_miss);
                     add(format!("{p}jwks_fetch_success"), &stats.fetch.success);
                     add(format!("{p}jwks_fetch_failed"), &stats.fetch.failed);
+                }
+                FilterStats::ExtAuthz { stat_prefix, stats } => {
+                    let p = if stat_prefix.is_empty() {
+                        format!("http.{hcm}.ext_authz.")
+                    } else {
+                        format!("http.{hcm}.ext_authz.{stat_prefix}.")
+                    };
+                    add(format!("{p}ok"), &stats.ok);
+                    add(format!("{p}denied"), &stats.denied);
+                    add(format!("{p}error"), &stats.error);
+                    add(
+                        format!("{p}failure_mode_allowed"),
+                        &stats.failure_mode_allowed,
+                    );
+                    add(format!("{p}disabled"), &stats.disabled);
                 }
                 FilterStats::Rbac {
                     rules_stat_prefix,

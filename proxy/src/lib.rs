@@ -11,6 +11,8 @@ mod admin;
 mod codec_error;
 mod conn_idle;
 mod conn_manager;
+mod ext_authz_client;
+mod filter_body;
 mod filter_chain;
 mod http_filters;
 mod jwks_fetch;

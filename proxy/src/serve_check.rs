@@ -6,14 +6,13 @@
 
 use courier_config::Bootstrap;
 use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
-use courier_config::filters::{HttpFilterConfig, PerRouteFilterConfig};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
     EscapedSlashesAction, HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation,
     StripPort,
 };
-use courier_config::route::{Action, HeaderMutations, PerFilterConfigs, RouteConfig};
+use courier_config::route::{Action, HeaderMutations, RouteConfig};
 
 /// Every feature in `bootstrap` that the data plane does not serve yet.
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
@@ -88,17 +87,7 @@ fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
 fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     let mut refuse =
         |field: &str, what: &str| problems.push(format!("{at}.{field}: {what} is not served yet"));
-    for (i, f) in h.http_filters.iter().enumerate() {
-        match &f.config {
-            HttpFilterConfig::Router(_) => {}
-            HttpFilterConfig::JwtAuthn(_) => {}
-            HttpFilterConfig::Rbac(_) => {}
-            HttpFilterConfig::ExtAuthz(_) => refuse(
-                &format!("http_filters[{i}]"),
-                &format!("HTTP filter {}", f.name),
-            ),
-        }
-    }
+    // Every HTTP filter the config accepts (jwt_authn, rbac, ext_authz, router) is served.
     if h.normalize_path
         || h.merge_slashes
         || h.path_with_escaped_slashes_action != EscapedSlashesAction::KeepUnchanged
@@ -123,27 +112,10 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     }
 }
 
-/// Refuses the per-route configs the filters do not serve: ext_authz's. jwt_authn's
-/// and RBAC's are served (route, virtual host and route configuration levels).
-fn per_filter(configs: &PerFilterConfigs, at: &str, problems: &mut Vec<String>) {
-    for (name, c) in configs {
-        match &c.config {
-            None
-            | Some(PerRouteFilterConfig::JwtAuthn(_))
-            | Some(PerRouteFilterConfig::Rbac(_)) => {}
-            Some(PerRouteFilterConfig::ExtAuthz(_)) => problems.push(format!(
-                "{at}.typed_per_filter_config.{name}: ext_authz is not served yet"
-            )),
-        }
-    }
-}
-
 fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
-    per_filter(&rc.typed_per_filter_config, at, problems);
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        per_filter(&vh.typed_per_filter_config, &at, problems);
         if vh.retry_policy.is_some()
             || vh.hedge_policy.is_some()
             || vh.include_request_attempt_count
@@ -154,7 +126,6 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
         mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
             let at = format!("{at}.routes[{r}]");
-            per_filter(&route.typed_per_filter_config, &at, problems);
             mutations(
                 &route.request_headers,
                 &route.response_headers,
@@ -177,9 +148,6 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             if let courier_config::route::ClusterSpecifier::Weighted(w) = &ra.cluster {
                 for (i, c) in w.clusters.iter().enumerate() {
                     let at = format!("{at}.route.weighted_clusters.clusters[{i}]");
-                    // The picked cluster's configs are the most specific level, as
-                    // Envoy's route entry for a weighted cluster.
-                    per_filter(&c.typed_per_filter_config, &at, problems);
                     mutations(&c.request_headers, &c.response_headers, &at, problems);
                 }
             }

@@ -1,0 +1,166 @@
+//! The `CheckRequest` Envoy sends (envoy-reference 3.2 step 4).
+
+use super::metadata::to_struct;
+use crate::request::RequestState;
+use courier_config::filters::ext_authz::ExtAuthz;
+use courier_config::matcher::StringMatcher;
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, Metadata, SocketAddress, address, socket_address,
+};
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
+    HttpRequest, Peer, Request as AttrRequest,
+};
+use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
+use envoy_types::pb::google::protobuf::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+/// Request ids: Envoy sends its stream id (not `x-request-id`), a per-process number.
+static STREAM_ID: AtomicU64 = AtomicU64::new(1);
+
+fn socket_address(a: SocketAddr) -> Address {
+    Address {
+        address: Some(address::Address::SocketAddress(SocketAddress {
+            address: a.ip().to_string(),
+            port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
+                a.port(),
+            ))),
+            ..Default::default()
+        })),
+    }
+}
+
+/// The peer certificate's principal: URI SAN, else DNS SAN, else subject.
+fn source_principal(req: &RequestState<'_>) -> String {
+    let Some(cert) = req.conn.tls.as_ref().and_then(|t| t.peer_cert.as_ref()) else {
+        return String::new();
+    };
+    cert.uri_sans
+        .first()
+        .or(cert.dns_sans.first())
+        .cloned()
+        .unwrap_or_else(|| cert.subject.clone())
+}
+
+fn protocol(v: http::Version) -> &'static str {
+    match v {
+        http::Version::HTTP_10 => "HTTP/1.0",
+        http::Version::HTTP_2 => "HTTP/2",
+        http::Version::HTTP_3 => "HTTP/3",
+        _ => "HTTP/1.1",
+    }
+}
+
+fn listed(list: &Option<Vec<StringMatcher>>, name: &str) -> Option<bool> {
+    list.as_ref().map(|l| l.iter().any(|m| m.matches(name)))
+}
+
+/// The request headers sent with a gRPC check: pseudo-headers and every header (or those
+/// `allowed_headers` matches, minus `disallowed_headers`), repeats joined by `,`, values that
+/// are not UTF-8 as `!`.
+fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
+    let mut out = HashMap::new();
+    let keep = |name: &str| {
+        listed(&cfg.allowed_headers, name) != Some(false)
+            && listed(&cfg.disallowed_headers, name) != Some(true)
+    };
+    for pseudo in [":authority", ":method", ":path", ":scheme"] {
+        if keep(pseudo)
+            && let Some(v) = req.first_header(pseudo)
+        {
+            out.insert(pseudo.to_string(), v.to_string());
+        }
+    }
+    for (name, value) in &req.head.headers {
+        let n = name.as_str();
+        if n == "host" || !keep(n) {
+            continue;
+        }
+        let v = String::from_utf8(value.as_bytes().to_vec()).unwrap_or_else(|_| "!".into());
+        out.entry(n.to_string())
+            .and_modify(|e: &mut String| {
+                e.push(',');
+                e.push_str(&v);
+            })
+            .or_insert(v);
+    }
+    out
+}
+
+/// Builds the check for `req`: `context` is the merged `context_extensions`, `body` what
+/// was buffered (already cut to `max_request_bytes`).
+pub fn build(
+    req: &RequestState<'_>,
+    cfg: &ExtAuthz,
+    context: &BTreeMap<String, String>,
+    body: Option<&[u8]>,
+) -> CheckRequest {
+    let mut http = HttpRequest {
+        id: STREAM_ID.fetch_add(1, Ordering::Relaxed).to_string(),
+        method: req.head.method.as_str().to_string(),
+        headers: headers(req, cfg),
+        path: req.path().to_string(),
+        host: req.authority().to_string(),
+        scheme: req.scheme().to_string(),
+        protocol: protocol(req.head.version).to_string(),
+        ..Default::default()
+    };
+    http.size = req
+        .head
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .or_else(|| body.map(|b| b.len() as i64))
+        .unwrap_or(0);
+    if let Some(b) = body {
+        match cfg.with_request_body {
+            Some(s) if s.pack_as_bytes => http.raw_body = b.to_vec(),
+            _ => http.body = String::from_utf8_lossy(b).into_owned(),
+        }
+    }
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    let service = req
+        .first_header("x-envoy-downstream-service-cluster")
+        .unwrap_or("")
+        .to_string();
+    let mut filter_metadata = HashMap::new();
+    for ns in &cfg.metadata_context_namespaces {
+        if let Some(obj) = req.metadata.get(ns) {
+            filter_metadata.insert(ns.clone(), to_struct(obj));
+        }
+    }
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            source: Some(Peer {
+                address: Some(socket_address(req.conn.peer)),
+                principal: source_principal(req),
+                service,
+                ..Default::default()
+            }),
+            destination: Some(Peer {
+                address: Some(socket_address(req.conn.local)),
+                ..Default::default()
+            }),
+            request: Some(AttrRequest {
+                time: Some(Timestamp {
+                    seconds: now.as_secs() as i64,
+                    nanos: now.subsec_nanos() as i32,
+                }),
+                http: Some(http),
+            }),
+            context_extensions: context
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            metadata_context: Some(Metadata {
+                filter_metadata,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}

@@ -1,0 +1,296 @@
+use super::*;
+use crate::chain::Verdict;
+use crate::request::{PeerCert, SelectedRoute, TlsFacts};
+use crate::test_support::{filter_config, head, per_route_config, plain_conn, reply, run, state};
+use courier_config::filters::HttpFilterConfig;
+use courier_config::route::PerFilterConfigs;
+use envoy_types::pb::envoy::config::core::v3::{
+    HeaderValue as PbHeader, HeaderValueOption, QueryParameter,
+};
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{DeniedHttpResponse, OkHttpResponse};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use std::sync::atomic::AtomicUsize;
+
+/// Answers every check with `answer` (`None`: never answers), counting calls.
+struct Fake {
+    answer: Option<Result<CheckResponse, String>>,
+    calls: AtomicUsize,
+    seen: arc_swap::ArcSwapOption<CheckRequest>,
+}
+
+impl Fake {
+    fn new(answer: Option<Result<CheckResponse, String>>) -> Arc<Self> {
+        Arc::new(Self {
+            answer,
+            calls: AtomicUsize::new(0),
+            seen: arc_swap::ArcSwapOption::empty(),
+        })
+    }
+}
+
+impl AuthzTransport for Fake {
+    fn check<'a>(
+        &'a self,
+        _: &'a GrpcService,
+        _: Option<Duration>,
+        req: CheckRequest,
+    ) -> CheckFuture<'a> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.seen.store(Some(Arc::new(req)));
+        let answer = self.answer.clone();
+        Box::pin(async move {
+            match answer {
+                Some(a) => a,
+                None => std::future::pending().await,
+            }
+        })
+    }
+
+    fn http<'a>(&'a self, _: &'a HttpUri, _: http::Request<Bytes>) -> HttpCheckFuture<'a> {
+        Box::pin(async { Err("no HTTP here".to_string()) })
+    }
+}
+
+fn filter(extra: &str, fake: &Arc<Fake>) -> ExtAuthzFilter {
+    let f = filter_config(&format!(
+        "name: envoy.filters.http.ext_authz\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n  grpc_service: {{envoy_grpc: {{cluster_name: authz}}}}\n{extra}"
+    ));
+    let HttpFilterConfig::ExtAuthz(c) = f.config else {
+        panic!("not ext_authz");
+    };
+    ExtAuthzFilter::new(
+        &f.name,
+        Arc::new(*c),
+        Arc::clone(fake) as Arc<dyn AuthzTransport>,
+    )
+}
+
+fn status(code: i32) -> Option<RpcStatus> {
+    Some(RpcStatus {
+        code,
+        ..Default::default()
+    })
+}
+
+#[allow(deprecated)]
+fn hvo(k: &str, v: &str, append: bool) -> HeaderValueOption {
+    HeaderValueOption {
+        header: Some(PbHeader {
+            key: k.into(),
+            value: v.into(),
+            ..Default::default()
+        }),
+        append: Some(envoy_types::pb::google::protobuf::BoolValue { value: append }),
+        ..Default::default()
+    }
+}
+
+fn route() -> Option<SelectedRoute<'static>> {
+    Some(SelectedRoute::default())
+}
+
+#[tokio::test]
+async fn ok_applies_mutations_metadata_and_response_headers() {
+    let mut md = envoy_types::pb::google::protobuf::Struct::default();
+    md.fields.insert(
+        "user".into(),
+        envoy_types::pb::google::protobuf::Value {
+            kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                "a".into(),
+            )),
+        },
+    );
+    let fake = Fake::new(Some(Ok(CheckResponse {
+        status: status(0),
+        dynamic_metadata: Some(md),
+        http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
+            headers: vec![
+                hvo("x-set", "s", false),
+                hvo("x-app", "2", true),
+                hvo("x-none", "n", true),
+            ],
+            headers_to_remove: vec!["x-gone".into(), ":path".into(), "host".into()],
+            response_headers_to_add: vec![hvo("x-resp", "r", false)],
+            query_parameters_to_set: vec![QueryParameter {
+                key: "b".into(),
+                value: "2".into(),
+            }],
+            query_parameters_to_remove: vec!["c".into()],
+            ..Default::default()
+        })),
+    })));
+    let f = filter("  clear_route_cache: true\n", &fake);
+    let conn = plain_conn();
+    let mut req = state(
+        &conn,
+        head(
+            "GET",
+            "/p?c=3&a=1",
+            &[
+                ("host", "h"),
+                ("x-app", "1"),
+                ("x-gone", "g"),
+                ("x-set", "old"),
+            ],
+        ),
+    );
+    req.route = route();
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    let h = &req.head.headers;
+    assert_eq!(h["x-set"], "s");
+    assert_eq!(h["x-app"], "1,2");
+    assert!(h.get("x-none").is_none() && h.get("x-gone").is_none());
+    assert_eq!(h["host"], "h");
+    assert_eq!(req.path(), "/p?a=1&b=2");
+    assert_eq!(req.response_headers["x-resp"], "r");
+    assert_eq!(req.metadata[FILTER_NAME]["user"], "a");
+    assert!(req.route_cache_cleared());
+    assert_eq!(f.stats().ok.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn denied_answers_with_the_servers_status_headers_and_body() {
+    let fake = Fake::new(Some(Ok(CheckResponse {
+        status: status(7),
+        http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+            status: Some(HttpStatus { code: 418 }),
+            headers: vec![hvo("x-why", "tea", false)],
+            body: "no".into(),
+        })),
+        ..Default::default()
+    })));
+    let f = filter("", &fake);
+    let conn = plain_conn();
+    let mut req = state(&conn, head("GET", "/", &[]));
+    req.route = route();
+    let r = reply(run(&f, &mut req, None).await);
+    assert_eq!((r.status.as_u16(), &r.body[..]), (418, &b"no"[..]));
+    assert_eq!(r.headers["x-why"], "tea");
+    assert_eq!(r.details, "ext_authz_denied");
+
+    let bare = Fake::new(Some(Ok(CheckResponse {
+        status: status(7),
+        ..Default::default()
+    })));
+    let f = filter("", &bare);
+    let r = reply(run(&f, &mut req, None).await);
+    assert_eq!((r.status.as_u16(), r.body.len()), (403, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn errors_and_timeouts_fail_closed_or_open() {
+    let conn = plain_conn();
+    for fake in [Fake::new(Some(Err("unavailable".into()))), Fake::new(None)] {
+        let f = filter("  status_on_error: {code: 503}\n", &fake);
+        let mut req = state(&conn, head("GET", "/", &[]));
+        req.route = route();
+        let r = reply(run(&f, &mut req, None).await);
+        assert_eq!((r.status.as_u16(), r.body.len()), (503, 0));
+        assert_eq!(r.details, "ext_authz_error");
+        assert_eq!(f.stats().error.load(Ordering::SeqCst), 1);
+
+        let f = filter(
+            "  failure_mode_allow: true\n  failure_mode_allow_header_add: true\n",
+            &fake,
+        );
+        let mut req = state(&conn, head("GET", "/", &[]));
+        req.route = route();
+        assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+        assert_eq!(
+            req.head.headers["x-envoy-auth-failure-mode-allowed"],
+            "true"
+        );
+        assert_eq!(f.stats().failure_mode_allowed.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test]
+async fn no_route_and_disabled_routes_are_not_checked() {
+    let fake = Fake::new(Some(Ok(CheckResponse {
+        status: status(7),
+        ..Default::default()
+    })));
+    let f = filter("", &fake);
+    let conn = plain_conn();
+    let mut req = state(&conn, head("GET", "/", &[]));
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    req.route = route();
+    let off = per_route_config(
+        "envoy.filters.http.ext_authz",
+        "\"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\ndisabled: true\n",
+    );
+    assert!(matches!(
+        run(&f, &mut req, off.config.as_ref()).await,
+        Verdict::Continue
+    ));
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn check_request_carries_the_request_peer_and_merged_context() {
+    let fake = Fake::new(Some(Ok(CheckResponse {
+        status: status(0),
+        ..Default::default()
+    })));
+    let f = filter("", &fake);
+    let mut conn = plain_conn();
+    conn.tls = Some(TlsFacts {
+        sni: None,
+        peer_cert: Some(PeerCert {
+            uri_sans: vec!["spiffe://c/ns/a".into()],
+            dns_sans: vec!["a.test".into()],
+            subject: "CN=a".into(),
+        }),
+    });
+    let ctx = |yaml: &str| {
+        per_route_config(
+            "envoy.filters.http.ext_authz",
+            &format!(
+                "\"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute\ncheck_settings: {{context_extensions: {yaml}}}\n"
+            ),
+        )
+    };
+    let vhost: PerFilterConfigs = [(
+        "envoy.filters.http.ext_authz".to_string(),
+        ctx("{a: vhost, b: vhost}"),
+    )]
+    .into();
+    let route_level: PerFilterConfigs = [(
+        "envoy.filters.http.ext_authz".to_string(),
+        ctx("{b: route}"),
+    )]
+    .into();
+    let mut req = state(
+        &conn,
+        head(
+            "POST",
+            "/x?y=1",
+            &[("host", "h.test"), ("x-r", "1"), ("x-r", "2")],
+        ),
+    );
+    req.route = Some(SelectedRoute {
+        per_filter: [None, Some(&route_level), Some(&vhost), None],
+        metadata: None,
+    });
+    let own = route_level.values().next().and_then(|c| c.config.as_ref());
+    assert!(matches!(run(&f, &mut req, own).await, Verdict::Continue));
+    let seen = fake.seen.load_full().unwrap();
+    let a = seen.attributes.as_ref().unwrap();
+    let h = a.request.as_ref().unwrap().http.as_ref().unwrap();
+    assert_eq!(
+        (h.method.as_str(), h.path.as_str(), h.host.as_str()),
+        ("POST", "/x?y=1", "h.test")
+    );
+    assert_eq!(
+        (h.scheme.as_str(), h.protocol.as_str()),
+        ("https", "HTTP/1.1")
+    );
+    assert_eq!(h.headers["x-r"], "1,2");
+    assert_eq!(h.headers[":path"], "/x?y=1");
+    assert!(!h.headers.contains_key("host"));
+    assert_eq!(a.source.as_ref().unwrap().principal, "spiffe://c/ns/a");
+    assert_eq!(a.context_extensions["a"], "vhost");
+    assert_eq!(a.context_extensions["b"], "route");
+}

@@ -1,0 +1,186 @@
+//! ext_authz's transport: gRPC `Authorization/Check` through a courier cluster
+//! (`envoy_grpc`, over the calling worker's HTTP/2 pool) or a direct tonic channel
+//! (`google_grpc`, one per thread, built on first use), and HTTP checks through a
+//! cluster. Every call runs on the request's own task.
+
+use crate::upstream::client::{ClusterClient, full_body};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use courier_config::config_source::{GrpcService, GrpcTarget};
+use courier_config::filters::http_uri::HttpUri;
+use courier_filters::ext_authz::{AuthzTransport, CheckFuture, HttpCheckFuture};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use http::{HeaderName, HeaderValue, Request, header};
+use http_body_util::BodyExt;
+use prost::Message;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+const CHECK_PATH: &str = "/envoy.service.auth.v3.Authorization/Check";
+
+/// Bounds a call whose config sets no deadline (the filter bounds it too).
+const UNBOUNDED: Duration = Duration::from_secs(3600);
+
+thread_local! {
+    /// `google_grpc` channels of this thread, by target URI: each worker keeps its own
+    /// connection, so no call crosses threads.
+    static CHANNELS: RefCell<HashMap<String, Channel>> = RefCell::new(HashMap::new());
+}
+
+/// ext_authz calls over courier's clusters and direct channels.
+#[derive(Debug)]
+pub struct ClusterAuthz(pub ClusterClient);
+
+impl AuthzTransport for ClusterAuthz {
+    fn check<'a>(
+        &'a self,
+        service: &'a GrpcService,
+        timeout: Option<Duration>,
+        req: CheckRequest,
+    ) -> CheckFuture<'a> {
+        match &service.target {
+            GrpcTarget::EnvoyGrpc {
+                cluster_name,
+                authority,
+            } => Box::pin(self.envoy_grpc(
+                cluster_name,
+                authority.as_deref().unwrap_or(cluster_name),
+                service,
+                timeout,
+                req,
+            )),
+            GrpcTarget::GoogleGrpc { target_uri, .. } => {
+                let channel = channel(target_uri);
+                Box::pin(async move {
+                    let channel = channel?;
+                    let mut r = tonic::Request::new(req);
+                    if let Some(t) = timeout {
+                        r.set_timeout(t);
+                    }
+                    for (k, v) in &service.initial_metadata {
+                        if let (Ok(k), Ok(v)) = (
+                            tonic::metadata::AsciiMetadataKey::from_bytes(k.as_bytes()),
+                            v.parse(),
+                        ) {
+                            r.metadata_mut().insert(k, v);
+                        }
+                    }
+                    AuthorizationClient::new(channel)
+                        .check(r)
+                        .await
+                        .map(tonic::Response::into_inner)
+                        .map_err(|s| format!("grpc status {}: {}", s.code() as i32, s.message()))
+                })
+            }
+        }
+    }
+
+    fn http<'a>(&'a self, uri: &'a HttpUri, req: Request<Bytes>) -> HttpCheckFuture<'a> {
+        Box::pin(async move {
+            let started = tokio::time::Instant::now();
+            let mut resp = self
+                .0
+                .send(&uri.cluster, req, uri.timeout.unwrap_or(UNBOUNDED))
+                .await
+                .map_err(|e| e.to_string())?;
+            // Envoy's async client goes through its router, which stamps the answer; a
+            // denial passes the server's headers on to the client, this one included.
+            resp.headers_mut().insert(
+                "x-envoy-upstream-service-time",
+                HeaderValue::from(started.elapsed().as_millis() as u64),
+            );
+            Ok(resp)
+        })
+    }
+}
+
+/// This thread's channel to `target` (plaintext; `dns:///` stripped).
+fn channel(target: &str) -> Result<Channel, String> {
+    CHANNELS.with(|c| {
+        if let Some(ch) = c.borrow().get(target) {
+            return Ok(ch.clone());
+        }
+        let authority = target
+            .strip_prefix("dns:///")
+            .or_else(|| target.strip_prefix("dns:"))
+            .unwrap_or(target);
+        let ch = Channel::from_shared(format!("http://{authority}"))
+            .map_err(|e| format!("{target}: {e}"))?
+            .connect_lazy();
+        c.borrow_mut().insert(target.to_string(), ch.clone());
+        Ok(ch)
+    })
+}
+
+/// `grpc-timeout` in milliseconds (at most 8 digits).
+fn grpc_timeout(t: Duration) -> String {
+    format!("{}m", t.as_millis().min(99_999_999))
+}
+
+impl ClusterAuthz {
+    async fn envoy_grpc(
+        &self,
+        cluster: &str,
+        authority: &str,
+        service: &GrpcService,
+        timeout: Option<Duration>,
+        req: CheckRequest,
+    ) -> Result<CheckResponse, String> {
+        let msg = req.encode_to_vec();
+        let mut body = BytesMut::with_capacity(5 + msg.len());
+        body.put_u8(0);
+        body.put_u32(u32::try_from(msg.len()).map_err(|e| e.to_string())?);
+        body.put_slice(&msg);
+        let mut b = Request::post(CHECK_PATH)
+            .header(header::HOST, authority)
+            .header(header::CONTENT_TYPE, "application/grpc")
+            .header(header::TE, "trailers");
+        if let Some(t) = timeout {
+            b = b.header("grpc-timeout", grpc_timeout(t));
+        }
+        for (k, v) in &service.initial_metadata {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) {
+                b = b.header(k, v);
+            }
+        }
+        let req = b
+            .body(full_body(body.freeze()))
+            .map_err(|e| e.to_string())?;
+        let (resp, lease) = self
+            .0
+            .send_streaming(cluster, req)
+            .await
+            .map_err(|e| e.to_string())?;
+        if resp.status() != http::StatusCode::OK {
+            return Err(format!("http status {}", resp.status().as_u16()));
+        }
+        let (parts, body) = resp.into_parts();
+        let collected = body.collect().await.map_err(|e| e.to_string())?;
+        lease.release();
+        // Trailers-only answers carry the status in the headers.
+        let status = collected
+            .trailers()
+            .and_then(|t| t.get("grpc-status"))
+            .or_else(|| parts.headers.get("grpc-status"))
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<i32>().ok());
+        if status != Some(0) {
+            return Err(format!("grpc status {status:?}"));
+        }
+        let mut data = collected.to_bytes();
+        if data.len() < 5 || data[0] != 0 {
+            return Err("malformed gRPC message".into());
+        }
+        data.advance(1);
+        let len = data.get_u32() as usize;
+        if data.len() < len {
+            return Err("truncated gRPC message".into());
+        }
+        CheckResponse::decode(data.slice(..len)).map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,307 @@
+//! The authorization servers and upstream shared by Envoy and courier in the ext_authz
+//! differential test, on a tokio runtime of their own: every answer depends only on the
+//! request (its `x-mode` header), so both proxies get the same ones.
+
+use bytes::Bytes;
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption, QueryParameter};
+use envoy_types::pb::envoy::service::auth::v3::authorization_server::{
+    Authorization, AuthorizationServer,
+};
+use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
+use envoy_types::pb::envoy::service::auth::v3::{
+    CheckRequest, CheckResponse, DeniedHttpResponse, OkHttpResponse,
+};
+use envoy_types::pb::envoy::r#type::v3::HttpStatus;
+use envoy_types::pb::google::rpc::Status as RpcStatus;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tonic::Status;
+use tonic::codegen::Service;
+
+/// Addresses of the servers.
+pub struct Servers {
+    /// gRPC Authorization (h2c).
+    pub grpc: SocketAddr,
+    /// HTTP authz (HTTP/1.1).
+    pub http: SocketAddr,
+    /// The upstream: answers with the method, path, `x-t-*` headers and body length.
+    pub upstream: SocketAddr,
+    /// A port nothing listens on.
+    pub closed: SocketAddr,
+}
+
+fn hvo(k: &str, v: &str, append: Option<bool>, action: HeaderAppendAction) -> HeaderValueOption {
+    #[allow(deprecated)]
+    HeaderValueOption {
+        header: Some(HeaderValue {
+            key: k.into(),
+            value: v.into(),
+            ..Default::default()
+        }),
+        append: append.map(|value| envoy_types::pb::google::protobuf::BoolValue { value }),
+        append_action: action as i32,
+        ..Default::default()
+    }
+}
+
+fn set(k: &str, v: &str) -> HeaderValueOption {
+    hvo(k, v, Some(false), HeaderAppendAction::AppendIfExistsOrAdd)
+}
+
+fn rpc(code: i32) -> Option<RpcStatus> {
+    Some(RpcStatus {
+        code,
+        message: String::new(),
+        details: vec![],
+    })
+}
+
+struct Auth;
+
+#[tonic::async_trait]
+impl Authorization for Auth {
+    async fn check(
+        &self,
+        request: tonic::Request<CheckRequest>,
+    ) -> Result<tonic::Response<CheckResponse>, Status> {
+        let headers = request
+            .into_inner()
+            .attributes
+            .and_then(|a| a.request)
+            .and_then(|r| r.http)
+            .map(|h| h.headers)
+            .unwrap_or_default();
+        let mode = headers.get("x-mode").cloned().unwrap_or_default();
+        let ok = |ok: OkHttpResponse| CheckResponse {
+            status: rpc(0),
+            http_response: Some(HttpResponse::OkResponse(ok)),
+            ..Default::default()
+        };
+        let resp = match mode.as_str() {
+            "deny" => CheckResponse {
+                status: rpc(7),
+                http_response: Some(HttpResponse::DeniedResponse(DeniedHttpResponse {
+                    status: Some(HttpStatus { code: 401 }),
+                    headers: vec![set("x-t-deny", "yes")],
+                    body: "go away".into(),
+                })),
+                ..Default::default()
+            },
+            "deny-bare" => CheckResponse {
+                status: rpc(7),
+                ..Default::default()
+            },
+            "unavailable" => return Err(Status::unavailable("down")),
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                ok(OkHttpResponse::default())
+            }
+            "remove" => ok(OkHttpResponse {
+                headers_to_remove: vec!["x-t-secret".into(), ":path".into(), "host".into()],
+                ..Default::default()
+            }),
+            "query" => ok(OkHttpResponse {
+                query_parameters_to_set: vec![QueryParameter {
+                    key: "k".into(),
+                    value: "v".into(),
+                }],
+                query_parameters_to_remove: vec!["drop".into()],
+                ..Default::default()
+            }),
+            "append" => ok(OkHttpResponse {
+                headers: vec![
+                    hvo(
+                        "x-t-a",
+                        "more",
+                        Some(true),
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-t-absent",
+                        "x",
+                        Some(true),
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo("x-t-b", "if-absent", None, HeaderAppendAction::AddIfAbsent),
+                    hvo("x-t-c", "over", None, HeaderAppendAction::OverwriteIfExists),
+                    hvo("x-t-d", "over", None, HeaderAppendAction::OverwriteIfExists),
+                    hvo(
+                        "x-t-e",
+                        "default",
+                        None,
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-t-f",
+                        "set",
+                        None,
+                        HeaderAppendAction::OverwriteIfExistsOrAdd,
+                    ),
+                ],
+                ..Default::default()
+            }),
+            _ => {
+                let mut md = envoy_types::pb::google::protobuf::Struct::default();
+                md.fields.insert(
+                    "user".into(),
+                    envoy_types::pb::google::protobuf::Value {
+                        kind: Some(envoy_types::pb::google::protobuf::value::Kind::StringValue(
+                            "alice".into(),
+                        )),
+                    },
+                );
+                CheckResponse {
+                    dynamic_metadata: Some(md),
+                    ..ok(OkHttpResponse {
+                        headers: vec![set("x-t-user", "alice")],
+                        response_headers_to_add: vec![set("x-t-resp", "r1")],
+                        ..Default::default()
+                    })
+                }
+            }
+        };
+        Ok(tonic::Response::new(resp))
+    }
+}
+
+async fn grpc_server() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let svc = AuthorizationServer::new(Auth);
+    tokio::spawn(async move {
+        for _ in 0..10_000 {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let svc = svc.clone();
+            let service = service_fn(move |req: Request<Incoming>| {
+                let mut svc = svc.clone();
+                async move { svc.call(req).await }
+            });
+            tokio::spawn(
+                hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(s), service),
+            );
+        }
+    });
+    addr
+}
+
+fn http_answer(mode: &str) -> Response<Full<Bytes>> {
+    let b = Response::builder();
+    let r = match mode {
+        "deny" => b
+            .status(403)
+            .header("x-t-deny", "yes")
+            .header("content-type", "text/x-deny")
+            .body(Full::new(Bytes::from("nope"))),
+        "unauthorized" => b
+            .status(401)
+            .header("www-authenticate", "Bearer")
+            .header("x-t-other", "o")
+            .body(Full::new(Bytes::new())),
+        "redirect" => b
+            .status(302)
+            .header("location", "http://login.test/")
+            .body(Full::new(Bytes::new())),
+        "created" => b.status(201).body(Full::new(Bytes::from("created"))),
+        "error" => b.status(500).body(Full::new(Bytes::from("broken"))),
+        _ => b
+            .header("x-t-user", "bob")
+            .header("x-t-append", "a2")
+            .header("x-t-resp", "r2")
+            .header("x-envoy-auth-headers-to-remove", "x-t-secret")
+            .body(Full::new(Bytes::new())),
+    };
+    r.unwrap()
+}
+
+async fn http_server() -> SocketAddr {
+    serve_h1(|req| {
+        let mode = req
+            .headers()
+            .get("x-mode")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        async move { http_answer(&mode) }
+    })
+    .await
+}
+
+async fn upstream() -> SocketAddr {
+    serve_h1(|req: Request<Incoming>| async move {
+        let mut text = format!("{} {}\n", req.method(), req.uri());
+        let mut seen: Vec<String> = req
+            .headers()
+            .iter()
+            .filter(|(k, _)| {
+                k.as_str().starts_with("x-t-") || k.as_str().starts_with("x-envoy-auth")
+            })
+            .map(|(k, v)| format!("{k}: {}\n", v.to_str().unwrap_or("?")))
+            .collect();
+        seen.sort();
+        text.extend(seen);
+        let body = req.into_body().collect().await.unwrap().to_bytes();
+        text.push_str(&format!("body: {}\n", String::from_utf8_lossy(&body)));
+        Response::new(Full::new(Bytes::from(text)))
+    })
+    .await
+}
+
+async fn serve_h1<F, Fut>(f: F) -> SocketAddr
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Response<Full<Bytes>>> + Send,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move {
+        for _ in 0..10_000 {
+            let Ok((s, _)) = l.accept().await else {
+                continue;
+            };
+            let f = f.clone();
+            let service = service_fn(move |req| {
+                let f = f.clone();
+                async move { Ok::<_, hyper::Error>(f(req).await) }
+            });
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(s), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// Starts the servers on a runtime thread that lives as long as the test process.
+pub fn start() -> Servers {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let closed = {
+                let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+                l.local_addr().unwrap()
+            };
+            let servers = Servers {
+                grpc: grpc_server().await,
+                http: http_server().await,
+                upstream: upstream().await,
+                closed,
+            };
+            tx.send(servers).unwrap();
+            std::future::pending::<()>().await;
+        });
+    });
+    rx.recv().unwrap()
+}
