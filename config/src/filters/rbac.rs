@@ -55,6 +55,8 @@ pub struct RbacEngine {
     /// Policies in lexicographic name order (Envoy evaluates them in that order and reports
     /// the first match).
     pub policies: Vec<RbacPolicy>,
+    /// The policies indexed by their exact-match principals.
+    pub index: super::rbac_index::PolicyIndex,
 }
 
 /// A named policy: matches when any permission AND any principal match.
@@ -209,7 +211,12 @@ fn engine(e: &pb::Rbac, path: &Path<'_>, ctx: &mut Ctx) -> RbacEngine {
             policies.push(p);
         }
     }
-    RbacEngine { action, policies }
+    let index = super::rbac_index::PolicyIndex::build(&policies);
+    RbacEngine {
+        action,
+        policies,
+        index,
+    }
 }
 
 fn policy(name: &str, p: &pb::Policy, path: &Path<'_>, ctx: &mut Ctx) -> Option<RbacPolicy> {

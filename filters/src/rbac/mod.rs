@@ -188,3 +188,6 @@ impl HttpFilter for RbacFilter {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod index_tests;
