@@ -68,21 +68,18 @@ fn first_match(engine: &RbacEngine, req: &RequestState<'_>, evaluated: &mut usiz
     if index.is_scan_only() {
         return (walk.best != u32::MAX).then_some(walk.best);
     }
-    if !index.principal_names.is_empty() {
-        if let Some(cert) = req.conn.tls.as_ref().and_then(|t| t.peer_cert.as_ref()) {
-            let names = cert.uri_sans.iter().chain(&cert.dns_sans);
-            for name in names.chain(std::iter::once(&cert.subject)) {
-                if let Some(l) = index.principal_names.get(name.as_str()) {
-                    walk.list(l);
-                }
+    let cert = req.conn.tls.as_ref().and_then(|t| t.peer_cert.as_ref());
+    if let Some(cert) = cert.filter(|_| !index.principal_names.is_empty()) {
+        let names = cert.uri_sans.iter().chain(&cert.dns_sans);
+        for name in names.chain(std::iter::once(&cert.subject)) {
+            if let Some(l) = index.principal_names.get(name.as_str()) {
+                walk.list(l);
             }
         }
     }
     for (name, values) in &index.headers {
-        if let Some(v) = req.header(name) {
-            if let Some(l) = values.get(v.as_ref()) {
-                walk.list(l);
-            }
+        if let Some(l) = req.header(name).and_then(|v| values.get(v.as_ref())) {
+            walk.list(l);
         }
     }
     for l in index.source_ip.lookup(canonical(req.conn.source.ip())) {

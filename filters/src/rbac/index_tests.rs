@@ -71,9 +71,8 @@ fn principal(rng: &mut Rng, depth: u32) -> String {
         10 => format!(
             "{{header: {{name: x-user, string_match: {{exact: u{k}, ignore_case: true}}}}}}"
         ),
-        11 => format!(
-            "{{header: {{name: x-user, string_match: {{exact: \"\"}}, treat_missing_header_as_empty: true}}}}"
-        ),
+        11 => "{header: {name: x-user, string_match: {exact: \"\"}, treat_missing_header_as_empty: true}}"
+            .to_string(),
         12 => format!("{{not_id: {}}}", principal(rng, depth + 1)),
         13 => format!(
             "{{or_ids: {{ids: [{}, {}]}}}}",
