@@ -14,7 +14,13 @@ whole harness a time budget after which the remaining steps are skipped.
 Environment: DURATION (seconds per load run, default 5), RATE (total requests/s of
 the fixed-rate latency runs, default 5000), CONNS (idle connections of the memory
 run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
-(comma-separated subset of courier,envoy,nginx,haproxy; default all).
+(comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
+only the authorization-chain comparison), AUTHZ_ROUNDS (its alternating rounds, 2).
+
+The authorization-chain comparison (issue 4): courier (and Envoy) on envoy-authz.yaml
+(jwt_authn ES256 with jwt_cache_config -> rbac with 50 policies -> router) against the
+router-only envoy-proxy.yaml, same requests (both carry the token), requests per proxy
+CPU-second and their ratio.
 
 The machine's load average is printed at the start and the end: figures taken while
 something else runs (a build) are not comparable, rerun them.
@@ -127,12 +133,21 @@ def stop_all():
             pass
 
 
-def probe(port, attempts=1):
+def authz_token():
+    """The bench token recorded in envoy-authz.yaml's header comment."""
+    with open(os.path.join(LOAD, "envoy-authz.yaml")) as f:
+        for line in f:
+            if line.startswith("# TOKEN "):
+                return line.split()[2]
+    sys.exit("envoy-authz.yaml has no TOKEN line")
+
+
+def probe(port, attempts=1, headers=None):
     """True when GET / on port answers 200 with the 13-byte body."""
     for _ in range(attempts):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/")
+            c.request("GET", "/", headers=headers or {})
             r = c.getresponse()
             ok = r.status == 200 and r.read() == BODY
             c.close()
@@ -162,7 +177,7 @@ class Proxy:
         self.label, self.proc, self.h1, self.h2, self.reason = label, proc, h1, h2, reason
 
 
-def start_proxy(kind, mode, upstream_port, concurrency=1):
+def start_proxy(kind, mode, upstream_port, concurrency=1, headers=None):
     """Starts `kind` ('courier', 'envoy', 'nginx', 'haproxy') in `mode` ('proxy'
     forwards to the upstream, 'direct' answers itself) pinned to CPU 0."""
     port = free_port()
@@ -196,7 +211,7 @@ def start_proxy(kind, mode, upstream_port, concurrency=1):
             why = errors[-1].rsplit(": ", 1)[-1] if errors else ""
             what = "not serving yet" if kind == "courier" else "did not start"
             return Proxy(label, reason=f"{what} (exit code {proc.returncode}: {why[:120]})")
-        if probe(port):
+        if probe(port, headers=headers):
             return Proxy(label, proc, f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{h2port}/")
         time.sleep(0.2)
     stop(proc)
@@ -348,6 +363,63 @@ def tables(title, rows):
     return "\n".join(lines) + "\n"
 
 
+def authz(uport):
+    """courier (and Envoy) with the authorization chain against the router-only config,
+    alternating AUTHZ_ROUNDS times; h1 keep-alive and h2c, every request with the token."""
+    token = authz_token()
+    auth = f"authorization: Bearer {token}"
+    rounds = int(os.environ.get("AUTHZ_ROUNDS", "2"))
+    d = str(DURATION)
+    rows = []
+    for kind in [k for k in ("courier", "envoy") if k in PROXIES]:
+        totals = {(mode, proto): [0, 0.0] for mode in ("proxy", "authz") for proto in ("h1", "h2c")}
+        why = None
+        for rnd in range(rounds):
+            for mode in ("proxy", "authz"):
+                if out_of_time():
+                    why = why or "harness time budget spent"
+                    continue
+                log(f"authz comparison: {kind} {mode} round {rnd + 1}")
+                p = start_proxy(kind, mode, uport, headers={"authorization": f"Bearer {token}"})
+                if not p.proc:
+                    why = p.reason
+                    continue
+                tag = f"{kind}-{mode}-authz{rnd}"
+                try:
+                    run_load(["wrk", "-t1", "-c50", "-d1s", "-H", auth, p.h1], f"{tag}-warmup", None)
+                    out, cpu = run_load(["wrk", "-t1", "-c50", f"-d{d}s", "-H", auth, p.h1],
+                                        f"{tag}-h1", p.proc.pid)
+                    r = parse_wrk(out)
+                    if r and r["errors"] == 0:
+                        totals[(mode, "h1")][0] += r["ok"]
+                        totals[(mode, "h1")][1] += cpu
+                    out, cpu = run_load(["h2load", "-c10", "-m10", "-t1", "-D", d, "-H", auth, p.h2],
+                                        f"{tag}-h2c", p.proc.pid)
+                    r = parse_h2load(out)
+                    if r and r["errors"] == 0:
+                        totals[(mode, "h2c")][0] += r["ok"]
+                        totals[(mode, "h2c")][1] += cpu
+                finally:
+                    stop(p.proc)
+        rows.append((kind, totals, why))
+    lines = ["### Authorization chain: jwt_authn (ES256, jwt_cache_config) → rbac (50 policies) → router", "",
+             f"Requests per proxy CPU-second, {rounds} alternating rounds of {DURATION} s per config "
+             "(wrk -t1 -c50 for HTTP/1.1 keep-alive, h2load -c10 -m10 for h2c), every request "
+             "carrying the bench token; ratio = chain ÷ router-only (target ≥ 0.8).", "",
+             "| proxy | h1 router-only | h1 chain | h1 ratio | h2c router-only | h2c chain | h2c ratio |",
+             "|---|---|---|---|---|---|---|"]
+    for kind, t, why in rows:
+        cells = []
+        for proto in ("h1", "h2c"):
+            base = t[("proxy", proto)][0] / t[("proxy", proto)][1] if t[("proxy", proto)][1] else None
+            chain = t[("authz", proto)][0] / t[("authz", proto)][1] if t[("authz", proto)][1] else None
+            cells += [f"{base:,.0f}" if base else "–", f"{chain:,.0f}" if chain else "–",
+                      f"{chain / base:.2f}×" if base and chain else "–"]
+        note = f" ({why})" if why else ""
+        lines.append(f"| {kind}{note} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def memory(kind, mode, upstream_port):
     """Idle RSS and RSS growth per idle keep-alive connection over CONNS connections."""
     p = start_proxy(kind, mode, upstream_port)
@@ -442,6 +514,17 @@ def main():
                 stop(p.proc)
         return rows, courier_serves
 
+    if os.environ.get("ONLY") == "authz":
+        section = authz(uport)
+        print(section, flush=True)
+        report.append(section)
+        loads = f"Load average (1, 5, 15 min …) at start: {load_start}; at end: {open('/proc/loadavg').read().strip()}"
+        print(loads, flush=True)
+        report.append(loads)
+        with open(os.path.join(RUN, "report.md"), "w") as f:
+            f.write("\n".join(report))
+        stop(upstream)
+        return
     kinds = [(k, c) for k, c in [("courier", 1), ("courier", 2), ("envoy", 1), ("nginx", 1),
                                   ("haproxy", 1)] if k in PROXIES]
     rows, courier_serves = scenario_rows("proxy", kinds)
@@ -453,6 +536,10 @@ def main():
         section = tables("Extra scenario — direct responses, no upstream (courier does not forward yet): "
                          "courier/Envoy direct_response, nginx `return 200`, HAProxy `http-request return`",
                          rows)
+        print(section, flush=True)
+        report.append(section)
+    if courier_serves:
+        section = authz(uport)
         print(section, flush=True)
         report.append(section)
     mode = "proxy" if courier_serves else "direct"
