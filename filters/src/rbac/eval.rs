@@ -15,6 +15,8 @@ pub struct EngineResult<'e> {
     pub allowed: bool,
     /// The first matching policy, in name order.
     pub matched: Option<&'e RbacPolicy>,
+    /// Its position in the engine's policies (per-policy stats are kept in that order).
+    pub position: Option<usize>,
 }
 
 /// Evaluates `engine`: the first policy (in name order) whose permissions and principals
@@ -31,26 +33,29 @@ pub fn evaluate_counted<'e>(
     req: &RequestState<'_>,
     evaluated: &mut usize,
 ) -> EngineResult<'e> {
-    let first = first_match(engine, req, evaluated);
-    result(engine, first.and_then(|i| engine.policies.get(i as usize)))
+    let first = first_match(engine, req, evaluated).map(|i| i as usize);
+    result(engine, first)
 }
 
 /// The reference evaluation: every policy in order, no index. Must agree with
 /// [`evaluate`]; kept for tests and benches.
 pub fn evaluate_linear<'e>(engine: &'e RbacEngine, req: &RequestState<'_>) -> EngineResult<'e> {
-    result(
-        engine,
-        engine.policies.iter().find(|p| policy_matches(p, req)),
-    )
+    let first = engine.policies.iter().position(|p| policy_matches(p, req));
+    result(engine, first)
 }
 
-fn result<'e>(engine: &'e RbacEngine, matched: Option<&'e RbacPolicy>) -> EngineResult<'e> {
+fn result(engine: &RbacEngine, position: Option<usize>) -> EngineResult<'_> {
+    let matched = position.and_then(|i| engine.policies.get(i));
     let allowed = match engine.action {
         RbacAction::Allow => matched.is_some(),
         RbacAction::Deny => matched.is_none(),
         RbacAction::Log => true,
     };
-    EngineResult { allowed, matched }
+    EngineResult {
+        allowed,
+        matched,
+        position,
+    }
 }
 
 /// The lowest position of a matching policy. Each candidate list is ascending, so each is

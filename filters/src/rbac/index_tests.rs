@@ -397,3 +397,41 @@ fn empty_engine_through_the_index() {
     assert!(!evaluate(&engine("ALLOW", &[]), &req).allowed);
     assert!(evaluate(&engine("DENY", &[]), &req).allowed);
 }
+
+/// track_per_rule_stats counts the effective policy found through the index (by its
+/// position in name order), for allowed and denied requests.
+#[test]
+fn per_rule_stats_follow_indexed_policies() {
+    let rules = r#"
+track_per_rule_stats: true
+rules:
+  action: DENY
+  policies:
+    "c": {permissions: [{any: true}], principals: [{header: {name: x-user, string_match: {exact: carol}}}]}
+    "a": {permissions: [{any: true}], principals: [{header: {name: x-user, string_match: {exact: alice}}}]}
+    "b": {permissions: [{any: true}], principals: [{header: {name: x-user, string_match: {prefix: bo}}}]}
+"#;
+    let f = RbacFilter::new(Arc::new(config(rules)));
+    let c = plain_conn();
+    for user in ["carol", "carol", "alice", "bob", "dave"] {
+        let mut req =
+            RequestState::new(head("GET", "/", &[("x-user", user)]), &c, c.peer.ip(), None);
+        let _ = run_sync(&f, &mut req, None);
+    }
+    let got: Vec<(&str, u64)> = f
+        .stats()
+        .per_policy
+        .iter()
+        .map(|p| {
+            (
+                p.name.as_str(),
+                p.denied.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        })
+        .collect();
+    assert_eq!(got, [("a", 1), ("b", 1), ("c", 2)]);
+    assert_eq!(
+        f.stats().allowed.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
