@@ -435,3 +435,57 @@ rules:
         1
     );
 }
+
+/// A route's RBACPerRoute override is compiled with its own index, and answers through it.
+#[test]
+fn per_route_override_is_indexed_too() {
+    let f = RbacFilter::new(Arc::new(config(
+        "rules:\n  action: ALLOW\n  policies: {}\n",
+    )));
+    let over = crate::test_support::per_route_config(
+        "envoy.filters.http.rbac",
+        r#""@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute
+rbac:
+  rules:
+    action: ALLOW
+    policies:
+      alice: {permissions: [{any: true}], principals: [{header: {name: x-user, string_match: {exact: alice}}}]}
+      bob: {permissions: [{any: true}], principals: [{header: {name: x-user, string_match: {exact: bob}}}]}
+"#,
+    );
+    let Some(courier_config::filters::PerRouteFilterConfig::Rbac(r)) = over.config.as_ref() else {
+        panic!("not an RBAC override");
+    };
+    let engine = r.rbac.as_ref().and_then(|c| c.rules.as_ref()).unwrap();
+    assert!(engine.index.scan.is_empty());
+    assert_eq!(engine.index.headers.len(), 1);
+    let c = plain_conn();
+    let mut req = RequestState::new(
+        head("GET", "/", &[("x-user", "bob")]),
+        &c,
+        c.peer.ip(),
+        None,
+    );
+    let mut n = 0;
+    assert_eq!(
+        evaluate_counted(engine, &req, &mut n)
+            .matched
+            .map(|p| p.name.as_str()),
+        Some("bob")
+    );
+    assert_eq!(n, 1);
+    assert!(matches!(
+        run_sync(&f, &mut req, over.config.as_ref()),
+        Verdict::Continue
+    ));
+    let mut req = RequestState::new(
+        head("GET", "/", &[("x-user", "eve")]),
+        &c,
+        c.peer.ip(),
+        None,
+    );
+    assert_eq!(
+        reply(run_sync(&f, &mut req, over.config.as_ref())).status,
+        403
+    );
+}
