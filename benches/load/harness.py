@@ -37,6 +37,8 @@ import sys
 import tempfile
 import time
 
+import authz  # benches/load/authz.py: the authorization-chain comparison
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOAD = os.path.join(ROOT, "benches", "load")
 BIN = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release")
@@ -131,15 +133,6 @@ def stop_all():
             stop(p)
         except Exception:  # keep stopping the others
             pass
-
-
-def authz_token():
-    """The bench token recorded in envoy-authz.yaml's header comment."""
-    with open(os.path.join(LOAD, "envoy-authz.yaml")) as f:
-        for line in f:
-            if line.startswith("# TOKEN "):
-                return line.split()[2]
-    sys.exit("envoy-authz.yaml has no TOKEN line")
 
 
 def probe(port, attempts=1, headers=None):
@@ -363,63 +356,6 @@ def tables(title, rows):
     return "\n".join(lines) + "\n"
 
 
-def authz(uport):
-    """courier (and Envoy) with the authorization chain against the router-only config,
-    alternating AUTHZ_ROUNDS times; h1 keep-alive and h2c, every request with the token."""
-    token = authz_token()
-    auth = f"authorization: Bearer {token}"
-    rounds = int(os.environ.get("AUTHZ_ROUNDS", "2"))
-    d = str(DURATION)
-    rows = []
-    for kind in [k for k in ("courier", "envoy") if k in PROXIES]:
-        totals = {(mode, proto): [0, 0.0] for mode in ("proxy", "authz") for proto in ("h1", "h2c")}
-        why = None
-        for rnd in range(rounds):
-            for mode in ("proxy", "authz"):
-                if out_of_time():
-                    why = why or "harness time budget spent"
-                    continue
-                log(f"authz comparison: {kind} {mode} round {rnd + 1}")
-                p = start_proxy(kind, mode, uport, headers={"authorization": f"Bearer {token}"})
-                if not p.proc:
-                    why = p.reason
-                    continue
-                tag = f"{kind}-{mode}-authz{rnd}"
-                try:
-                    run_load(["wrk", "-t1", "-c50", "-d1s", "-H", auth, p.h1], f"{tag}-warmup", None)
-                    out, cpu = run_load(["wrk", "-t1", "-c50", f"-d{d}s", "-H", auth, p.h1],
-                                        f"{tag}-h1", p.proc.pid)
-                    r = parse_wrk(out)
-                    if r and r["errors"] == 0:
-                        totals[(mode, "h1")][0] += r["ok"]
-                        totals[(mode, "h1")][1] += cpu
-                    out, cpu = run_load(["h2load", "-c10", "-m10", "-t1", "-D", d, "-H", auth, p.h2],
-                                        f"{tag}-h2c", p.proc.pid)
-                    r = parse_h2load(out)
-                    if r and r["errors"] == 0:
-                        totals[(mode, "h2c")][0] += r["ok"]
-                        totals[(mode, "h2c")][1] += cpu
-                finally:
-                    stop(p.proc)
-        rows.append((kind, totals, why))
-    lines = ["### Authorization chain: jwt_authn (ES256, jwt_cache_config) → rbac (50 policies) → router", "",
-             f"Requests per proxy CPU-second, {rounds} alternating rounds of {DURATION} s per config "
-             "(wrk -t1 -c50 for HTTP/1.1 keep-alive, h2load -c10 -m10 for h2c), every request "
-             "carrying the bench token; ratio = chain ÷ router-only (target ≥ 0.8).", "",
-             "| proxy | h1 router-only | h1 chain | h1 ratio | h2c router-only | h2c chain | h2c ratio |",
-             "|---|---|---|---|---|---|---|"]
-    for kind, t, why in rows:
-        cells = []
-        for proto in ("h1", "h2c"):
-            base = t[("proxy", proto)][0] / t[("proxy", proto)][1] if t[("proxy", proto)][1] else None
-            chain = t[("authz", proto)][0] / t[("authz", proto)][1] if t[("authz", proto)][1] else None
-            cells += [f"{base:,.0f}" if base else "–", f"{chain:,.0f}" if chain else "–",
-                      f"{chain / base:.2f}×" if base and chain else "–"]
-        note = f" ({why})" if why else ""
-        lines.append(f"| {kind}{note} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def memory(kind, mode, upstream_port):
     """Idle RSS and RSS growth per idle keep-alive connection over CONNS connections."""
     p = start_proxy(kind, mode, upstream_port)
@@ -515,7 +451,7 @@ def main():
         return rows, courier_serves
 
     if os.environ.get("ONLY") == "authz":
-        section = authz(uport)
+        section = authz.run(sys.modules[__name__], uport)
         print(section, flush=True)
         report.append(section)
         loads = f"Load average (1, 5, 15 min …) at start: {load_start}; at end: {open('/proc/loadavg').read().strip()}"
@@ -539,7 +475,7 @@ def main():
         print(section, flush=True)
         report.append(section)
     if courier_serves:
-        section = authz(uport)
+        section = authz.run(sys.modules[__name__], uport)
         print(section, flush=True)
         report.append(section)
     mode = "proxy" if courier_serves else "direct"
