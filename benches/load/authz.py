@@ -1,5 +1,5 @@
 """The authorization-chain comparison of the load harness (issue 4), run by harness.py
-(`ONLY=authz` alone, or after the proxy scenarios when courier serves).
+(`ONLY=authz` alone, or last in a full run when courier serves and time is left).
 
 courier (and Envoy) on envoy-authz.yaml — jwt_authn (ES256, jwt_cache_config) → rbac (50
 policies) → router — against the router-only envoy-proxy.yaml, alternating AUTHZ_ROUNDS
