@@ -173,3 +173,62 @@ fn single_listener(vhosts: Value) -> Value {
         }
     })
 }
+
+/// The HTTP filters of a bootstrap's first listener, translated through the same loader
+/// as a real config file (so RBAC indexes, JWKS and caches are the ones a config builds).
+pub fn http_filters_from_bootstrap(yaml: &str) -> Vec<courier_config::filters::HttpFilter> {
+    let bootstrap =
+        match courier_config::bootstrap_from_str(yaml, courier_config::load::Format::Yaml) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("bench config is invalid: {e:?}");
+                std::process::exit(2);
+            }
+        };
+    bootstrap
+        .listeners
+        .first()
+        .and_then(|l| l.filter_chains.first())
+        .map(|c| c.http_connection_manager.http_filters.clone())
+        .unwrap_or_default()
+}
+
+/// A bootstrap with one listener whose connection manager runs `filters` (YAML list items,
+/// indented for `http_filters:`), then the router, to a direct response.
+pub fn filters_bootstrap_yaml(filters: &str) -> String {
+    format!(
+        r#"static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 10000}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                direct_response: {{status: 200}}
+          http_filters:
+{filters}          - name: envoy.filters.http.router
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
+"#
+    )
+}
+
+/// Polls a future once with a no-op waker: the filters measured here never suspend
+/// (local JWKS, synchronous RBAC), so one poll finishes the chain without a runtime.
+pub fn poll_once<F: std::future::Future>(fut: F) -> Option<F::Output> {
+    let mut fut = std::pin::pin!(fut);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match fut.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
+    }
+}

@@ -58,6 +58,22 @@ const RBAC: &str = r#"
         no-mallory:
           permissions: [{ any: true }]
           principals: [{ header: { name: x-user, string_match: { exact: mallory } } }]
+        # Indexed principals (exact header inside and_ids / or_ids) and a CIDR with host
+        # bits, which Envoy masks (127.0.0.9/8 is 127.0.0.0/8, the loopback client).
+        no-loopback-bob:
+          permissions: [{ any: true }]
+          principals:
+          - and_ids:
+              ids:
+              - header: { name: x-user, string_match: { exact: bob } }
+              - direct_remote_ip: { address_prefix: 127.0.0.9, prefix_len: 8 }
+        no-dave-or-10net:
+          permissions: [{ any: true }]
+          principals:
+          - or_ids:
+              ids:
+              - header: { name: x-user, string_match: { exact: dave } }
+              - direct_remote_ip: { address_prefix: 10.0.0.0, prefix_len: 8 }
 "#;
 
 /// Per-route configs: jwt_authn off on /open, RBAC replaced on /public and
@@ -149,6 +165,10 @@ fn cases() -> Vec<Case> {
         r("rbac allowed", "/public"),
         r("rbac deny header", "/public").header("x-user", "mallory"),
         r("rbac other header", "/public").header("x-user", "alice"),
+        r("rbac and_ids header + masked CIDR", "/public").header("x-user", "bob"),
+        r("rbac and_ids other user", "/public").header("x-user", "bobby"),
+        r("rbac or_ids header", "/public").header("x-user", "dave"),
+        r("rbac or_ids neither", "/public").header("x-user", "dav"),
         r("rbac no route", "/nowhere"),
         r("rbac no route denied", "/admin-nowhere-but-prefix"),
         p("per-route jwt off by the vhost", "/other"),

@@ -14,7 +14,13 @@ whole harness a time budget after which the remaining steps are skipped.
 Environment: DURATION (seconds per load run, default 5), RATE (total requests/s of
 the fixed-rate latency runs, default 5000), CONNS (idle connections of the memory
 run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
-(comma-separated subset of courier,envoy,nginx,haproxy; default all).
+(comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
+only the authorization-chain comparison), AUTHZ_ROUNDS (its alternating rounds, 2).
+
+The authorization-chain comparison (issue 4): courier (and Envoy) on envoy-authz.yaml
+(jwt_authn ES256 with jwt_cache_config -> rbac with 50 policies -> router) against the
+router-only envoy-proxy.yaml, same requests (both carry the token), requests per proxy
+CPU-second and their ratio.
 
 The machine's load average is printed at the start and the end: figures taken while
 something else runs (a build) are not comparable, rerun them.
@@ -30,6 +36,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import authz  # benches/load/authz.py: the authorization-chain comparison
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOAD = os.path.join(ROOT, "benches", "load")
@@ -127,12 +135,12 @@ def stop_all():
             pass
 
 
-def probe(port, attempts=1):
+def probe(port, attempts=1, headers=None):
     """True when GET / on port answers 200 with the 13-byte body."""
     for _ in range(attempts):
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
-            c.request("GET", "/")
+            c.request("GET", "/", headers=headers or {})
             r = c.getresponse()
             ok = r.status == 200 and r.read() == BODY
             c.close()
@@ -162,7 +170,7 @@ class Proxy:
         self.label, self.proc, self.h1, self.h2, self.reason = label, proc, h1, h2, reason
 
 
-def start_proxy(kind, mode, upstream_port, concurrency=1):
+def start_proxy(kind, mode, upstream_port, concurrency=1, headers=None):
     """Starts `kind` ('courier', 'envoy', 'nginx', 'haproxy') in `mode` ('proxy'
     forwards to the upstream, 'direct' answers itself) pinned to CPU 0."""
     port = free_port()
@@ -196,7 +204,7 @@ def start_proxy(kind, mode, upstream_port, concurrency=1):
             why = errors[-1].rsplit(": ", 1)[-1] if errors else ""
             what = "not serving yet" if kind == "courier" else "did not start"
             return Proxy(label, reason=f"{what} (exit code {proc.returncode}: {why[:120]})")
-        if probe(port):
+        if probe(port, headers=headers):
             return Proxy(label, proc, f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{h2port}/")
         time.sleep(0.2)
     stop(proc)
@@ -442,6 +450,17 @@ def main():
                 stop(p.proc)
         return rows, courier_serves
 
+    if os.environ.get("ONLY") == "authz":
+        section = authz.run(sys.modules[__name__], uport)
+        print(section, flush=True)
+        report.append(section)
+        loads = f"Load average (1, 5, 15 min …) at start: {load_start}; at end: {open('/proc/loadavg').read().strip()}"
+        print(loads, flush=True)
+        report.append(loads)
+        with open(os.path.join(RUN, "report.md"), "w") as f:
+            f.write("\n".join(report))
+        stop(upstream)
+        return
     kinds = [(k, c) for k, c in [("courier", 1), ("courier", 2), ("envoy", 1), ("nginx", 1),
                                   ("haproxy", 1)] if k in PROXIES]
     rows, courier_serves = scenario_rows("proxy", kinds)
@@ -466,6 +485,11 @@ def main():
     section = memory_table(mem, mode)
     print(section, flush=True)
     report.append(section)
+    # Last, so the memory runs keep their place in the time budget.
+    if courier_serves and not out_of_time():
+        section = authz.run(sys.modules[__name__], uport)
+        print(section, flush=True)
+        report.append(section)
     loads = f"Load average (1, 5, 15 min …) at start: {load_start}; at end: {open('/proc/loadavg').read().strip()}"
     print(loads, flush=True)
     report.append(loads)

@@ -6,7 +6,8 @@
 # upstream and idle-connection client in release, then runs benches/load/harness.py:
 # courier, Envoy, nginx and HAProxy in turn in front of one upstream, loopback
 # only, every run bounded (about 6 minutes with the defaults once built).
-# Environment: DURATION, RATE, CONNS, BUDGET (see harness.py).
+# Environment: DURATION, RATE, CONNS, BUDGET, PROXIES, ONLY=authz, AUTHZ_ROUNDS
+# (see harness.py and authz.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$PATH:/usr/sbin:/sbin"

@@ -4,6 +4,7 @@ pub mod ext_authz;
 pub mod http_uri;
 pub mod jwt_authn;
 pub mod rbac;
+pub mod rbac_index;
 pub mod router;
 
 use crate::core;

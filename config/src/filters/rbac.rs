@@ -55,6 +55,8 @@ pub struct RbacEngine {
     /// Policies in lexicographic name order (Envoy evaluates them in that order and reports
     /// the first match).
     pub policies: Vec<RbacPolicy>,
+    /// The policies indexed by their exact-match principals.
+    pub index: super::rbac_index::PolicyIndex,
 }
 
 /// A named policy: matches when any permission AND any principal match.
@@ -209,7 +211,12 @@ fn engine(e: &pb::Rbac, path: &Path<'_>, ctx: &mut Ctx) -> RbacEngine {
             policies.push(p);
         }
     }
-    RbacEngine { action, policies }
+    let index = super::rbac_index::PolicyIndex::build(&policies);
+    RbacEngine {
+        action,
+        policies,
+        index,
+    }
 }
 
 fn policy(name: &str, p: &pb::Policy, path: &Path<'_>, ctx: &mut Ctx) -> Option<RbacPolicy> {
@@ -397,27 +404,15 @@ fn principal_set(s: &pb::principal::Set, path: &Path<'_>, ctx: &mut Ctx) -> Opti
     (ctx.error_count() == before && out.len() == s.ids.len()).then_some(out)
 }
 
-/// A CIDR range that must not have host bits set. Envoy masks them silently; issue 4 asks
-/// courier to refuse them, since `10.1.2.3/8` most likely means a mistake in a policy.
+/// A CIDR range. Host bits are masked, as Envoy does (`192.168.1.10/24` is
+/// `192.168.1.0/24`; a missing `prefix_len` is 0, every address): `envoy --mode validate`
+/// accepts such ranges, so courier accepts the same configs.
 fn cidr(
     c: &envoy_types::pb::envoy::config::core::v3::CidrRange,
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<Cidr> {
-    let range = matcher::cidr(c, path, ctx)?;
-    if c.address_prefix.parse::<std::net::IpAddr>().ok() != Some(range.0.addr()) {
-        ctx.error(
-            &path.field("address_prefix"),
-            format!(
-                "{}/{} has host bits set (the range is {})",
-                c.address_prefix,
-                range.0.prefix_len(),
-                range.0
-            ),
-        );
-        return None;
-    }
-    Some(range)
+    matcher::cidr(c, path, ctx)
 }
 
 fn any(b: bool, path: &Path<'_>, ctx: &mut Ctx) -> Option<()> {

@@ -15,18 +15,131 @@ pub struct EngineResult<'e> {
     pub allowed: bool,
     /// The first matching policy, in name order.
     pub matched: Option<&'e RbacPolicy>,
+    /// Its position in the engine's policies (per-policy stats are kept in that order).
+    pub position: Option<usize>,
 }
 
 /// Evaluates `engine`: the first policy (in name order) whose permissions and principals
-/// both match decides.
+/// both match decides. Candidates come from the engine's index (see
+/// [`courier_config::filters::rbac_index`]), so exact-match principals cost a lookup.
 pub fn evaluate<'e>(engine: &'e RbacEngine, req: &RequestState<'_>) -> EngineResult<'e> {
-    let matched = engine.policies.iter().find(|p| policy_matches(p, req));
+    evaluate_counted(engine, req, &mut 0)
+}
+
+/// [`evaluate`], adding to `evaluated` the number of policies tested in full (tests and
+/// benches show the index at work with it).
+pub fn evaluate_counted<'e>(
+    engine: &'e RbacEngine,
+    req: &RequestState<'_>,
+    evaluated: &mut usize,
+) -> EngineResult<'e> {
+    let first = first_match(engine, req, evaluated).map(|i| i as usize);
+    result(engine, first)
+}
+
+/// The reference evaluation: every policy in order, no index. Must agree with
+/// [`evaluate`]; kept for tests and benches.
+pub fn evaluate_linear<'e>(engine: &'e RbacEngine, req: &RequestState<'_>) -> EngineResult<'e> {
+    let first = engine.policies.iter().position(|p| policy_matches(p, req));
+    result(engine, first)
+}
+
+fn result(engine: &RbacEngine, position: Option<usize>) -> EngineResult<'_> {
+    let matched = position.and_then(|i| engine.policies.get(i));
     let allowed = match engine.action {
         RbacAction::Allow => matched.is_some(),
         RbacAction::Deny => matched.is_none(),
         RbacAction::Log => true,
     };
-    EngineResult { allowed, matched }
+    EngineResult {
+        allowed,
+        matched,
+        position,
+    }
+}
+
+/// The lowest position of a matching policy. Each candidate list is ascending, so each is
+/// walked only below the best position found so far; the minimum over the lists is the
+/// first match of a linear scan, since every policy that can match is in some list.
+fn first_match(engine: &RbacEngine, req: &RequestState<'_>, evaluated: &mut usize) -> Option<u32> {
+    let mut walk = Walk {
+        policies: &engine.policies,
+        req,
+        best: u32::MAX,
+        evaluated,
+    };
+    let index = &engine.index;
+    walk.list(&index.scan);
+    if index.is_scan_only() {
+        return (walk.best != u32::MAX).then_some(walk.best);
+    }
+    let cert = req.conn.tls.as_ref().and_then(|t| t.peer_cert.as_ref());
+    if let Some(cert) = cert.filter(|_| !index.principal_names.is_empty()) {
+        let names = cert.uri_sans.iter().chain(&cert.dns_sans);
+        for name in names.chain(std::iter::once(&cert.subject)) {
+            if let Some(l) = index.principal_names.get(name.as_str()) {
+                walk.list(l);
+            }
+        }
+    }
+    for (name, values) in &index.headers {
+        if let Some(l) = req.header(name).and_then(|v| values.get(v.as_ref())) {
+            walk.list(l);
+        }
+    }
+    for l in index.source_ip.lookup(canonical(req.conn.source.ip())) {
+        walk.list(l);
+    }
+    for l in index.direct_remote_ip.lookup(canonical(req.conn.peer.ip())) {
+        walk.list(l);
+    }
+    for l in index.remote_ip.lookup(canonical(req.remote)) {
+        walk.list(l);
+    }
+    for t in &index.metadata {
+        let md = match t.source {
+            MetadataSource::Dynamic => Some(&req.metadata),
+            MetadataSource::Route => req.route.and_then(|r| r.metadata),
+        };
+        let value = md.and_then(|md| md.get(&t.filter)).and_then(|ns| {
+            let (first, rest) = t.path.split_first()?;
+            let mut v = ns.get(first)?;
+            for key in rest {
+                v = v.as_object()?.get(key)?;
+            }
+            v.as_str()
+        });
+        if let Some(l) = value.and_then(|v| t.values.get(v)) {
+            walk.list(l);
+        }
+    }
+    (walk.best != u32::MAX).then_some(walk.best)
+}
+
+/// The walk over candidate lists: the best (lowest) matching position so far.
+struct Walk<'a, 'r, 's> {
+    policies: &'a [RbacPolicy],
+    req: &'r RequestState<'s>,
+    best: u32,
+    evaluated: &'a mut usize,
+}
+
+impl Walk<'_, '_, '_> {
+    fn list(&mut self, list: &[u32]) {
+        for &i in list {
+            if i >= self.best {
+                return;
+            }
+            let Some(p) = self.policies.get(i as usize) else {
+                return;
+            };
+            *self.evaluated += 1;
+            if policy_matches(p, self.req) {
+                self.best = i;
+                return;
+            }
+        }
+    }
 }
 
 fn policy_matches(p: &RbacPolicy, req: &RequestState<'_>) -> bool {

@@ -140,8 +140,9 @@ impl RbacFilter {
             );
             return None;
         }
-        let policy_stats = match (own, r.matched) {
-            (true, Some(p)) => self.stats.per_policy.iter().find(|s| s.name == p.name),
+        // per_policy follows the filter's own engine order: a position, not a name search.
+        let policy_stats = match (own, r.position) {
+            (true, Some(i)) => self.stats.per_policy.get(i),
             _ => None,
         };
         if r.allowed {
@@ -188,3 +189,6 @@ impl HttpFilter for RbacFilter {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod index_tests;
