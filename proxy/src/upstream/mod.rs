@@ -5,10 +5,12 @@
 //! each with one `ArcSwap` store per cluster; workers read them lock-free. Load
 //! balancer cursors and connection pools are per worker.
 
+pub mod circuit;
 pub mod client;
 pub mod dns;
 pub mod host;
 pub mod lb;
+pub mod outlier;
 pub mod pool;
 pub mod stream;
 pub mod tls;
@@ -31,6 +33,8 @@ pub struct UpstreamCluster {
     hosts: ArcSwap<HostSet>,
     /// TLS to its hosts, when its transport socket asks for it.
     pub tls: Option<tls::UpstreamTlsContext>,
+    /// Circuit breakers and retry budget (counts shared by every worker).
+    pub circuit: circuit::Circuit,
 }
 
 impl UpstreamCluster {
@@ -77,6 +81,7 @@ impl ClusterManager {
                 config: Arc::clone(config),
                 hosts: ArcSwap::from_pointee(hosts),
                 tls,
+                circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
             }));
         }
         Ok(Self { by_name, clusters })

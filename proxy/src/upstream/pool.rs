@@ -116,6 +116,8 @@ pub struct Lease {
     sender: Option<http1::SendRequest<UpstreamBody>>,
     _stream: Option<StreamGuard>,
     _active: ActiveRequest,
+    /// The circuit-breaker request slot, held until the response ends.
+    _held: Option<super::circuit::Held>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -125,6 +127,11 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// Keeps `held` (a circuit-breaker slot) until the response ends.
+    pub fn hold(&mut self, held: super::circuit::Held) {
+        self._held = Some(held);
+    }
+
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
         if let Some(s) = self.sender.take()
@@ -153,6 +160,22 @@ pub async fn send(
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
 ) -> Result<(Response<Incoming>, Lease), SendError> {
+    send_attempt(cluster, host, req, stats)
+        .await
+        .map_err(|(e, _)| e)
+}
+
+/// A failed send: the error, and the request back when it was never handed to a
+/// connection (the connect failed), so its body can still be sent elsewhere.
+pub type Failed = (SendError, Option<Request<UpstreamBody>>);
+
+/// [`send`], giving the request back when the connect failed.
+pub async fn send_attempt(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    req: Request<UpstreamBody>,
+    stats: &ClusterStats,
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
     let key = (cluster.index, host.address);
     match cluster.config.http.protocol {
@@ -169,12 +192,13 @@ async fn send_h1(
     mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
     active: ActiveRequest,
-) -> Result<(Response<Incoming>, Lease), SendError> {
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let lease = |sender| Lease {
         key,
         sender: Some(sender),
         _stream: None,
         _active: active,
+        _held: None,
     };
     // Reuse the most recently returned connection first (LIFO: warm, least likely
     // to have been closed by the upstream's idle timeout).
@@ -187,16 +211,19 @@ async fn send_h1(
             Err(mut e) => match e.take_message() {
                 // Never written: the connection died while idle; try another.
                 Some(r) => req = r,
-                None => return Err(from_hyper(e.error())),
+                None => return Err((from_hyper(e.error()), None)),
             },
         }
     }
-    let stream = connect(cluster, host, stats).await?;
+    let stream = match connect(cluster, host, stats).await {
+        Ok(s) => s,
+        Err(e) => return Err((e, Some(req))),
+    };
     let (mut s, conn) = http1::Builder::new()
         .writev(false)
         .handshake(TokioIo::new(stream))
         .await
-        .map_err(|e| from_hyper(&e))?;
+        .map_err(|e| (from_hyper(&e), None))?;
     let open = OpenConn::new(host);
     tokio::spawn(async move {
         let _ = conn.await;
@@ -204,7 +231,7 @@ async fn send_h1(
     });
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
-        Err(e) => Err(from_hyper(&e)),
+        Err(e) => Err((from_hyper(&e), None)),
     }
 }
 
@@ -215,7 +242,7 @@ async fn send_h2(
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
     active: ActiveRequest,
-) -> Result<(Response<Incoming>, Lease), SendError> {
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let max = cluster.config.http.http2.max_concurrent_streams;
     let found = POOLS.with(|p| {
         let mut p = p.borrow_mut();
@@ -229,14 +256,17 @@ async fn send_h2(
     let (mut send, streams) = match found {
         Some(c) => c,
         None => {
-            let stream = connect(cluster, host, stats).await?;
+            let stream = match connect(cluster, host, stats).await {
+                Ok(s) => s,
+                Err(e) => return Err((e, Some(req))),
+            };
             let h2 = &cluster.config.http.http2;
             let (send, conn) = http2::Builder::new(TokioExecutor::new())
                 .initial_stream_window_size(h2.initial_stream_window_size)
                 .initial_connection_window_size(h2.initial_connection_window_size)
                 .handshake(TokioIo::new(stream))
                 .await
-                .map_err(|e| from_hyper(&e))?;
+                .map_err(|e| (from_hyper(&e), None))?;
             let open = OpenConn::new(host);
             tokio::spawn(async move {
                 let _ = conn.await;
@@ -262,9 +292,10 @@ async fn send_h2(
                 sender: None,
                 _stream: Some(guard),
                 _active: active,
+                _held: None,
             },
         )),
-        Err(e) => Err(from_hyper(&e)),
+        Err(e) => Err((from_hyper(&e), None)),
     }
 }
 
