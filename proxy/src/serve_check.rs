@@ -45,9 +45,6 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     if !c.health_checks.is_empty() {
         refuse("health_checks", "active health checking");
     }
-    if c.outlier_detection.is_some() {
-        refuse("outlier_detection", "outlier detection");
-    }
     // Served: max_requests, max_retries and retry_budget (DEFAULT and HIGH).
     let cb = &c.circuit_breakers;
     for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {

@@ -213,6 +213,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         .map_err(|e| format!("main runtime: {e}"))?;
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
+        crate::upstream::outlier::spawn(&clusters);
         if let Some(a) = &bootstrap.admin {
             let addr = resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))

@@ -390,7 +390,7 @@ async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
 }
 
 #[test]
-fn serve_still_refuses_retries_and_outlier_detection() {
+fn serve_refuses_health_checks_but_serves_retries_and_outlier_detection() {
     let config = r#"
 static_resources:
   listeners:
@@ -415,6 +415,8 @@ static_resources:
   clusters:
   - name: u
     outlier_detection: {}
+    health_checks:
+    - {timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {}}
     transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:

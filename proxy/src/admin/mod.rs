@@ -234,6 +234,7 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
+    crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     samples.sort();
     samples
 }

@@ -27,6 +27,8 @@ pub struct Host {
     /// Per-host stats admin's `/clusters` reports (shared by all workers, as
     /// Envoy's host stats are).
     pub stats: HostStats,
+    /// Outlier-detection inputs and ejection state.
+    pub outlier: super::outlier::HostOutlier,
 }
 
 /// A host's counters (`/clusters`), summed over workers by being shared.
@@ -62,6 +64,7 @@ impl Host {
             healthy,
             active: AtomicU64::new(0),
             stats: HostStats::default(),
+            outlier: Default::default(),
         }
     }
 
@@ -170,7 +173,12 @@ pub struct PriorityHosts {
 
 impl PriorityHosts {
     fn new(all: Vec<Arc<Host>>) -> Self {
-        let healthy: Vec<Arc<Host>> = all.iter().filter(|h| h.healthy).cloned().collect();
+        // An ejected host is unhealthy until the detector returns it.
+        let healthy: Vec<Arc<Host>> = all
+            .iter()
+            .filter(|h| h.healthy && !h.outlier.ejected())
+            .cloned()
+            .collect();
         let healthy_percent = if all.is_empty() {
             0.0
         } else {

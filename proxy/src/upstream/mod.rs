@@ -35,6 +35,8 @@ pub struct UpstreamCluster {
     pub tls: Option<tls::UpstreamTlsContext>,
     /// Circuit breakers and retry budget (counts shared by every worker).
     pub circuit: circuit::Circuit,
+    /// Outlier detection, when configured.
+    pub outlier: Option<outlier::Detector>,
 }
 
 impl UpstreamCluster {
@@ -82,6 +84,7 @@ impl ClusterManager {
                 hosts: ArcSwap::from_pointee(hosts),
                 tls,
                 circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
+                outlier: config.outlier_detection.clone().map(outlier::Detector::new),
             }));
         }
         Ok(Self { by_name, clusters })
