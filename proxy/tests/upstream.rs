@@ -435,13 +435,12 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let hcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
     let line =
-        "static_resources.clusters[0].outlier_detection: outlier detection is not served yet";
+        "static_resources.clusters[0].health_checks: active health checking is not served yet";
     assert!(err.contains(line), "{line} missing in {err}");
-    // Retries are served.
+    // Retries and outlier detection are served.
     assert!(!err.contains("retry_policy"), "{err}");
-    let _ = hcm;
+    assert!(!err.contains("outlier_detection"), "{err}");
     // Forwarding and upstream TLS are served now.
     assert!(!err.contains("forwarding to upstream clusters"), "{err}");
     assert!(!err.contains("transport_socket"), "{err}");
