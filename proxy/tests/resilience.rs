@@ -231,19 +231,21 @@ async fn grpc_unavailable_is_retried_by_retry_grpc_on() {
 }
 
 #[tokio::test]
-async fn trusted_retry_headers_drive_retries_and_are_consumed() {
+async fn retry_headers_count_on_internal_requests_only_and_are_consumed() {
     let (addr, log) = upstream(|_, _| Act::Status(500)).await;
     let routes = "- match: {prefix: \"/\"}\n  route: {cluster: u}\n";
+    let headers = [("x-envoy-retry-on", "5xx"), ("x-envoy-max-retries", "2")];
+    // External (no internal address configured): ignored.
     let c = courier_with("", "", routes, &static_cluster("u", &[addr], "")).await;
-    let r = H1::connect(c.listener)
-        .await
-        .get(
-            "/",
-            &[("x-envoy-retry-on", "5xx"), ("x-envoy-max-retries", "2")],
-        )
-        .await;
+    let r = H1::connect(c.listener).await.get("/", &headers).await;
     assert_eq!(r.status, 500);
-    assert_eq!(log.count.load(Ordering::SeqCst), 3);
+    assert_eq!(log.count.load(Ordering::SeqCst), 1);
+    // Internal (loopback peers trusted): three attempts.
+    let internal = "use_remote_address: true\ninternal_address_config: {cidr_ranges: [{address_prefix: 127.0.0.1, prefix_len: 32}]}";
+    let c = courier_with(internal, "", routes, &static_cluster("u", &[addr], "")).await;
+    let r = H1::connect(c.listener).await.get("/", &headers).await;
+    assert_eq!(r.status, 500);
+    assert_eq!(log.count.load(Ordering::SeqCst), 4);
     let seen = log.seen.lock().await;
     assert!(
         seen.iter()

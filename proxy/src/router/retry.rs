@@ -1,7 +1,8 @@
 //! Retry state of one request (Envoy's `RetryStateImpl`): the route's (or virtual
 //! host's) policy merged with the trusted `x-envoy-*` request headers, which
 //! attempt outcomes are retriable, the retry limit and the jittered exponential
-//! back-off. The headers are consumed: they never go upstream.
+//! back-off. The headers count only on internal requests, as in Envoy, and are
+//! consumed: they never go upstream.
 
 use crate::upstream::pool::SendError;
 use courier_config::matcher::HeaderMatcher;
@@ -85,8 +86,14 @@ pub fn plan<'a>(
     headers: &mut HeaderMap,
 ) -> (Option<Retry<'a>>, Timeouts) {
     let policy: Option<&RetryPolicy> = action.retry_policy.as_ref().or(vhost.retry_policy.as_ref());
+    // Envoy honours the headers only on internal requests (the connection
+    // manager marks them `x-envoy-internal: true`); they are consumed either way.
+    let trusted = headers
+        .get("x-envoy-internal")
+        .is_some_and(|v| v.as_bytes() == b"true");
     let text = |h: &mut HeaderMap, name: &str| {
         h.remove(name)
+            .filter(|_| trusted)
             .and_then(|v| v.to_str().ok().map(str::to_string))
     };
     let retry_on = text(headers, RETRY_ON);
