@@ -42,8 +42,8 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    if !c.health_checks.is_empty() {
-        refuse("health_checks", "active health checking");
+    if !c.health_checks.is_empty() && c.tls.is_some() {
+        refuse("health_checks", "active health checking over TLS");
     }
     // Served: max_requests, max_retries and retry_budget (DEFAULT and HIGH).
     let cb = &c.circuit_breakers;

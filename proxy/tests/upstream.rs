@@ -435,8 +435,7 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let line =
-        "static_resources.clusters[0].health_checks: active health checking is not served yet";
+    let line = "static_resources.clusters[0].health_checks: active health checking over TLS is not served yet";
     assert!(err.contains(line), "{line} missing in {err}");
     // Retries and outlier detection are served.
     assert!(!err.contains("retry_policy"), "{err}");

@@ -29,6 +29,8 @@ pub struct Host {
     pub stats: HostStats,
     /// Outlier-detection inputs and ejection state.
     pub outlier: super::outlier::HostOutlier,
+    /// Active health-check state.
+    pub health: super::health_check::HostHealth,
 }
 
 /// A host's counters (`/clusters`), summed over workers by being shared.
@@ -65,6 +67,7 @@ impl Host {
             active: AtomicU64::new(0),
             stats: HostStats::default(),
             outlier: Default::default(),
+            health: Default::default(),
         }
     }
 
@@ -173,10 +176,10 @@ pub struct PriorityHosts {
 
 impl PriorityHosts {
     fn new(all: Vec<Arc<Host>>) -> Self {
-        // An ejected host is unhealthy until the detector returns it.
+        // An ejected or health-check-failed host is unhealthy until it returns.
         let healthy: Vec<Arc<Host>> = all
             .iter()
-            .filter(|h| h.healthy && !h.outlier.ejected())
+            .filter(|h| h.healthy && !h.outlier.ejected() && !h.health.failed())
             .cloned()
             .collect();
         let healthy_percent = if all.is_empty() {

@@ -8,6 +8,7 @@
 pub mod circuit;
 pub mod client;
 pub mod dns;
+pub mod health_check;
 pub mod host;
 pub mod lb;
 pub mod outlier;

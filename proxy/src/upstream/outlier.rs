@@ -109,6 +109,25 @@ impl HostOutlier {
     }
 }
 
+/// Republishes `cluster`'s host set (health changed).
+pub(crate) fn republish_now(cluster: &UpstreamCluster) {
+    detector::republish(cluster);
+}
+
+/// A passing active health check returns an ejected host at once, unless
+/// `successful_active_health_check_uneject_host` is off. Main thread only.
+pub(crate) fn uneject_on_health_check(cluster: &UpstreamCluster, host: &Host) {
+    let Some(d) = &cluster.outlier else { return };
+    let o = &host.outlier;
+    if d.config.successful_active_health_check_uneject_host && o.ejected() {
+        o.ejected.store(false, Ordering::Relaxed);
+        o.unejected_at.store(d.now_ms(), Ordering::Relaxed);
+        o.reset_consecutive();
+        d.active.fetch_sub(1, Ordering::Relaxed);
+        detector::republish(cluster);
+    }
+}
+
 /// Records an upstream response status for `host`.
 pub fn record_status(cluster: &UpstreamCluster, host: &Host, status: u16) {
     let Some(d) = &cluster.outlier else { return };

@@ -26,6 +26,8 @@ pub enum Act {
     StallStatus(Duration, u16),
     /// Answer 200 with this `grpc-status` in the headers (trailers-only).
     Grpc(u32),
+    /// A `grpc.health.v1` answer with this status (1 SERVING, 2 NOT_SERVING).
+    GrpcHealth(u8),
     /// Wait until the upstream's gate opens (or 10 s), then answer 200.
     Gate,
 }
@@ -137,6 +139,11 @@ async fn serve(req: Request<Incoming>, log: &Log, decide: &Decide) -> Response<F
             .header("content-type", "application/grpc")
             .header("grpc-status", code.to_string())
             .body(Full::default())
+            .unwrap(),
+        Act::GrpcHealth(status) => Response::builder()
+            .header("content-type", "application/grpc")
+            .header("grpc-status", "0")
+            .body(Full::new(Bytes::from(vec![0, 0, 0, 0, 2, 0x08, status])))
             .unwrap(),
         Act::Gate => {
             let notified = log.gate.notified();
