@@ -2,7 +2,7 @@
 //! `max_ejection_percent` and the `enforcing_*` chance, republishing the host set,
 //! and the stats.
 
-use super::{HostOutlier, Kind};
+use super::Kind;
 use crate::upstream::host::{Host, HostSet};
 use crate::upstream::{ClusterManager, UpstreamCluster};
 use courier_config::cluster::OutlierDetection;
@@ -65,7 +65,8 @@ impl Detector {
     /// Envoy's `ejectHost`: within `max_ejection_percent` of all hosts (or the one
     /// host `always_eject_one_host` allows), with the kind's enforcing chance.
     /// Returns whether the host was ejected.
-    pub(super) fn eject(&self, o: &HostOutlier, kind: Kind, hosts: usize) -> bool {
+    pub(super) fn eject(&self, host: &Host, kind: Kind, hosts: usize) -> bool {
+        let o = &host.outlier;
         let active = self.active.load(Ordering::Relaxed);
         let pct = 100.0 * (active + 1) as f64 / hosts.max(1) as f64;
         let allowed = pct <= f64::from(self.config.max_ejection_percent)
@@ -94,7 +95,12 @@ impl Detector {
         if let Some(c) = self.enforced.get(kind as usize) {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        tracing::info!(kind = kind.name(), "outlier detection: host ejected");
+        tracing::info!(
+            host = %host.address,
+            kind = kind.name(),
+            multiplier = k + 1,
+            "outlier detection: host ejected"
+        );
         true
     }
 
@@ -182,7 +188,7 @@ fn events(cluster: &UpstreamCluster, d: &Detector) -> bool {
                 continue;
             }
             d.detected(kind);
-            changed |= d.eject(o, kind, count);
+            changed |= d.eject(h, kind, count);
             // The counter starts over after a detection.
             let counter = match kind {
                 Kind::Consecutive5xx => &o.consecutive_5xx,
@@ -219,5 +225,70 @@ pub fn spawn(clusters: &ClusterManager) {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Envoy's defaults, with these two fields.
+    fn config(max_pct: u32, always_one: bool) -> OutlierDetection {
+        OutlierDetection {
+            consecutive_5xx: 5,
+            interval: Duration::from_secs(10),
+            base_ejection_time: Duration::from_secs(30),
+            max_ejection_time: Duration::from_secs(300),
+            max_ejection_time_jitter: Duration::ZERO,
+            max_ejection_percent: max_pct,
+            always_eject_one_host: always_one,
+            enforcing_consecutive_5xx: 100,
+            consecutive_gateway_failure: 5,
+            enforcing_consecutive_gateway_failure: 0,
+            split_external_local_origin_errors: false,
+            consecutive_local_origin_failure: 5,
+            enforcing_consecutive_local_origin_failure: 100,
+            enforcing_success_rate: 100,
+            enforcing_local_origin_success_rate: 100,
+            success_rate_minimum_hosts: 5,
+            success_rate_request_volume: 100,
+            success_rate_stdev_factor: 1.9,
+            failure_percentage_threshold: 85,
+            enforcing_failure_percentage: 0,
+            enforcing_failure_percentage_local_origin: 0,
+            failure_percentage_minimum_hosts: 5,
+            failure_percentage_request_volume: 50,
+            successful_active_health_check_uneject_host: true,
+        }
+    }
+
+    fn host(port: u16) -> Host {
+        Host::new(
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            String::new(),
+            1,
+            true,
+        )
+    }
+
+    #[test]
+    fn max_ejection_percent_and_always_eject_one_host() {
+        // 10% of 5 hosts allows none...
+        let d = Detector::new(config(10, false));
+        assert!(!d.eject(&host(1), Kind::Consecutive5xx, 5));
+        assert_eq!(d.overflow.load(Ordering::Relaxed), 1);
+        // ...unless always_eject_one_host, which allows exactly one.
+        let d = Detector::new(config(10, true));
+        assert!(d.eject(&host(1), Kind::Consecutive5xx, 5));
+        assert!(!d.eject(&host(2), Kind::Consecutive5xx, 5));
+        // 20% of 10 hosts: two.
+        let d = Detector::new(config(20, false));
+        let hs: Vec<Host> = (0..3).map(host).collect();
+        assert!(d.eject(&hs[0], Kind::Consecutive5xx, 10));
+        assert!(d.eject(&hs[1], Kind::Consecutive5xx, 10));
+        assert!(!d.eject(&hs[2], Kind::Consecutive5xx, 10));
+        assert_eq!(d.active.load(Ordering::Relaxed), 2);
+        assert_eq!(hs[0].outlier.multiplier.load(Ordering::Relaxed), 1);
     }
 }

@@ -92,7 +92,7 @@ fn success_rate(d: &Detector, hosts: &[&Arc<Host>], volumes: &[(u64, u64)], kind
             && let Some(h) = hosts.get(i)
         {
             d.detected(kind);
-            changed |= d.eject(&h.outlier, kind, hosts.len());
+            changed |= d.eject(h, kind, hosts.len());
         }
     }
     changed
@@ -116,7 +116,7 @@ fn failure_percentage(
             && !h.outlier.ejected()
         {
             d.detected(kind);
-            changed |= d.eject(&h.outlier, kind, hosts.len());
+            changed |= d.eject(h, kind, hosts.len());
         }
     }
     changed
