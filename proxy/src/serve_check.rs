@@ -45,22 +45,17 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     if !c.health_checks.is_empty() && c.tls.is_some() {
         refuse("health_checks", "active health checking over TLS");
     }
-    // Served: max_requests, max_retries and retry_budget (DEFAULT and HIGH).
+    // Served: every threshold but max_connection_pools; the pools count
+    // connections and pending requests against DEFAULT only, so HIGH's are refused.
     let cb = &c.circuit_breakers;
+    let d = courier_config::cluster::Thresholds::default();
+    if cb.high.max_connections != d.max_connections {
+        refuse("circuit_breakers.thresholds", "max_connections (HIGH)");
+    }
+    if cb.high.max_pending_requests != d.max_pending_requests {
+        refuse("circuit_breakers.thresholds", "max_pending_requests (HIGH)");
+    }
     for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {
-        let d = courier_config::cluster::Thresholds::default();
-        if t.max_connections != d.max_connections {
-            refuse(
-                "circuit_breakers.thresholds",
-                &format!("max_connections ({prio})"),
-            );
-        }
-        if t.max_pending_requests != d.max_pending_requests {
-            refuse(
-                "circuit_breakers.thresholds",
-                &format!("max_pending_requests ({prio})"),
-            );
-        }
         if t.max_connection_pools.is_some() {
             refuse(
                 "circuit_breakers.thresholds",

@@ -348,3 +348,50 @@ async fn max_requests_overflows_with_503_overloaded_across_workers() {
     }
     assert_eq!(stat(&c, "cluster.u.upstream_rq_pending_overflow").await, 40);
 }
+
+#[tokio::test]
+async fn max_connections_queues_and_max_pending_requests_overflows() {
+    let (addr, log) = upstream(|_, _| Act::Gate).await;
+    let cluster = static_cluster(
+        "u",
+        &[addr],
+        "circuit_breakers:\n  thresholds:\n  - {max_connections: 1, max_pending_requests: 1}\n",
+    );
+    let routes = "- match: {prefix: \"/\"}\n  route: {cluster: u}\n";
+    let c = courier_with("", "", routes, &cluster).await;
+    let listener = c.listener;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    for _ in 0..3 {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let r = H1::connect(listener).await.get("/", &[]).await;
+            let _ = tx.send(r);
+        });
+    }
+    // One request has the only connection, one waits for it, one overflows.
+    let first = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.status, 503);
+    assert_eq!(first.header("x-envoy-overloaded"), Some("true"));
+    for _ in 0..250 {
+        if log.count.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(log.count.load(Ordering::SeqCst), 1);
+    log.open_gate();
+    for _ in 0..2 {
+        let r = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.status, 200);
+    }
+    // The waiting request reused the one connection.
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_total").await, 1);
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_overflow").await, 2);
+    assert_eq!(stat(&c, "cluster.u.upstream_rq_pending_overflow").await, 1);
+}

@@ -222,6 +222,11 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 }
                 (Final::Timeout, matches!(body, HeldBody::Whole(..)))
             }
+            Some(Err((SendError::Overflow, _))) => {
+                // max_pending_requests: refused, never retried.
+                stats.rq_pending_overflow.inc();
+                return done(Final::Overflow, host, false);
+            }
             Some(Err((e, back))) => {
                 if e.attached() {
                     stats.rq_total.inc();

@@ -16,6 +16,8 @@ pub struct Counts {
     pub pending: AtomicU64,
     /// Retries in flight (`rq_retry_open`).
     pub retries: AtomicU64,
+    /// Open connections (`cx_open`).
+    pub connections: AtomicU64,
 }
 
 /// A cluster's circuit-breaker state: DEFAULT and HIGH priority counts with their
@@ -38,6 +40,8 @@ pub struct Held {
 enum Kind {
     Request,
     Retry,
+    Pending,
+    Connection,
 }
 
 impl Drop for Held {
@@ -45,6 +49,8 @@ impl Drop for Held {
         let c = match self.kind {
             Kind::Request => &self.counts.requests,
             Kind::Retry => &self.counts.retries,
+            Kind::Pending => &self.counts.pending,
+            Kind::Connection => &self.counts.connections,
         };
         c.fetch_sub(1, Ordering::Relaxed);
     }
@@ -79,6 +85,26 @@ impl Circuit {
         })
     }
 
+    /// Opens a connection, or `None` when `max_connections` are open. The pools
+    /// know no route priority: connections and pending requests count against
+    /// the DEFAULT thresholds (serve_check refuses HIGH ones).
+    pub fn try_connection(&self) -> Option<Held> {
+        let max = u64::from(self.thresholds.default.max_connections);
+        take(
+            &self.default,
+            &self.default.connections,
+            max,
+            Kind::Connection,
+        )
+    }
+
+    /// Queues a request for a connection, or `None` when `max_pending_requests`
+    /// are already waiting.
+    pub fn try_pending(&self) -> Option<Held> {
+        let max = u64::from(self.thresholds.default.max_pending_requests);
+        take(&self.default, &self.default.pending, max, Kind::Pending)
+    }
+
     /// Starts a retry, or `None` when the retry budget (or `max_retries` without
     /// one) is used up. The budget is Envoy's: `max(budget_percent x (active +
     /// pending requests), min_retry_concurrency)` retries at once.
@@ -101,13 +127,18 @@ impl Circuit {
         let mut out = Vec::new();
         for (high, prio) in [(false, "default"), (true, "high")] {
             let (t, c) = self.pick(high);
-            let (rq, pending, retries) = (
+            let (rq, pending, retries, cx) = (
                 c.requests.load(Ordering::Relaxed),
                 c.pending.load(Ordering::Relaxed),
                 c.retries.load(Ordering::Relaxed),
+                c.connections.load(Ordering::Relaxed),
             );
             let open = |n: u64, max: u64| u64::from(n >= max);
             let retry_max = retry_limit(t, c);
+            out.push((
+                format!("circuit_breakers.{prio}.cx_open"),
+                open(cx, u64::from(t.max_connections)),
+            ));
             out.push((
                 format!("circuit_breakers.{prio}.rq_open"),
                 open(rq, u64::from(t.max_requests)),
@@ -121,6 +152,10 @@ impl Circuit {
                 open(retries, retry_max),
             ));
             if t.track_remaining {
+                out.push((
+                    format!("circuit_breakers.{prio}.remaining_cx"),
+                    u64::from(t.max_connections).saturating_sub(cx),
+                ));
                 out.push((
                     format!("circuit_breakers.{prio}.remaining_rq"),
                     u64::from(t.max_requests).saturating_sub(rq),
@@ -154,6 +189,17 @@ pub fn samples(clusters: &super::ClusterManager, out: &mut Vec<(String, u64)>) {
             out.push((format!("cluster.{name}.{stat}"), v));
         }
     }
+}
+
+fn take(counts: &Arc<Counts>, counter: &AtomicU64, max: u64, kind: Kind) -> Option<Held> {
+    if counter.fetch_add(1, Ordering::Relaxed) >= max {
+        counter.fetch_sub(1, Ordering::Relaxed);
+        return None;
+    }
+    Some(Held {
+        counts: Arc::clone(counts),
+        kind,
+    })
 }
 
 fn retry_limit(t: &Thresholds, c: &Counts) -> u64 {

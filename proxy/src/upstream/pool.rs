@@ -54,6 +54,8 @@ pub enum SendError {
     Termination,
     /// The peer reset the stream (HTTP/2) or sent something unparsable.
     Reset(&'static str),
+    /// A circuit breaker refused it (`max_pending_requests` waiting already).
+    Overflow,
 }
 
 impl SendError {
@@ -64,6 +66,7 @@ impl SendError {
             SendError::ConnectTimeout => "connection timeout",
             SendError::Termination => "connection termination",
             SendError::Reset(r) => r,
+            SendError::Overflow => "overflow",
         }
     }
 
@@ -71,7 +74,7 @@ impl SendError {
     pub fn attached(&self) -> bool {
         !matches!(
             self,
-            SendError::ConnectFailure(_) | SendError::ConnectTimeout
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout | SendError::Overflow
         )
     }
 
@@ -94,6 +97,7 @@ impl SendError {
             SendError::ConnectFailure(_) | SendError::ConnectTimeout => "UF",
             SendError::Termination => "UC",
             SendError::Reset(_) => "UR",
+            SendError::Overflow => "UO",
         }
     }
 }
@@ -185,11 +189,43 @@ pub async fn send_attempt(
     }
 }
 
+/// How long a pending request sleeps between looks for a free connection, and
+/// how many looks it takes at most (the route timeout usually ends it first).
+const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+const PENDING_POLLS: u32 = 30_000;
+
+/// Sends on an idle pooled HTTP/1.1 connection; `Err(req)` when there is none.
+#[allow(clippy::type_complexity)]
+async fn try_idle(
+    key: Key,
+    mut req: Request<UpstreamBody>,
+) -> Result<
+    Result<(Response<Incoming>, http1::SendRequest<UpstreamBody>), SendError>,
+    Request<UpstreamBody>,
+> {
+    // Reuse the most recently returned connection first (LIFO: warm, least likely
+    // to have been closed by the upstream's idle timeout).
+    while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
+        if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
+            continue;
+        }
+        match s.try_send_request(req).await {
+            Ok(resp) => return Ok(Ok((resp, s))),
+            Err(mut e) => match e.take_message() {
+                // Never written: the connection died while idle; try another.
+                Some(r) => req = r,
+                None => return Ok(Err(from_hyper(e.error()))),
+            },
+        }
+    }
+    Err(req)
+}
+
 async fn send_h1(
     cluster: &UpstreamCluster,
     host: &Arc<Host>,
     key: Key,
-    mut req: Request<UpstreamBody>,
+    req: Request<UpstreamBody>,
     stats: &ClusterStats,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
@@ -200,21 +236,38 @@ async fn send_h1(
         _active: active,
         _held: None,
     };
-    // Reuse the most recently returned connection first (LIFO: warm, least likely
-    // to have been closed by the upstream's idle timeout).
-    while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
-        if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
-            continue;
+    let mut req = match try_idle(key, req).await {
+        Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
+        Ok(Err(e)) => return Err((e, None)),
+        Err(r) => r,
+    };
+    let slot = match cluster.circuit.try_connection() {
+        Some(slot) => slot,
+        None => {
+            // At max_connections: the request waits for a connection to free up.
+            stats.cx_overflow.inc();
+            let Some(_pending) = cluster.circuit.try_pending() else {
+                return Err((SendError::Overflow, None));
+            };
+            let mut got = None;
+            for _ in 0..PENDING_POLLS {
+                tokio::time::sleep(PENDING_POLL).await;
+                req = match try_idle(key, req).await {
+                    Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
+                    Ok(Err(e)) => return Err((e, None)),
+                    Err(r) => r,
+                };
+                if let Some(slot) = cluster.circuit.try_connection() {
+                    got = Some(slot);
+                    break;
+                }
+            }
+            match got {
+                Some(slot) => slot,
+                None => return Err((SendError::Overflow, None)),
+            }
         }
-        match s.try_send_request(req).await {
-            Ok(resp) => return Ok((resp, lease(s))),
-            Err(mut e) => match e.take_message() {
-                // Never written: the connection died while idle; try another.
-                Some(r) => req = r,
-                None => return Err((from_hyper(e.error()), None)),
-            },
-        }
-    }
+    };
     let stream = match connect(cluster, host, stats).await {
         Ok(s) => s,
         Err(e) => return Err((e, Some(req))),
@@ -224,7 +277,7 @@ async fn send_h1(
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), None))?;
-    let open = OpenConn::new(host);
+    let open = OpenConn::new(host, slot);
     tokio::spawn(async move {
         let _ = conn.await;
         drop(open);
@@ -244,18 +297,47 @@ async fn send_h2(
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let max = cluster.config.http.http2.max_concurrent_streams;
-    let found = POOLS.with(|p| {
-        let mut p = p.borrow_mut();
-        let pool = p.get_mut(&key)?;
-        pool.h2.retain(|c| !c.send.is_closed());
-        pool.h2
-            .iter()
-            .find(|c| c.streams.load(Ordering::Relaxed) < max)
-            .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
-    });
-    let (mut send, streams) = match found {
+    let find = || {
+        POOLS.with(|p| {
+            let mut p = p.borrow_mut();
+            let pool = p.get_mut(&key)?;
+            pool.h2.retain(|c| !c.send.is_closed());
+            pool.h2
+                .iter()
+                .find(|c| c.streams.load(Ordering::Relaxed) < max)
+                .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
+        })
+    };
+    let (send, streams) = match find() {
         Some(c) => c,
         None => {
+            let slot = match cluster.circuit.try_connection() {
+                Some(slot) => slot,
+                None => {
+                    // At max_connections: wait for a stream or a connection.
+                    stats.cx_overflow.inc();
+                    let Some(_pending) = cluster.circuit.try_pending() else {
+                        return Err((SendError::Overflow, None));
+                    };
+                    let mut got = Err(());
+                    for _ in 0..PENDING_POLLS {
+                        tokio::time::sleep(PENDING_POLL).await;
+                        if let Some(c) = find() {
+                            got = Ok(Ok(c));
+                            break;
+                        }
+                        if let Some(slot) = cluster.circuit.try_connection() {
+                            got = Ok(Err(slot));
+                            break;
+                        }
+                    }
+                    match got {
+                        Ok(Ok(c)) => return send_h2_on(key, c, req, active).await,
+                        Ok(Err(slot)) => slot,
+                        Err(()) => return Err((SendError::Overflow, None)),
+                    }
+                }
+            };
             let stream = match connect(cluster, host, stats).await {
                 Ok(s) => s,
                 Err(e) => return Err((e, Some(req))),
@@ -267,7 +349,7 @@ async fn send_h2(
                 .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| (from_hyper(&e), None))?;
-            let open = OpenConn::new(host);
+            let open = OpenConn::new(host, slot);
             tokio::spawn(async move {
                 let _ = conn.await;
                 drop(open);
@@ -282,6 +364,16 @@ async fn send_h2(
             (send, streams)
         }
     };
+    send_h2_on(key, (send, streams), req, active).await
+}
+
+/// Sends one stream on a pooled HTTP/2 connection.
+async fn send_h2_on(
+    key: Key,
+    (mut send, streams): (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>),
+    req: Request<UpstreamBody>,
+    active: ActiveRequest,
+) -> Result<(Response<Incoming>, Lease), Failed> {
     streams.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {
@@ -299,13 +391,14 @@ async fn send_h2(
     }
 }
 
-/// An open upstream connection, counted in its host's `cx_active`.
-struct OpenConn(Arc<Host>);
+/// An open upstream connection, counted in its host's `cx_active` and holding
+/// its cluster's `max_connections` slot.
+struct OpenConn(Arc<Host>, #[allow(dead_code)] super::circuit::Held);
 
 impl OpenConn {
-    fn new(host: &Arc<Host>) -> Self {
+    fn new(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::clone(host))
+        Self(Arc::clone(host), slot)
     }
 }
 
