@@ -125,6 +125,7 @@ fn vhosts() -> String {
     );
     routes += &r("/none/", "up", "");
     routes += &r("/full/", "full", "");
+    routes += &r("/nocx/", "nocx", &p("retry_on: 5xx, num_retries: 3"));
     routes += &r(
         "/noretries/",
         "noretries",
@@ -164,6 +165,11 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
             "full",
             up.port(),
             "  circuit_breakers: { thresholds: [{ max_requests: 0 }] }\n",
+        ),
+        cluster(
+            "nocx",
+            up.port(),
+            "  circuit_breakers: { thresholds: [{ max_connections: 0, max_pending_requests: 0 }] }\n",
         ),
         cluster(
             "noretries",
@@ -257,6 +263,7 @@ fn cases() -> Vec<Case> {
         .header("x-envoy-upstream-rq-per-try-timeout-ms", "100")
         .header("x-envoy-max-retries", "1"),
         g("max_requests 0 overflows", "/full/ok"),
+        g("no connection and no pending slot overflows", "/nocx/ok"),
         g("max_retries 0 overflows the retry", "/noretries/s/503"),
         g("empty retry budget overflows the retry", "/budget0/s/503"),
     ]
