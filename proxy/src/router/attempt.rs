@@ -112,6 +112,17 @@ async fn hold(mut body: UpstreamBody, limit: u64) -> HeldBody {
     HeldBody::Once(Some(rest))
 }
 
+/// Whether the body ends within `limit` bytes: empty, or its `content-length`
+/// says so.
+fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
+    body.is_end_stream()
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n <= limit)
+}
+
 fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<UpstreamBody> {
     let mut r = Request::new(body);
     *r.method_mut() = parts.method.clone();
@@ -154,7 +165,14 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
     } = a;
     // Without a retry policy the request goes once, as it came.
     let (mut parts, mut body) = match retry {
-        Some(_) => (Some(parts), hold(body, buffer_limit).await),
+        // Read ahead only a body known to end within the limit: one of unknown
+        // length (a gRPC stream, say) may not end before its response starts,
+        // so it goes once, and only a connect failure (which gives the body
+        // back unsent) is retried.
+        Some(_) if bounded(&parts.headers, &body, buffer_limit) => {
+            (Some(parts), hold(body, buffer_limit).await)
+        }
+        Some(_) => (Some(parts), HeldBody::Once(Some(body))),
         None => (Some(parts), HeldBody::Once(Some(body))),
     };
     let deadline = timeouts.global.map(|t| started + t);
