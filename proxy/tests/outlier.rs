@@ -147,3 +147,36 @@ async fn success_rate_ejects_the_host_failing_40_percent() {
     }
     assert_eq!(logs[0].count.load(Ordering::SeqCst), before);
 }
+
+#[tokio::test]
+async fn with_every_host_ejected_panic_mode_still_routes_to_them() {
+    let mut addrs = Vec::new();
+    let mut logs = Vec::new();
+    for _ in 0..2 {
+        let (a, l) = upstream(|_, _| Act::Status(503)).await;
+        addrs.push(a);
+        logs.push(l);
+    }
+    let od = "outlier_detection: {consecutive_5xx: 2, interval: 1s, base_ejection_time: 30s, max_ejection_percent: 100}\n";
+    let c = courier_with("", "", ROUTES, &static_cluster("u", &addrs, od)).await;
+    let mut h = H1::connect(c.listener).await;
+    let until = Instant::now() + Duration::from_secs(10);
+    while stat(&c, "cluster.u.outlier_detection.ejections_active").await < 2
+        && Instant::now() < until
+    {
+        h.get("/", &[]).await;
+    }
+    assert_eq!(
+        stat(&c, "cluster.u.outlier_detection.ejections_active").await,
+        2
+    );
+    // Healthy 0% is under the 50% panic threshold: both hosts still get traffic.
+    let before: u64 = logs.iter().map(|l| l.count.load(Ordering::SeqCst)).sum();
+    for _ in 0..10 {
+        let r = h.get("/", &[]).await;
+        assert_eq!(r.status, 503);
+        assert_ne!(r.body, "no healthy upstream");
+    }
+    let after: u64 = logs.iter().map(|l| l.count.load(Ordering::SeqCst)).sum();
+    assert_eq!(after - before, 10);
+}
