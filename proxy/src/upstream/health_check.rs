@@ -68,10 +68,16 @@ async fn run(cluster: Arc<UpstreamCluster>, hc: HealthCheck, host: Arc<Host>) {
             Ok(v) => v,
             Err(_) => Verdict::Fail,
         };
-        if update(&cluster, &host, &hc, verdict) {
+        let changed = update(&cluster, &host, &hc, verdict);
+        if changed {
             super::outlier::republish_now(&cluster);
         }
-        let every = if host.health.failed() {
+        // Right after a change the edge intervals apply.
+        let every = if changed && host.health.failed() {
+            hc.unhealthy_edge_interval
+        } else if changed {
+            hc.healthy_edge_interval
+        } else if host.health.failed() {
             hc.unhealthy_interval
         } else if traffic(&cluster) {
             hc.interval
