@@ -5,7 +5,7 @@
 //! filter that is not enforced, say. `--mode validate` is unaffected.
 
 use courier_config::Bootstrap;
-use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
+use courier_config::cluster::{Cluster, Discovery, UpstreamProtocol};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
@@ -41,14 +41,26 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    if !c.health_checks.is_empty() {
-        refuse("health_checks", "active health checking");
+    if !c.health_checks.is_empty() && c.tls.is_some() {
+        refuse("health_checks", "active health checking over TLS");
     }
-    if c.outlier_detection.is_some() {
-        refuse("outlier_detection", "outlier detection");
+    // Served: every threshold but max_connection_pools; the pools count
+    // connections and pending requests against DEFAULT only, so HIGH's are refused.
+    let cb = &c.circuit_breakers;
+    let d = courier_config::cluster::Thresholds::default();
+    if cb.high.max_connections != d.max_connections {
+        refuse("circuit_breakers.thresholds", "max_connections (HIGH)");
     }
-    if c.circuit_breakers != CircuitBreakers::default() {
-        refuse("circuit_breakers", "circuit breaking");
+    if cb.high.max_pending_requests != d.max_pending_requests {
+        refuse("circuit_breakers.thresholds", "max_pending_requests (HIGH)");
+    }
+    for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {
+        if t.max_connection_pools.is_some() {
+            refuse(
+                "circuit_breakers.thresholds",
+                &format!("max_connection_pools ({prio})"),
+            );
+        }
     }
     if matches!(c.discovery, Discovery::Eds { .. }) {
         refuse("eds_cluster_config", "EDS");
@@ -116,12 +128,17 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if vh.retry_policy.is_some()
-            || vh.hedge_policy.is_some()
-            || vh.include_request_attempt_count
-            || vh.include_attempt_count_in_response
+        if vh.hedge_policy.is_some() {
+            problems.push(format!("{at}.hedge_policy: hedging is not served yet"));
+        }
+        if vh
+            .retry_policy
+            .as_ref()
+            .is_some_and(|p| p.per_try_idle_timeout.is_some())
         {
-            problems.push(format!("{at}.retry_policy: retries are not served yet"));
+            problems.push(format!(
+                "{at}.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
+            ));
         }
         mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
@@ -135,9 +152,18 @@ fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             let Action::Route(ra) = &route.action else {
                 continue;
             };
-            if ra.retry_policy.is_some() || ra.hedge_policy.is_some() {
+            if ra.hedge_policy.is_some() {
                 problems.push(format!(
-                    "{at}.route.retry_policy: retries are not served yet"
+                    "{at}.route.hedge_policy: hedging is not served yet"
+                ));
+            }
+            if ra
+                .retry_policy
+                .as_ref()
+                .is_some_and(|p| p.per_try_idle_timeout.is_some())
+            {
+                problems.push(format!(
+                    "{at}.route.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
                 ));
             }
             if ra.idle_timeout.is_some() {

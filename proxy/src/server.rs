@@ -216,6 +216,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
 
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
+        crate::upstream::outlier::spawn(&clusters);
+        crate::upstream::health_check::spawn(&clusters);
         if let Some(a) = &bootstrap.admin {
             let addr = resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))

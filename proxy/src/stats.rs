@@ -77,6 +77,20 @@ pub struct ClusterStats {
     pub cx_none_healthy: Counter,
     /// `upstream_rq_timeout`: requests that hit the route timeout.
     pub rq_timeout: Counter,
+    /// `upstream_rq_per_try_timeout`.
+    pub rq_per_try_timeout: Counter,
+    /// `upstream_rq_retry`: retries started.
+    pub rq_retry: Counter,
+    /// `upstream_rq_retry_success`: requests that succeeded after a retry.
+    pub rq_retry_success: Counter,
+    /// `upstream_rq_retry_overflow`: retries refused by the circuit breaker or budget.
+    pub rq_retry_overflow: Counter,
+    /// `upstream_rq_retry_limit_exceeded`: retriable failures with no retry left.
+    pub rq_retry_limit_exceeded: Counter,
+    /// `upstream_rq_pending_overflow`: requests refused by a circuit breaker.
+    pub rq_pending_overflow: Counter,
+    /// `upstream_cx_overflow`: connections refused by `max_connections`.
+    pub cx_overflow: Counter,
 }
 
 impl Default for ClusterStats {
@@ -90,11 +104,49 @@ impl Default for ClusterStats {
             cx_connect_timeout: Counter::default(),
             cx_none_healthy: Counter::default(),
             rq_timeout: Counter::default(),
+            rq_per_try_timeout: Counter::default(),
+            rq_retry: Counter::default(),
+            rq_retry_success: Counter::default(),
+            rq_retry_overflow: Counter::default(),
+            rq_retry_limit_exceeded: Counter::default(),
+            rq_pending_overflow: Counter::default(),
+            cx_overflow: Counter::default(),
         }
     }
 }
 
 impl ClusterStats {
+    fn resilience_counters(&self) -> [&Counter; 7] {
+        [
+            &self.rq_per_try_timeout,
+            &self.rq_retry,
+            &self.rq_retry_success,
+            &self.rq_retry_overflow,
+            &self.rq_retry_limit_exceeded,
+            &self.rq_pending_overflow,
+            &self.cx_overflow,
+        ]
+    }
+
+    /// Retry and circuit-breaker counters by Envoy name.
+    fn resilience(&self) -> [(&'static str, u64); 7] {
+        [
+            ("upstream_rq_per_try_timeout", self.rq_per_try_timeout.get()),
+            ("upstream_rq_retry", self.rq_retry.get()),
+            ("upstream_rq_retry_success", self.rq_retry_success.get()),
+            ("upstream_rq_retry_overflow", self.rq_retry_overflow.get()),
+            (
+                "upstream_rq_retry_limit_exceeded",
+                self.rq_retry_limit_exceeded.get(),
+            ),
+            (
+                "upstream_rq_pending_overflow",
+                self.rq_pending_overflow.get(),
+            ),
+            ("upstream_cx_overflow", self.cx_overflow.get()),
+        ]
+    }
+
     /// Charges a response code (from the upstream, or a local failure Envoy charges
     /// to the cluster: 503 on connect failure, 504 on timeout).
     pub fn response(&self, status: u16) {
@@ -198,6 +250,9 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
             add("upstream_cx_none_healthy", c.cx_none_healthy.get());
             add("upstream_rq_timeout", c.rq_timeout.get());
+            for (stat, v) in c.resilience() {
+                add(stat, v);
+            }
             // Per-code stats exist once used, as in Envoy.
             for (i, n) in c.rq_code.iter().enumerate() {
                 if n.get() > 0 {
@@ -234,6 +289,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
                 &c.rq_timeout,
             ];
             counters.into_iter().for_each(Counter::reset);
+            c.resilience_counters().into_iter().for_each(Counter::reset);
             c.rq_code.iter().for_each(Counter::reset);
             c.rq_xx.iter().for_each(Counter::reset);
         }

@@ -178,19 +178,33 @@ fn sigterm_drains_and_exits_zero() {
 
 #[test]
 fn serve_refuses_what_it_does_not_serve_yet() {
-    // The sidecar example validates; its JWT and RBAC filters are served, but its
-    // retries, circuit breakers and outlier detection are not yet.
+    // The sidecar example is served whole now (JWT, RBAC, retries, circuit
+    // breakers, outlier detection); with a hedge policy and a connection-pool
+    // limit added, serve mode refuses those two, by path.
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sidecar.yaml");
+    let text = std::fs::read_to_string(example).unwrap();
+    assert!(text.contains("        max_requests: 1024\n"));
+    let text = text.replacen(
+        "        max_requests: 1024\n",
+        "        max_requests: 1024\n        max_connection_pools: 4\n",
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("sidecar.yaml");
+    std::fs::write(&path, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_courier"))
         .arg("-c")
-        .arg(example)
+        .arg(&path)
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].retry_policy: retries are not served yet"),
+        err.contains("static_resources.clusters[0].circuit_breakers.thresholds: max_connection_pools (DEFAULT) is not served yet"),
         "{err}"
     );
+    assert!(!err.contains("retry_policy"), "{err}");
+    assert!(!err.contains("outlier_detection"), "{err}");
+    assert!(!err.contains("max_connections"), "{err}");
     assert!(!err.contains("http_filters"), "{err}");
 }

@@ -390,7 +390,7 @@ async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
 }
 
 #[test]
-fn serve_still_refuses_retries_and_outlier_detection() {
+fn serve_refuses_health_checks_but_serves_retries_and_outlier_detection() {
     let config = r#"
 static_resources:
   listeners:
@@ -415,6 +415,8 @@ static_resources:
   clusters:
   - name: u
     outlier_detection: {}
+    health_checks:
+    - {timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {}}
     transport_socket:
       name: envoy.transport_sockets.tls
       typed_config:
@@ -433,16 +435,11 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let hcm = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
-    for line in [
-        format!(
-            "{hcm}.route_config.virtual_hosts[0].routes[0].route.retry_policy: retries are not served yet"
-        ),
-        "static_resources.clusters[0].outlier_detection: outlier detection is not served yet"
-            .into(),
-    ] {
-        assert!(err.contains(&line), "{line} missing in {err}");
-    }
+    let line = "static_resources.clusters[0].health_checks: active health checking over TLS is not served yet";
+    assert!(err.contains(line), "{line} missing in {err}");
+    // Retries and outlier detection are served.
+    assert!(!err.contains("retry_policy"), "{err}");
+    assert!(!err.contains("outlier_detection"), "{err}");
     // Forwarding and upstream TLS are served now.
     assert!(!err.contains("forwarding to upstream clusters"), "{err}");
     assert!(!err.contains("transport_socket"), "{err}");

@@ -233,6 +233,8 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
 fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
+    crate::upstream::circuit::samples(&shared.clusters, &mut samples);
+    crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     samples.sort();
     samples
 }

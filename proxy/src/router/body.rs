@@ -149,6 +149,13 @@ enum Source {
     Streamed(Incoming),
     /// Taken by the first poll.
     Held(Option<Bytes>),
+    /// Bytes read ahead for a retry, then the trailers, or the rest of the
+    /// downstream body when it was too long to hold whole.
+    Replay {
+        data: Option<Bytes>,
+        trailers: Option<http::HeaderMap>,
+        rest: Option<Box<crate::upstream::pool::UpstreamBody>>,
+    },
 }
 
 impl RequestBody {
@@ -160,6 +167,22 @@ impl RequestBody {
         RequestBody {
             body: Source::Streamed(body),
             progress: Some(progress),
+        }
+    }
+
+    /// `data` (none when empty) then `trailers`, then what is left of `rest`.
+    pub fn replay(
+        data: Bytes,
+        trailers: Option<http::HeaderMap>,
+        rest: Option<Box<crate::upstream::pool::UpstreamBody>>,
+    ) -> Self {
+        RequestBody {
+            body: Source::Replay {
+                data: (!data.is_empty()).then_some(data),
+                trailers,
+                rest,
+            },
+            progress: None,
         }
     }
 
@@ -184,6 +207,22 @@ impl Body for RequestBody {
         let body = match &mut this.body {
             Source::Streamed(b) => b,
             Source::Held(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
+            Source::Replay {
+                data,
+                trailers,
+                rest,
+            } => {
+                if let Some(d) = data.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(d))));
+                }
+                if let Some(t) = trailers.take() {
+                    return Poll::Ready(Some(Ok(Frame::trailers(t))));
+                }
+                return match rest {
+                    Some(r) => Pin::new(&mut **r).poll_frame(cx),
+                    None => Poll::Ready(None),
+                };
+            }
         };
         let polled = Pin::new(&mut *body).poll_frame(cx);
         if let Some(p) = &this.progress {
@@ -205,6 +244,15 @@ impl Body for RequestBody {
         match &self.body {
             Source::Streamed(b) => b.is_end_stream(),
             Source::Held(b) => b.is_none(),
+            Source::Replay {
+                data,
+                trailers,
+                rest,
+            } => {
+                data.is_none()
+                    && trailers.is_none()
+                    && rest.as_ref().is_none_or(|r| r.is_end_stream())
+            }
         }
     }
 
@@ -212,6 +260,21 @@ impl Body for RequestBody {
         match &self.body {
             Source::Streamed(b) => b.size_hint(),
             Source::Held(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            Source::Replay { data, rest, .. } => {
+                let held = data.as_ref().map_or(0, |b| b.len() as u64);
+                match rest {
+                    None => SizeHint::with_exact(held),
+                    Some(r) => {
+                        let h = r.size_hint();
+                        let mut out = SizeHint::new();
+                        out.set_lower(h.lower() + held);
+                        if let Some(u) = h.upper() {
+                            out.set_upper(u + held);
+                        }
+                        out
+                    }
+                }
+            }
         }
     }
 }

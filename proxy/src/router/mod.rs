@@ -5,9 +5,11 @@
 //! Envoy's local replies (503 `no healthy upstream`, 503 connect failure, 504
 //! `upstream request timeout`).
 
+mod attempt;
 pub mod body;
 pub mod forwarded;
 pub mod headers;
+pub mod retry;
 mod rewrite;
 pub mod upgrade;
 
@@ -28,6 +30,7 @@ use tokio::time::Instant;
 
 const SERVICE_TIME: HeaderName = HeaderName::from_static("x-envoy-upstream-service-time");
 const EXPECTED_TIMEOUT: HeaderName = HeaderName::from_static("x-envoy-expected-rq-timeout-ms");
+const OVERLOADED: HeaderName = HeaderName::from_static("x-envoy-overloaded");
 
 /// Why courier answered itself (Envoy's short response flag), kept on the response
 /// for the access log.
@@ -241,7 +244,18 @@ pub async fn forward(
     if let Some(u) = &upgrade {
         upgrade::restore_headers(&mut parts.headers, u.clone());
     }
-    if let Some(t) = action.timeout {
+    let (retry, timeouts) = match upgrade {
+        // An upgrade goes once, under the route timeout.
+        Some(_) => (
+            None,
+            retry::Timeouts {
+                global: action.timeout,
+                per_try: None,
+            },
+        ),
+        None => retry::plan(action, m.vhost, &mut parts.headers),
+    };
+    if let Some(t) = timeouts.expected() {
         parts
             .headers
             .insert(EXPECTED_TIMEOUT, HeaderValue::from(t.as_millis() as u64));
@@ -254,56 +268,99 @@ pub async fn forward(
         *r.headers_mut() = parts.headers.clone();
         r
     });
-    let host_text = Some(host.address_text.as_str());
-
-    let upstreamed = logging.then(|| crate::access_log::Upstreamed {
-        host: Some(std::sync::Arc::clone(&host)),
-        cluster: std::sync::Arc::clone(&cluster.config),
-    });
     let started = Instant::now();
-    let request = Request::from_parts(parts, body);
-    // Pinned in place: awaited through a pointer from either arm below, so this
-    // future holds the exchange once.
-    let mut sent = std::pin::pin!(async {
-        if upgrade.is_some() {
-            // Boxed: upgrades are rare; their state stays out of every request's future.
-            let resp = Box::pin(upgrade::send(cluster, host.address, request, stats)).await?;
-            return Ok::<_, pool::SendError>((resp, None));
-        }
-        let (resp, lease) = pool::send(cluster, &host, request, stats).await?;
-        Ok((resp, Some(lease)))
-    });
-    let result = match action.timeout {
-        Some(t) => tokio::time::timeout(t, sent.as_mut()).await.ok(),
-        None => Some(sent.await),
-    };
-    let mut resp = match result {
-        None => {
+    let done = if upgrade.is_some() {
+        let request = Request::from_parts(parts, body);
+        let sent = upgrade::send(cluster, host.address, request, stats);
+        let last = match action.timeout {
+            Some(t) => match tokio::time::timeout(t, sent).await {
+                Ok(r) => Ok(r),
+                Err(_) => Err(attempt::Final::Timeout),
+            },
+            None => Ok(sent.await),
+        };
+        let last = match last {
+            Ok(Ok(resp)) => attempt::Final::Upgraded(resp),
+            Ok(Err(e)) => attempt::Final::Failed(e),
+            Err(f) => f,
+        };
+        if matches!(last, attempt::Final::Timeout) {
             stats.rq_total.inc();
             stats.rq_timeout.inc();
             stats.response(504);
+        }
+        attempt::Done {
+            last,
+            host: std::sync::Arc::clone(&host),
+            attempts: 1,
+            limit_exceeded: false,
+        }
+    } else {
+        let a = attempt::Attempts {
+            cluster,
+            stats,
+            high: action.priority == courier_config::route::RoutingPriority::High,
+            retry,
+            timeouts,
+            count_upstream: m.vhost.include_request_attempt_count,
+            buffer_limit: m
+                .route
+                .request_body_buffer_limit
+                .or(m.vhost.request_body_buffer_limit)
+                .unwrap_or(attempt::DEFAULT_BUFFER_LIMIT),
+            started,
+        };
+        attempt::run(a, parts, body, std::sync::Arc::clone(&host)).await
+    };
+    let host_text = Some(done.host.address_text.as_str());
+    let urx = done.limit_exceeded;
+    let mut resp = match done.last {
+        attempt::Final::Timeout => out.local(
+            seen.as_ref(),
+            StatusCode::GATEWAY_TIMEOUT,
+            "upstream request timeout",
+            if urx { "UT,URX" } else { "UT" },
+            host_text,
+        ),
+        attempt::Final::Overflow => {
+            stats.response(503);
+            let mut resp = out.local(
+                seen.as_ref(),
+                StatusCode::SERVICE_UNAVAILABLE,
+                "upstream connect error or disconnect/reset before headers. reset reason: overflow",
+                "UO",
+                host_text,
+            );
+            resp.headers_mut()
+                .insert(OVERLOADED, HeaderValue::from_static("true"));
+            resp
+        }
+        attempt::Final::NoHost => {
+            stats.cx_none_healthy.inc();
             out.local(
                 seen.as_ref(),
-                StatusCode::GATEWAY_TIMEOUT,
-                "upstream request timeout",
-                "UT",
-                host_text,
+                StatusCode::SERVICE_UNAVAILABLE,
+                "no healthy upstream",
+                "UH",
+                None,
             )
         }
-        Some(Err(e)) => {
-            if e.attached() {
-                stats.rq_total.inc();
-            }
-            stats.response(503);
+        attempt::Final::Failed(e) => {
+            let retried = if done.attempts > 1 {
+                "retried and the latest "
+            } else {
+                ""
+            };
             let body = format!(
-                "upstream connect error or disconnect/reset before headers. reset reason: {}",
+                "upstream connect error or disconnect/reset before headers. {retried}reset reason: {}",
                 e.reason()
             );
+            let flag = if urx { with_urx(e.flag()) } else { e.flag() };
             let mut resp = out.local(
                 seen.as_ref(),
                 StatusCode::SERVICE_UNAVAILABLE,
                 body,
-                e.flag(),
+                flag,
                 host_text,
             );
             if logging {
@@ -312,42 +369,78 @@ pub async fn forward(
             }
             resp
         }
-        Some(Ok((resp, lease))) => {
+        attempt::Final::Upgraded(resp) => {
             stats.rq_total.inc();
             stats.response(resp.status().as_u16());
-            let (mut rp, rb) = resp.into_parts();
-            // Answer in the downstream's HTTP version with the standard reason phrase
-            // (hyper would echo the upstream's, as Envoy does not).
-            rp.version = out.version;
-            rp.extensions.clear();
-            let switched = (rp.status == StatusCode::SWITCHING_PROTOCOLS)
-                .then(|| rp.headers.get(http::header::UPGRADE).cloned())
-                .flatten();
-            headers::strip_hop_by_hop(&mut rp.headers);
-            if let Some(u) = switched {
-                // Envoy 1.40 sends no upstream service time on a 101.
-                upgrade::restore_headers(&mut rp.headers, u);
-            } else {
-                rp.headers.insert(
-                    SERVICE_TIME,
-                    HeaderValue::from(started.elapsed().as_millis() as u64),
-                );
+            proxied(resp, None, &out, started, seen.as_ref(), host_text)
+        }
+        attempt::Final::Response(resp, lease) => {
+            let mut r = proxied(resp, Some(lease), &out, started, seen.as_ref(), host_text);
+            if urx {
+                r.extensions_mut().insert(ResponseFlag("URX"));
             }
-            let body = match lease {
-                Some(lease) => ResponseBody::upstream(rb, lease),
-                None => upgrade::body(rb),
-            };
-            let mut resp = Response::from_parts(rp, body);
-            out.mutate(&mut resp, seen.as_ref(), host_text);
-            resp
+            r
         }
     };
+    if m.vhost.include_attempt_count_in_response {
+        resp.headers_mut()
+            .insert(attempt::ATTEMPT_COUNT, HeaderValue::from(done.attempts));
+    }
     // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER% (no
     // allocation for the extension when nothing logs).
-    if let Some(u) = upstreamed {
-        resp.extensions_mut().insert(u);
+    if logging {
+        resp.extensions_mut().insert(crate::access_log::Upstreamed {
+            host: Some(std::sync::Arc::clone(&done.host)),
+            cluster: std::sync::Arc::clone(&cluster.config),
+        });
     }
     resp
+}
+
+/// An upstream response on its way downstream.
+fn proxied(
+    resp: Response<hyper::body::Incoming>,
+    lease: Option<pool::Lease>,
+    out: &Out<'_>,
+    started: Instant,
+    seen: Option<&Request<()>>,
+    host_text: Option<&str>,
+) -> Response<ResponseBody> {
+    let (mut rp, rb) = resp.into_parts();
+    // Answer in the downstream's HTTP version with the standard reason phrase
+    // (hyper would echo the upstream's, as Envoy does not).
+    rp.version = out.version;
+    rp.extensions.clear();
+    let switched = (rp.status == StatusCode::SWITCHING_PROTOCOLS)
+        .then(|| rp.headers.get(http::header::UPGRADE).cloned())
+        .flatten();
+    headers::strip_hop_by_hop(&mut rp.headers);
+    if let Some(u) = switched {
+        // Envoy 1.40 sends no upstream service time on a 101.
+        upgrade::restore_headers(&mut rp.headers, u);
+    } else {
+        rp.headers.insert(
+            SERVICE_TIME,
+            HeaderValue::from(started.elapsed().as_millis() as u64),
+        );
+    }
+    let body = match lease {
+        Some(lease) => ResponseBody::upstream(rb, lease),
+        None => upgrade::body(rb),
+    };
+    let mut resp = Response::from_parts(rp, body);
+    out.mutate(&mut resp, seen, host_text);
+    resp
+}
+
+/// A reset's flag with `URX` (the retry limit was reached).
+fn with_urx(flag: &'static str) -> &'static str {
+    match flag {
+        "UF" => "UF,URX",
+        "UC" => "UC,URX",
+        "UR" => "UR,URX",
+        other => other,
+    }
 }
 
 /// Applies response header mutations to `resp` (for `req`).

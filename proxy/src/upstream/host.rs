@@ -27,6 +27,10 @@ pub struct Host {
     /// Per-host stats admin's `/clusters` reports (shared by all workers, as
     /// Envoy's host stats are).
     pub stats: HostStats,
+    /// Outlier-detection inputs and ejection state.
+    pub outlier: super::outlier::HostOutlier,
+    /// Active health-check state.
+    pub health: super::health_check::HostHealth,
 }
 
 /// A host's counters (`/clusters`), summed over workers by being shared.
@@ -62,6 +66,8 @@ impl Host {
             healthy,
             active: AtomicU64::new(0),
             stats: HostStats::default(),
+            outlier: Default::default(),
+            health: Default::default(),
         }
     }
 
@@ -170,7 +176,12 @@ pub struct PriorityHosts {
 
 impl PriorityHosts {
     fn new(all: Vec<Arc<Host>>) -> Self {
-        let healthy: Vec<Arc<Host>> = all.iter().filter(|h| h.healthy).cloned().collect();
+        // An ejected or health-check-failed host is unhealthy until it returns.
+        let healthy: Vec<Arc<Host>> = all
+            .iter()
+            .filter(|h| h.healthy && !h.outlier.ejected() && !h.health.failed())
+            .cloned()
+            .collect();
         let healthy_percent = if all.is_empty() {
             0.0
         } else {

@@ -5,10 +5,13 @@
 //! each with one `ArcSwap` store per cluster; workers read them lock-free. Load
 //! balancer cursors and connection pools are per worker.
 
+pub mod circuit;
 pub mod client;
 pub mod dns;
+pub mod health_check;
 pub mod host;
 pub mod lb;
+pub mod outlier;
 pub mod pool;
 pub mod stream;
 pub mod tls;
@@ -31,6 +34,10 @@ pub struct UpstreamCluster {
     hosts: ArcSwap<HostSet>,
     /// TLS to its hosts, when its transport socket asks for it.
     pub tls: Option<tls::UpstreamTlsContext>,
+    /// Circuit breakers and retry budget (counts shared by every worker).
+    pub circuit: circuit::Circuit,
+    /// Outlier detection, when configured.
+    pub outlier: Option<outlier::Detector>,
 }
 
 impl UpstreamCluster {
@@ -77,6 +84,8 @@ impl ClusterManager {
                 config: Arc::clone(config),
                 hosts: ArcSwap::from_pointee(hosts),
                 tls,
+                circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
+                outlier: config.outlier_detection.clone().map(outlier::Detector::new),
             }));
         }
         Ok(Self { by_name, clusters })

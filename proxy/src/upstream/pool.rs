@@ -54,6 +54,8 @@ pub enum SendError {
     Termination,
     /// The peer reset the stream (HTTP/2) or sent something unparsable.
     Reset(&'static str),
+    /// A circuit breaker refused it (`max_pending_requests` waiting already).
+    Overflow,
 }
 
 impl SendError {
@@ -64,6 +66,7 @@ impl SendError {
             SendError::ConnectTimeout => "connection timeout",
             SendError::Termination => "connection termination",
             SendError::Reset(r) => r,
+            SendError::Overflow => "overflow",
         }
     }
 
@@ -71,7 +74,7 @@ impl SendError {
     pub fn attached(&self) -> bool {
         !matches!(
             self,
-            SendError::ConnectFailure(_) | SendError::ConnectTimeout
+            SendError::ConnectFailure(_) | SendError::ConnectTimeout | SendError::Overflow
         )
     }
 
@@ -94,6 +97,7 @@ impl SendError {
             SendError::ConnectFailure(_) | SendError::ConnectTimeout => "UF",
             SendError::Termination => "UC",
             SendError::Reset(_) => "UR",
+            SendError::Overflow => "UO",
         }
     }
 }
@@ -116,6 +120,8 @@ pub struct Lease {
     sender: Option<http1::SendRequest<UpstreamBody>>,
     _stream: Option<StreamGuard>,
     _active: ActiveRequest,
+    /// The circuit-breaker request slot, held until the response ends.
+    _held: Option<super::circuit::Held>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -125,6 +131,11 @@ impl std::fmt::Debug for Lease {
 }
 
 impl Lease {
+    /// Keeps `held` (a circuit-breaker slot) until the response ends.
+    pub fn hold(&mut self, held: super::circuit::Held) {
+        self._held = Some(held);
+    }
+
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
         if let Some(s) = self.sender.take()
@@ -153,6 +164,22 @@ pub async fn send(
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
 ) -> Result<(Response<Incoming>, Lease), SendError> {
+    send_attempt(cluster, host, req, stats)
+        .await
+        .map_err(|(e, _)| e)
+}
+
+/// A failed send: the error, and the request back when it was never handed to a
+/// connection (the connect failed), so its body can still be sent elsewhere.
+pub type Failed = (SendError, Option<Request<UpstreamBody>>);
+
+/// [`send`], giving the request back when the connect failed.
+pub async fn send_attempt(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    req: Request<UpstreamBody>,
+    stats: &ClusterStats,
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
     let key = (cluster.index, host.address);
     match cluster.config.http.protocol {
@@ -162,20 +189,20 @@ pub async fn send(
     }
 }
 
-async fn send_h1(
-    cluster: &UpstreamCluster,
-    host: &Arc<Host>,
+/// How long a pending request sleeps between looks for a free connection, and
+/// how many looks it takes at most (the route timeout usually ends it first).
+const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+const PENDING_POLLS: u32 = 30_000;
+
+/// Sends on an idle pooled HTTP/1.1 connection; `Err(req)` when there is none.
+#[allow(clippy::type_complexity)]
+async fn try_idle(
     key: Key,
     mut req: Request<UpstreamBody>,
-    stats: &ClusterStats,
-    active: ActiveRequest,
-) -> Result<(Response<Incoming>, Lease), SendError> {
-    let lease = |sender| Lease {
-        key,
-        sender: Some(sender),
-        _stream: None,
-        _active: active,
-    };
+) -> Result<
+    Result<(Response<Incoming>, http1::SendRequest<UpstreamBody>), SendError>,
+    Request<UpstreamBody>,
+> {
     // Reuse the most recently returned connection first (LIFO: warm, least likely
     // to have been closed by the upstream's idle timeout).
     while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
@@ -183,20 +210,83 @@ async fn send_h1(
             continue;
         }
         match s.try_send_request(req).await {
-            Ok(resp) => return Ok((resp, lease(s))),
+            Ok(resp) => return Ok(Ok((resp, s))),
             Err(mut e) => match e.take_message() {
                 // Never written: the connection died while idle; try another.
                 Some(r) => req = r,
-                None => return Err(from_hyper(e.error())),
+                None => return Ok(Err(from_hyper(e.error()))),
             },
         }
     }
-    // Boxed: a new connection is rare next to a pooled one, and its connect, TLS and
-    // handshake state would otherwise sit in every request's future.
-    let mut s = Box::pin(open_h1(cluster, host, stats)).await?;
+    Err(req)
+}
+
+async fn send_h1(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    key: Key,
+    req: Request<UpstreamBody>,
+    stats: &ClusterStats,
+    active: ActiveRequest,
+) -> Result<(Response<Incoming>, Lease), Failed> {
+    let lease = |sender| Lease {
+        key,
+        sender: Some(sender),
+        _stream: None,
+        _active: active,
+        _held: None,
+    };
+    let mut req = match try_idle(key, req).await {
+        Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
+        Ok(Err(e)) => return Err((e, None)),
+        Err(r) => r,
+    };
+    let slot = match cluster.circuit.try_connection() {
+        Some(slot) => slot,
+        None => {
+            // At max_connections: the request waits for a connection to free up.
+            stats.cx_overflow.inc();
+            let Some(_pending) = cluster.circuit.try_pending() else {
+                return Err((SendError::Overflow, None));
+            };
+            let mut got = None;
+            for _ in 0..PENDING_POLLS {
+                tokio::time::sleep(PENDING_POLL).await;
+                req = match try_idle(key, req).await {
+                    Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
+                    Ok(Err(e)) => return Err((e, None)),
+                    Err(r) => r,
+                };
+                if let Some(slot) = cluster.circuit.try_connection() {
+                    got = Some(slot);
+                    break;
+                }
+            }
+            match got {
+                Some(slot) => slot,
+                None => return Err((SendError::Overflow, None)),
+            }
+        }
+    };
+    // Boxed: a new connection is rare next to a pooled one, and its connect and
+    // TLS state would otherwise sit in every request's future.
+    let stream = match Box::pin(connect(cluster, host, stats)).await {
+        Ok(s) => s,
+        Err(e) => return Err((e, Some(req))),
+    };
+    let (mut s, conn) = http1::Builder::new()
+        .writev(false)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| (from_hyper(&e), None))?;
+    let open = OpenConn::new(host, slot);
+    tokio::spawn(async move {
+        let _ = conn.await;
+        drop(open);
+    });
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
-        Err(e) => Err(from_hyper(&e)),
+        Err(e) => Err((from_hyper(&e), None)),
     }
 }
 
@@ -207,22 +297,67 @@ async fn send_h2(
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
     active: ActiveRequest,
-) -> Result<(Response<Incoming>, Lease), SendError> {
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let max = cluster.config.http.http2.max_concurrent_streams;
-    let found = POOLS.with(|p| {
-        let mut p = p.borrow_mut();
-        let pool = p.get_mut(&key)?;
-        pool.h2.retain(|c| !c.send.is_closed());
-        pool.h2
-            .iter()
-            .find(|c| c.streams.load(Ordering::Relaxed) < max)
-            .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
-    });
-    let (mut send, streams) = match found {
+    let find = || {
+        POOLS.with(|p| {
+            let mut p = p.borrow_mut();
+            let pool = p.get_mut(&key)?;
+            pool.h2.retain(|c| !c.send.is_closed());
+            pool.h2
+                .iter()
+                .find(|c| c.streams.load(Ordering::Relaxed) < max)
+                .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
+        })
+    };
+    let (send, streams) = match find() {
         Some(c) => c,
         None => {
-            // Boxed, as in `send_h1`.
-            let send = Box::pin(open_h2(cluster, host, stats)).await?;
+            let slot = match cluster.circuit.try_connection() {
+                Some(slot) => slot,
+                None => {
+                    // At max_connections: wait for a stream or a connection.
+                    stats.cx_overflow.inc();
+                    let Some(_pending) = cluster.circuit.try_pending() else {
+                        return Err((SendError::Overflow, None));
+                    };
+                    let mut got = Err(());
+                    for _ in 0..PENDING_POLLS {
+                        tokio::time::sleep(PENDING_POLL).await;
+                        if let Some(c) = find() {
+                            got = Ok(Ok(c));
+                            break;
+                        }
+                        if let Some(slot) = cluster.circuit.try_connection() {
+                            got = Ok(Err(slot));
+                            break;
+                        }
+                    }
+                    match got {
+                        Ok(Ok(c)) => return send_h2_on(key, c, req, active).await,
+                        Ok(Err(slot)) => slot,
+                        Err(()) => return Err((SendError::Overflow, None)),
+                    }
+                }
+            };
+            // Boxed: a new connection is rare next to a pooled one, and its connect and
+            // TLS state would otherwise sit in every request's future.
+            let stream = match Box::pin(connect(cluster, host, stats)).await {
+                Ok(s) => s,
+                Err(e) => return Err((e, Some(req))),
+            };
+            let h2 = &cluster.config.http.http2;
+            let (send, conn) = http2::Builder::new(TokioExecutor::new())
+                .initial_stream_window_size(h2.initial_stream_window_size)
+                .initial_connection_window_size(h2.initial_connection_window_size)
+                .handshake(TokioIo::new(stream))
+                .await
+                .map_err(|e| (from_hyper(&e), None))?;
+            let open = OpenConn::new(host, slot);
+            tokio::spawn(async move {
+                let _ = conn.await;
+                drop(open);
+            });
             let streams = Arc::new(AtomicU32::new(0));
             POOLS.with(|p| {
                 p.borrow_mut().entry(key).or_default().h2.push(H2Conn {
@@ -233,6 +368,16 @@ async fn send_h2(
             (send, streams)
         }
     };
+    send_h2_on(key, (send, streams), req, active).await
+}
+
+/// Sends one stream on a pooled HTTP/2 connection.
+async fn send_h2_on(
+    key: Key,
+    (mut send, streams): (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>),
+    req: Request<UpstreamBody>,
+    active: ActiveRequest,
+) -> Result<(Response<Incoming>, Lease), Failed> {
     streams.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {
@@ -243,19 +388,21 @@ async fn send_h2(
                 sender: None,
                 _stream: Some(guard),
                 _active: active,
+                _held: None,
             },
         )),
-        Err(e) => Err(from_hyper(&e)),
+        Err(e) => Err((from_hyper(&e), None)),
     }
 }
 
-/// An open upstream connection, counted in its host's `cx_active`.
-struct OpenConn(Arc<Host>);
+/// An open upstream connection, counted in its host's `cx_active` and holding
+/// its cluster's `max_connections` slot.
+struct OpenConn(Arc<Host>, #[allow(dead_code)] super::circuit::Held);
 
 impl OpenConn {
-    fn new(host: &Arc<Host>) -> Self {
+    fn new(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::clone(host))
+        Self(Arc::clone(host), slot)
     }
 }
 
@@ -268,48 +415,6 @@ impl Drop for OpenConn {
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
-/// A new HTTP/1.1 connection to `host`, its driver spawned.
-async fn open_h1(
-    cluster: &UpstreamCluster,
-    host: &Arc<Host>,
-    stats: &ClusterStats,
-) -> Result<http1::SendRequest<UpstreamBody>, SendError> {
-    let stream = connect(cluster, host, stats).await?;
-    let (s, conn) = http1::Builder::new()
-        .writev(false)
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| from_hyper(&e))?;
-    let open = OpenConn::new(host);
-    tokio::spawn(async move {
-        let _ = conn.await;
-        drop(open);
-    });
-    Ok(s)
-}
-
-/// A new HTTP/2 connection to `host`, its driver spawned.
-async fn open_h2(
-    cluster: &UpstreamCluster,
-    host: &Arc<Host>,
-    stats: &ClusterStats,
-) -> Result<http2::SendRequest<UpstreamBody>, SendError> {
-    let stream = connect(cluster, host, stats).await?;
-    let h2 = &cluster.config.http.http2;
-    let (send, conn) = http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(h2.initial_stream_window_size)
-        .initial_connection_window_size(h2.initial_connection_window_size)
-        .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| from_hyper(&e))?;
-    let open = OpenConn::new(host);
-    tokio::spawn(async move {
-        let _ = conn.await;
-        drop(open);
-    });
-    Ok(send)
-}
-
 async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,

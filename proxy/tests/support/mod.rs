@@ -17,6 +17,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod programmable;
+
 /// An echo upstream: answers 200 with `x-upstream: <name>`, and a body listing
 /// what it saw: `<METHOD> <path> <version>` then one `name: value` line per header.
 /// `/slow` waits 2 s first; `/status/<n>` answers with status n.

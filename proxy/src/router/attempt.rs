@@ -1,0 +1,325 @@
+//! The attempts of one forwarded request: circuit-breaker admission, the
+//! per-try and route timeouts, retries with back-off and host predicates, and
+//! the request body held for replay up to the buffer limit.
+
+use super::body::RequestBody;
+use super::retry::{Decision, Outcome, Retry, Timeouts};
+use crate::stats::ClusterStats;
+use crate::upstream::circuit::Held;
+use crate::upstream::host::Host;
+use crate::upstream::pool::{self, Lease, SendError, UpstreamBody};
+use crate::upstream::{UpstreamCluster, lb, outlier};
+use bytes::{Bytes, BytesMut};
+use http::header::{HeaderName, HeaderValue};
+use http::request::Parts;
+use http::{HeaderMap, Request, Response};
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// `x-envoy-attempt-count`.
+pub const ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-envoy-attempt-count");
+
+/// Envoy's default request buffer limit (the listener's
+/// `per_connection_buffer_limit_bytes`, 1 MiB).
+pub const DEFAULT_BUFFER_LIMIT: u64 = 1024 * 1024;
+
+/// What the attempts need.
+pub struct Attempts<'a> {
+    /// The cluster.
+    pub cluster: &'a UpstreamCluster,
+    /// This worker's stats of the cluster.
+    pub stats: &'a ClusterStats,
+    /// HIGH routing priority (circuit breakers).
+    pub high: bool,
+    /// The retry state (`None`: one attempt).
+    pub retry: Option<Retry<'a>>,
+    /// Route and per-try timeouts.
+    pub timeouts: Timeouts,
+    /// Send `x-envoy-attempt-count` upstream.
+    pub count_upstream: bool,
+    /// Request body bytes held for a retry at most.
+    pub buffer_limit: u64,
+    /// When the request started (the route timeout runs from here).
+    pub started: Instant,
+}
+
+/// How the last attempt ended.
+pub enum Final {
+    /// Response headers (the lease is released when the body ends).
+    Response(Response<Incoming>, Lease),
+    /// An upgrade's response (its connection is the upgraded stream's).
+    Upgraded(Response<Incoming>),
+    /// No response.
+    Failed(SendError),
+    /// The route timeout or the last per-try timeout fired.
+    Timeout,
+    /// A circuit breaker refused the request.
+    Overflow,
+    /// No host to send a retry to.
+    NoHost,
+}
+
+/// The end of the attempts.
+pub struct Done {
+    /// How the last attempt ended.
+    pub last: Final,
+    /// The host of the last attempt.
+    pub host: Arc<Host>,
+    /// Attempts made (1 = no retry).
+    pub attempts: u32,
+    /// The last outcome was retriable but no retry was left.
+    pub limit_exceeded: bool,
+}
+
+enum HeldBody {
+    /// The whole body (and trailers), sent again on every attempt.
+    Whole(Bytes, Option<HeaderMap>),
+    /// Sent once (too long to hold); `None` once taken.
+    Once(Option<UpstreamBody>),
+}
+
+/// Reads the body ahead, up to `limit` bytes, so a retry can send it again.
+async fn hold(mut body: UpstreamBody, limit: u64) -> HeldBody {
+    if body.is_end_stream() {
+        return HeldBody::Whole(Bytes::new(), None);
+    }
+    let mut data = BytesMut::new();
+    // Bounded by the limit: each data frame grows `data` or ends the loop.
+    loop {
+        match body.frame().await {
+            None => return HeldBody::Whole(data.freeze(), None),
+            Some(Ok(f)) => match f.into_data() {
+                Ok(d) => {
+                    data.extend_from_slice(&d);
+                    if data.len() as u64 > limit {
+                        break;
+                    }
+                }
+                Err(f) => return HeldBody::Whole(data.freeze(), f.into_trailers().ok()),
+            },
+            // The downstream failed mid-body; sending the rest surfaces it.
+            Some(Err(_)) => break,
+        }
+    }
+    let rest = UpstreamBody::new(
+        RequestBody::replay(data.freeze(), None, Some(Box::new(body))),
+        None,
+    );
+    HeldBody::Once(Some(rest))
+}
+
+/// Whether the body ends within `limit` bytes: empty, or its `content-length`
+/// says so.
+fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
+    body.is_end_stream()
+        || headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .is_some_and(|n| n <= limit)
+}
+
+fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<UpstreamBody> {
+    let mut r = Request::new(body);
+    *r.method_mut() = parts.method.clone();
+    *r.uri_mut() = parts.uri.clone();
+    *r.version_mut() = parts.version;
+    *r.headers_mut() = parts.headers.clone();
+    if let Some(n) = attempt {
+        r.headers_mut().insert(ATTEMPT_COUNT, HeaderValue::from(n));
+    }
+    r
+}
+
+/// Picks a host for a retry: `previous_hosts` rejects hosts already tried, for
+/// up to `host_selection_retry_max_attempts` extra picks; the last pick is used
+/// when every pick was rejected, as in Envoy.
+fn pick(cluster: &UpstreamCluster, retry: &Retry<'_>, tried: &[SocketAddr]) -> Option<Arc<Host>> {
+    let set = cluster.hosts();
+    let mut last = None;
+    for _ in 0..=retry.host_attempts.min(64) {
+        let h = lb::choose(&set, &cluster.config.lb, cluster.index)?;
+        if !retry.previous_hosts || !tried.contains(&h.address) {
+            return Some(h);
+        }
+        last = Some(h);
+    }
+    last
+}
+
+/// Runs the attempts: the first to `host`, retries as the policy allows.
+pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Host>) -> Done {
+    let Attempts {
+        cluster,
+        stats,
+        high,
+        mut retry,
+        timeouts,
+        count_upstream,
+        buffer_limit,
+        started,
+    } = a;
+    // Without a retry policy the request goes once, as it came.
+    let (mut parts, mut body) = match retry {
+        // Read ahead only a body known to end within the limit: one of unknown
+        // length (a gRPC stream, say) may not end before its response starts,
+        // so it goes once, and only a connect failure (which gives the body
+        // back unsent) is retried.
+        Some(_) if bounded(&parts.headers, &body, buffer_limit) => {
+            (Some(parts), hold(body, buffer_limit).await)
+        }
+        Some(_) => (Some(parts), HeldBody::Once(Some(body))),
+        None => (Some(parts), HeldBody::Once(Some(body))),
+    };
+    let deadline = timeouts.global.map(|t| started + t);
+    let mut host = host;
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut attempt: u32 = 1;
+    let mut retry_slot: Option<Held> = None;
+    let mut retried = false;
+    // Bounded: each pass either returns or uses one of the retries left.
+    loop {
+        let done = |last, host, limit_exceeded| Done {
+            last,
+            host,
+            attempts: attempt,
+            limit_exceeded,
+        };
+        let Some(slot) = cluster.circuit.try_request(high) else {
+            stats.rq_pending_overflow.inc();
+            return done(Final::Overflow, host, false);
+        };
+        let Some(template) = parts.as_ref() else {
+            return done(Final::Failed(SendError::Termination), host, false);
+        };
+        let b = match &mut body {
+            HeldBody::Whole(d, t) => {
+                UpstreamBody::new(RequestBody::replay(d.clone(), t.clone(), None), None)
+            }
+            HeldBody::Once(b) => match b.take() {
+                Some(b) => b,
+                None => return done(Final::Failed(SendError::Termination), host, false),
+            },
+        };
+        let req = request(template, b, count_upstream.then_some(attempt));
+        if retry.is_none() {
+            parts = None;
+        }
+        let try_deadline = match (timeouts.per_try.map(|t| Instant::now() + t), deadline) {
+            (Some(p), Some(g)) => Some((p.min(g), p < g)),
+            (Some(p), None) => Some((p, true)),
+            (None, Some(g)) => Some((g, false)),
+            (None, None) => None,
+        };
+        let sent = pool::send_attempt(cluster, &host, req, stats);
+        let result = match try_deadline {
+            Some((at, _)) => tokio::time::timeout_at(at, sent).await.ok(),
+            None => Some(sent.await),
+        };
+        // The retry slot is held until the retried attempt ends (Envoy's
+        // retries().inc() .. resetRetry()).
+        drop(retry_slot.take());
+        tried.push(host.address);
+        let per_try = try_deadline.is_some_and(|(_, p)| p);
+        let (last, outcome_replayable) = match result {
+            None => {
+                stats.rq_total.inc();
+                stats.response(504);
+                if per_try {
+                    stats.rq_per_try_timeout.inc();
+                } else {
+                    stats.rq_timeout.inc();
+                }
+                outlier::record_timeout(cluster, &host);
+                if !per_try {
+                    return done(Final::Timeout, host, false);
+                }
+                (Final::Timeout, matches!(body, HeldBody::Whole(..)))
+            }
+            Some(Err((SendError::Overflow, _))) => {
+                // max_pending_requests: refused, never retried.
+                stats.rq_pending_overflow.inc();
+                return done(Final::Overflow, host, false);
+            }
+            Some(Err((e, back))) => {
+                if e.attached() {
+                    stats.rq_total.inc();
+                }
+                stats.response(503);
+                outlier::record_failure(cluster, &host, &e);
+                // A connect failure gives the request back: its body was never sent.
+                let replayable = match (&mut body, back) {
+                    (HeldBody::Whole(..), _) => true,
+                    (HeldBody::Once(slot), Some(r)) => {
+                        *slot = Some(r.into_body());
+                        true
+                    }
+                    (HeldBody::Once(_), None) => false,
+                };
+                (Final::Failed(e), replayable)
+            }
+            Some(Ok((resp, mut lease))) => {
+                stats.rq_total.inc();
+                stats.response(resp.status().as_u16());
+                outlier::record_status(cluster, &host, resp.status().as_u16());
+                lease.hold(slot);
+                (
+                    Final::Response(resp, lease),
+                    matches!(body, HeldBody::Whole(..)),
+                )
+            }
+        };
+        let Some(r) = retry.as_mut() else {
+            return done(last, host, false);
+        };
+        let outcome = match &last {
+            Final::Response(resp, _) => Outcome::Response(resp.status().as_u16(), resp.headers()),
+            Final::Failed(e) => Outcome::Failed(e),
+            _ => Outcome::PerTryTimeout,
+        };
+        if !r.retriable(outcome) {
+            if retried {
+                stats.rq_retry_success.inc();
+            }
+            return done(last, host, false);
+        }
+        // Past the buffer limit the request cannot be sent again.
+        if !outcome_replayable {
+            return done(last, host, false);
+        }
+        let wait = match r.next() {
+            Decision::Retry(d) => d,
+            Decision::LimitExceeded => {
+                stats.rq_retry_limit_exceeded.inc();
+                return done(last, host, true);
+            }
+        };
+        let Some(s) = cluster.circuit.try_retry(high) else {
+            stats.rq_retry_overflow.inc();
+            return done(last, host, false);
+        };
+        retry_slot = Some(s);
+        stats.rq_retry.inc();
+        // The failed attempt's response (and connection) is dropped here.
+        drop(last);
+        let wake = Instant::now() + wait;
+        match deadline {
+            Some(g) if g <= wake => {
+                tokio::time::sleep_until(g).await;
+                stats.rq_timeout.inc();
+                return done(Final::Timeout, host, false);
+            }
+            _ => tokio::time::sleep_until(wake).await,
+        }
+        host = match pick(cluster, r, &tried) {
+            Some(h) => h,
+            None => return done(Final::NoHost, host, false),
+        };
+        attempt += 1;
+        retried = true;
+    }
+}

@@ -1,0 +1,277 @@
+//! Active health checks (HTTP, gRPC `grpc.health.v1`, TCP connect), run on the
+//! main thread: one task per host and check. A host starts unhealthy (as in
+//! Envoy, panic mode still routes to it) and turns healthy after one pass; then
+//! `unhealthy_threshold` failures (a non-retriable unexpected status at once)
+//! remove it and `healthy_threshold` passes restore it. Changes republish the
+//! host set; workers only read it.
+
+use super::UpstreamCluster;
+use super::host::Host;
+use bytes::Bytes;
+use courier_config::cluster::{GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck};
+use http::{Request, header};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+use tokio::net::TcpStream;
+
+/// A host's active health-check state (main thread writes, the host set reads).
+#[derive(Debug, Default)]
+pub struct HostHealth {
+    failed: AtomicBool,
+    checked: AtomicBool,
+    passes: AtomicU32,
+    failures: AtomicU32,
+}
+
+impl HostHealth {
+    /// Whether active health checking has marked the host unhealthy.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// One check's verdict.
+enum Verdict {
+    Pass,
+    /// Counts towards `unhealthy_threshold`.
+    Fail,
+    /// Unhealthy at once (an unexpected, non-retriable status).
+    FailNow,
+}
+
+/// Starts the checks of every cluster that has them. Their hosts start
+/// unhealthy until a first pass, as in Envoy (panic mode still routes to them).
+pub fn spawn(clusters: &super::ClusterManager) {
+    for c in clusters.clusters() {
+        if c.config.health_checks.is_empty() {
+            continue;
+        }
+        for host in c.hosts().hosts() {
+            host.health.failed.store(true, Ordering::Relaxed);
+        }
+        super::outlier::republish_now(c);
+        for hc in &c.config.health_checks {
+            for host in c.hosts().hosts() {
+                tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
+            }
+        }
+    }
+}
+
+async fn run(cluster: Arc<UpstreamCluster>, hc: HealthCheck, host: Arc<Host>) {
+    tokio::time::sleep(jitter(hc.initial_jitter)).await;
+    loop {
+        let verdict = match tokio::time::timeout(hc.timeout, check(&cluster, &hc, &host)).await {
+            Ok(v) => v,
+            Err(_) => Verdict::Fail,
+        };
+        let changed = update(&cluster, &host, &hc, verdict);
+        if changed {
+            super::outlier::republish_now(&cluster);
+        }
+        // Right after a change the edge intervals apply.
+        let every = if changed && host.health.failed() {
+            hc.unhealthy_edge_interval
+        } else if changed {
+            hc.healthy_edge_interval
+        } else if host.health.failed() {
+            hc.unhealthy_interval
+        } else if traffic(&cluster) {
+            hc.interval
+        } else {
+            hc.no_traffic_interval
+        };
+        let extra = jitter(hc.interval_jitter)
+            + every.mul_f64(f64::from(fastrand::u32(0..=hc.interval_jitter_percent)) / 100.0);
+        tokio::time::sleep(every + extra).await;
+        // A host that left the set is no longer checked.
+        if !cluster.hosts().hosts().any(|h| Arc::ptr_eq(h, &host)) {
+            return;
+        }
+    }
+}
+
+fn jitter(max: Duration) -> Duration {
+    let ms = max.as_millis() as u64;
+    Duration::from_millis(if ms == 0 { 0 } else { fastrand::u64(0..=ms) })
+}
+
+fn traffic(cluster: &UpstreamCluster) -> bool {
+    cluster
+        .hosts()
+        .hosts()
+        .any(|h| h.stats.rq_total.load(Ordering::Relaxed) > 0)
+}
+
+/// Applies a verdict; returns whether the host's health changed.
+fn update(cluster: &UpstreamCluster, host: &Host, hc: &HealthCheck, v: Verdict) -> bool {
+    let h = &host.health;
+    // A never-checked host is healthy after one pass.
+    let first = !h.checked.swap(true, Ordering::Relaxed);
+    match v {
+        Verdict::Pass => {
+            h.failures.store(0, Ordering::Relaxed);
+            let passes = h.passes.fetch_add(1, Ordering::Relaxed) + 1;
+            super::outlier::uneject_on_health_check(cluster, host);
+            if h.failed() && (first || passes >= hc.healthy_threshold) {
+                h.failed.store(false, Ordering::Relaxed);
+                return true;
+            }
+            false
+        }
+        Verdict::Fail | Verdict::FailNow => {
+            h.passes.store(0, Ordering::Relaxed);
+            let failures = h.failures.fetch_add(1, Ordering::Relaxed) + 1;
+            let now = matches!(v, Verdict::FailNow) || failures >= hc.unhealthy_threshold;
+            if !h.failed() && now {
+                h.failed.store(true, Ordering::Relaxed);
+                return true;
+            }
+            false
+        }
+    }
+}
+
+async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verdict {
+    let Ok(tcp) = TcpStream::connect(host.address).await else {
+        return Verdict::Fail;
+    };
+    match &hc.kind {
+        HealthCheckKind::TcpConnect => Verdict::Pass,
+        HealthCheckKind::Http(h) => http(cluster, h, tcp).await,
+        HealthCheckKind::Grpc(g) => grpc(cluster, g, tcp).await,
+    }
+}
+
+async fn http(cluster: &UpstreamCluster, h: &HttpHealthCheck, tcp: TcpStream) -> Verdict {
+    let authority = h
+        .host
+        .clone()
+        .unwrap_or_else(|| cluster.config.name.clone());
+    let mut req = Request::builder()
+        .method(h.method)
+        .uri(h.path.as_str())
+        .header(header::HOST, authority.as_str())
+        .header(header::USER_AGENT, "Envoy/HC")
+        .body(Full::new(Bytes::new()));
+    if let Ok(r) = &mut req {
+        let hs = r.headers_mut();
+        for name in &h.request_headers_to_remove {
+            hs.remove(name.as_str());
+        }
+        for a in &h.request_headers_to_add {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::try_from(a.name.as_str()),
+                http::HeaderValue::try_from(a.value.as_str()),
+            ) && (a.keep_empty_value || !a.value.is_empty())
+            {
+                hs.append(n, v);
+            }
+        }
+    }
+    let Ok(req) = req else { return Verdict::Fail };
+    let status = match h.codec {
+        courier_config::cluster::HealthCheckCodec::Http1 => {
+            let Ok((mut send, conn)) =
+                hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
+            else {
+                return Verdict::Fail;
+            };
+            tokio::spawn(conn);
+            match send.send_request(req).await {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => return Verdict::Fail,
+            }
+        }
+        courier_config::cluster::HealthCheckCodec::Http2 => {
+            let Ok((mut send, conn)) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                    .await
+            else {
+                return Verdict::Fail;
+            };
+            tokio::spawn(conn);
+            match send.send_request(req).await {
+                Ok(r) => r.status().as_u16(),
+                Err(_) => return Verdict::Fail,
+            }
+        }
+    };
+    let within = |ranges: &[std::ops::Range<u16>]| ranges.iter().any(|r| r.contains(&status));
+    if within(&h.expected_statuses) {
+        Verdict::Pass
+    } else if within(&h.retriable_statuses) {
+        Verdict::Fail
+    } else {
+        Verdict::FailNow
+    }
+}
+
+/// `grpc.health.v1.Health/Check`: SERVING (1) passes.
+async fn grpc(cluster: &UpstreamCluster, g: &GrpcHealthCheck, tcp: TcpStream) -> Verdict {
+    let Ok((mut send, conn)) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await
+    else {
+        return Verdict::Fail;
+    };
+    tokio::spawn(conn);
+    // HealthCheckRequest { service = 1 }, in a gRPC frame.
+    let service = g.service_name.as_bytes();
+    let mut msg = Vec::with_capacity(service.len() + 8);
+    if !service.is_empty() {
+        msg.push(0x0a);
+        let mut n = service.len();
+        // Varint length.
+        for _ in 0..5 {
+            let b = (n & 0x7f) as u8;
+            n >>= 7;
+            if n == 0 {
+                msg.push(b);
+                break;
+            }
+            msg.push(b | 0x80);
+        }
+        msg.extend_from_slice(service);
+    }
+    let mut frame = vec![0u8];
+    frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&msg);
+    let authority = g
+        .authority
+        .clone()
+        .unwrap_or_else(|| cluster.config.name.clone());
+    let Ok(req) = Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
+        .header(header::CONTENT_TYPE, "application/grpc")
+        .header("te", "trailers")
+        .header(header::USER_AGENT, "Envoy/HC")
+        .body(Full::new(Bytes::from(frame)))
+    else {
+        return Verdict::Fail;
+    };
+    let Ok(resp) = send.send_request(req).await else {
+        return Verdict::Fail;
+    };
+    if resp.status() != http::StatusCode::OK {
+        return Verdict::Fail;
+    }
+    let Ok(body) = resp.into_body().collect().await else {
+        return Verdict::Fail;
+    };
+    let grpc_ok = body
+        .trailers()
+        .and_then(|t| t.get("grpc-status"))
+        .is_none_or(|v| v.as_bytes() == b"0");
+    let bytes = body.to_bytes();
+    // HealthCheckResponse { status = 1 (varint) }: SERVING is 1.
+    let serving = bytes
+        .get(5..)
+        .is_some_and(|m| m.windows(2).any(|w| w == [0x08, 0x01]));
+    if grpc_ok && serving {
+        Verdict::Pass
+    } else {
+        Verdict::Fail
+    }
+}

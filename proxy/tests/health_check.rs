@@ -1,0 +1,134 @@
+//! Active health checks, end to end: hosts failing `/healthz` (or a gRPC health
+//! service saying NOT_SERVING) leave the balancer's rotation after
+//! `unhealthy_threshold` checks and return after `healthy_threshold`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use support::programmable::{Act, upstream};
+use support::{H1, courier_with, static_cluster};
+
+const ROUTES: &str = "- match: {prefix: \"/\"}\n  route: {cluster: u}\n";
+
+/// Sends `n` requests; how many reached the host counting into `work` meanwhile.
+async fn hits(h: &mut H1, work: &AtomicU64, n: usize) -> u64 {
+    let before = work.load(Ordering::SeqCst);
+    for _ in 0..n {
+        assert_eq!(h.get("/work", &[]).await.status, 200);
+    }
+    work.load(Ordering::SeqCst) - before
+}
+
+/// Polls (bounded) until `cond` holds.
+async fn eventually(mut cond: impl AsyncFnMut() -> bool) -> bool {
+    for _ in 0..100 {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}
+
+#[tokio::test]
+async fn a_host_failing_healthz_is_removed_and_restored() {
+    let sick = Arc::new(AtomicBool::new(false));
+    let checks = Arc::new(AtomicU64::new(0));
+    let work = Arc::new(AtomicU64::new(0));
+    let (s, c2, w) = (Arc::clone(&sick), Arc::clone(&checks), Arc::clone(&work));
+    let (bad, _) = upstream(move |_, p| {
+        if p.uri.path() != "/healthz" {
+            w.fetch_add(1, Ordering::SeqCst);
+        } else {
+            c2.fetch_add(1, Ordering::SeqCst);
+            assert_eq!(p.headers.get("host").unwrap(), "hc.example");
+            return Act::Status(if s.load(Ordering::SeqCst) { 503 } else { 200 });
+        }
+        Act::Status(200)
+    })
+    .await;
+    let mut addrs = vec![bad];
+    for _ in 0..2 {
+        addrs.push(upstream(|_, _| Act::Status(200)).await.0);
+    }
+    let hc = "health_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 2\n  healthy_threshold: 3\n  http_health_check: {path: /healthz, host: hc.example}\n";
+    let c = courier_with("", "", ROUTES, &static_cluster("u", &addrs, hc)).await;
+    let mut h = H1::connect(c.listener).await;
+    // Healthy: it takes its share.
+    assert!(eventually(async || hits(&mut h, &work, 30).await > 0).await);
+    sick.store(true, Ordering::SeqCst);
+    // Removed after two failed checks: nothing reaches it any more.
+    assert!(eventually(async || hits(&mut h, &work, 30).await == 0).await);
+    let failing = checks.load(Ordering::SeqCst);
+    assert_eq!(hits(&mut h, &work, 60).await, 0);
+    sick.store(false, Ordering::SeqCst);
+    // Back after three passing checks.
+    assert!(eventually(async || hits(&mut h, &work, 30).await > 0).await);
+    assert!(checks.load(Ordering::SeqCst) >= failing + 3);
+}
+
+#[tokio::test]
+async fn a_tcp_check_removes_a_closed_port() {
+    let (good, good_log) = upstream(|_, _| Act::Status(200)).await;
+    let dead = support::programmable::closed_port();
+    let (other, _) = upstream(|_, _| Act::Status(200)).await;
+    let hc = "health_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 1\n  healthy_threshold: 1\n  tcp_health_check: {}\n";
+    let c = courier_with(
+        "",
+        "",
+        ROUTES,
+        &static_cluster("u", &[good, dead, other], hc),
+    )
+    .await;
+    let mut h = H1::connect(c.listener).await;
+    // Once checked, every request succeeds: the closed port is out of rotation.
+    assert!(
+        eventually(async || {
+            for _ in 0..30 {
+                if h.get("/work", &[]).await.status != 200 {
+                    return false;
+                }
+            }
+            true
+        })
+        .await
+    );
+    assert!(good_log.count.load(Ordering::SeqCst) > 0);
+}
+
+#[tokio::test]
+async fn grpc_not_serving_removes_the_host() {
+    let serving = Arc::new(AtomicBool::new(true));
+    let work = Arc::new(AtomicU64::new(0));
+    let (s, w) = (Arc::clone(&serving), Arc::clone(&work));
+    let (bad, _) = upstream(move |_, p| {
+        if p.uri.path() == "/grpc.health.v1.Health/Check" {
+            return Act::GrpcHealth(if s.load(Ordering::SeqCst) { 1 } else { 2 });
+        }
+        w.fetch_add(1, Ordering::SeqCst);
+        Act::Status(200)
+    })
+    .await;
+    let mut addrs = vec![bad];
+    for _ in 0..2 {
+        let good = upstream(|_, p| {
+            if p.uri.path() == "/grpc.health.v1.Health/Check" {
+                Act::GrpcHealth(1)
+            } else {
+                Act::Status(200)
+            }
+        });
+        addrs.push(good.await.0);
+    }
+    let extra = "typed_extension_protocol_options:\n  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n    \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n    explicit_http_config:\n      http2_protocol_options: {}\nhealth_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 1\n  healthy_threshold: 1\n  grpc_health_check: {service_name: svc}\n";
+    let c = courier_with("", "", ROUTES, &static_cluster("u", &addrs, extra)).await;
+    let mut h = H1::connect(c.listener).await;
+    assert!(eventually(async || hits(&mut h, &work, 30).await > 0).await);
+    serving.store(false, Ordering::SeqCst);
+    assert!(eventually(async || hits(&mut h, &work, 30).await == 0).await);
+    assert_eq!(hits(&mut h, &work, 60).await, 0);
+}
