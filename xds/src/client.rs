@@ -32,7 +32,10 @@ impl std::fmt::Debug for GrpcSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GrpcSource")
             .field("delta", &self.delta)
-            .field("node_on_first_message_only", &self.node_on_first_message_only)
+            .field(
+                "node_on_first_message_only",
+                &self.node_on_first_message_only,
+            )
             .finish_non_exhaustive()
     }
 }

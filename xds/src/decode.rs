@@ -49,10 +49,8 @@ pub(crate) fn decode<'a>(t: ResourceType, items: impl IntoIterator<Item = Raw<'a
             .map(str::to_string)
             .or_else(|| t.proto_name(&any.value));
         let Some(name) = name else {
-            out.errors.push(format!(
-                "resources[{i}]: {} without a name",
-                t.short_name()
-            ));
+            out.errors
+                .push(format!("resources[{i}]: {} without a name", t.short_name()));
             continue;
         };
         let mut h = DefaultHasher::new();

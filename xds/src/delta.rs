@@ -139,7 +139,10 @@ async fn respond(
 ) -> Option<DeltaDiscoveryRequest> {
     let Some(t) = ResourceType::from_type_url(&resp.type_url).filter(|t| sent.contains_key(t))
     else {
-        tracing::warn!(type_url = resp.type_url, "xDS delta response of an unexpected type ignored");
+        tracing::warn!(
+            type_url = resp.type_url,
+            "xDS delta response of an unexpected type ignored"
+        );
         return None;
     };
     let decoded = decode::decode(

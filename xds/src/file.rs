@@ -72,7 +72,9 @@ impl FileSource {
             Ok(Err(e)) => {
                 let detail = format!("{}: {e}", self.path.display());
                 tracing::warn!(type_ = %t, "xDS file source not applied: {detail}");
-                shared.store.update(t, |s| s.last_error = Some(detail.clone()));
+                shared
+                    .store
+                    .update(t, |s| s.last_error = Some(detail.clone()));
                 return;
             }
             Err(_) => return,

@@ -23,8 +23,8 @@ struct TypeStream {
     sent: Option<Arc<Interest>>,
 }
 
-/// Runs one stream until it fails; `Ok(true)` never happens (streams end in
-/// errors), the flag in the error path tells whether a response was received.
+/// Runs one stream until it fails; `got_response` tells the caller whether the
+/// server answered at all (a stream that worked resets the backoff).
 pub(crate) async fn session(
     shared: &Shared,
     cfg: &StreamConfig,
@@ -88,7 +88,10 @@ pub(crate) async fn session(
     }
 }
 
-fn node(cfg: &StreamConfig, node_sent: &mut bool) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
+fn node(
+    cfg: &StreamConfig,
+    node_sent: &mut bool,
+) -> Option<envoy_types::pb::envoy::config::core::v3::Node> {
     if cfg.source.node_on_first_message_only && *node_sent {
         return None;
     }
@@ -134,7 +137,10 @@ async fn respond(
 ) -> Option<DiscoveryRequest> {
     let Some(t) = ResourceType::from_type_url(&resp.type_url).filter(|t| streams.contains_key(t))
     else {
-        tracing::warn!(type_url = resp.type_url, "xDS response of an unexpected type ignored");
+        tracing::warn!(
+            type_url = resp.type_url,
+            "xDS response of an unexpected type ignored"
+        );
         return None;
     };
     let decoded = decode::decode(

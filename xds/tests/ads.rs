@@ -53,7 +53,10 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     let (consumer, mut rec) = recorder(&[]);
     let client = Client::start(ads_config(&server, false, &[CDS, EDS]), consumer);
     let mut s = server.sotw().await;
-    assert!(s.method.ends_with("AggregatedDiscoveryService/StreamAggregatedResources"));
+    assert!(
+        s.method
+            .ends_with("AggregatedDiscoveryService/StreamAggregatedResources")
+    );
 
     // First request: CDS wildcard, node, empty version and nonce; no EDS request yet.
     let first = s.next().await;
@@ -76,7 +79,10 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     assert_eq!(upserted(&u), ["a", "e"]);
     let ack = s.next().await;
     assert_eq!(ack.type_url, CDS.type_url());
-    assert_eq!((ack.version_info.as_str(), ack.response_nonce.as_str()), ("v1", "n1"));
+    assert_eq!(
+        (ack.version_info.as_str(), ack.response_nonce.as_str()),
+        ("v1", "n1")
+    );
     assert!(ack.error_detail.is_none());
     // set_node_on_first_message_only: no node after the first message.
     assert!(ack.node.is_none());
@@ -87,12 +93,20 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     let eds = s.next_of(&EDS.type_url()).await;
     assert_eq!(eds.resource_names, ["e"]);
     assert_eq!(eds.version_info, "");
-    s.send(&EDS.type_url(), "e1", "n2", vec![any(&cla("e", &[2001, 2002]))])
-        .await;
+    s.send(
+        &EDS.type_url(),
+        "e1",
+        "n2",
+        vec![any(&cla("e", &[2001, 2002]))],
+    )
+    .await;
     let u = rec.next().await;
     assert_eq!((u.type_, upserted(&u)), (EDS, vec!["e".to_string()]));
     let ack = s.next_of(&EDS.type_url()).await;
-    assert_eq!((ack.version_info.as_str(), ack.response_nonce.as_str()), ("e1", "n2"));
+    assert_eq!(
+        (ack.version_info.as_str(), ack.response_nonce.as_str()),
+        ("e1", "n2")
+    );
     assert_eq!(ack.resource_names, ["e"]);
 
     let st = h.store().get(CDS);
@@ -110,8 +124,13 @@ async fn sotw_nack_names_the_bad_cluster_and_applies_its_siblings() {
     let client = Client::start(ads_config(&server, false, &[CDS]), consumer);
     let mut s = server.sotw().await;
     s.next_of(&CDS.type_url()).await;
-    s.send(&CDS.type_url(), "v1", "n1", vec![any(&static_cluster("a", 1))])
-        .await;
+    s.send(
+        &CDS.type_url(),
+        "v1",
+        "n1",
+        vec![any(&static_cluster("a", 1))],
+    )
+    .await;
     rec.next().await;
     assert_eq!(s.next().await.version_info, "v1");
 
@@ -137,11 +156,17 @@ async fn sotw_nack_names_the_bad_cluster_and_applies_its_siblings() {
     let detail = nack.error_detail.expect("error_detail");
     assert_eq!(detail.code, 13);
     assert!(
-        detail.message.contains("Cluster 'bad': lb_policy: MAGLEV is not supported"),
+        detail
+            .message
+            .contains("Cluster 'bad': lb_policy: MAGLEV is not supported"),
         "{}",
         detail.message
     );
-    assert!(detail.message.contains("Cluster 'refused': refused by the consumer"));
+    assert!(
+        detail
+            .message
+            .contains("Cluster 'refused': refused by the consumer")
+    );
     assert!(!detail.message.contains("'a'") && !detail.message.contains("'b'"));
 
     let st = client.handle().store().get(CDS);
@@ -240,9 +265,15 @@ async fn sotw_reconnects_after_server_restart_and_resubscribes_at_its_versions()
     let cds = s.next_of(&CDS.type_url()).await;
     assert_eq!(cds.version_info, "c7");
     assert_eq!(cds.response_nonce, "");
-    assert!(cds.node.is_some(), "the node goes on the first message of a new stream");
+    assert!(
+        cds.node.is_some(),
+        "the node goes on the first message of a new stream"
+    );
     let eds = s.next_of(&EDS.type_url()).await;
-    assert_eq!((eds.version_info.as_str(), eds.resource_names.clone()), ("e7", vec!["a".to_string()]));
+    assert_eq!(
+        (eds.version_info.as_str(), eds.resource_names.clone()),
+        ("e7", vec!["a".to_string()])
+    );
     // The config stayed in force meanwhile.
     assert_eq!(h.store().get(EDS).resources.len(), 1);
     // Same resources again: nothing to apply.
@@ -279,15 +310,27 @@ async fn delta_subscribes_acks_nacks_removes_and_resumes_with_initial_versions()
     let nack = s.next_of(&CDS.type_url()).await;
     assert_eq!(nack.response_nonce, "d1");
     let detail = nack.error_detail.expect("NACK");
-    assert!(detail.message.contains("Cluster 'bad': lb_policy"), "{}", detail.message);
+    assert!(
+        detail.message.contains("Cluster 'bad': lb_policy"),
+        "{}",
+        detail.message
+    );
 
     // removed_resources removes; unknown names are ignored.
-    s.send(&CDS.type_url(), "d2", vec![], vec!["b".into(), "zzz".into()])
-        .await;
+    s.send(
+        &CDS.type_url(),
+        "d2",
+        vec![],
+        vec!["b".into(), "zzz".into()],
+    )
+    .await;
     let u = rec.next().await;
     assert_eq!(u.removed, ["b"]);
     let ack = s.next_of(&CDS.type_url()).await;
-    assert_eq!((ack.response_nonce.as_str(), ack.error_detail), ("d2", None));
+    assert_eq!(
+        (ack.response_nonce.as_str(), ack.error_detail),
+        ("d2", None)
+    );
 
     // Interest changes go out as subscribe/unsubscribe differences.
     h.set_interest(EDS, names(&["a", "z"]));
@@ -314,11 +357,20 @@ async fn delta_subscribes_acks_nacks_removes_and_resumes_with_initial_versions()
     let cds = s.next_of(&CDS.type_url()).await;
     assert_eq!(cds.resource_names_subscribe, ["*"]);
     assert_eq!(cds.initial_resource_versions.len(), 1);
-    assert_eq!(cds.initial_resource_versions.get("a").map(String::as_str), Some("1"));
+    assert_eq!(
+        cds.initial_resource_versions.get("a").map(String::as_str),
+        Some("1")
+    );
     let eds = s.next_of(&EDS.type_url()).await;
     assert_eq!(eds.resource_names_subscribe, ["a"]);
-    assert_eq!(eds.initial_resource_versions.get("a").map(String::as_str), Some("ea"));
-    assert_eq!(h.store().get(CDS).resources.keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(
+        eds.initial_resource_versions.get("a").map(String::as_str),
+        Some("ea")
+    );
+    assert_eq!(
+        h.store().get(CDS).resources.keys().collect::<Vec<_>>(),
+        ["a"]
+    );
 }
 
 #[tokio::test]
@@ -336,10 +388,19 @@ async fn per_type_cds_stream() {
     };
     let _client = Client::start(config, consumer);
     let mut s = server.sotw().await;
-    assert!(s.method.ends_with("ClusterDiscoveryService/StreamClusters"), "{}", s.method);
+    assert!(
+        s.method.ends_with("ClusterDiscoveryService/StreamClusters"),
+        "{}",
+        s.method
+    );
     s.next().await;
-    s.send(&CDS.type_url(), "1", "x", vec![any(&static_cluster("c", 9))])
-        .await;
+    s.send(
+        &CDS.type_url(),
+        "1",
+        "x",
+        vec![any(&static_cluster("c", 9))],
+    )
+    .await;
     assert_eq!(upserted(&rec.next().await), ["c"]);
     let ack = s.next().await;
     assert_eq!(ack.version_info, "1");
