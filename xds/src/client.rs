@@ -7,6 +7,7 @@ use crate::file::FileSource;
 use crate::grpc::{Connector, Rpc};
 use crate::interest::{Interest, Interests};
 use crate::resource_type::ResourceType;
+use crate::rest::RestSource;
 use crate::store::Store;
 use crate::update::Consumer;
 use crate::{delta, sotw};
@@ -49,6 +50,8 @@ pub enum Source {
     Grpc(GrpcSource),
     /// A watched file.
     File(FileSource),
+    /// REST-JSON polling.
+    Rest(RestSource),
 }
 
 /// What the client fetches, and from where.
@@ -111,6 +114,11 @@ impl Client {
                     },
                 ))),
                 Source::File(f) => tasks.push(tokio::spawn(f.run(Arc::clone(&shared)))),
+                Source::Rest(r) => tasks.push(tokio::spawn(r.run(
+                    Arc::clone(&shared),
+                    t,
+                    config.node.clone(),
+                ))),
             }
         }
         if let Some(ads) = config.ads
