@@ -20,6 +20,7 @@ mod decode;
 mod delta;
 mod error;
 mod file;
+pub mod from_config;
 mod grpc;
 mod interest;
 mod resource_type;
