@@ -213,6 +213,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         .map_err(|e| format!("main runtime: {e}"))?;
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
+        // EDS and RDS (the client stops with the runtime).
+        let _xds = crate::xds::start(&bootstrap, &snapshot, &clusters)?;
         if let Some(a) = &bootstrap.admin {
             let addr = resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))

@@ -1,0 +1,228 @@
+//! Wires the xDS client (courier-xds) into the data plane: EDS for EDS clusters
+//! (their per-cluster `ArcSwap<HostSet>`) and RDS for connection managers with
+//! `rds` (a new snapshot sharing every unchanged part, swapped in with one
+//! store; workers pick it up at their next request). Runs on the main thread.
+
+use crate::upstream::ClusterManager;
+use arc_swap::ArcSwap;
+use courier_config::Bootstrap;
+use courier_config::cluster::Discovery;
+use courier_config::config_source::ConfigSource;
+use courier_config::listener::hcm::RouteSpecifier;
+use courier_config::resource::Resource;
+use courier_config::snapshot::Snapshot;
+use courier_xds::from_config::{self, Resolve};
+use courier_xds::{
+    Client, ClientConfig, Connector, Consumer, Interest, ResourceType, RestTransport, Source,
+    Update, UriConnector, Verdict, XdsError,
+};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// How often `path_config_source` files are checked for a change.
+const FILE_POLL: Duration = Duration::from_millis(200);
+
+/// Applies accepted EDS and RDS updates to the running data plane.
+struct Apply {
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    clusters: Arc<ClusterManager>,
+    /// EDS service name -> the clusters that use it.
+    eds: HashMap<String, Vec<String>>,
+}
+
+impl Consumer for Apply {
+    fn apply(&self, u: &Update) -> Verdict {
+        match u.type_ {
+            ResourceType::Endpoints => {
+                for up in &u.upserts {
+                    if let Resource::LoadAssignment(la) = &*up.resource {
+                        for c in self.eds.get(&up.name).into_iter().flatten() {
+                            self.clusters.set_eds_hosts(c, Some(la));
+                        }
+                    }
+                }
+                for name in &u.removed {
+                    for c in self.eds.get(name).into_iter().flatten() {
+                        self.clusters.set_eds_hosts(c, None);
+                    }
+                }
+                Verdict::accept()
+            }
+            ResourceType::RouteConfig => self.routes(u),
+            other => Verdict {
+                rejected: u
+                    .upserts
+                    .iter()
+                    .map(|up| {
+                        (
+                            up.name.clone(),
+                            format!("{other} over xDS is not served yet"),
+                        )
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl Apply {
+    /// A new snapshot with the changed route configurations; everything else is
+    /// shared with the one in force.
+    fn routes(&self, u: &Update) -> Verdict {
+        let mut verdict = Verdict::accept();
+        let current = self.snapshot.load_full();
+        let mut next = Snapshot::clone(&current);
+        for up in &u.upserts {
+            let Resource::RouteConfig(rc) = &*up.resource else {
+                continue;
+            };
+            let mut problems = Vec::new();
+            crate::serve_check::routes(rc, "", &mut problems);
+            if problems.is_empty() {
+                next.route_configs
+                    .insert(up.name.clone(), Arc::new(rc.clone()));
+            } else {
+                // Paths are relative to the resource: drop the empty root's dot.
+                let problems: Vec<&str> = problems
+                    .iter()
+                    .map(|p| p.strip_prefix('.').unwrap_or(p))
+                    .collect();
+                verdict
+                    .rejected
+                    .push((up.name.clone(), problems.join("; ")));
+            }
+        }
+        for name in &u.removed {
+            next.route_configs.remove(name);
+        }
+        next.version = current.version + 1;
+        self.snapshot.store(Arc::new(next));
+        verdict
+    }
+}
+
+/// Reaches `envoy_grpc` clusters through their current hosts (plaintext h2).
+struct Clusters(Arc<ClusterManager>);
+
+struct ClusterConnector {
+    clusters: Arc<ClusterManager>,
+    cluster: String,
+}
+
+impl Connector for ClusterConnector {
+    fn connect(&self) -> Pin<Box<dyn Future<Output = Result<Channel, XdsError>> + Send + '_>> {
+        Box::pin(async move {
+            let addr = self
+                .clusters
+                .get(&self.cluster)
+                .and_then(|c| c.hosts().hosts().next().map(|h| h.address))
+                .ok_or_else(|| {
+                    XdsError::Connect(format!("cluster {} has no host", self.cluster))
+                })?;
+            UriConnector::new(format!("http://{addr}")).connect().await
+        })
+    }
+}
+
+impl Resolve for Clusters {
+    fn grpc_cluster(&self, cluster: &str, _authority: Option<&str>) -> Option<Arc<dyn Connector>> {
+        self.0.get(cluster)?;
+        Some(Arc::new(ClusterConnector {
+            clusters: Arc::clone(&self.0),
+            cluster: cluster.to_string(),
+        }))
+    }
+
+    fn rest_cluster(&self, _cluster: &str) -> Option<Arc<dyn RestTransport>> {
+        None
+    }
+}
+
+/// Starts the xDS client when the bootstrap has EDS clusters or RDS connection
+/// managers; `None` when it has neither. Call on the main thread's runtime.
+pub fn start(
+    bootstrap: &Bootstrap,
+    snapshot: &Arc<ArcSwap<Snapshot>>,
+    clusters: &Arc<ClusterManager>,
+) -> Result<Option<Client>, String> {
+    let resolve = Clusters(Arc::clone(clusters));
+    let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
+    let mut eds: HashMap<String, Vec<String>> = HashMap::new();
+    for c in &bootstrap.clusters {
+        if let Discovery::Eds {
+            config,
+            service_name,
+        } = &c.discovery
+        {
+            eds.entry(service_name.clone())
+                .or_default()
+                .push(c.name.clone());
+            sources.push((ResourceType::Endpoints, config.clone()));
+        }
+    }
+    let mut rds = BTreeSet::new();
+    for l in &bootstrap.listeners {
+        for fc in l.all_filter_chains() {
+            if let RouteSpecifier::Rds {
+                config_source,
+                route_config_name,
+            } = &fc.http_connection_manager.route_specifier
+            {
+                rds.insert(route_config_name.clone());
+                sources.push((ResourceType::RouteConfig, config_source.clone()));
+            }
+        }
+    }
+    if sources.is_empty() {
+        return Ok(None);
+    }
+    // One stream per distinct source and type (clusters sharing ADS share it).
+    let mut distinct: Vec<(ResourceType, ConfigSource)> = Vec::new();
+    for s in sources {
+        if !distinct.contains(&s) {
+            distinct.push(s);
+        }
+    }
+    let mut config = ClientConfig {
+        node: Node {
+            id: bootstrap.node.id.clone(),
+            cluster: bootstrap.node.cluster.clone(),
+            user_agent_name: "courier".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if let Some(ads) = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .and_then(|d| d.ads_config.as_ref())
+    {
+        config.ads =
+            Some(from_config::grpc_source(ads, &resolve).map_err(|e| format!("ads_config: {e}"))?);
+    }
+    for (t, cs) in distinct {
+        let source = from_config::source(&cs, t, &resolve, FILE_POLL)?;
+        if matches!(source, Source::Ads) && config.ads.is_none() {
+            return Err(format!(
+                "{t}: ads config source without dynamic_resources.ads_config"
+            ));
+        }
+        config.sources.push((t, source));
+    }
+    let consumer = Apply {
+        snapshot: Arc::clone(snapshot),
+        clusters: Arc::clone(clusters),
+        eds,
+    };
+    let names: BTreeSet<String> = consumer.eds.keys().cloned().collect();
+    let client = Client::start(config, Arc::new(consumer));
+    let handle = client.handle();
+    handle.set_interest(ResourceType::Endpoints, Interest::Names(names));
+    handle.set_interest(ResourceType::RouteConfig, Interest::Names(rds));
+    Ok(Some(client))
+}
