@@ -20,6 +20,8 @@ pub(crate) struct Shared {
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
     /// Whether a gRPC stream to a management server is up (control_plane.connected_state).
     pub(crate) connected: AtomicBool,
+    /// The types some source delivers.
+    pub(crate) types: Vec<ResourceType>,
 }
 
 /// What a response says about resources it does not carry.
@@ -135,6 +137,7 @@ impl Shared {
             }
             s.last_error = detail.clone();
         });
+        self.store.count(t, detail.is_none());
         match detail {
             Some(d) => {
                 tracing::warn!(type_ = %t, version = version_info, "xDS update rejected: {d}");

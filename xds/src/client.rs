@@ -91,7 +91,11 @@ pub struct XdsHandle {
 impl Client {
     /// Starts the client on the current tokio runtime.
     pub fn start(config: ClientConfig, consumer: Arc<dyn Consumer>) -> Client {
+        let mut types: Vec<ResourceType> = config.sources.iter().map(|(t, _)| *t).collect();
+        types.sort_by_key(|t| t.index());
+        types.dedup();
         let shared = Arc::new(Shared {
+            types,
             store: Arc::new(Store::new()),
             interests: Interests::new(),
             consumer,
@@ -178,6 +182,46 @@ impl XdsHandle {
             self.shared
                 .store
                 .update(t, |s| s.resources.retain(|n, _| interest.wants(n)));
+        }
+    }
+
+    /// Whether the initial fetch is complete: every type some source delivers
+    /// has had a response, and every wanted name of a named type is present.
+    pub fn initialized(&self) -> bool {
+        self.shared.types.iter().all(|t| {
+            let interest = self.shared.interests.get(*t);
+            match &*interest {
+                Interest::Names(names) => {
+                    let st = self.shared.store.get(*t);
+                    names.iter().all(|n| st.resources.contains_key(n))
+                }
+                Interest::Wildcard => {
+                    self.shared
+                        .store
+                        .counters(*t)
+                        .update_attempt
+                        .load(Ordering::Relaxed)
+                        > 0
+                }
+            }
+        })
+    }
+
+    /// Waits for [`XdsHandle::initialized`], at most `timeout` (`None`: for ever);
+    /// returns whether it was reached (Envoy's `initial_fetch_timeout`).
+    pub async fn initial_fetch(&self, timeout: Option<std::time::Duration>) -> bool {
+        let mut changed = self.shared.store.subscribe();
+        let wait = async {
+            while !self.initialized() {
+                if changed.changed().await.is_err() {
+                    return false;
+                }
+            }
+            true
+        };
+        match timeout {
+            Some(t) => tokio::time::timeout(t, wait).await.unwrap_or(false),
+            None => wait.await,
         }
     }
 

@@ -75,6 +75,7 @@ impl FileSource {
                 shared
                     .store
                     .update(t, |s| s.last_error = Some(detail.clone()));
+                shared.store.count(t, false);
                 return;
             }
             Err(_) => return,

@@ -37,5 +37,5 @@ pub use grpc::{Connector, UriConnector};
 pub use interest::Interest;
 pub use resource_type::ResourceType;
 pub use rest::{RestSource, RestTransport};
-pub use store::{Entry, Store, TypeState};
+pub use store::{Counters, Entry, Store, TypeState};
 pub use update::{Consumer, Update, Upsert, Verdict};

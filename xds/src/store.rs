@@ -6,7 +6,9 @@ use arc_swap::ArcSwap;
 use courier_config::resource::Resource;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
+use tokio::sync::watch;
 
 /// One resource in force.
 #[derive(Debug, Clone)]
@@ -34,16 +36,82 @@ pub struct TypeState {
     pub last_error: Option<String>,
 }
 
-/// Per-type state, read lock-free (admin) and written by the client only.
+/// Update counters of one type (Envoy's `update_attempt`, `update_success`,
+/// `update_rejected`).
 #[derive(Debug, Default)]
+pub struct Counters {
+    /// Responses (or file reads) received.
+    pub update_attempt: AtomicU64,
+    /// Accepted in full.
+    pub update_success: AtomicU64,
+    /// Rejected, in whole or in part.
+    pub update_rejected: AtomicU64,
+}
+
+impl Counters {
+    /// `(name, value)` of each counter.
+    pub fn samples(&self) -> [(&'static str, u64); 3] {
+        [
+            (
+                "update_attempt",
+                self.update_attempt.load(Ordering::Relaxed),
+            ),
+            (
+                "update_success",
+                self.update_success.load(Ordering::Relaxed),
+            ),
+            (
+                "update_rejected",
+                self.update_rejected.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+}
+
+/// Per-type state, read lock-free (admin) and written by the client only.
+#[derive(Debug)]
 pub struct Store {
     types: [ArcSwap<TypeState>; 4],
+    counters: [Counters; 4],
+    /// Ticks on every change (waiters for the initial fetch).
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self {
+            types: Default::default(),
+            counters: Default::default(),
+            changed: watch::channel(0).0,
+        }
+    }
 }
 
 impl Store {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The update counters of `t`.
+    pub fn counters(&self, t: ResourceType) -> &Counters {
+        &self.counters[t.index()]
+    }
+
+    /// A receiver that sees every change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Counts one update of `t`, accepted or not.
+    pub(crate) fn count(&self, t: ResourceType, accepted: bool) {
+        let c = &self.counters[t.index()];
+        c.update_attempt.fetch_add(1, Ordering::Relaxed);
+        if accepted {
+            c.update_success.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.update_rejected.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// The current state of `t`.
@@ -68,5 +136,6 @@ impl Store {
             f(&mut next);
             next
         });
+        self.changed.send_modify(|g| *g += 1);
     }
 }

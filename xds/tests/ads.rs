@@ -65,6 +65,7 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     assert!(first.resource_names.is_empty());
     assert_eq!(first.version_info, "");
     assert_eq!(first.response_nonce, "");
+    assert!(!client.handle().initialized());
 
     s.send(
         &CDS.type_url(),
@@ -89,7 +90,10 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
 
     // The consumer wants the EDS cluster's endpoints: an EDS request names it.
     let h = client.handle();
+    assert!(h.initial_fetch(Some(WAIT)).await);
     h.set_interest(EDS, names(&["e"]));
+    // A wanted name not yet delivered: initialisation waits for it.
+    assert!(!h.initialized());
     let eds = s.next_of(&EDS.type_url()).await;
     assert_eq!(eds.resource_names, ["e"]);
     assert_eq!(eds.version_info, "");
@@ -114,6 +118,7 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     assert!(st.last_updated.is_some());
     assert_eq!(st.resources.keys().collect::<Vec<_>>(), ["a", "e"]);
     assert_eq!(h.store().get(EDS).version_info, "e1");
+    assert!(h.initialized());
     assert!(h.connected());
 }
 
@@ -185,6 +190,14 @@ async fn sotw_nack_names_the_bad_cluster_and_applies_its_siblings() {
     let ack = s.next().await;
     assert_eq!((ack.version_info.as_str(), ack.error_detail), ("v3", None));
     assert!(rec.updates.try_recv().is_err());
+    assert_eq!(
+        client.handle().store().counters(CDS).samples(),
+        [
+            ("update_attempt", 3),
+            ("update_success", 2),
+            ("update_rejected", 1)
+        ]
+    );
 }
 
 #[tokio::test]
