@@ -143,13 +143,21 @@ impl Resolve for Clusters {
     }
 }
 
+/// The running xDS client.
+pub struct Xds {
+    /// Dropping it stops every stream.
+    pub client: Client,
+    /// How long `/ready` waits for the initial resources (`None`: for ever).
+    pub initial_fetch_timeout: Option<Duration>,
+}
+
 /// Starts the xDS client when the bootstrap has EDS clusters or RDS connection
-/// managers; `None` when it has neither. Call on the main thread's runtime.
+/// managers; `None` when it has neither. Call within the main thread's runtime.
 pub fn start(
     bootstrap: &Bootstrap,
     snapshot: &Arc<ArcSwap<Snapshot>>,
     clusters: &Arc<ClusterManager>,
-) -> Result<Option<Client>, String> {
+) -> Result<Option<Xds>, String> {
     let resolve = Clusters(Arc::clone(clusters));
     let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
     let mut eds: HashMap<String, Vec<String>> = HashMap::new();
@@ -188,6 +196,11 @@ pub fn start(
             distinct.push(s);
         }
     }
+    // Envoy bounds each source's wait; one wait for all takes the longest.
+    let initial_fetch_timeout = distinct
+        .iter()
+        .map(|(_, cs)| cs.initial_fetch_timeout)
+        .try_fold(Duration::ZERO, |acc, t| t.map(|t| acc.max(t)));
     let mut config = ClientConfig {
         node: Node {
             id: bootstrap.node.id.clone(),
@@ -224,5 +237,34 @@ pub fn start(
     let handle = client.handle();
     handle.set_interest(ResourceType::Endpoints, Interest::Names(names));
     handle.set_interest(ResourceType::RouteConfig, Interest::Names(rds));
-    Ok(Some(client))
+    Ok(Some(Xds {
+        client,
+        initial_fetch_timeout,
+    }))
+}
+
+/// The client's stats: `control_plane.connected_state`, and per type
+/// `update_attempt`, `update_success`, `update_rejected` (CDS and LDS under
+/// Envoy's `cluster_manager.cds.` and `listener_manager.lds.`; EDS and RDS,
+/// which Envoy counts per cluster and per route config, summed under
+/// `cluster_manager.eds.` and `http.rds.`).
+pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Sample>) {
+    out.push((
+        "control_plane.connected_state".into(),
+        u64::from(handle.connected()),
+    ));
+    for t in ResourceType::ALL {
+        let scope = match t {
+            ResourceType::Cluster => "cluster_manager.cds",
+            ResourceType::Listener => "listener_manager.lds",
+            ResourceType::Endpoints => "cluster_manager.eds",
+            ResourceType::RouteConfig => "http.rds",
+        };
+        if !handle.delivers(t) {
+            continue;
+        }
+        for (name, v) in handle.store().counters(t).samples() {
+            out.push((format!("{scope}.{name}"), v));
+        }
+    }
 }

@@ -445,22 +445,34 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     let b = echo_upstream("b").await;
     let cla_url = ClusterLoadAssignment::type_url();
     let rds_url = RouteConfiguration::type_url();
-    let mut initial = Resources::new();
-    initial
-        .entry(cla_url.clone())
-        .or_default()
-        .insert("backend".into(), any(&cla("backend", a)));
-    initial
-        .entry(rds_url.clone())
-        .or_default()
-        .insert("routes".into(), any(&routes(to_backend())));
-    let mut cp = ControlPlane::start(initial).await;
+    let mut cp = ControlPlane::start(Resources::new()).await;
     let c = courier_from_ads(cp.addr, api_type).await;
-
-    // Routes and endpoints arrive over ADS: traffic reaches upstream a.
-    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
     let first = cp.saw("ClusterLoadAssignment").await;
     assert!(first.contains("node=courier-1"), "{first}");
+    // The control plane has nothing yet: not ready.
+    let admin: SocketAddr = c.admin.parse().unwrap();
+    let ready = H1::connect(admin).await.get("/ready", &[]).await;
+    assert_eq!((ready.status, ready.body.as_str()), (503, "INITIALIZING\n"));
+
+    // Routes and endpoints arrive over ADS: ready, and traffic reaches upstream a.
+    cp.set(cla_url.clone(), "backend", any(&cla("backend", a)));
+    cp.set(rds_url.clone(), "routes", any(&routes(to_backend())));
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+    let mut live = None;
+    for _ in 0..250 {
+        let r = H1::connect(admin).await.get("/ready", &[]).await;
+        if r.status == 200 {
+            live = Some(r.body);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(live.as_deref(), Some("LIVE\n"));
+    let stats = get_text(&c.admin, "/stats").await;
+    assert!(
+        stats.contains("control_plane.connected_state: 1\n"),
+        "{stats}"
+    );
 
     // An endpoint change shifts traffic to b.
     let mut open = H1::connect(c.listener).await;
@@ -489,6 +501,12 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     assert!(nack.contains("retries are not served yet"), "{nack}");
     let r = open.get("/", &[]).await;
     assert_eq!(r.body, "direct!");
+    let stats = get_text(&c.admin, "/stats").await;
+    assert!(stats.contains("http.rds.update_rejected: 1\n"), "{stats}");
+    assert!(
+        stats.contains("cluster_manager.eds.update_rejected: 0\n"),
+        "{stats}"
+    );
 }
 
 #[tokio::test]

@@ -162,6 +162,15 @@ impl Drop for Client {
     }
 }
 
+impl std::fmt::Debug for XdsHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdsHandle")
+            .field("types", &self.shared.types)
+            .field("connected", &self.connected())
+            .finish_non_exhaustive()
+    }
+}
+
 impl XdsHandle {
     /// What is in force per type.
     pub fn store(&self) -> &Arc<Store> {
@@ -223,6 +232,11 @@ impl XdsHandle {
             Some(t) => tokio::time::timeout(t, wait).await.unwrap_or(false),
             None => wait.await,
         }
+    }
+
+    /// Whether some source delivers `t`.
+    pub fn delivers(&self, t: ResourceType) -> bool {
+        self.shared.types.contains(&t)
     }
 
     /// Whether a gRPC stream to a management server is up.

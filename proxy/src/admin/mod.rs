@@ -233,6 +233,9 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
 fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
+    if let Some(x) = &shared.xds {
+        crate::xds::samples(x, &mut samples);
+    }
     samples.sort();
     samples
 }
