@@ -268,3 +268,73 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
         }
     }
 }
+
+/// `/config_dump`'s dynamic parts: RDS route configurations and EDS
+/// assignments in force, each with its version and when it was applied.
+fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
+    let entries = |t: ResourceType, field: &str| -> Vec<serde_json::Value> {
+        let st = handle.store().get(t);
+        st.resources
+            .values()
+            .map(|e| {
+                let mut when = String::new();
+                crate::access_log::time::default_format(e.last_updated, &mut when);
+                serde_json::json!({
+                    "version_info": e.version,
+                    field: any_json(&e.raw),
+                    "last_updated": when,
+                })
+            })
+            .collect()
+    };
+    const TYPE: &str = "type.googleapis.com/envoy.admin.v3.";
+    let mut out = Vec::new();
+    if handle.delivers(ResourceType::RouteConfig) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}RoutesConfigDump"),
+            "dynamic_route_configs": entries(ResourceType::RouteConfig, "route_config"),
+        }));
+    }
+    if handle.delivers(ResourceType::Endpoints) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}EndpointsConfigDump"),
+            "dynamic_endpoint_configs": entries(ResourceType::Endpoints, "endpoint_config"),
+        }));
+    }
+    out
+}
+
+/// Adds [`dump`]'s dynamic parts to the static dump's `configs`: into the config
+/// of the same `@type` (RoutesConfigDump gets `dynamic_route_configs` beside
+/// its static ones), or as a new config.
+pub fn merge_dump(handle: &courier_xds::XdsHandle, configs: &mut Vec<serde_json::Value>) {
+    for extra in dump(handle) {
+        let ty = extra.get("@type").cloned();
+        let existing = configs
+            .iter_mut()
+            .find(|c| c.get("@type") == ty.as_ref())
+            .and_then(|c| c.as_object_mut());
+        match (existing, extra) {
+            (Some(into), serde_json::Value::Object(fields)) => into.extend(fields),
+            (_, extra) => configs.push(extra),
+        }
+    }
+}
+
+/// A resource in proto3 JSON with its `@type`.
+fn any_json(any: &envoy_types::pb::google::protobuf::Any) -> serde_json::Value {
+    let Some(desc) = courier_config::descriptors::message_for_type_url(&any.type_url) else {
+        return serde_json::Value::Null;
+    };
+    let Ok(msg) = prost_reflect::DynamicMessage::decode(desc, any.value.as_slice()) else {
+        return serde_json::Value::Null;
+    };
+    let opts = prost_reflect::SerializeOptions::new().use_proto_field_name(true);
+    let mut v = msg
+        .serialize_with_options(serde_json::value::Serializer, &opts)
+        .unwrap_or(serde_json::Value::Null);
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert("@type".into(), any.type_url.clone().into());
+    }
+    v
+}

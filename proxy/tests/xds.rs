@@ -501,6 +501,27 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     assert!(nack.contains("retries are not served yet"), "{nack}");
     let r = open.get("/", &[]).await;
     assert_eq!(r.body, "direct!");
+    let dump: serde_json::Value =
+        serde_json::from_str(&get_text(&c.admin, "/config_dump").await).unwrap();
+    let configs = dump["configs"].as_array().unwrap();
+    let routes_dump = configs
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.RoutesConfigDump")
+        .unwrap();
+    let dynamic = &routes_dump["dynamic_route_configs"][0];
+    assert_eq!(dynamic["route_config"]["name"], "routes");
+    assert!(
+        dynamic["route_config"]["virtual_hosts"][0]["routes"][0]["direct_response"].is_object()
+    );
+    assert!(dynamic["last_updated"].as_str().unwrap().ends_with('Z'));
+    let eds_dump = configs
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump")
+        .unwrap();
+    assert_eq!(
+        eds_dump["dynamic_endpoint_configs"][0]["endpoint_config"]["cluster_name"],
+        "backend"
+    );
     let stats = get_text(&c.admin, "/stats").await;
     assert!(stats.contains("http.rds.update_rejected: 1\n"), "{stats}");
     assert!(

@@ -89,6 +89,7 @@ impl Shared {
                     digest: c.digest,
                     last_updated: now,
                     resource,
+                    raw: c.raw,
                 },
             );
         }

@@ -12,6 +12,8 @@ pub(crate) struct Candidate {
     pub(crate) name: String,
     pub(crate) version: String,
     pub(crate) digest: u64,
+    /// The resource as received (for `/config_dump`).
+    pub(crate) raw: Any,
     /// The resource, or every error found in it (`path: message`, joined).
     pub(crate) result: Result<Resource, String>,
 }
@@ -71,6 +73,7 @@ pub(crate) fn decode<'a>(t: ResourceType, items: impl IntoIterator<Item = Raw<'a
             name,
             version: raw.version.to_string(),
             digest: h.finish(),
+            raw: any.clone(),
             result,
         });
     }

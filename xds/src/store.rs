@@ -4,6 +4,7 @@
 use crate::resource_type::ResourceType;
 use arc_swap::ArcSwap;
 use courier_config::resource::Resource;
+use envoy_types::pb::google::protobuf::Any;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +22,8 @@ pub struct Entry {
     pub last_updated: SystemTime,
     /// The translated resource.
     pub resource: Arc<Resource>,
+    /// The resource as received (`/config_dump`).
+    pub raw: Any,
 }
 
 /// The state of one type.

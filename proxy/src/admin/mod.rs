@@ -138,7 +138,14 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         }
         "/config_dump" => match &shared.bootstrap_proto {
             Some(b) => match config_dump::dump(b) {
-                Ok(v) => json(v),
+                Ok(mut v) => {
+                    if let Some(x) = &shared.xds
+                        && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
+                    {
+                        crate::xds::merge_dump(x, configs);
+                    }
+                    json(v)
+                }
                 Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
             },
             None => reply(
