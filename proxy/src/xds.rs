@@ -233,10 +233,11 @@ pub fn start(
         eds,
     };
     let names: BTreeSet<String> = consumer.eds.keys().cloned().collect();
+    config.interest = vec![
+        (ResourceType::Endpoints, Interest::Names(names)),
+        (ResourceType::RouteConfig, Interest::Names(rds)),
+    ];
     let client = Client::start(config, Arc::new(consumer));
-    let handle = client.handle();
-    handle.set_interest(ResourceType::Endpoints, Interest::Names(names));
-    handle.set_interest(ResourceType::RouteConfig, Interest::Names(rds));
     Ok(Some(Xds {
         client,
         initial_fetch_timeout,

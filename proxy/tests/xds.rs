@@ -384,9 +384,13 @@ static_resources:
 "#,
         port = cp.port()
     );
+    launch(&config).await
+}
+
+async fn launch(config: &str) -> Proc {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("courier.yaml");
-    std::fs::write(&config_path, &config).unwrap();
+    std::fs::write(&config_path, config).unwrap();
     let admin_path = dir.path().join("admin");
     let child = Command::new(env!("CARGO_BIN_EXE_courier"))
         .args(["--concurrency", "2", "--drain-time-s", "1", "-c"])
@@ -538,4 +542,67 @@ async fn sotw_ads_delivers_endpoints_and_routes_and_updates_shift_traffic() {
 #[tokio::test]
 async fn delta_ads_delivers_endpoints_and_routes_and_updates_shift_traffic() {
     eds_and_rds_over_ads("DELTA_GRPC").await;
+}
+
+/// A CLA file in YAML for `path_config_source`.
+fn cla_yaml(version: &str, addr: SocketAddr) -> String {
+    format!(
+        "version_info: \"{version}\"\nresources:\n- \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n  cluster_name: backend\n  endpoints:\n  - lb_endpoints:\n    - endpoint: {{ address: {{ socket_address: {{ address: {}, port_value: {} }} }} }}\n",
+        addr.ip(),
+        addr.port()
+    )
+}
+
+#[tokio::test]
+async fn eds_from_a_watched_file_shifts_traffic_when_the_file_is_replaced() {
+    let a = echo_upstream("a").await;
+    let b = echo_upstream("b").await;
+    let files = tempfile::tempdir().unwrap();
+    let eds = files.path().join("eds.yaml");
+    std::fs::write(&eds, cla_yaml("1", a)).unwrap();
+    let config = format!(
+        r#"
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes:
+              - match: {{prefix: "/"}}
+                route: {{cluster: backend}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  clusters:
+  - name: backend
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config:
+      eds_config: {{path_config_source: {{path: {eds}}}, resource_api_version: V3}}
+"#,
+        eds = eds.display()
+    );
+    let c = launch(&config).await;
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+    // Atomic replace, as config pushers do.
+    let tmp = files.path().join("eds.tmp");
+    std::fs::write(&tmp, cla_yaml("2", b)).unwrap();
+    std::fs::rename(&tmp, &eds).unwrap();
+    until(c.listener, |r| r.header("x-upstream") == Some("b")).await;
+    let stats = get_text(&c.admin, "/stats").await;
+    assert!(
+        stats.contains("cluster_manager.eds.update_success: 2\n"),
+        "{stats}"
+    );
 }

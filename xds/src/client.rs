@@ -65,6 +65,9 @@ pub struct ClientConfig {
     pub sources: Vec<(ResourceType, Source)>,
     /// Reconnect delays.
     pub backoff: Backoff,
+    /// Interest in force from the start (RDS and EDS names known at boot), so
+    /// the first requests already carry them.
+    pub interest: Vec<(ResourceType, Interest)>,
 }
 
 /// One gRPC stream's settings.
@@ -102,6 +105,9 @@ impl Client {
             apply_lock: tokio::sync::Mutex::new(()),
             connected: AtomicBool::new(false),
         });
+        for (t, i) in config.interest {
+            shared.interests.set(t, i);
+        }
         let mut tasks = Vec::new();
         let mut ads_types = Vec::new();
         for (t, source) in config.sources {

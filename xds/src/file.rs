@@ -46,6 +46,7 @@ impl FileSource {
     /// Watches the file for ever (the task is aborted with the client).
     pub(crate) async fn run(self, shared: std::sync::Arc<Shared>) {
         let mut last: Option<(Option<Stamp>, Option<Stamp>)> = None;
+        let mut interest_changed = shared.interests.subscribe();
         loop {
             let file = stamp(&self.path).await;
             let dir = match &self.watched_directory {
@@ -57,7 +58,15 @@ impl FileSource {
                 last = Some(now);
                 self.load(&shared).await;
             }
-            tokio::time::sleep(self.poll_interval).await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.poll_interval) => {}
+                // A newly wanted name may be in the file already: read it again.
+                r = interest_changed.changed() => {
+                    if r.is_ok() {
+                        last = None;
+                    }
+                }
+            }
         }
     }
 

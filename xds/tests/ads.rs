@@ -37,6 +37,7 @@ fn ads_config(server: &Server, delta: bool, types: &[ResourceType]) -> ClientCon
             base: Duration::from_millis(10),
             max: Duration::from_millis(50),
         },
+        interest: vec![],
     }
 }
 
@@ -398,6 +399,7 @@ async fn per_type_cds_stream() {
         ads: None,
         sources: vec![(CDS, Source::Grpc(grpc(&server, false, false)))],
         backoff: Backoff::default(),
+        interest: vec![],
     };
     let _client = Client::start(config, consumer);
     let mut s = server.sotw().await;

@@ -117,3 +117,37 @@ async fn watched_directory_symlink_swap_reloads() {
         ("v2", vec!["b".to_string()])
     );
 }
+
+#[tokio::test]
+async fn a_name_wanted_later_is_read_from_the_unchanged_file() {
+    use courier_xds::Interest;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("eds.yaml");
+    std::fs::write(
+        &path,
+        "version_info: \"1\"\nresources:\n- \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n  cluster_name: later\n",
+    )
+    .unwrap();
+    let (consumer, mut rec) = recorder(&[]);
+    let config = ClientConfig {
+        sources: vec![(
+            ResourceType::Endpoints,
+            Source::File(FileSource {
+                type_: ResourceType::Endpoints,
+                path,
+                watched_directory: None,
+                poll_interval: Duration::from_millis(10),
+            }),
+        )],
+        ..Default::default()
+    };
+    let client = Client::start(config, consumer);
+    // Not wanted yet: nothing applied, however often the file is polled.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(rec.updates.try_recv().is_err());
+    client.handle().set_interest(
+        ResourceType::Endpoints,
+        Interest::Names(["later".to_string()].into()),
+    );
+    assert_eq!(upserted(&rec.next().await), ["later"]);
+}
