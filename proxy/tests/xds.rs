@@ -606,3 +606,19 @@ static_resources:
         "{stats}"
     );
 }
+
+#[test]
+fn serve_still_refuses_lds_and_cds() {
+    // EDS and RDS are served over ADS; listeners and clusters over xDS are not yet.
+    let example = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/xds.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .arg("-c")
+        .arg(example)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("dynamic_resources.lds_config: LDS is not served yet"), "{err}");
+    assert!(err.contains("dynamic_resources.cds_config: CDS is not served yet"), "{err}");
+    assert!(!err.contains("ads_config"), "{err}");
+}
