@@ -618,7 +618,13 @@ fn serve_still_refuses_lds_and_cds() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("dynamic_resources.lds_config: LDS is not served yet"), "{err}");
-    assert!(err.contains("dynamic_resources.cds_config: CDS is not served yet"), "{err}");
+    assert!(
+        err.contains("dynamic_resources.lds_config: LDS is not served yet"),
+        "{err}"
+    );
+    assert!(
+        err.contains("dynamic_resources.cds_config: CDS is not served yet"),
+        "{err}"
+    );
     assert!(!err.contains("ads_config"), "{err}");
 }
