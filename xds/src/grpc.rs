@@ -58,6 +58,10 @@ impl Connector for UriConnector {
     }
 }
 
+/// Largest response accepted: tonic's default (4 MiB) is below a large SotW
+/// response (thousands of clusters), which Envoy takes.
+const MAX_MESSAGE: usize = 1 << 30;
+
 /// Which RPC a stream uses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Rpc {
@@ -95,26 +99,31 @@ pub(crate) async fn open_sotw(
     let resp = match rpc {
         Rpc::Ads => {
             AggregatedDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .stream_aggregated_resources(req)
                 .await
         }
         Rpc::Type(ResourceType::Listener) => {
             ListenerDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .stream_listeners(req)
                 .await
         }
         Rpc::Type(ResourceType::RouteConfig) => {
             RouteDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .stream_routes(req)
                 .await
         }
         Rpc::Type(ResourceType::Cluster) => {
             ClusterDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .stream_clusters(req)
                 .await
         }
         Rpc::Type(ResourceType::Endpoints) => {
             EndpointDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .stream_endpoints(req)
                 .await
         }
@@ -133,26 +142,31 @@ pub(crate) async fn open_delta(
     let resp = match rpc {
         Rpc::Ads => {
             AggregatedDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .delta_aggregated_resources(req)
                 .await
         }
         Rpc::Type(ResourceType::Listener) => {
             ListenerDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .delta_listeners(req)
                 .await
         }
         Rpc::Type(ResourceType::RouteConfig) => {
             RouteDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .delta_routes(req)
                 .await
         }
         Rpc::Type(ResourceType::Cluster) => {
             ClusterDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .delta_clusters(req)
                 .await
         }
         Rpc::Type(ResourceType::Endpoints) => {
             EndpointDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
                 .delta_endpoints(req)
                 .await
         }
