@@ -192,6 +192,7 @@ struct ControlPlane {
     addr: SocketAddr,
     state: watch::Sender<(u64, Arc<Resources>)>,
     requests: mpsc::UnboundedReceiver<String>,
+    tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl ControlPlane {
@@ -204,7 +205,9 @@ impl ControlPlane {
             state: rx,
             requests: req_tx,
         });
-        tokio::spawn(async move {
+        let tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
+        let conns = Arc::clone(&tasks);
+        let accept = tokio::spawn(async move {
             for _ in 0..100 {
                 let Ok((s, _)) = l.accept().await else {
                     continue;
@@ -214,16 +217,27 @@ impl ControlPlane {
                     let mut cp = cp.clone();
                     async move { cp.call(req).await }
                 });
-                tokio::spawn(
-                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(s), service),
-                );
+                let conn = tokio::spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), service)
+                        .await;
+                });
+                conns.lock().await.push(conn);
             }
         });
+        tasks.lock().await.push(accept);
         ControlPlane {
             addr,
             state,
             requests,
+            tasks,
+        }
+    }
+
+    /// Stops serving: the listener and every connection go away.
+    async fn stop(&self) {
+        for t in self.tasks.lock().await.drain(..) {
+            t.abort();
         }
     }
 
@@ -532,6 +546,19 @@ async fn eds_and_rds_over_ads(api_type: &str) {
         stats.contains("cluster_manager.eds.update_rejected: 0\n"),
         "{stats}"
     );
+
+    // The control plane goes away: the config in force keeps serving.
+    cp.stop().await;
+    let down = "control_plane.connected_state: 0\n";
+    for _ in 0..250 {
+        if get_text(&c.admin, "/stats").await.contains(down) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(get_text(&c.admin, "/stats").await.contains(down));
+    let r = H1::connect(c.listener).await.get("/", &[]).await;
+    assert_eq!((r.status, r.body.as_str()), (200, "direct!"));
 }
 
 #[tokio::test]
