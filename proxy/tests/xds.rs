@@ -192,21 +192,34 @@ struct ControlPlane {
     addr: SocketAddr,
     state: watch::Sender<(u64, Arc<Resources>)>,
     requests: mpsc::UnboundedReceiver<String>,
+    req_tx: mpsc::UnboundedSender<String>,
     tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
 }
 
 impl ControlPlane {
     async fn start(initial: Resources) -> Self {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let (state, rx) = watch::channel((1, Arc::new(initial)));
+        let (state, _) = watch::channel((1, Arc::new(initial)));
         let (req_tx, requests) = mpsc::unbounded_channel();
+        let mut cp = ControlPlane {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            state,
+            requests,
+            req_tx,
+            tasks: Arc::default(),
+        };
+        cp.listen().await;
+        cp
+    }
+
+    /// Serves on `self.addr` (port 0 the first time, the same port after a restart).
+    async fn listen(&mut self) {
+        let l = TcpListener::bind(self.addr).await.unwrap();
+        self.addr = l.local_addr().unwrap();
         let cp = AggregatedDiscoveryServiceServer::new(Cp {
-            state: rx,
-            requests: req_tx,
+            state: self.state.subscribe(),
+            requests: self.req_tx.clone(),
         });
-        let tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
-        let conns = Arc::clone(&tasks);
+        let conns = Arc::clone(&self.tasks);
         let accept = tokio::spawn(async move {
             for _ in 0..100 {
                 let Ok((s, _)) = l.accept().await else {
@@ -225,13 +238,7 @@ impl ControlPlane {
                 conns.lock().await.push(conn);
             }
         });
-        tasks.lock().await.push(accept);
-        ControlPlane {
-            addr,
-            state,
-            requests,
-            tasks,
-        }
+        self.tasks.lock().await.push(accept);
     }
 
     /// Stops serving: the listener and every connection go away.
@@ -559,6 +566,19 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     assert!(get_text(&c.admin, "/stats").await.contains(down));
     let r = H1::connect(c.listener).await.get("/", &[]).await;
     assert_eq!((r.status, r.body.as_str()), (200, "direct!"));
+
+    // It comes back on the same port: courier resubscribes, and a new update applies.
+    while cp.requests.try_recv().is_ok() {}
+    cp.listen().await;
+    let again = cp.saw("ClusterLoadAssignment").await;
+    assert!(again.contains("node=courier-1"), "{again}");
+    cp.saw("RouteConfiguration").await;
+    cp.set(
+        rds_url.clone(),
+        "routes",
+        any(&routes(direct("after restart"))),
+    );
+    until(c.listener, |r| r.body == "after restart").await;
 }
 
 #[tokio::test]
