@@ -780,3 +780,67 @@ async fn envoy_and_courier_agree_on_acks_nacks_and_traffic() {
     assert_eq!(courier, envoy);
     assert_eq!(courier, ["ack", "nack", "ack"]);
 }
+
+#[tokio::test]
+async fn updates_under_traffic_fail_no_request() {
+    let a = echo_upstream("a").await;
+    let b = echo_upstream("b").await;
+    let cla_url = ClusterLoadAssignment::type_url();
+    let rds_url = RouteConfiguration::type_url();
+    let mut initial = Resources::new();
+    initial
+        .entry(cla_url.clone())
+        .or_default()
+        .insert("backend".into(), any(&cla("backend", a)));
+    initial
+        .entry(rds_url.clone())
+        .or_default()
+        .insert("routes".into(), any(&routes(to_backend())));
+    let cp = ControlPlane::start(initial).await;
+    let c = courier_from_ads(cp.addr, "DELTA_GRPC").await;
+    until(c.listener, |r| r.status == 200).await;
+
+    // Two keep-alive clients send requests back to back while 200 updates
+    // alternate endpoints (a, b) and routes (to the cluster, a direct response).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        let (stop, addr) = (Arc::clone(&stop), c.listener);
+        clients.push(tokio::spawn(async move {
+            let mut h = H1::connect(addr).await;
+            let (mut ok, mut bad) = (0u32, Vec::new());
+            for _ in 0..100_000 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let r = h.get("/", &[]).await;
+                if r.status == 200 {
+                    ok += 1;
+                } else {
+                    bad.push(r.status);
+                }
+            }
+            (ok, bad)
+        }));
+    }
+    for i in 0..200u32 {
+        if i % 2 == 0 {
+            let to = if i % 4 == 0 { b } else { a };
+            cp.set(cla_url.clone(), "backend", any(&cla("backend", to)));
+        } else {
+            let action = if i % 4 == 1 {
+                direct("direct")
+            } else {
+                to_backend()
+            };
+            cp.set(rds_url.clone(), "routes", any(&routes(action)));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        let (ok, bad) = client.await.unwrap();
+        assert!(ok > 0);
+        assert!(bad.is_empty(), "non-200 responses: {bad:?}");
+    }
+}
