@@ -8,7 +8,7 @@ use crate::store::{Entry, Store};
 use crate::update::{Consumer, Update, Upsert};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::SystemTime;
 
 /// State shared by every stream and file watcher of one client.
@@ -18,8 +18,8 @@ pub(crate) struct Shared {
     pub(crate) consumer: Arc<dyn Consumer>,
     /// Serialises applies: each builds on what the previous one left in force.
     pub(crate) apply_lock: tokio::sync::Mutex<()>,
-    /// Whether a gRPC stream to a management server is up (control_plane.connected_state).
-    pub(crate) connected: AtomicBool,
+    /// gRPC streams to management servers that are up (control_plane.connected_state).
+    pub(crate) connected: AtomicUsize,
     /// The types some source delivers.
     pub(crate) types: Vec<ResourceType>,
 }
@@ -148,7 +148,18 @@ impl Shared {
         }
     }
 
-    pub(crate) fn set_connected(&self, up: bool) {
-        self.connected.store(up, Ordering::Relaxed);
+    /// A stream came up; the guard counts it down when the stream ends.
+    pub(crate) fn stream_up(&self) -> StreamUp<'_> {
+        self.connected.fetch_add(1, Ordering::Relaxed);
+        StreamUp(&self.connected)
+    }
+}
+
+/// Counts one connected stream for as long as it lives.
+pub(crate) struct StreamUp<'a>(&'a AtomicUsize);
+
+impl Drop for StreamUp<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }

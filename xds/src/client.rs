@@ -13,7 +13,7 @@ use crate::update::Consumer;
 use crate::{delta, sotw};
 use envoy_types::pb::envoy::config::core::v3::Node;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::task::JoinHandle;
 
 /// A gRPC management server and how to talk to it.
@@ -103,7 +103,7 @@ impl Client {
             interests: Interests::new(),
             consumer,
             apply_lock: tokio::sync::Mutex::new(()),
-            connected: AtomicBool::new(false),
+            connected: AtomicUsize::new(0),
         });
         for (t, i) in config.interest {
             shared.interests.set(t, i);
@@ -247,7 +247,7 @@ impl XdsHandle {
 
     /// Whether a gRPC stream to a management server is up.
     pub fn connected(&self) -> bool {
-        self.shared.connected.load(Ordering::Relaxed)
+        self.shared.connected.load(Ordering::Relaxed) > 0
     }
 }
 
@@ -262,7 +262,6 @@ async fn run_stream(shared: Arc<Shared>, cfg: StreamConfig) {
         } else {
             sotw::session(&shared, &cfg, &mut got_response).await
         };
-        shared.set_connected(false);
         if let Err(e) = result {
             tracing::warn!("xDS stream ended: {e}");
         }

@@ -44,7 +44,7 @@ pub(crate) async fn session(
         }
     }
     let mut input = grpc::open_delta(channel, cfg.rpc, rx, &cfg.source.initial_metadata).await?;
-    shared.set_connected(true);
+    let _up = shared.stream_up();
     loop {
         tokio::select! {
             msg = input.message() => {
