@@ -6,7 +6,7 @@
 
 use courier_config::Bootstrap;
 use courier_config::cluster::{CircuitBreakers, Cluster, Discovery, UpstreamProtocol};
-use courier_config::config_source::{ApiType, ConfigSource, ConfigSourceKind};
+use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::filters::{HttpFilterConfig, PerRouteFilterConfig};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
@@ -151,12 +151,10 @@ fn per_filter(configs: &PerFilterConfigs, at: &str, problems: &mut Vec<String>) 
     }
 }
 
-/// The transports crate::xds serves for EDS and RDS: ADS, gRPC, files.
+/// The transports crate::xds serves for EDS and RDS: ADS, gRPC, REST, files.
 fn config_source(cs: &ConfigSource, field: &str, refuse: &mut dyn FnMut(&str, &str)) {
     match &cs.kind {
-        ConfigSourceKind::Ads | ConfigSourceKind::Path { .. } => {}
-        ConfigSourceKind::Api(api) if api.api_type != ApiType::Rest => {}
-        ConfigSourceKind::Api(_) => refuse(field, "a REST config source"),
+        ConfigSourceKind::Ads | ConfigSourceKind::Path { .. } | ConfigSourceKind::Api(_) => {}
         ConfigSourceKind::SelfSource => refuse(field, "a self config source"),
     }
 }

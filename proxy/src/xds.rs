@@ -138,8 +138,46 @@ impl Resolve for Clusters {
         }))
     }
 
-    fn rest_cluster(&self, _cluster: &str) -> Option<Arc<dyn RestTransport>> {
-        None
+    fn rest_cluster(&self, cluster: &str) -> Option<Arc<dyn RestTransport>> {
+        self.0.get(cluster)?;
+        Some(Arc::new(RestCluster {
+            client: crate::upstream::client::ClusterClient::new(Arc::clone(&self.0)),
+            cluster: cluster.to_string(),
+        }))
+    }
+}
+
+/// REST-JSON polls through the cluster's load balancer and pool.
+struct RestCluster {
+    client: crate::upstream::client::ClusterClient,
+    cluster: String,
+}
+
+impl RestTransport for RestCluster {
+    fn post(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, XdsError>> + Send + '_>> {
+        Box::pin(async move {
+            let req = http::Request::post(path)
+                .header(http::header::HOST, self.cluster.as_str())
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(bytes::Bytes::from(body))
+                .map_err(|e| XdsError::Connect(e.to_string()))?;
+            let resp = self
+                .client
+                .send(&self.cluster, req, timeout)
+                .await
+                .map_err(|e| XdsError::Connect(e.to_string()))?;
+            match resp.status() {
+                // Envoy treats 304 as "no change".
+                http::StatusCode::NOT_MODIFIED => Ok(Vec::new()),
+                s if s.is_success() => Ok(resp.into_body().to_vec()),
+                s => Err(XdsError::Connect(format!("REST poll answered {s}"))),
+            }
+        })
     }
 }
 
