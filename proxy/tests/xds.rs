@@ -942,9 +942,10 @@ static_resources:
     until(c.listener, |r| r.header("x-upstream") == Some("b")).await;
     // Later polls carry the version accepted (the ACK).
     let mut acked = false;
+    let want = b.port().to_string();
     for _ in 0..100 {
         let (_, req) = seen.recv().await.unwrap();
-        if req["version_info"] == b.port().to_string() {
+        if req["version_info"] == want.as_str() {
             acked = true;
             break;
         }
