@@ -120,7 +120,13 @@ impl Connector for ClusterConnector {
             let addr = self
                 .clusters
                 .get(&self.cluster)
-                .and_then(|c| c.hosts().hosts().next().map(|h| h.address))
+                .and_then(|c| {
+                    // A random host per attempt: a reconnect may try another one.
+                    let hosts = c.hosts();
+                    let n = hosts.hosts().count();
+                    let pick = fastrand::usize(..n.max(1));
+                    hosts.hosts().nth(pick).map(|h| h.address)
+                })
                 .ok_or_else(|| {
                     XdsError::Connect(format!("cluster {} has no host", self.cluster))
                 })?;
