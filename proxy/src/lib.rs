@@ -27,6 +27,7 @@ mod stats;
 mod tls;
 mod upstream;
 mod worker;
+mod xds;
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -6,6 +6,7 @@
 
 use courier_config::Bootstrap;
 use courier_config::cluster::{Cluster, Discovery, UpstreamProtocol};
+use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
@@ -17,8 +18,14 @@ use courier_config::route::{Action, HeaderMutations, RouteConfig};
 /// Every feature in `bootstrap` that the data plane does not serve yet.
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
-    if bootstrap.dynamic_resources.is_some() {
-        problems.push("dynamic_resources: xDS is not served yet".to_string());
+    if let Some(d) = &bootstrap.dynamic_resources {
+        // ads_config feeds EDS and RDS (crate::xds); LDS and CDS are not served yet.
+        if d.lds_config.is_some() {
+            problems.push("dynamic_resources.lds_config: LDS is not served yet".to_string());
+        }
+        if d.cds_config.is_some() {
+            problems.push("dynamic_resources.cds_config: CDS is not served yet".to_string());
+        }
     }
     for (i, c) in bootstrap.clusters.iter().enumerate() {
         cluster(c, &format!("static_resources.clusters[{i}]"), &mut problems);
@@ -62,8 +69,8 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
             );
         }
     }
-    if matches!(c.discovery, Discovery::Eds { .. }) {
-        refuse("eds_cluster_config", "EDS");
+    if let Discovery::Eds { config, .. } = &c.discovery {
+        config_source(config, "eds_cluster_config.eds_config", &mut refuse);
     }
     match c.http.protocol {
         UpstreamProtocol::Http1 | UpstreamProtocol::Http2 => {}
@@ -120,11 +127,29 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     }
     match &h.route_specifier {
         RouteSpecifier::Inline(rc) => routes(rc, &format!("{at}.route_config"), problems),
-        RouteSpecifier::Rds { .. } => problems.push(format!("{at}.rds: RDS is not served yet")),
+        RouteSpecifier::Rds {
+            config_source: cs, ..
+        } => {
+            config_source(cs, "rds.config_source", &mut |field, what| {
+                problems.push(format!("{at}.{field}: {what} is not served yet"));
+            });
+        }
     }
 }
 
-fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
+/// The transports crate::xds serves for EDS and RDS: ADS, gRPC, REST, files.
+fn config_source(cs: &ConfigSource, field: &str, refuse: &mut dyn FnMut(&str, &str)) {
+    match &cs.kind {
+        ConfigSourceKind::Ads | ConfigSourceKind::Path { .. } | ConfigSourceKind::Api(_) => {}
+        ConfigSourceKind::SelfSource => refuse(field, "a self config source"),
+    }
+}
+
+/// What the data plane does not serve in a route configuration (also applied to
+/// route configurations arriving over RDS, which are rejected for it).
+/// What the data plane does not serve in a route configuration (also applied to
+/// route configurations arriving over RDS, which are rejected for it).
+pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");

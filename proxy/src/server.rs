@@ -55,6 +55,8 @@ pub struct Shared {
     pub log_control: Option<crate::LogControl>,
     /// Admin's own access logs.
     pub admin_logs: Arc<[courier_config::listener::access_log::AccessLog]>,
+    /// The xDS client, when EDS or RDS is configured (stats, `/config_dump`).
+    pub xds: Option<courier_xds::XdsHandle>,
 }
 
 impl Shared {
@@ -92,6 +94,15 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     )?);
     let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
     check_access_logs(&bootstrap)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("main runtime: {e}"))?;
+    // EDS and RDS (their streams run once the main loop below runs).
+    let xds = {
+        let _enter = runtime.enter();
+        crate::xds::start(&bootstrap, &snapshot, &clusters)?
+    };
 
     // Port 0 is resolved once here; the reserving sockets live until shutdown.
     let mut reserved = Vec::new();
@@ -191,8 +202,15 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         }
     }
 
+    // With xDS, `/ready` says LIVE once the initial resources are in (or timed out).
+    let initial = if xds.is_some() {
+        State::Initializing
+    } else {
+        State::Live
+    };
     let shared = Arc::new(Shared {
-        state: AtomicU8::new(State::Live as u8),
+        state: AtomicU8::new(initial as u8),
+        xds: xds.as_ref().map(|x| x.client.handle()),
         started: SystemTime::now(),
         stats,
         http_filters,
@@ -218,6 +236,18 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         clusters.spawn_dns_refresh();
         crate::upstream::outlier::spawn(&clusters);
         crate::upstream::health_check::spawn(&clusters);
+        if let Some(x) = &xds {
+            let (handle, timeout) = (x.client.handle(), x.initial_fetch_timeout);
+            let shared = Arc::clone(&shared);
+            tokio::spawn(async move {
+                if !handle.initial_fetch(timeout).await {
+                    tracing::warn!("xDS initial fetch timed out; serving what arrived");
+                }
+                if shared.state() == State::Initializing {
+                    shared.set_state(State::Live);
+                }
+            });
+        }
         if let Some(a) = &bootstrap.admin {
             let addr = resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))

@@ -138,7 +138,14 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         }
         "/config_dump" => match &shared.bootstrap_proto {
             Some(b) => match config_dump::dump(b) {
-                Ok(v) => json(v),
+                Ok(mut v) => {
+                    if let Some(x) = &shared.xds
+                        && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
+                    {
+                        crate::xds::merge_dump(x, configs);
+                    }
+                    json(v)
+                }
                 Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
             },
             None => reply(
@@ -235,6 +242,9 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     shared.http_filters.samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
+    if let Some(x) = &shared.xds {
+        crate::xds::samples(x, &mut samples);
+    }
     samples.sort();
     samples
 }

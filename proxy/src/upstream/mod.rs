@@ -96,6 +96,25 @@ impl ClusterManager {
         self.by_name.get(name).and_then(|&i| self.clusters.get(i))
     }
 
+    /// Replaces the hosts of EDS cluster `name` with those of an accepted
+    /// ClusterLoadAssignment (`None`: the assignment was removed, no hosts).
+    /// Workers see the new set at their next host pick.
+    pub fn set_eds_hosts(
+        &self,
+        name: &str,
+        la: Option<&courier_config::cluster::LoadAssignment>,
+    ) -> bool {
+        let Some(c) = self.get(name) else {
+            return false;
+        };
+        if !matches!(c.config.discovery, Discovery::Eds { .. }) {
+            return false;
+        }
+        c.hosts
+            .store(Arc::new(la.map(host::static_hosts).unwrap_or_default()));
+        true
+    }
+
     /// Every cluster, by index.
     pub fn clusters(&self) -> &[Arc<UpstreamCluster>] {
         &self.clusters
@@ -143,7 +162,7 @@ fn initial_hosts(c: &Cluster) -> HostSet {
         Discovery::LogicalDns(d) => {
             dns::host_set(la, &dns::resolve_blocking(la, d.lookup_family), true, None)
         }
-        // EDS is not served yet (serve_check refuses it).
+        // Hosts arrive with the first ClusterLoadAssignment (crate::xds).
         Discovery::Eds { .. } => HostSet::default(),
     }
 }

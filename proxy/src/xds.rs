@@ -1,0 +1,385 @@
+//! Wires the xDS client (courier-xds) into the data plane: EDS for EDS clusters
+//! (their per-cluster `ArcSwap<HostSet>`) and RDS for connection managers with
+//! `rds` (a new snapshot sharing every unchanged part, swapped in with one
+//! store; workers pick it up at their next request). Runs on the main thread.
+
+use crate::upstream::ClusterManager;
+use arc_swap::ArcSwap;
+use courier_config::Bootstrap;
+use courier_config::cluster::Discovery;
+use courier_config::config_source::ConfigSource;
+use courier_config::listener::hcm::RouteSpecifier;
+use courier_config::resource::Resource;
+use courier_config::snapshot::Snapshot;
+use courier_xds::from_config::{self, Resolve};
+use courier_xds::{
+    Client, ClientConfig, Connector, Consumer, Interest, ResourceType, RestTransport, Source,
+    Update, UriConnector, Verdict, XdsError,
+};
+use envoy_types::pb::envoy::config::core::v3::Node;
+use std::collections::{BTreeSet, HashMap};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// How often `path_config_source` files are checked for a change.
+const FILE_POLL: Duration = Duration::from_millis(200);
+
+/// Applies accepted EDS and RDS updates to the running data plane.
+struct Apply {
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    clusters: Arc<ClusterManager>,
+    /// EDS service name -> the clusters that use it.
+    eds: HashMap<String, Vec<String>>,
+}
+
+impl Consumer for Apply {
+    fn apply(&self, u: &Update) -> Verdict {
+        match u.type_ {
+            ResourceType::Endpoints => {
+                for up in &u.upserts {
+                    if let Resource::LoadAssignment(la) = &*up.resource {
+                        for c in self.eds.get(&up.name).into_iter().flatten() {
+                            self.clusters.set_eds_hosts(c, Some(la));
+                        }
+                    }
+                }
+                for name in &u.removed {
+                    for c in self.eds.get(name).into_iter().flatten() {
+                        self.clusters.set_eds_hosts(c, None);
+                    }
+                }
+                Verdict::accept()
+            }
+            ResourceType::RouteConfig => self.routes(u),
+            other => Verdict {
+                rejected: u
+                    .upserts
+                    .iter()
+                    .map(|up| {
+                        (
+                            up.name.clone(),
+                            format!("{other} over xDS is not served yet"),
+                        )
+                    })
+                    .collect(),
+            },
+        }
+    }
+}
+
+impl Apply {
+    /// A new snapshot with the changed route configurations; everything else is
+    /// shared with the one in force.
+    fn routes(&self, u: &Update) -> Verdict {
+        let mut verdict = Verdict::accept();
+        let current = self.snapshot.load_full();
+        let mut next = Snapshot::clone(&current);
+        for up in &u.upserts {
+            let Resource::RouteConfig(rc) = &*up.resource else {
+                continue;
+            };
+            let mut problems = Vec::new();
+            crate::serve_check::routes(rc, "", &mut problems);
+            if problems.is_empty() {
+                next.route_configs
+                    .insert(up.name.clone(), Arc::new(rc.clone()));
+            } else {
+                // Paths are relative to the resource: drop the empty root's dot.
+                let problems: Vec<&str> = problems
+                    .iter()
+                    .map(|p| p.strip_prefix('.').unwrap_or(p))
+                    .collect();
+                verdict
+                    .rejected
+                    .push((up.name.clone(), problems.join("; ")));
+            }
+        }
+        for name in &u.removed {
+            next.route_configs.remove(name);
+        }
+        next.version = current.version + 1;
+        self.snapshot.store(Arc::new(next));
+        verdict
+    }
+}
+
+/// Reaches `envoy_grpc` clusters through their current hosts (plaintext h2).
+struct Clusters(Arc<ClusterManager>);
+
+struct ClusterConnector {
+    clusters: Arc<ClusterManager>,
+    cluster: String,
+}
+
+impl Connector for ClusterConnector {
+    fn connect(&self) -> Pin<Box<dyn Future<Output = Result<Channel, XdsError>> + Send + '_>> {
+        Box::pin(async move {
+            let addr = self
+                .clusters
+                .get(&self.cluster)
+                .and_then(|c| {
+                    // A random host per attempt: a reconnect may try another one.
+                    let hosts = c.hosts();
+                    let n = hosts.hosts().count();
+                    let pick = fastrand::usize(..n.max(1));
+                    hosts.hosts().nth(pick).map(|h| h.address)
+                })
+                .ok_or_else(|| {
+                    XdsError::Connect(format!("cluster {} has no host", self.cluster))
+                })?;
+            UriConnector::new(format!("http://{addr}")).connect().await
+        })
+    }
+}
+
+impl Resolve for Clusters {
+    fn grpc_cluster(&self, cluster: &str, _authority: Option<&str>) -> Option<Arc<dyn Connector>> {
+        self.0.get(cluster)?;
+        Some(Arc::new(ClusterConnector {
+            clusters: Arc::clone(&self.0),
+            cluster: cluster.to_string(),
+        }))
+    }
+
+    fn rest_cluster(&self, cluster: &str) -> Option<Arc<dyn RestTransport>> {
+        self.0.get(cluster)?;
+        Some(Arc::new(RestCluster {
+            client: crate::upstream::client::ClusterClient::new(Arc::clone(&self.0)),
+            cluster: cluster.to_string(),
+        }))
+    }
+}
+
+/// REST-JSON polls through the cluster's load balancer and pool.
+struct RestCluster {
+    client: crate::upstream::client::ClusterClient,
+    cluster: String,
+}
+
+impl RestTransport for RestCluster {
+    fn post(
+        &self,
+        path: &'static str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Pin<Box<dyn Future<Output = Result<Vec<u8>, XdsError>> + Send + '_>> {
+        Box::pin(async move {
+            let req = http::Request::post(path)
+                .header(http::header::HOST, self.cluster.as_str())
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(bytes::Bytes::from(body))
+                .map_err(|e| XdsError::Connect(e.to_string()))?;
+            let resp = self
+                .client
+                .send(&self.cluster, req, timeout)
+                .await
+                .map_err(|e| XdsError::Connect(e.to_string()))?;
+            match resp.status() {
+                // Envoy treats 304 as "no change".
+                http::StatusCode::NOT_MODIFIED => Ok(Vec::new()),
+                s if s.is_success() => Ok(resp.into_body().to_vec()),
+                s => Err(XdsError::Connect(format!("REST poll answered {s}"))),
+            }
+        })
+    }
+}
+
+/// The running xDS client.
+pub struct Xds {
+    /// Dropping it stops every stream.
+    pub client: Client,
+    /// How long `/ready` waits for the initial resources (`None`: for ever).
+    pub initial_fetch_timeout: Option<Duration>,
+}
+
+/// Starts the xDS client when the bootstrap has EDS clusters or RDS connection
+/// managers; `None` when it has neither. Call within the main thread's runtime.
+pub fn start(
+    bootstrap: &Bootstrap,
+    snapshot: &Arc<ArcSwap<Snapshot>>,
+    clusters: &Arc<ClusterManager>,
+) -> Result<Option<Xds>, String> {
+    let resolve = Clusters(Arc::clone(clusters));
+    let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
+    let mut eds: HashMap<String, Vec<String>> = HashMap::new();
+    for c in &bootstrap.clusters {
+        if let Discovery::Eds {
+            config,
+            service_name,
+        } = &c.discovery
+        {
+            eds.entry(service_name.clone())
+                .or_default()
+                .push(c.name.clone());
+            sources.push((ResourceType::Endpoints, config.clone()));
+        }
+    }
+    let mut rds = BTreeSet::new();
+    for l in &bootstrap.listeners {
+        for fc in l.all_filter_chains() {
+            if let RouteSpecifier::Rds {
+                config_source,
+                route_config_name,
+            } = &fc.http_connection_manager.route_specifier
+            {
+                rds.insert(route_config_name.clone());
+                sources.push((ResourceType::RouteConfig, config_source.clone()));
+            }
+        }
+    }
+    if sources.is_empty() {
+        return Ok(None);
+    }
+    // One stream per distinct source and type (clusters sharing ADS share it).
+    let mut distinct: Vec<(ResourceType, ConfigSource)> = Vec::new();
+    for s in sources {
+        if !distinct.contains(&s) {
+            distinct.push(s);
+        }
+    }
+    // Envoy bounds each source's wait; one wait for all takes the longest.
+    let initial_fetch_timeout = distinct
+        .iter()
+        .map(|(_, cs)| cs.initial_fetch_timeout)
+        .try_fold(Duration::ZERO, |acc, t| t.map(|t| acc.max(t)));
+    let mut config = ClientConfig {
+        node: Node {
+            id: bootstrap.node.id.clone(),
+            cluster: bootstrap.node.cluster.clone(),
+            user_agent_name: "courier".into(),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    if let Some(ads) = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .and_then(|d| d.ads_config.as_ref())
+    {
+        config.ads =
+            Some(from_config::grpc_source(ads, &resolve).map_err(|e| format!("ads_config: {e}"))?);
+    }
+    for (t, cs) in distinct {
+        let source = from_config::source(&cs, t, &resolve, FILE_POLL)?;
+        if matches!(source, Source::Ads) && config.ads.is_none() {
+            return Err(format!(
+                "{t}: ads config source without dynamic_resources.ads_config"
+            ));
+        }
+        config.sources.push((t, source));
+    }
+    let consumer = Apply {
+        snapshot: Arc::clone(snapshot),
+        clusters: Arc::clone(clusters),
+        eds,
+    };
+    let names: BTreeSet<String> = consumer.eds.keys().cloned().collect();
+    config.interest = vec![
+        (ResourceType::Endpoints, Interest::Names(names)),
+        (ResourceType::RouteConfig, Interest::Names(rds)),
+    ];
+    let client = Client::start(config, Arc::new(consumer));
+    Ok(Some(Xds {
+        client,
+        initial_fetch_timeout,
+    }))
+}
+
+/// The client's stats: `control_plane.connected_state`, and per type
+/// `update_attempt`, `update_success`, `update_rejected` (CDS and LDS under
+/// Envoy's `cluster_manager.cds.` and `listener_manager.lds.`; EDS and RDS,
+/// which Envoy counts per cluster and per route config, summed under
+/// `cluster_manager.eds.` and `http.rds.`).
+pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Sample>) {
+    out.push((
+        "control_plane.connected_state".into(),
+        u64::from(handle.connected()),
+    ));
+    for t in ResourceType::ALL {
+        let scope = match t {
+            ResourceType::Cluster => "cluster_manager.cds",
+            ResourceType::Listener => "listener_manager.lds",
+            ResourceType::Endpoints => "cluster_manager.eds",
+            ResourceType::RouteConfig => "http.rds",
+        };
+        if !handle.delivers(t) {
+            continue;
+        }
+        for (name, v) in handle.store().counters(t).samples() {
+            out.push((format!("{scope}.{name}"), v));
+        }
+    }
+}
+
+/// `/config_dump`'s dynamic parts: RDS route configurations and EDS
+/// assignments in force, each with its version and when it was applied.
+fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
+    let entries = |t: ResourceType, field: &str| -> Vec<serde_json::Value> {
+        let st = handle.store().get(t);
+        st.resources
+            .values()
+            .map(|e| {
+                let mut when = String::new();
+                crate::access_log::time::default_format(e.last_updated, &mut when);
+                serde_json::json!({
+                    "version_info": e.version,
+                    field: any_json(&e.raw),
+                    "last_updated": when,
+                })
+            })
+            .collect()
+    };
+    const TYPE: &str = "type.googleapis.com/envoy.admin.v3.";
+    let mut out = Vec::new();
+    if handle.delivers(ResourceType::RouteConfig) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}RoutesConfigDump"),
+            "dynamic_route_configs": entries(ResourceType::RouteConfig, "route_config"),
+        }));
+    }
+    if handle.delivers(ResourceType::Endpoints) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}EndpointsConfigDump"),
+            "dynamic_endpoint_configs": entries(ResourceType::Endpoints, "endpoint_config"),
+        }));
+    }
+    out
+}
+
+/// Adds [`dump`]'s dynamic parts to the static dump's `configs`: into the config
+/// of the same `@type` (RoutesConfigDump gets `dynamic_route_configs` beside
+/// its static ones), or as a new config.
+pub fn merge_dump(handle: &courier_xds::XdsHandle, configs: &mut Vec<serde_json::Value>) {
+    for extra in dump(handle) {
+        let ty = extra.get("@type").cloned();
+        let existing = configs
+            .iter_mut()
+            .find(|c| c.get("@type") == ty.as_ref())
+            .and_then(|c| c.as_object_mut());
+        match (existing, extra) {
+            (Some(into), serde_json::Value::Object(fields)) => into.extend(fields),
+            (_, extra) => configs.push(extra),
+        }
+    }
+}
+
+/// A resource in proto3 JSON with its `@type`.
+fn any_json(any: &envoy_types::pb::google::protobuf::Any) -> serde_json::Value {
+    let Some(desc) = courier_config::descriptors::message_for_type_url(&any.type_url) else {
+        return serde_json::Value::Null;
+    };
+    let Ok(msg) = prost_reflect::DynamicMessage::decode(desc, any.value.as_slice()) else {
+        return serde_json::Value::Null;
+    };
+    let opts = prost_reflect::SerializeOptions::new().use_proto_field_name(true);
+    let mut v = msg
+        .serialize_with_options(serde_json::value::Serializer, &opts)
+        .unwrap_or(serde_json::Value::Null);
+    if let serde_json::Value::Object(m) = &mut v {
+        m.insert("@type".into(), any.type_url.clone().into());
+    }
+    v
+}

@@ -1,0 +1,481 @@
+//! The xDS control plane for courier's end-to-end xDS tests: an in-repo tonic
+//! ADS server (SotW and Delta) that pushes its current resources to every
+//! stream on each change and records the requests it receives; resource
+//! builders; a courier (or Envoy) process from a bootstrap.
+
+#![allow(dead_code)]
+
+use crate::support::*;
+use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
+use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
+use envoy_types::pb::envoy::config::endpoint::v3::{
+    ClusterLoadAssignment, Endpoint, LbEndpoint, LocalityLbEndpoints, lb_endpoint,
+};
+use envoy_types::pb::envoy::config::route::v3::{
+    DirectResponseAction, Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route,
+    route_action, route_match,
+};
+use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service_server::{
+    AggregatedDiscoveryService, AggregatedDiscoveryServiceServer,
+};
+use envoy_types::pb::envoy::service::discovery::v3::{
+    DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
+};
+use envoy_types::pb::google::protobuf::Any;
+use http::Request;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use prost::{Message, Name};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tonic::codegen::Service;
+use tonic::codegen::tokio_stream::wrappers::ReceiverStream;
+use tonic::codegen::tokio_stream::{Stream, StreamExt};
+use tonic::{Status, Streaming};
+
+pub type Out<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// The control plane's config: type URL -> (name -> resource), at a version.
+pub type Resources = HashMap<String, HashMap<String, Any>>;
+
+/// Pushes its current resources to every stream on each change; records the
+/// requests it receives.
+#[derive(Clone)]
+pub struct Cp {
+    pub state: watch::Receiver<(u64, Arc<Resources>)>,
+    pub requests: mpsc::UnboundedSender<String>,
+}
+
+pub fn sotw_response(state: &(u64, Arc<Resources>), type_url: &str) -> DiscoveryResponse {
+    let resources = state
+        .1
+        .get(type_url)
+        .map(|m| m.values().cloned().collect())
+        .unwrap_or_default();
+    DiscoveryResponse {
+        version_info: state.0.to_string(),
+        resources,
+        type_url: type_url.into(),
+        nonce: format!("{}-{type_url}", state.0),
+        ..Default::default()
+    }
+}
+
+pub fn delta_response(state: &(u64, Arc<Resources>), type_url: &str) -> DeltaDiscoveryResponse {
+    let resources = state
+        .1
+        .get(type_url)
+        .map(|m| {
+            m.iter()
+                .map(|(name, any)| Resource {
+                    name: name.clone(),
+                    version: state.0.to_string(),
+                    resource: Some(any.clone()),
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    DeltaDiscoveryResponse {
+        system_version_info: state.0.to_string(),
+        resources,
+        type_url: type_url.into(),
+        nonce: format!("{}-{type_url}", state.0),
+        ..Default::default()
+    }
+}
+
+pub fn record(
+    r: &mpsc::UnboundedSender<String>,
+    node: Option<&str>,
+    type_url: &str,
+    error: Option<&str>,
+) {
+    let _ = r.send(format!(
+        "{} node={} error={}",
+        type_url.rsplit('.').next().unwrap_or(""),
+        node.unwrap_or("-"),
+        error.unwrap_or("-")
+    ));
+}
+
+#[tonic::async_trait]
+impl AggregatedDiscoveryService for Cp {
+    type StreamAggregatedResourcesStream = Out<DiscoveryResponse>;
+    type DeltaAggregatedResourcesStream = Out<DeltaDiscoveryResponse>;
+
+    async fn stream_aggregated_resources(
+        &self,
+        request: tonic::Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamAggregatedResourcesStream>, Status> {
+        let mut input = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let (mut state, requests) = (self.state.clone(), self.requests.clone());
+        tokio::spawn(async move {
+            let mut subscribed: Vec<String> = Vec::new();
+            loop {
+                tokio::select! {
+                    req = input.next() => {
+                        let Some(Ok(req)) = req else { return };
+                        record(&requests, req.node.as_ref().map(|n| n.id.as_str()), &req.type_url,
+                            req.error_detail.as_ref().map(|e| e.message.as_str()));
+                        if !subscribed.contains(&req.type_url) {
+                            subscribed.push(req.type_url.clone());
+                        }
+                        // Answer new subscriptions, not ACKs/NACKs of what was sent.
+                        if req.response_nonce.is_empty() {
+                            let resp = sotw_response(&state.borrow(), &req.type_url);
+                            if tx.send(Ok(resp)).await.is_err() { return; }
+                        }
+                    }
+                    r = state.changed() => {
+                        if r.is_err() { return; }
+                        let cur = state.borrow().clone();
+                        for t in &subscribed {
+                            if tx.send(Ok(sotw_response(&cur, t))).await.is_err() { return; }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delta_aggregated_resources(
+        &self,
+        request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaAggregatedResourcesStream>, Status> {
+        let mut input = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let (mut state, requests) = (self.state.clone(), self.requests.clone());
+        tokio::spawn(async move {
+            let mut subscribed: Vec<String> = Vec::new();
+            loop {
+                tokio::select! {
+                    req = input.next() => {
+                        let Some(Ok(req)) = req else { return };
+                        record(&requests, req.node.as_ref().map(|n| n.id.as_str()), &req.type_url,
+                            req.error_detail.as_ref().map(|e| e.message.as_str()));
+                        if !subscribed.contains(&req.type_url) {
+                            subscribed.push(req.type_url.clone());
+                        }
+                        if !req.resource_names_subscribe.is_empty() {
+                            let resp = delta_response(&state.borrow(), &req.type_url);
+                            if tx.send(Ok(resp)).await.is_err() { return; }
+                        }
+                    }
+                    r = state.changed() => {
+                        if r.is_err() { return; }
+                        let cur = state.borrow().clone();
+                        for t in &subscribed {
+                            if tx.send(Ok(delta_response(&cur, t))).await.is_err() { return; }
+                        }
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}
+
+pub struct ControlPlane {
+    pub addr: SocketAddr,
+    pub state: watch::Sender<(u64, Arc<Resources>)>,
+    pub requests: mpsc::UnboundedReceiver<String>,
+    pub req_tx: mpsc::UnboundedSender<String>,
+    pub tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl ControlPlane {
+    pub async fn start(initial: Resources) -> Self {
+        let (state, _) = watch::channel((1, Arc::new(initial)));
+        let (req_tx, requests) = mpsc::unbounded_channel();
+        let mut cp = ControlPlane {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            state,
+            requests,
+            req_tx,
+            tasks: Arc::default(),
+        };
+        cp.listen().await;
+        cp
+    }
+
+    /// Serves on `self.addr` (port 0 the first time, the same port after a restart).
+    pub async fn listen(&mut self) {
+        let l = TcpListener::bind(self.addr).await.unwrap();
+        self.addr = l.local_addr().unwrap();
+        let cp = AggregatedDiscoveryServiceServer::new(Cp {
+            state: self.state.subscribe(),
+            requests: self.req_tx.clone(),
+        });
+        let conns = Arc::clone(&self.tasks);
+        let accept = tokio::spawn(async move {
+            for _ in 0..100 {
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
+                let cp = cp.clone();
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let mut cp = cp.clone();
+                    async move { cp.call(req).await }
+                });
+                let conn = tokio::spawn(async move {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(s), service)
+                        .await;
+                });
+                conns.lock().await.push(conn);
+            }
+        });
+        self.tasks.lock().await.push(accept);
+    }
+
+    /// Stops serving: the listener and every connection go away.
+    pub async fn stop(&self) {
+        for t in self.tasks.lock().await.drain(..) {
+            t.abort();
+        }
+    }
+
+    pub fn set(&self, type_url: String, name: &str, any: Any) {
+        self.state.send_modify(|(v, r)| {
+            *v += 1;
+            let mut next = Resources::clone(r);
+            next.entry(type_url).or_default().insert(name.into(), any);
+            *r = Arc::new(next);
+        });
+    }
+
+    /// Waits for a request line containing `what`.
+    pub async fn saw(&mut self, what: &str) -> String {
+        for _ in 0..200 {
+            let line = tokio::time::timeout(Duration::from_secs(10), self.requests.recv())
+                .await
+                .expect("request in time")
+                .expect("control plane running");
+            if line.contains(what) {
+                return line;
+            }
+        }
+        panic!("no request with {what}");
+    }
+}
+
+pub fn any<M: Message + Name>(m: &M) -> Any {
+    Any {
+        type_url: M::type_url(),
+        value: m.encode_to_vec(),
+    }
+}
+
+pub fn cla(name: &str, addr: SocketAddr) -> ClusterLoadAssignment {
+    ClusterLoadAssignment {
+        cluster_name: name.into(),
+        endpoints: vec![LocalityLbEndpoints {
+            lb_endpoints: vec![LbEndpoint {
+                host_identifier: Some(lb_endpoint::HostIdentifier::Endpoint(Endpoint {
+                    address: Some(Address {
+                        address: Some(address::Address::SocketAddress(SocketAddress {
+                            address: addr.ip().to_string(),
+                            port_specifier: Some(socket_address::PortSpecifier::PortValue(
+                                u32::from(addr.port()),
+                            )),
+                            ..Default::default()
+                        })),
+                    }),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn routes(action: route::Action) -> RouteConfiguration {
+    RouteConfiguration {
+        name: "routes".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::Prefix("/".into())),
+                    ..Default::default()
+                }),
+                action: Some(action),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+pub fn to_backend() -> route::Action {
+    route::Action::Route(RouteAction {
+        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster("backend".into())),
+        ..Default::default()
+    })
+}
+
+pub fn direct(body: &str) -> route::Action {
+    route::Action::DirectResponse(DirectResponseAction {
+        status: 200,
+        body: Some(DataSource {
+            specifier: Some(data_source::Specifier::InlineString(body.into())),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+pub struct Proc {
+    pub child: Child,
+    pub admin: String,
+    pub listener: SocketAddr,
+    pub _dir: tempfile::TempDir,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub async fn courier_from_ads(cp: SocketAddr, api_type: &str) -> Proc {
+    launch(&ads_bootstrap(cp, api_type)).await
+}
+
+pub fn ads_bootstrap(cp: SocketAddr, api_type: &str) -> String {
+    format!(
+        r#"
+node: {{id: courier-1, cluster: test}}
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+dynamic_resources:
+  ads_config:
+    api_type: {api_type}
+    transport_api_version: V3
+    set_node_on_first_message_only: true
+    grpc_services:
+    - envoy_grpc: {{cluster_name: xds}}
+static_resources:
+  listeners:
+  - name: ingress
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: ingress
+          rds:
+            route_config_name: routes
+            config_source: {{ads: {{}}, resource_api_version: V3}}
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+  clusters:
+  - name: xds
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: xds
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}
+  - name: backend
+    connect_timeout: 1s
+    type: EDS
+    eds_cluster_config:
+      eds_config: {{ads: {{}}, resource_api_version: V3}}
+"#,
+        port = cp.port()
+    )
+}
+
+pub async fn launch(config: &str) -> Proc {
+    launch_bin(
+        env!("CARGO_BIN_EXE_courier"),
+        &["--concurrency", "2", "--drain-time-s", "1"],
+        config,
+    )
+    .await
+}
+
+pub async fn launch_bin(bin: &str, args: &[&str], config: &str) -> Proc {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("courier.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let admin_path = dir.path().join("admin");
+    let child = Command::new(bin)
+        .args(args)
+        .arg("-c")
+        .arg(&config_path)
+        .arg("--admin-address-path")
+        .arg(&admin_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut p = Proc {
+        child,
+        admin: String::new(),
+        listener: "127.0.0.1:0".parse().unwrap(),
+        _dir: dir,
+    };
+    for _ in 0..1000 {
+        if let Ok(a) = std::fs::read_to_string(&admin_path)
+            && !a.is_empty()
+        {
+            p.admin = a;
+            break;
+        }
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!("courier exited with {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!p.admin.is_empty(), "courier did not start");
+    let listeners = get_text(&p.admin, "/listeners").await;
+    p.listener = listeners
+        .lines()
+        .find_map(|l| l.strip_prefix("ingress::"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    p
+}
+
+/// GETs `/` on fresh connections until `ok` holds (bounded).
+pub async fn until(addr: SocketAddr, ok: impl Fn(&Reply) -> bool) -> Reply {
+    let mut last = None;
+    for _ in 0..250 {
+        // A warming listener (Envoy's, until its routes arrive) may refuse.
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        }
+        let r = H1::connect(addr).await.get("/", &[]).await;
+        if ok(&r) {
+            return r;
+        }
+        last = Some(r);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition not reached; last reply {last:?}");
+}

@@ -1,0 +1,88 @@
+//! The four resource types courier subscribes to.
+
+use envoy_types::pb::envoy::config::cluster::v3::Cluster;
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::Listener;
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use prost::{Message, Name};
+
+/// An xDS resource type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ResourceType {
+    /// LDS: `envoy.config.listener.v3.Listener`.
+    Listener,
+    /// RDS: `envoy.config.route.v3.RouteConfiguration`.
+    RouteConfig,
+    /// CDS: `envoy.config.cluster.v3.Cluster`.
+    Cluster,
+    /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
+    Endpoints,
+}
+
+impl ResourceType {
+    /// All types, in make-before-break order (CDS, EDS, LDS, RDS).
+    pub const ALL: [ResourceType; 4] = [
+        ResourceType::Cluster,
+        ResourceType::Endpoints,
+        ResourceType::Listener,
+        ResourceType::RouteConfig,
+    ];
+
+    /// The v3 type URL.
+    pub fn type_url(self) -> String {
+        match self {
+            ResourceType::Listener => Listener::type_url(),
+            ResourceType::RouteConfig => RouteConfiguration::type_url(),
+            ResourceType::Cluster => Cluster::type_url(),
+            ResourceType::Endpoints => ClusterLoadAssignment::type_url(),
+        }
+    }
+
+    /// The type whose v3 type URL is `url`.
+    pub fn from_type_url(url: &str) -> Option<ResourceType> {
+        Self::ALL.into_iter().find(|t| t.type_url() == url)
+    }
+
+    /// Short name used in messages (`Cluster`, ...).
+    pub fn short_name(self) -> &'static str {
+        match self {
+            ResourceType::Listener => "Listener",
+            ResourceType::RouteConfig => "RouteConfiguration",
+            ResourceType::Cluster => "Cluster",
+            ResourceType::Endpoints => "ClusterLoadAssignment",
+        }
+    }
+
+    /// LDS and CDS: subscribed by wildcard, and a SotW response is the complete set.
+    pub fn is_wildcard(self) -> bool {
+        matches!(self, ResourceType::Listener | ResourceType::Cluster)
+    }
+
+    /// Index into per-type arrays.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            ResourceType::Cluster => 0,
+            ResourceType::Endpoints => 1,
+            ResourceType::Listener => 2,
+            ResourceType::RouteConfig => 3,
+        }
+    }
+
+    /// The resource's name from its encoded proto, even when it fails validation
+    /// (so a NACK can name it).
+    pub(crate) fn proto_name(self, bytes: &[u8]) -> Option<String> {
+        let name = match self {
+            ResourceType::Listener => Listener::decode(bytes).ok()?.name,
+            ResourceType::RouteConfig => RouteConfiguration::decode(bytes).ok()?.name,
+            ResourceType::Cluster => Cluster::decode(bytes).ok()?.name,
+            ResourceType::Endpoints => ClusterLoadAssignment::decode(bytes).ok()?.cluster_name,
+        };
+        (!name.is_empty()).then_some(name)
+    }
+}
+
+impl std::fmt::Display for ResourceType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.short_name())
+    }
+}

@@ -1,0 +1,144 @@
+//! What is in force per type: versions and resources, for `/config_dump` and for
+//! the versions a reconnecting stream reports.
+
+use crate::resource_type::ResourceType;
+use arc_swap::ArcSwap;
+use courier_config::resource::Resource;
+use envoy_types::pb::google::protobuf::Any;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+use tokio::sync::watch;
+
+/// One resource in force.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Its version (Delta per-resource version, or the SotW version_info it came in).
+    pub version: String,
+    /// Hash of its encoded bytes: an unchanged SotW resource is not re-applied.
+    pub digest: u64,
+    /// When it was applied.
+    pub last_updated: SystemTime,
+    /// The translated resource.
+    pub resource: Arc<Resource>,
+    /// The resource as received (`/config_dump`).
+    pub raw: Any,
+}
+
+/// The state of one type.
+#[derive(Debug, Clone, Default)]
+pub struct TypeState {
+    /// The last version_info accepted in full (ACKed); empty before the first.
+    pub version_info: String,
+    /// When the type last changed.
+    pub last_updated: Option<SystemTime>,
+    /// Resources in force, by name.
+    pub resources: BTreeMap<String, Arc<Entry>>,
+    /// The error_detail of the last NACK, if the last response was rejected in part.
+    pub last_error: Option<String>,
+}
+
+/// Update counters of one type (Envoy's `update_attempt`, `update_success`,
+/// `update_rejected`).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Responses (or file reads) received.
+    pub update_attempt: AtomicU64,
+    /// Accepted in full.
+    pub update_success: AtomicU64,
+    /// Rejected, in whole or in part.
+    pub update_rejected: AtomicU64,
+}
+
+impl Counters {
+    /// `(name, value)` of each counter.
+    pub fn samples(&self) -> [(&'static str, u64); 3] {
+        [
+            (
+                "update_attempt",
+                self.update_attempt.load(Ordering::Relaxed),
+            ),
+            (
+                "update_success",
+                self.update_success.load(Ordering::Relaxed),
+            ),
+            (
+                "update_rejected",
+                self.update_rejected.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+}
+
+/// Per-type state, read lock-free (admin) and written by the client only.
+#[derive(Debug)]
+pub struct Store {
+    types: [ArcSwap<TypeState>; 4],
+    counters: [Counters; 4],
+    /// Ticks on every change (waiters for the initial fetch).
+    changed: watch::Sender<u64>,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self {
+            types: Default::default(),
+            counters: Default::default(),
+            changed: watch::channel(0).0,
+        }
+    }
+}
+
+impl Store {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The update counters of `t`.
+    pub fn counters(&self, t: ResourceType) -> &Counters {
+        &self.counters[t.index()]
+    }
+
+    /// A receiver that sees every change.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Counts one update of `t`, accepted or not.
+    pub(crate) fn count(&self, t: ResourceType, accepted: bool) {
+        let c = &self.counters[t.index()];
+        c.update_attempt.fetch_add(1, Ordering::Relaxed);
+        if accepted {
+            c.update_success.fetch_add(1, Ordering::Relaxed);
+        } else {
+            c.update_rejected.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The current state of `t`.
+    pub fn get(&self, t: ResourceType) -> Arc<TypeState> {
+        self.types[t.index()].load_full()
+    }
+
+    /// `name -> version` of `t`'s resources (Delta `initial_resource_versions`).
+    pub fn versions(&self, t: ResourceType) -> HashMap<String, String> {
+        self.get(t)
+            .resources
+            .iter()
+            .map(|(k, e)| (k.clone(), e.version.clone()))
+            .collect()
+    }
+
+    /// Changes `t`'s state; concurrent writers (a stream applying, the consumer
+    /// narrowing its interest) retry on conflict instead of losing a write.
+    pub(crate) fn update(&self, t: ResourceType, mut f: impl FnMut(&mut TypeState)) {
+        self.types[t.index()].rcu(|cur| {
+            let mut next = TypeState::clone(cur);
+            f(&mut next);
+            next
+        });
+        self.changed.send_modify(|g| *g += 1);
+    }
+}
