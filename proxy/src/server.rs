@@ -94,6 +94,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     )?);
     let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
     check_access_logs(&bootstrap)?;
+    // The main thread's runtime: xDS, filters' start-up work, admin, DNS, outlier
+    // detection and health checks run on it.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -131,12 +133,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         &bootstrap,
         &crate::upstream::client::ClusterClient::new(Arc::clone(&clusters)),
     )?);
-    // The main thread's runtime: filters' start-up and background work (jwt_authn
-    // `async_fetch`) runs here, off the workers, as on Envoy's main thread.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("main runtime: {e}"))?;
+    // Filters' start-up and background work (jwt_authn `async_fetch`) runs on the main
+    // thread's runtime, off the workers, as on Envoy's main thread.
     http_filters.start(&runtime);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
