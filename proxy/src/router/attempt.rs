@@ -215,10 +215,14 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             (None, Some(g)) => Some((g, false)),
             (None, None) => None,
         };
-        let sent = pool::send_attempt(cluster, &host, req, stats);
-        let result = match try_deadline {
-            Some((at, _)) => tokio::time::timeout_at(at, sent).await.ok(),
-            None => Some(sent.await),
+        // Pinned in place: awaited through a pointer from either arm, so this future
+        // holds the attempt once (hyper moves the whole request future per request).
+        let result = {
+            let mut sent = std::pin::pin!(pool::send_attempt(cluster, &host, req, stats));
+            match try_deadline {
+                Some((at, _)) => tokio::time::timeout_at(at, sent.as_mut()).await.ok(),
+                None => Some(sent.await),
+            }
         };
         // The retry slot is held until the retried attempt ends (Envoy's
         // retries().inc() .. resetRetry()).

@@ -271,9 +271,10 @@ pub async fn forward(
     let started = Instant::now();
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
-        let sent = upgrade::send(cluster, host.address, request, stats);
+        // Boxed: upgrades are rare; their state stays out of every request's future.
+        let mut sent = Box::pin(upgrade::send(cluster, host.address, request, stats));
         let last = match action.timeout {
-            Some(t) => match tokio::time::timeout(t, sent).await {
+            Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
                 Ok(r) => Ok(r),
                 Err(_) => Err(attempt::Final::Timeout),
             },

@@ -88,11 +88,16 @@ pub fn plan<'a>(
     let policy: Option<&RetryPolicy> = action.retry_policy.as_ref().or(vhost.retry_policy.as_ref());
     // Envoy honours the headers only on internal requests (the connection
     // manager marks them `x-envoy-internal: true`); they are consumed either way.
-    let trusted = headers
-        .get("x-envoy-internal")
-        .is_some_and(|v| v.as_bytes() == b"true");
+    // One pass over the names first: most requests carry no `x-envoy-*` header, and
+    // each lookup by name below parses and hashes that name.
+    let any = headers.keys().any(|k| k.as_str().starts_with("x-envoy-"));
+    let trusted = any
+        && headers
+            .get("x-envoy-internal")
+            .is_some_and(|v| v.as_bytes() == b"true");
     let text = |h: &mut HeaderMap, name: &str| {
-        h.remove(name)
+        any.then(|| h.remove(name))
+            .flatten()
             .filter(|_| trusted)
             .and_then(|v| v.to_str().ok().map(str::to_string))
     };
@@ -103,7 +108,9 @@ pub fn plan<'a>(
     let names = text(headers, RETRIABLE_HEADER_NAMES);
     let per_try_header = text(headers, PER_TRY_TIMEOUT);
     let global_header = text(headers, RQ_TIMEOUT);
-    headers.remove(HEDGE);
+    if any {
+        headers.remove(HEDGE);
+    }
 
     let ms = |s: &str| s.trim().parse::<u64>().ok().map(Duration::from_millis);
     let mut global = action.timeout;

@@ -252,7 +252,9 @@ async fn send_h1(
             let mut got = None;
             for _ in 0..PENDING_POLLS {
                 tokio::time::sleep(PENDING_POLL).await;
-                req = match try_idle(key, req).await {
+                // Boxed: waiting at max_connections is rare; a second inline slot for
+                // this await would sit in every request's future.
+                req = match Box::pin(try_idle(key, req)).await {
                     Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
                     Ok(Err(e)) => return Err((e, None)),
                     Err(r) => r,
