@@ -133,14 +133,16 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     hcm: &HttpConnectionManager,
     to: ReplyTo,
 ) -> Response<ResponseBody> {
-    let (request, idle) = (hcm.request_timeout, hcm.stream_idle_timeout);
-    if request.is_none() && idle.is_none() {
-        return respond.await;
-    }
-    // Local replies are ready at once: no timer for them.
+    // Local replies are ready at once: no timer for them. The first poll also
+    // selects the route, whose `idle_timeout` overrides the stream idle timeout.
     let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
     if let Poll::Ready(resp) = first {
         return resp;
+    }
+    let request = hcm.request_timeout;
+    let idle = progress.idle_timeout(hcm.stream_idle_timeout);
+    if request.is_none() && idle.is_none() {
+        return respond.await;
     }
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);
