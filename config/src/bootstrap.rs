@@ -155,9 +155,10 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .dynamic_resources
         .as_ref()
         .map(|d| dynamic_resources(d, &root.field("dynamic_resources"), ctx));
-    let overload_manager = bs.overload_manager.as_ref().map(|o| {
-        crate::overload::translate(o, &root.field("overload_manager"), ctx)
-    });
+    let overload_manager = bs
+        .overload_manager
+        .as_ref()
+        .map(|o| crate::overload::translate(o, &root.field("overload_manager"), ctx));
     let runtime = bs
         .layered_runtime
         .as_ref()

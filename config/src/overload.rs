@@ -126,8 +126,7 @@ pub fn translate(o: &pb::OverloadManager, path: &Path<'_>, ctx: &mut Ctx) -> Ove
                 }
             }
             GLOBAL_CONNECTIONS => {
-                if let Some(c) = crate::core::unpack::<DownstreamConnectionsConfig>(any, &tp, ctx)
-                {
+                if let Some(c) = crate::core::unpack::<DownstreamConnectionsConfig>(any, &tp, ctx) {
                     if c.max_active_downstream_connections <= 0 {
                         ctx.error(
                             &tp.field("max_active_downstream_connections"),
@@ -170,7 +169,10 @@ pub fn translate(o: &pb::OverloadManager, path: &Path<'_>, ctx: &mut Ctx) -> Ove
                 continue;
             }
             if out.max_heap_bytes.is_none() {
-                ctx.error(&p.field("name"), format!("unknown resource monitor {}", t.name));
+                ctx.error(
+                    &p.field("name"),
+                    format!("unknown resource monitor {}", t.name),
+                );
             }
             match &t.trigger_oneof {
                 Some(pb::trigger::TriggerOneof::Threshold(th)) => {

@@ -203,7 +203,14 @@ pub async fn handle(
             // Built in place: a binding moved into `pin!` would take a second slot in
             // this future.
             let answer = std::pin::pin!(respond(
-                req, rc, stats, info, up, logging, remote, &route_progress
+                req,
+                rc,
+                stats,
+                info,
+                up,
+                logging,
+                remote,
+                &route_progress
             ));
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
             // The stream idle timer goes on while an upstream response streams
@@ -283,6 +290,10 @@ fn route_config<'a>(
     }
 }
 
+// One more than clippy's limit: the request's progress (for the route's idle
+// timeout) travels beside the request rather than in its extensions, which
+// would allocate per request.
+#[allow(clippy::too_many_arguments)]
 async fn respond(
     req: Request<RequestBody>,
     rc: Option<&Arc<RouteConfig>>,

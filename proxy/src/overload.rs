@@ -109,7 +109,10 @@ impl Overload {
 
     /// Admits a new connection of a listener with `limit`: the slots it holds
     /// until it closes, or why it is refused.
-    pub fn admit(&self, limit: Option<&Arc<Limit>>) -> Result<(Option<Slot>, Option<Slot>), Refused> {
+    pub fn admit(
+        &self,
+        limit: Option<&Arc<Limit>>,
+    ) -> Result<(Option<Slot>, Option<Slot>), Refused> {
         if self.stop_connections.load(Ordering::Relaxed) {
             return Err(Refused::Overloaded);
         }

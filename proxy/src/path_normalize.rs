@@ -217,7 +217,10 @@ mod tests {
     #[test]
     fn normalises_dot_segments_escapes_and_backslashes() {
         let n = s(true, false, EscapedSlashesAction::KeepUnchanged);
-        assert_eq!(apply("/a/./b/../c?x=/../", n), Outcome::Rewrite("/a/c?x=/../".into()));
+        assert_eq!(
+            apply("/a/./b/../c?x=/../", n),
+            Outcome::Rewrite("/a/c?x=/../".into())
+        );
         assert_eq!(apply("/../../etc", n), Outcome::Rewrite("/etc".into()));
         assert_eq!(apply("/%61%2e%2E/b", n), Outcome::Rewrite("/a../b".into()));
         assert_eq!(apply("/a/%2e%2e/b", n), Outcome::Rewrite("/b".into()));
@@ -231,13 +234,19 @@ mod tests {
     #[test]
     fn merges_slashes_in_the_path_only() {
         let m = s(false, true, EscapedSlashesAction::KeepUnchanged);
-        assert_eq!(apply("//a///b?q=//", m), Outcome::Rewrite("/a/b?q=//".into()));
+        assert_eq!(
+            apply("//a///b?q=//", m),
+            Outcome::Rewrite("/a/b?q=//".into())
+        );
     }
 
     #[test]
     fn escaped_slash_actions() {
         use EscapedSlashesAction as A;
-        assert_eq!(apply("/a%2Fb", s(false, false, A::RejectRequest)), Outcome::Reject);
+        assert_eq!(
+            apply("/a%2Fb", s(false, false, A::RejectRequest)),
+            Outcome::Reject
+        );
         assert_eq!(
             apply("/a%2fb%5Cc", s(false, false, A::UnescapeAndForward)),
             Outcome::Rewrite("/a/b\\c".into())
@@ -246,7 +255,13 @@ mod tests {
             apply("/a%2F%2Fb?q", s(true, true, A::UnescapeAndRedirect)),
             Outcome::Redirect("/a/b?q".into())
         );
-        assert_eq!(apply("/a/b", s(true, true, A::UnescapeAndRedirect)), Outcome::Same);
-        assert_eq!(apply("/a?%2F", s(false, false, A::RejectRequest)), Outcome::Same);
+        assert_eq!(
+            apply("/a/b", s(true, true, A::UnescapeAndRedirect)),
+            Outcome::Same
+        );
+        assert_eq!(
+            apply("/a?%2F", s(false, false, A::RejectRequest)),
+            Outcome::Same
+        );
     }
 }

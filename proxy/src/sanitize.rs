@@ -67,7 +67,10 @@ pub fn check<B>(
         resp.extensions_mut().insert(ResponseFlag("OL"));
         return Some(resp);
     }
-    match hcm.common_http_protocol_options.headers_with_underscores_action {
+    match hcm
+        .common_http_protocol_options
+        .headers_with_underscores_action
+    {
         HeadersWithUnderscores::Allow => {}
         HeadersWithUnderscores::RejectRequest => {
             if req.headers().keys().any(|k| k.as_str().contains('_')) {

@@ -10,8 +10,7 @@ use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
-    HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation,
-    StripPort,
+    HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation, StripPort,
 };
 use courier_config::route::{Action, HeaderMutations, RouteConfig};
 

@@ -60,7 +60,10 @@ fn unknown_actions_monitors_and_scaled_triggers_refused_with_paths() {
     .unwrap_err()
     .to_string();
     assert!(err.contains("overload_manager.actions[0].name"), "{err}");
-    assert!(err.contains("overload_manager.actions[1].triggers[0]"), "{err}");
+    assert!(
+        err.contains("overload_manager.actions[1].triggers[0]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -76,7 +79,10 @@ fn global_connection_monitor() {
         }]}}),
     )
     .unwrap();
-    assert_eq!(b.overload_manager.unwrap().max_downstream_connections, Some(3));
+    assert_eq!(
+        b.overload_manager.unwrap().max_downstream_connections,
+        Some(3)
+    );
 }
 
 #[test]
@@ -115,7 +121,11 @@ fn unknown_runtime_keys_and_layers_refused() {
 fn tls_inspector_accepted_other_listener_filters_refused() {
     let inspector = json!({"name": crate::listener::TLS_INSPECTOR, "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}});
-    load(listener(json!({"listener_filters": [inspector]})), json!({})).unwrap();
+    load(
+        listener(json!({"listener_filters": [inspector]})),
+        json!({}),
+    )
+    .unwrap();
     let err = load(
         listener(json!({"listener_filters": [{"name": "envoy.filters.listener.http_inspector",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector"}}]})),

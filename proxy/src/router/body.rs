@@ -115,8 +115,10 @@ impl Progress {
     /// The route's `idle_timeout` replaces the stream idle timeout (zero disables it).
     pub fn set_route_idle_timeout(&self, t: std::time::Duration) {
         let ms = u64::try_from(t.as_millis()).unwrap_or(NO_OVERRIDE - 1);
-        self.idle_override_ms
-            .store(ms.min(NO_OVERRIDE - 1), std::sync::atomic::Ordering::Relaxed);
+        self.idle_override_ms.store(
+            ms.min(NO_OVERRIDE - 1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 
     /// The stream idle timeout in force: the route's, else `default` (the
