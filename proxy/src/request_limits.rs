@@ -88,6 +88,30 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     {
         return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
     }
+    if !h2 {
+        // A target like `abc` parses as authority-form, which only CONNECT may
+        // use: forwarded, it would turn into `host: abc`.
+        let uri = req.uri();
+        if uri.scheme().is_none()
+            && uri.authority().is_some()
+            && req.method() != http::Method::CONNECT
+        {
+            return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
+        }
+        // Envoy's codec takes exactly `chunked` (hyper also lets through codings
+        // before it, or `chunked` twice): anything else is 501.
+        let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+        let chunked_only = match (codings.next(), codings.next()) {
+            (None, _) => true,
+            (Some(v), None) => v
+                .to_str()
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked")),
+            _ => false,
+        };
+        if !chunked_only {
+            return Some(closing(to, StatusCode::NOT_IMPLEMENTED, "Not Implemented"));
+        }
+    }
     if let Some(kind) = upgrade_type(req)
         && !hcm
             .upgrade_configs
