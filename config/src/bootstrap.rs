@@ -16,7 +16,14 @@ use std::sync::Arc;
 pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.config.bootstrap.v3.Bootstrap",
-        &["node", "static_resources", "dynamic_resources", "admin"],
+        &[
+            "node",
+            "static_resources",
+            "dynamic_resources",
+            "admin",
+            "overload_manager",
+            "layered_runtime",
+        ],
     ),
     (
         "envoy.config.bootstrap.v3.Bootstrap.StaticResources",
@@ -81,6 +88,10 @@ pub struct Bootstrap {
     pub clusters: Vec<Arc<Cluster>>,
     /// Dynamic resources, if configured.
     pub dynamic_resources: Option<DynamicResources>,
+    /// The overload manager, if configured.
+    pub overload_manager: Option<crate::overload::OverloadManager>,
+    /// The runtime keys courier reads (`layered_runtime` static layers).
+    pub runtime: crate::overload::Runtime,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -144,12 +155,23 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .dynamic_resources
         .as_ref()
         .map(|d| dynamic_resources(d, &root.field("dynamic_resources"), ctx));
+    let overload_manager = bs
+        .overload_manager
+        .as_ref()
+        .map(|o| crate::overload::translate(o, &root.field("overload_manager"), ctx));
+    let runtime = bs
+        .layered_runtime
+        .as_ref()
+        .map(|r| crate::overload::runtime(r, &root.field("layered_runtime"), ctx))
+        .unwrap_or_default();
     Bootstrap {
         node,
         admin,
         listeners,
         clusters,
         dynamic_resources,
+        overload_manager,
+        runtime,
     }
 }
 

@@ -25,6 +25,7 @@ pub mod listener;
 pub mod load;
 pub mod matcher;
 mod normalize;
+pub mod overload;
 mod path;
 pub mod resource;
 pub mod route;

@@ -134,6 +134,13 @@ fn rewrite(head: &[u8], server: &[u8]) -> Option<Vec<u8>> {
     if !code.starts_with(b"4") && !code.starts_with(b"5") {
         return None;
     }
+    // hyper's 414 is a request line over its buffer: Envoy counts the request
+    // line in the header size, and answers 431.
+    let (code, reason): (&[u8], &[u8]) = if code == b"414" {
+        (b"431", b"Request Header Fields Too Large")
+    } else {
+        (code, reason)
+    };
     let date_start = HYPER_ERROR_HEADERS.len();
     let date_len = rest[date_start..].windows(2).position(|w| w == b"\r\n")?;
     let date = &rest[date_start..date_start + date_len];

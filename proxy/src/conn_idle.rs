@@ -113,6 +113,11 @@ impl<B> Tracked<B> {
         idle_timeout: Option<Duration>,
         request: Option<Arc<Progress>>,
     ) -> Self {
+        // The route's `idle_timeout`, when it set one, replaces the connection manager's.
+        let idle_timeout = match &request {
+            Some(p) => p.idle_timeout(idle_timeout),
+            None => idle_timeout,
+        };
         Tracked {
             body,
             guard: Some(guard),

@@ -173,6 +173,9 @@ pub async fn handle(
             if let Some(refused) = request_limits::refuse(&req, hcm) {
                 break 'answer refused;
             }
+            if let Some(answered) = crate::sanitize::check(&mut req, hcm, &stats.edge) {
+                break 'answer answered;
+            }
             let rc = route_config(hcm, snapshot);
             let internal_only = rc.map_or(&[][..], |rc| &rc.internal_only_headers[..]);
             let remote = forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
@@ -195,9 +198,20 @@ pub async fn handle(
                 let timed = crate::router::body::RequestBody::new(b, Arc::clone(&progress));
                 RequestBody::new(timed, log_progress)
             });
+            // The route's `idle_timeout` is noted on it.
+            let route_progress = Arc::clone(&progress);
             // Built in place: a binding moved into `pin!` would take a second slot in
             // this future.
-            let answer = std::pin::pin!(respond(req, rc, stats, info, up, logging, remote));
+            let answer = std::pin::pin!(respond(
+                req,
+                rc,
+                stats,
+                info,
+                up,
+                logging,
+                remote,
+                &route_progress
+            ));
             let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall, and skip the allocation.
@@ -276,6 +290,10 @@ fn route_config<'a>(
     }
 }
 
+// One more than clippy's limit: the request's progress (for the route's idle
+// timeout) travels beside the request rather than in its extensions, which
+// would allocate per request.
+#[allow(clippy::too_many_arguments)]
 async fn respond(
     req: Request<RequestBody>,
     rc: Option<&Arc<RouteConfig>>,
@@ -284,12 +302,19 @@ async fn respond(
     up: &Upstream<'_>,
     logging: bool,
     remote: std::net::IpAddr,
+    progress: &Progress,
 ) -> Response<ResponseBody> {
     let Some(rc) = rc else {
         stats.no_route.inc();
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let selected = select(rc, &View::of(&req));
+    if let Some((_, route)) = selected
+        && let Action::Route(ra) = &route.action
+        && let Some(t) = ra.idle_timeout
+    {
+        progress.set_route_idle_timeout(t);
+    }
     // Envoy's per-stream random value: the weighted cluster the filters see is the one
     // the router takes.
     let random = fastrand::u64(..);

@@ -88,6 +88,30 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     {
         return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
     }
+    if !h2 {
+        // A target like `abc` parses as authority-form, which only CONNECT may
+        // use: forwarded, it would turn into `host: abc`.
+        let uri = req.uri();
+        if uri.scheme().is_none()
+            && uri.authority().is_some()
+            && req.method() != http::Method::CONNECT
+        {
+            return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
+        }
+        // Envoy's codec takes exactly `chunked` (hyper also lets through codings
+        // before it, or `chunked` twice): anything else is 501.
+        let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+        let chunked_only = match (codings.next(), codings.next()) {
+            (None, _) => true,
+            (Some(v), None) => v
+                .to_str()
+                .is_ok_and(|v| v.trim().eq_ignore_ascii_case("chunked")),
+            _ => false,
+        };
+        if !chunked_only {
+            return Some(closing(to, StatusCode::NOT_IMPLEMENTED, "Not Implemented"));
+        }
+    }
     if let Some(kind) = upgrade_type(req)
         && !hcm
             .upgrade_configs
@@ -133,14 +157,16 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     hcm: &HttpConnectionManager,
     to: ReplyTo,
 ) -> Response<ResponseBody> {
-    let (request, idle) = (hcm.request_timeout, hcm.stream_idle_timeout);
-    if request.is_none() && idle.is_none() {
-        return respond.await;
-    }
-    // Local replies are ready at once: no timer for them.
+    // Local replies are ready at once: no timer for them. The first poll also
+    // selects the route, whose `idle_timeout` overrides the stream idle timeout.
     let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
     if let Poll::Ready(resp) = first {
         return resp;
+    }
+    let request = hcm.request_timeout;
+    let idle = progress.idle_timeout(hcm.stream_idle_timeout);
+    if request.is_none() && idle.is_none() {
+        return respond.await;
     }
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);

@@ -10,8 +10,7 @@ use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::{
-    EscapedSlashesAction, HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation,
-    StripPort,
+    HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation, StripPort,
 };
 use courier_config::route::{Action, HeaderMutations, RouteConfig};
 
@@ -107,11 +106,20 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     let mut refuse =
         |field: &str, what: &str| problems.push(format!("{at}.{field}: {what} is not served yet"));
     // Every HTTP filter the config accepts (jwt_authn, rbac, ext_authz, router) is served.
-    if h.normalize_path
-        || h.merge_slashes
-        || h.path_with_escaped_slashes_action != EscapedSlashesAction::KeepUnchanged
-    {
-        refuse("normalize_path", "path normalisation");
+    // Served: path normalisation (crate::sanitize), listener filters
+    // (tls_inspector), overload_manager and the runtime keys config/ accepts.
+    let common = &h.common_http_protocol_options;
+    if common.max_connection_duration.is_some() {
+        refuse(
+            "common_http_protocol_options.max_connection_duration",
+            "a downstream connection duration limit",
+        );
+    }
+    if common.max_stream_duration.is_some() {
+        refuse(
+            "common_http_protocol_options.max_stream_duration",
+            "a downstream stream duration limit",
+        );
     }
     if h.strip_port != StripPort::None {
         refuse("strip_matching_host_port", "host port stripping");
@@ -189,11 +197,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             {
                 problems.push(format!(
                     "{at}.route.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
-                ));
-            }
-            if ra.idle_timeout.is_some() {
-                problems.push(format!(
-                    "{at}.route.idle_timeout: stream idle timeouts are not served yet"
                 ));
             }
             if let courier_config::route::ClusterSpecifier::Weighted(w) = &ra.cluster {

@@ -136,6 +136,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     // Filters' start-up and background work (jwt_authn `async_fetch`) runs on the main
     // thread's runtime, off the workers, as on Envoy's main thread.
     http_filters.start(&runtime);
+    // Connection limits and overload actions, read by every worker.
+    crate::overload::init(&bootstrap);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let mut stats = Vec::with_capacity(opts.workers);
@@ -232,6 +234,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
 
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
+        crate::overload::spawn_monitor(&bootstrap);
         crate::upstream::outlier::spawn(&clusters);
         crate::upstream::health_check::spawn(&clusters);
         if let Some(x) = &xds {

@@ -47,6 +47,8 @@ pub struct HcmStats {
     pub rq_direct_response: Counter,
     /// `rq_redirect`.
     pub rq_redirect: Counter,
+    /// Edge protections (`downstream_rq_overload_close`, path normalisation, underscores).
+    pub edge: crate::sanitize::EdgeStats,
 }
 
 impl HcmStats {
@@ -167,6 +169,12 @@ pub struct ListenerStats {
     pub cx_total: Counter,
     /// `downstream_cx_active` (a gauge).
     pub cx_active: Counter,
+    /// `downstream_cx_overflow`: refused at the listener's `connection_limit`.
+    pub cx_overflow: Counter,
+    /// `downstream_global_cx_overflow`: refused at `global_downstream_max_connections`.
+    pub global_cx_overflow: Counter,
+    /// `downstream_cx_overload_reject`: refused by `stop_accepting_connections`.
+    pub cx_overload_reject: Counter,
 }
 
 /// A listener address as Envoy writes it in stat names (`127.0.0.1_10000`,
@@ -226,6 +234,9 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
                     |name: &str, v: u64| *out.entry(format!("{scope}.{name}")).or_default() += v;
                 add("downstream_cx_total", s.cx_total.get());
                 add("downstream_cx_active", s.cx_active.get());
+                add("downstream_cx_overflow", s.cx_overflow.get());
+                add("downstream_global_cx_overflow", s.global_cx_overflow.get());
+                add("downstream_cx_overload_reject", s.cx_overload_reject.get());
             }
         }
         for (prefix, s) in w.listeners.iter().flatten() {
@@ -240,6 +251,9 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             add("no_route", s.no_route.get());
             add("rq_direct_response", s.rq_direct_response.get());
             add("rq_redirect", s.rq_redirect.get());
+            for (stat, v) in s.edge.samples() {
+                add(stat, v);
+            }
         }
         for (name, c) in &w.clusters {
             let mut add =
@@ -266,6 +280,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             }
         }
     }
+    out.extend(crate::overload::get().samples());
     out.into_iter().collect()
 }
 

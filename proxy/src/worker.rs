@@ -312,6 +312,11 @@ macro_rules! serve_until_drained {
     }};
 }
 
+/// Whether `disable_http_keepalive` applies to a response of an HTTP/1 stream.
+fn keepalive_off(h1: bool) -> bool {
+    h1 && crate::overload::get().keepalive_disabled()
+}
+
 /// A connection counted in its listener's `downstream_cx_active` until dropped.
 struct ActiveCx(Arc<ListenerStats>);
 
@@ -323,6 +328,14 @@ impl Drop for ActiveCx {
 
 async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
     let listener_stats = ctx.stats.listener(ctx.listener_index);
+    let overload = crate::overload::get();
+    // The runtime's `envoy.resource_limits.listener.<name>.connection_limit`.
+    let connection_limit = ctx
+        .snapshot
+        .load()
+        .listeners
+        .get(ctx.listener_index)
+        .and_then(|l| overload.listener_limit(&l.name));
     let mut phase = ctx.shutdown.clone();
     loop {
         let accepted = tokio::select! {
@@ -337,6 +350,20 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
                 tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        // Over a connection limit or overloaded: closed at once, and counted.
+        let slots = match overload.admit(connection_limit.as_ref()) {
+            Ok(slots) => slots,
+            Err(refused) => {
+                use crate::overload::Refused;
+                match refused {
+                    Refused::Global => listener_stats.global_cx_overflow.inc(),
+                    Refused::Listener => listener_stats.cx_overflow.inc(),
+                    Refused::Overloaded => listener_stats.cx_overload_reject.inc(),
+                }
+                drop(stream);
                 continue;
             }
         };
@@ -355,6 +382,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let http_filters = Arc::clone(&ctx.http_filters);
         let mut shutdown = ctx.shutdown.clone();
         tokio::spawn(async move {
+            let _slots = slots;
             let _open = open;
             let _active = active;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
@@ -409,6 +437,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                 let activity = Arc::clone(&activity);
                 let stream_idle = limits.stream_idle_timeout;
                 service_fn(move |req| {
+                    let h1 = req.version() != http::Version::HTTP_2;
                     let stream = activity.stream();
                     let snapshot = snapshot.load_full();
                     let info = Arc::clone(&info);
@@ -426,6 +455,14 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                         // hyper resets the stream of a service error.
                         if resp.extensions().get::<ResetStream>().is_some() {
                             return Err(ResetStream);
+                        }
+                        // `disable_http_keepalive`: hyper closes an HTTP/1.1
+                        // connection after a response saying so.
+                        if keepalive_off(h1) {
+                            resp.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
                         }
                         let progress = resp.extensions_mut().remove::<Arc<Progress>>();
                         Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress)))

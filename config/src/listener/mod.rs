@@ -43,11 +43,18 @@ const OWN: &[Support] = &[
         ],
     ),
     ("envoy.config.listener.v3.Filter", &["name", "typed_config"]),
-    // Every listener filter is refused by `translate` at its element; listing the
-    // fields here keeps the walker from reporting the same element twice.
+    // Listener filters other than tls_inspector are refused by `translate` at
+    // their element; listing the fields here keeps the walker from reporting
+    // the same element twice.
     (
         "envoy.config.listener.v3.ListenerFilter",
         &["name", "typed_config"],
+    ),
+    // The filter chain code always peeks at the ClientHello (Envoy adds the
+    // inspector itself when a chain needs it); no option is implemented.
+    (
+        "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
+        &[],
     ),
 ];
 
@@ -73,6 +80,9 @@ const fn concat<const N: usize>(parts: [&[Support]; 3]) -> [Support; N] {
     }
     out
 }
+
+/// The TLS inspector listener filter: TLS detection, SNI and ALPN for chain matching.
+pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
 
 /// Envoy's default `per_connection_buffer_limit_bytes` (1 MiB).
 pub const DEFAULT_BUFFER_LIMIT: u32 = 1024 * 1024;
@@ -152,7 +162,9 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
     let address = core::address(l.address.as_ref(), &path.field("address"), ctx);
     let lfp = path.field("listener_filters");
     for (i, f) in l.listener_filters.iter().enumerate() {
-        ctx.unsupported(&lfp.index(i), format!("listener filter {}", f.name));
+        if f.name != TLS_INSPECTOR {
+            ctx.unsupported(&lfp.index(i), format!("listener filter {}", f.name));
+        }
     }
     let cp = path.field("filter_chains");
     let filter_chains: Vec<FilterChain> = l

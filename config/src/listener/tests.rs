@@ -97,8 +97,8 @@ fn listener_fields_and_refusals() {
     assert_eq!(l.traffic_direction, TrafficDirection::Outbound);
 
     let e = errors(&listener(json!({
-        "listener_filters": [{"name": "envoy.filters.listener.tls_inspector", "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}}],
+        "listener_filters": [{"name": "envoy.filters.listener.http_inspector", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector"}}],
         "access_log": [],
         "enable_reuse_port": false,
     })));
@@ -107,7 +107,7 @@ fn listener_fields_and_refusals() {
         [
             format!("{L}.enable_reuse_port: enable_reuse_port is not supported"),
             format!(
-                "{L}.listener_filters[0]: listener filter envoy.filters.listener.tls_inspector is not supported"
+                "{L}.listener_filters[0]: listener filter envoy.filters.listener.http_inspector is not supported"
             ),
         ]
     );

@@ -94,7 +94,12 @@ pub struct Progress {
     /// Milliseconds from `start` to the last header or data event.
     last_ms: std::sync::atomic::AtomicU64,
     done: std::sync::atomic::AtomicBool,
+    /// The route's `idle_timeout` in milliseconds (0: disabled), or
+    /// `NO_OVERRIDE` for the connection manager's `stream_idle_timeout`.
+    idle_override_ms: std::sync::atomic::AtomicU64,
 }
+
+const NO_OVERRIDE: u64 = u64::MAX;
 
 impl Progress {
     /// A request whose headers just arrived.
@@ -103,6 +108,32 @@ impl Progress {
             start: tokio::time::Instant::now(),
             last_ms: std::sync::atomic::AtomicU64::new(0),
             done: std::sync::atomic::AtomicBool::new(false),
+            idle_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+        }
+    }
+
+    /// The route's `idle_timeout` replaces the stream idle timeout (zero disables it).
+    pub fn set_route_idle_timeout(&self, t: std::time::Duration) {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(NO_OVERRIDE - 1);
+        self.idle_override_ms.store(
+            ms.min(NO_OVERRIDE - 1),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
+
+    /// The stream idle timeout in force: the route's, else `default` (the
+    /// connection manager's).
+    pub fn idle_timeout(
+        &self,
+        default: Option<std::time::Duration>,
+    ) -> Option<std::time::Duration> {
+        match self
+            .idle_override_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            NO_OVERRIDE => default,
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
         }
     }
 

@@ -185,7 +185,31 @@ pub async fn send_attempt(
     match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
-        _ => send_h1(cluster, host, key, req, stats, active).await,
+        _ => {
+            let mut req = req;
+            chunk_unknown_length(&mut req);
+            send_h1(cluster, host, key, req, stats, active).await
+        }
+    }
+}
+
+/// hyper's HTTP/1.1 client sends a GET or HEAD body of unknown length
+/// as no body at all (`content-length: 0` framing): the upstream would see a
+/// complete request while the downstream is still sending one (an h2 GET
+/// without END_STREAM, a chunked GET). Saying `chunked` makes hyper frame it,
+/// as Envoy does.
+fn chunk_unknown_length(req: &mut Request<UpstreamBody>) {
+    use http_body::Body as _;
+    if !req.body().is_end_stream()
+        && req.body().size_hint().exact().is_none()
+        && !req.headers().contains_key(http::header::TRANSFER_ENCODING)
+        // CONNECT bodies are tunnels (the upgrade path), not framed.
+        && matches!(*req.method(), http::Method::GET | http::Method::HEAD)
+    {
+        req.headers_mut().insert(
+            http::header::TRANSFER_ENCODING,
+            http::HeaderValue::from_static("chunked"),
+        );
     }
 }
 

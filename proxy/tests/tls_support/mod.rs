@@ -84,10 +84,17 @@ pub fn start(dir: &Path, listeners: Vec<Value>) -> Courier {
     });
     let config_path = dir.join("courier.json");
     std::fs::write(&config_path, config.to_string()).unwrap();
+    start_file(dir, &config_path)
+}
+
+/// Starts courier on the bootstrap file `config_path`, in `dir` (relative
+/// paths in the config are relative to it).
+pub fn start_file(dir: &Path, config_path: &Path) -> Courier {
     let admin_path = dir.join("admin");
     let mut child = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .current_dir(dir)
         .args(["--concurrency", "2", "-c"])
-        .arg(&config_path)
+        .arg(config_path)
         .arg("--admin-address-path")
         .arg(&admin_path)
         .stdout(Stdio::null())

@@ -1,0 +1,265 @@
+//! `overload_manager` and `layered_runtime`: the resource monitors, overload
+//! actions and runtime keys courier implements for edge deployments.
+//!
+//! Monitors: `fixed_heap` (courier measures its resident set, the closest
+//! equivalent without tcmalloc's heap statistics) and
+//! `global_downstream_max_connections`. Actions: `stop_accepting_requests`,
+//! `stop_accepting_connections`, `disable_http_keepalive` and `shrink_heap`
+//! (accepted: courier's allocator returns freed memory itself), each with a
+//! threshold trigger. Runtime: static layers with
+//! `envoy.resource_limits.listener.<name>.connection_limit` and
+//! `overload.global_downstream_max_connections`.
+
+use crate::ctx::Ctx;
+use crate::path::Path;
+use crate::support::Support;
+use envoy_types::pb::envoy::config::bootstrap::v3 as bpb;
+use envoy_types::pb::envoy::config::overload::v3 as pb;
+use envoy_types::pb::envoy::extensions::resource_monitors::downstream_connections::v3::DownstreamConnectionsConfig;
+use envoy_types::pb::envoy::extensions::resource_monitors::fixed_heap::v3::FixedHeapConfig;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// Fields of the overload and runtime messages courier implements.
+pub(crate) const SUPPORT: &[Support] = &[
+    (
+        "envoy.config.overload.v3.OverloadManager",
+        &["refresh_interval", "resource_monitors", "actions"],
+    ),
+    (
+        "envoy.config.overload.v3.ResourceMonitor",
+        &["name", "typed_config"],
+    ),
+    (
+        "envoy.config.overload.v3.OverloadAction",
+        &["name", "triggers"],
+    ),
+    ("envoy.config.overload.v3.Trigger", &["name", "threshold"]),
+    ("envoy.config.overload.v3.ThresholdTrigger", &["value"]),
+    (
+        "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+        &["max_heap_size_bytes"],
+    ),
+    (
+        "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+        &["max_active_downstream_connections"],
+    ),
+    ("envoy.config.bootstrap.v3.LayeredRuntime", &["layers"]),
+    (
+        "envoy.config.bootstrap.v3.RuntimeLayer",
+        &["name", "static_layer"],
+    ),
+];
+
+/// The fixed-heap monitor's name.
+pub const FIXED_HEAP: &str = "envoy.resource_monitors.fixed_heap";
+/// The global connection monitor's name.
+pub const GLOBAL_CONNECTIONS: &str = "envoy.resource_monitors.global_downstream_max_connections";
+
+/// An overload action courier performs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ActionKind {
+    /// New requests get 503 `envoy overloaded`.
+    StopAcceptingRequests,
+    /// New connections are closed as they are accepted.
+    StopAcceptingConnections,
+    /// HTTP/1.1 responses carry `connection: close`.
+    DisableHttpKeepalive,
+    /// Accepted; nothing to do (no tcmalloc page heap to release).
+    ShrinkHeap,
+}
+
+/// One action and the heap pressure (0..1 of `max_heap_size_bytes`) that fires it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Action {
+    /// What to do.
+    pub kind: ActionKind,
+    /// Fires when pressure >= this.
+    pub threshold: f64,
+}
+
+/// The overload manager.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OverloadManager {
+    /// How often monitors are read (Envoy's default: 1 s).
+    pub refresh_interval: Duration,
+    /// `fixed_heap.max_heap_size_bytes`, if that monitor is configured.
+    pub max_heap_bytes: Option<u64>,
+    /// `global_downstream_max_connections` monitor's limit.
+    pub max_downstream_connections: Option<u64>,
+    /// Actions driven by the heap monitor.
+    pub actions: Vec<Action>,
+}
+
+/// Translates `overload_manager`.
+pub fn translate(o: &pb::OverloadManager, path: &Path<'_>, ctx: &mut Ctx) -> OverloadManager {
+    let refresh_interval = crate::core::duration_or(
+        o.refresh_interval.as_ref(),
+        Duration::from_secs(1),
+        &path.field("refresh_interval"),
+        ctx,
+    );
+    let mut out = OverloadManager {
+        refresh_interval,
+        max_heap_bytes: None,
+        max_downstream_connections: None,
+        actions: Vec::new(),
+    };
+    let mp = path.field("resource_monitors");
+    for (i, m) in o.resource_monitors.iter().enumerate() {
+        let p = mp.index(i);
+        let any = match &m.config_type {
+            Some(pb::resource_monitor::ConfigType::TypedConfig(a)) => a,
+            None => {
+                ctx.error(&p.field("typed_config"), "is required");
+                continue;
+            }
+        };
+        let tp = p.field("typed_config");
+        match m.name.as_str() {
+            FIXED_HEAP => {
+                if let Some(c) = crate::core::unpack::<FixedHeapConfig>(any, &tp, ctx) {
+                    if c.max_heap_size_bytes == 0 {
+                        ctx.error(&tp.field("max_heap_size_bytes"), "must be greater than 0");
+                    }
+                    out.max_heap_bytes = Some(c.max_heap_size_bytes);
+                }
+            }
+            GLOBAL_CONNECTIONS => {
+                if let Some(c) = crate::core::unpack::<DownstreamConnectionsConfig>(any, &tp, ctx) {
+                    if c.max_active_downstream_connections <= 0 {
+                        ctx.error(
+                            &tp.field("max_active_downstream_connections"),
+                            "must be greater than 0",
+                        );
+                    }
+                    out.max_downstream_connections =
+                        u64::try_from(c.max_active_downstream_connections).ok();
+                }
+            }
+            other => ctx.unsupported(&p.field("name"), format!("resource monitor {other}")),
+        }
+    }
+    let ap = path.field("actions");
+    for (i, a) in o.actions.iter().enumerate() {
+        let p = ap.index(i);
+        let kind = match a.name.as_str() {
+            "envoy.overload_actions.stop_accepting_requests" => ActionKind::StopAcceptingRequests,
+            "envoy.overload_actions.stop_accepting_connections" => {
+                ActionKind::StopAcceptingConnections
+            }
+            "envoy.overload_actions.disable_http_keepalive" => ActionKind::DisableHttpKeepalive,
+            "envoy.overload_actions.shrink_heap" => ActionKind::ShrinkHeap,
+            other => {
+                ctx.unsupported(&p.field("name"), format!("overload action {other}"));
+                continue;
+            }
+        };
+        let tp = p.field("triggers");
+        if a.triggers.is_empty() {
+            ctx.error(&tp, "at least one trigger is required");
+        }
+        for (j, t) in a.triggers.iter().enumerate() {
+            let p = tp.index(j);
+            if t.name != FIXED_HEAP {
+                ctx.unsupported(
+                    &p.field("name"),
+                    format!("a trigger on {} (only {FIXED_HEAP})", t.name),
+                );
+                continue;
+            }
+            if out.max_heap_bytes.is_none() {
+                ctx.error(
+                    &p.field("name"),
+                    format!("unknown resource monitor {}", t.name),
+                );
+            }
+            match &t.trigger_oneof {
+                Some(pb::trigger::TriggerOneof::Threshold(th)) => {
+                    if !(0.0..=1.0).contains(&th.value) {
+                        ctx.error(&p.field("threshold").field("value"), "must be in [0, 1]");
+                    }
+                    out.actions.push(Action {
+                        kind,
+                        threshold: th.value,
+                    });
+                }
+                Some(pb::trigger::TriggerOneof::Scaled(_)) => {
+                    ctx.unsupported(&p.field("scaled"), "scaled triggers");
+                }
+                None => ctx.error(&p, "a threshold is required"),
+            }
+        }
+    }
+    out
+}
+
+/// The runtime keys courier reads, from the static layers (later layers win).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Runtime {
+    /// `envoy.resource_limits.listener.<name>.connection_limit`, by listener name.
+    pub listener_connection_limits: HashMap<String, u64>,
+    /// `overload.global_downstream_max_connections` (deprecated in Envoy for the
+    /// monitor, still honoured).
+    pub global_downstream_max_connections: Option<u64>,
+}
+
+/// Translates `layered_runtime`.
+pub fn runtime(r: &bpb::LayeredRuntime, path: &Path<'_>, ctx: &mut Ctx) -> Runtime {
+    let mut out = Runtime::default();
+    let lp = path.field("layers");
+    for (i, layer) in r.layers.iter().enumerate() {
+        let p = lp.index(i);
+        let Some(bpb::runtime_layer::LayerSpecifier::StaticLayer(s)) = &layer.layer_specifier
+        else {
+            ctx.unsupported(&p, "runtime layers other than static_layer");
+            continue;
+        };
+        let mut flat = Vec::new();
+        flatten(
+            &serde_json::Value::Object(crate::core::struct_to_json(s)),
+            String::new(),
+            &mut flat,
+        );
+        let sp = p.field("static_layer");
+        for (key, value) in flat {
+            let kp = sp.key(&key);
+            let Some(n) = value.as_f64().filter(|n| *n >= 0.0 && n.fract() == 0.0) else {
+                ctx.error(&kp, "must be a non-negative integer");
+                continue;
+            };
+            let n = n as u64;
+            if key == "overload.global_downstream_max_connections" {
+                out.global_downstream_max_connections = Some(n);
+            } else if let Some(name) = key
+                .strip_prefix("envoy.resource_limits.listener.")
+                .and_then(|k| k.strip_suffix(".connection_limit"))
+            {
+                out.listener_connection_limits.insert(name.to_string(), n);
+            } else {
+                ctx.unsupported(&kp, format!("runtime key {key}"));
+            }
+        }
+    }
+    out
+}
+
+/// Runtime keys are the dotted paths to the leaves of the layer.
+fn flatten(v: &serde_json::Value, prefix: String, out: &mut Vec<(String, serde_json::Value)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(v, key, out);
+            }
+        }
+        leaf => out.push((prefix, leaf.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+use super::*;
+use crate::listener::test_util::listener;
+use serde_json::{Value, json};
+
+fn load(mut v: Value, extra: Value) -> Result<crate::Bootstrap, crate::ConfigError> {
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    crate::bootstrap_from_str(&v.to_string(), crate::load::Format::Json)
+}
+
+fn heap_om(actions: Value) -> Value {
+    json!({"overload_manager": {
+        "refresh_interval": "0.25s",
+        "resource_monitors": [{
+            "name": FIXED_HEAP,
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+                "max_heap_size_bytes": 1000,
+            },
+        }],
+        "actions": actions,
+    }})
+}
+
+fn action(name: &str, value: f64) -> Value {
+    json!({"name": name, "triggers": [{"name": FIXED_HEAP, "threshold": {"value": value}}]})
+}
+
+#[test]
+fn heap_monitor_and_actions() {
+    let b = load(
+        listener(json!({})),
+        heap_om(json!([
+            action("envoy.overload_actions.shrink_heap", 0.95),
+            action("envoy.overload_actions.stop_accepting_requests", 0.98),
+            action("envoy.overload_actions.stop_accepting_connections", 0.99),
+            action("envoy.overload_actions.disable_http_keepalive", 0.9),
+        ])),
+    )
+    .unwrap();
+    let om = b.overload_manager.unwrap();
+    assert_eq!(om.refresh_interval, Duration::from_millis(250));
+    assert_eq!(om.max_heap_bytes, Some(1000));
+    assert_eq!(om.actions.len(), 4);
+    assert_eq!(om.actions[1].kind, ActionKind::StopAcceptingRequests);
+    assert_eq!(om.actions[1].threshold, 0.98);
+}
+
+#[test]
+fn unknown_actions_monitors_and_scaled_triggers_refused_with_paths() {
+    let err = load(
+        listener(json!({})),
+        heap_om(json!([
+            action("envoy.overload_actions.reduce_timeouts", 0.9),
+            {"name": "envoy.overload_actions.stop_accepting_requests",
+             "triggers": [{"name": FIXED_HEAP, "scaled": {"scaling_threshold": 0.5, "saturation_threshold": 0.9}}]},
+        ])),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("overload_manager.actions[0].name"), "{err}");
+    assert!(
+        err.contains("overload_manager.actions[1].triggers[0]"),
+        "{err}"
+    );
+}
+
+#[test]
+fn global_connection_monitor() {
+    let b = load(
+        listener(json!({})),
+        json!({"overload_manager": {"resource_monitors": [{
+            "name": GLOBAL_CONNECTIONS,
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                "max_active_downstream_connections": 3,
+            },
+        }]}}),
+    )
+    .unwrap();
+    assert_eq!(
+        b.overload_manager.unwrap().max_downstream_connections,
+        Some(3)
+    );
+}
+
+#[test]
+fn runtime_static_layers() {
+    let b = load(
+        listener(json!({})),
+        json!({"layered_runtime": {"layers": [
+            {"name": "a", "static_layer": {
+                "envoy": {"resource_limits": {"listener": {"l": {"connection_limit": 10}}}},
+                "overload": {"global_downstream_max_connections": 50},
+            }},
+            {"name": "b", "static_layer": {"envoy.resource_limits.listener.l.connection_limit": 7}},
+        ]}}),
+    )
+    .unwrap();
+    assert_eq!(b.runtime.listener_connection_limits.get("l"), Some(&7));
+    assert_eq!(b.runtime.global_downstream_max_connections, Some(50));
+}
+
+#[test]
+fn unknown_runtime_keys_and_layers_refused() {
+    let err = load(
+        listener(json!({})),
+        json!({"layered_runtime": {"layers": [
+            {"name": "a", "static_layer": {"upstream": {"use_http2": 1}}},
+            {"name": "b", "admin_layer": {}},
+        ]}}),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("upstream.use_http2"), "{err}");
+    assert!(err.contains("layered_runtime.layers[1]"), "{err}");
+}
+
+#[test]
+fn tls_inspector_accepted_other_listener_filters_refused() {
+    let inspector = json!({"name": crate::listener::TLS_INSPECTOR, "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}});
+    load(
+        listener(json!({"listener_filters": [inspector]})),
+        json!({}),
+    )
+    .unwrap();
+    let err = load(
+        listener(json!({"listener_filters": [{"name": "envoy.filters.listener.http_inspector",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.filters.listener.http_inspector.v3.HttpInspector"}}]})),
+        json!({}),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("listener_filters[0]"), "{err}");
+}

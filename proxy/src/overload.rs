@@ -1,0 +1,259 @@
+//! The overload manager and connection limits, as Envoy's edge configuration
+//! sets them up: a heap monitor read on the main thread (courier's resident set
+//! from `/proc/self/status`, the closest equivalent of tcmalloc's heap size)
+//! drives actions whose state workers read from atomics; the global and
+//! per-listener connection limits are counters shared by every worker.
+
+use courier_config::Bootstrap;
+use courier_config::overload::ActionKind;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+/// A connection limit and the connections it counts.
+#[derive(Debug)]
+pub struct Limit {
+    max: u64,
+    active: AtomicU64,
+}
+
+impl Limit {
+    fn new(max: u64) -> Arc<Self> {
+        Arc::new(Limit {
+            max,
+            active: AtomicU64::new(0),
+        })
+    }
+
+    /// Takes a slot, or none when the limit is reached.
+    fn take(self: &Arc<Self>) -> Option<Slot> {
+        let taken = self
+            .active
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            });
+        taken.ok().map(|_| Slot(Arc::clone(self)))
+    }
+}
+
+/// A connection counted against a limit until dropped.
+#[derive(Debug)]
+pub struct Slot(Arc<Limit>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Why a new connection is closed as it is accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// `global_downstream_max_connections` reached.
+    Global,
+    /// The listener's `connection_limit` reached.
+    Listener,
+    /// `stop_accepting_connections` is active.
+    Overloaded,
+}
+
+/// The process's overload state.
+#[derive(Debug, Default)]
+pub struct Overload {
+    global: Option<Arc<Limit>>,
+    listeners: HashMap<String, Arc<Limit>>,
+    stop_requests: AtomicBool,
+    stop_connections: AtomicBool,
+    disable_keepalive: AtomicBool,
+    /// Heap pressure in millionths (a gauge for stats).
+    pressure_ppm: AtomicU64,
+    /// An `overload_manager` is configured (its stats exist).
+    configured: bool,
+}
+
+static STATE: OnceLock<Overload> = OnceLock::new();
+
+/// The overload state (inert until [`init`] runs).
+pub fn get() -> &'static Overload {
+    STATE.get_or_init(Overload::default)
+}
+
+/// Sets the limits of `bootstrap` up; called once, before workers start.
+pub fn init(bootstrap: &Bootstrap) {
+    let om = bootstrap.overload_manager.as_ref();
+    // The monitor wins over the deprecated runtime key, as in Envoy.
+    let global = om
+        .and_then(|o| o.max_downstream_connections)
+        .or(bootstrap.runtime.global_downstream_max_connections)
+        .map(Limit::new);
+    let listeners = bootstrap
+        .runtime
+        .listener_connection_limits
+        .iter()
+        .map(|(name, max)| (name.clone(), Limit::new(*max)))
+        .collect();
+    let _ = STATE.set(Overload {
+        global,
+        listeners,
+        configured: om.is_some(),
+        ..Overload::default()
+    });
+}
+
+impl Overload {
+    /// The limit of listener `name`, if the runtime sets one.
+    pub fn listener_limit(&self, name: &str) -> Option<Arc<Limit>> {
+        self.listeners.get(name).cloned()
+    }
+
+    /// Admits a new connection of a listener with `limit`: the slots it holds
+    /// until it closes, or why it is refused.
+    pub fn admit(
+        &self,
+        limit: Option<&Arc<Limit>>,
+    ) -> Result<(Option<Slot>, Option<Slot>), Refused> {
+        if self.stop_connections.load(Ordering::Relaxed) {
+            return Err(Refused::Overloaded);
+        }
+        let global = match &self.global {
+            Some(g) => Some(g.take().ok_or(Refused::Global)?),
+            None => None,
+        };
+        let listener = match limit {
+            Some(l) => Some(l.take().ok_or(Refused::Listener)?),
+            None => None,
+        };
+        Ok((global, listener))
+    }
+
+    /// `stop_accepting_requests` is active: new requests get 503.
+    pub fn stop_requests(&self) -> bool {
+        self.stop_requests.load(Ordering::Relaxed)
+    }
+
+    /// `disable_http_keepalive` is active: HTTP/1.1 responses close the connection.
+    pub fn keepalive_disabled(&self) -> bool {
+        self.disable_keepalive.load(Ordering::Relaxed)
+    }
+
+    /// Overload gauges as Envoy names them (`overload.<action>.active`, the
+    /// monitor's `pressure` in percent).
+    pub fn samples(&self) -> Vec<(String, u64)> {
+        if !self.configured {
+            return Vec::new();
+        }
+        let mut out = vec![(
+            "overload.envoy.resource_monitors.fixed_heap.pressure".to_string(),
+            self.pressure_ppm.load(Ordering::Relaxed) / 10_000,
+        )];
+        for (name, flag) in [
+            ("stop_accepting_requests", &self.stop_requests),
+            ("stop_accepting_connections", &self.stop_connections),
+            ("disable_http_keepalive", &self.disable_keepalive),
+        ] {
+            out.push((
+                format!("overload.envoy.overload_actions.{name}.active"),
+                u64::from(flag.load(Ordering::Relaxed)),
+            ));
+        }
+        out
+    }
+
+    /// Applies a heap pressure (resident bytes / max) to the actions.
+    fn apply(&self, pressure: f64, actions: &[courier_config::overload::Action]) {
+        let fired = |kind: ActionKind| {
+            actions
+                .iter()
+                .any(|a| a.kind == kind && pressure >= a.threshold)
+        };
+        self.stop_requests
+            .store(fired(ActionKind::StopAcceptingRequests), Ordering::Relaxed);
+        self.stop_connections.store(
+            fired(ActionKind::StopAcceptingConnections),
+            Ordering::Relaxed,
+        );
+        self.disable_keepalive
+            .store(fired(ActionKind::DisableHttpKeepalive), Ordering::Relaxed);
+        self.pressure_ppm
+            .store((pressure * 1e6) as u64, Ordering::Relaxed);
+    }
+}
+
+/// The resident set size, from `VmRSS` in `/proc/self/status` (kB, so no page
+/// size is needed).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Runs the heap monitor on the calling runtime (the main thread's), once per
+/// `refresh_interval`, until the process exits.
+pub fn spawn_monitor(bootstrap: &Bootstrap) {
+    let Some(om) = bootstrap.overload_manager.clone() else {
+        return;
+    };
+    let Some(max) = om.max_heap_bytes.filter(|m| *m > 0) else {
+        return;
+    };
+    if om.actions.is_empty() {
+        return;
+    }
+    let period = om.refresh_interval.max(Duration::from_millis(10));
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            if let Some(rss) = resident_bytes() {
+                get().apply(rss as f64 / max as f64, &om.actions);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use courier_config::overload::Action;
+
+    #[test]
+    fn limits_count_and_release() {
+        let o = Overload {
+            global: Some(Limit::new(2)),
+            ..Overload::default()
+        };
+        let l = Limit::new(1);
+        let a = o.admit(Some(&l)).unwrap();
+        assert_eq!(o.admit(Some(&l)).unwrap_err(), Refused::Listener);
+        let b = o.admit(None).unwrap();
+        assert_eq!(o.admit(None).unwrap_err(), Refused::Global);
+        drop(a);
+        drop(b);
+        assert!(o.admit(Some(&l)).is_ok());
+    }
+
+    #[test]
+    fn actions_follow_pressure() {
+        let o = Overload::default();
+        let actions = [
+            Action {
+                kind: ActionKind::DisableHttpKeepalive,
+                threshold: 0.5,
+            },
+            Action {
+                kind: ActionKind::StopAcceptingRequests,
+                threshold: 0.9,
+            },
+        ];
+        o.apply(0.6, &actions);
+        assert!(o.keepalive_disabled() && !o.stop_requests());
+        o.apply(0.95, &actions);
+        assert!(o.stop_requests());
+        o.apply(0.1, &actions);
+        assert!(!o.keepalive_disabled() && !o.stop_requests());
+        assert!(resident_bytes().unwrap() > 0);
+    }
+}

@@ -1,0 +1,431 @@
+//! Edge deployments: Envoy's edge best-practices bootstrap validated and served
+//! as published (TLS with SNI, tls_inspector, path normalisation, underscores
+//! rejected, use_remote_address, route idle_timeout, overload manager, runtime
+//! connection limits), and the connection limits and overload actions at work.
+
+// A test that cannot proceed should stop loudly.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+mod tls_support;
+
+use courier_tests::TestCa;
+use std::path::Path;
+use std::time::Duration;
+use tls_support::{Client, Courier, plain_http_path, poll, start_file, tls_connect};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const EDGE: &str = include_str!("data/edge-best-practices.yaml");
+/// The name courier gives the edge bootstrap's unnamed listener once on port 0.
+const EDGE_LISTENER: &str = "127.0.0.1:0@static_resources.listeners[0]";
+
+/// The published bootstrap with its fixed addresses on loopback port 0 and the
+/// upstream at `upstream`, written with its certificates into `dir`.
+fn edge_bootstrap(dir: &Path, ca: &TestCa, upstream: std::net::SocketAddr) -> std::path::PathBuf {
+    let leaf = ca.leaf(&["example.com", "www.example.com"]);
+    std::fs::create_dir_all(dir.join("certs")).unwrap();
+    std::fs::write(dir.join("certs/servercert.pem"), &leaf.cert).unwrap();
+    std::fs::write(dir.join("certs/serverkey.pem"), &leaf.key).unwrap();
+    let yaml = EDGE
+        .replace("port_value: 9090", "port_value: 0")
+        .replace(
+            "address: 0.0.0.0\n        port_value: 443",
+            "address: 127.0.0.1\n        port_value: 0",
+        )
+        .replace(
+            "port_value: 8080",
+            &format!("port_value: {}", upstream.port()),
+        );
+    assert!(!yaml.contains("port_value: 443") && !yaml.contains("port_value: 9090"));
+    let path = dir.join("edge.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// One raw request over TLS to example.com (ALPN http/1.1); the raw response.
+async fn tls_raw(c: &Courier, ca: &TestCa, request: &str) -> String {
+    let client = Client {
+        ca,
+        sni: "example.com",
+        alpn: &["http/1.1"],
+        cert: None,
+    };
+    let mut s = tls_connect(c.addr(EDGE_LISTENER), &client).await.unwrap();
+    s.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn edge_best_practices_bootstrap_validates_and_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("edge ca");
+    let up = support::echo_upstream("service_foo").await;
+    let config = edge_bootstrap(dir.path(), &ca, up);
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+        .current_dir(dir.path())
+        .args(["--mode", "validate", "-c"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let c = start_file(dir.path(), &config);
+    let addr = c.addr(EDGE_LISTENER).to_string();
+
+    // HTTP/2 over TLS (ALPN from the "h2,http/1.1" entry), SNI example.com; the
+    // cluster speaks HTTP/2 upstream.
+    let client = Client {
+        ca: &ca,
+        sni: "www.example.com",
+        alpn: &["h2"],
+        cert: None,
+    };
+    let s = tls_connect(&addr, &client).await.unwrap();
+    assert_eq!(s.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (version, status, body) = tls_support::get(s, true, "www.example.com").await;
+    assert_eq!((version, status), (http::Version::HTTP_2, 200), "{body}");
+    assert!(body.starts_with("GET / HTTP/2.0"), "{body}");
+
+    let resp = tls_raw(
+        &c,
+        &ca,
+        "GET /a/./b/../c//d HTTP/1.1\r\nhost: example.com\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    // normalize_path and merge_slashes: the upstream sees the clean path;
+    // use_remote_address: x-forwarded-for appended, the peer is external.
+    assert!(resp.contains("GET /a/c/d HTTP/2.0"), "{resp}");
+    // (Envoy writes the machine's address for a loopback peer.)
+    assert!(resp.contains("\nx-forwarded-for: "), "{resp}");
+    assert!(
+        resp.contains("x-envoy-external-address: 127.0.0.1"),
+        "{resp}"
+    );
+
+    // UNESCAPE_AND_REDIRECT: escaped slashes send the client to the unescaped path.
+    let resp = tls_raw(
+        &c,
+        &ca,
+        "GET /x%2Fy?q=1 HTTP/1.1\r\nhost: example.com\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 307"), "{resp}");
+    assert!(
+        resp.to_ascii_lowercase().contains("location: /x/y?q=1\r\n"),
+        "{resp}"
+    );
+
+    // headers_with_underscores_action: REJECT_REQUEST (400, connection closed).
+    let resp = tls_raw(
+        &c,
+        &ca,
+        "GET / HTTP/1.1\r\nhost: example.com\r\nx_bad: 1\r\n\r\n",
+    )
+    .await;
+    assert!(resp.starts_with("HTTP/1.1 400"), "{resp}");
+    assert!(!resp.contains("x-upstream"), "{resp}");
+
+    // tls_inspector: a plaintext client finds no chain (the only one wants SNI).
+    assert!(
+        plain_http_path(&addr, "/", "example.com")
+            .map(|r| r.is_empty())
+            .unwrap_or(true)
+    );
+
+    // The overload manager runs (2 GiB heap: nothing fires).
+    let stats = plain_http_path(&c.admin, "/stats", "admin").unwrap();
+    assert!(
+        stats.contains("overload.envoy.overload_actions.stop_accepting_requests.active: 0"),
+        "{stats}"
+    );
+    assert!(stats.contains("http.ingress_http.downstream_rq_redirected_with_normalized_path: 1"));
+    assert!(stats.contains("http.ingress_http.requests_rejected_with_underscores_in_headers: 1"));
+}
+
+/// A plaintext listener named `name` with `extra` bootstrap YAML (top level).
+fn plain_bootstrap(dir: &Path, up: std::net::SocketAddr, extra: &str) -> std::path::PathBuf {
+    plain_bootstrap_with(dir, up, extra, "", "")
+}
+
+/// [`plain_bootstrap`] with `hcm` (flow YAML entries) in the connection
+/// manager and `route` in the route action.
+fn plain_bootstrap_with(
+    dir: &Path,
+    up: std::net::SocketAddr,
+    extra: &str,
+    hcm: &str,
+    route: &str,
+) -> std::path::PathBuf {
+    let yaml = format!(
+        r#"
+admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}}}
+static_resources:
+  listeners:
+  - name: edge
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: edge
+          {hcm}
+          http_filters: [{{name: envoy.filters.http.router, typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}}}]
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{{match: {{prefix: "/"}}, route: {{cluster: up {route}}}}}]
+  clusters:
+  - name: up
+    load_assignment:
+      cluster_name: up
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}}}]}}]
+{extra}
+"#,
+        port = up.port()
+    );
+    let path = dir.join("courier.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+/// A keep-alive HTTP/1.1 connection that has had one answered request.
+async fn open_conn(addr: &str) -> support::H1 {
+    let mut h = support::H1::connect(addr.parse().unwrap()).await;
+    let r = h.get("/", &[("host", "edge")]).await;
+    assert_eq!(r.status, 200);
+    h
+}
+
+/// Whether a new connection to `addr` gets an answer (false: closed unanswered).
+async fn answered(addr: &str) -> bool {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s
+        .write_all(b"GET / HTTP/1.1\r\nhost: edge\r\nconnection: close\r\n\r\n")
+        .await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await;
+    out.starts_with(b"HTTP/1.1 200")
+}
+
+fn stat(c: &Courier, name: &str) -> u64 {
+    let text = plain_http_path(&c.admin, "/stats", "admin").unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+async fn limit_holds(extra: &str, overflow_stat: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let c = start_file(dir.path(), &plain_bootstrap(dir.path(), up, extra));
+    let addr = c.addr("edge").to_string();
+    let a = open_conn(&addr).await;
+    let b = open_conn(&addr).await;
+    // Connection N+1 is closed unanswered, and counted.
+    assert!(!answered(&addr).await);
+    let listener_stat = format!("listener.{}.{overflow_stat}", addr.replace(':', "_"));
+    assert_eq!(stat(&c, &listener_stat), 1);
+    // A slot frees when a connection closes.
+    drop((a, b));
+    let mut ok = false;
+    for _ in 0..100 {
+        if answered(&addr).await {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(ok, "no connection admitted after the others closed");
+}
+
+#[tokio::test]
+async fn global_downstream_max_connections_refuses_connection_n_plus_one() {
+    limit_holds(
+        "layered_runtime: {layers: [{name: l, static_layer: {overload: {global_downstream_max_connections: 2}}}]}",
+        "downstream_global_cx_overflow",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn global_connection_monitor_refuses_connection_n_plus_one() {
+    limit_holds(
+        r#"overload_manager:
+  resource_monitors:
+  - name: envoy.resource_monitors.global_downstream_max_connections
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig
+      max_active_downstream_connections: 2"#,
+        "downstream_global_cx_overflow",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn listener_connection_limit_from_runtime() {
+    limit_holds(
+        "layered_runtime: {layers: [{name: l, static_layer: {envoy.resource_limits.listener.edge.connection_limit: 2}}]}",
+        "downstream_cx_overflow",
+    )
+    .await;
+}
+
+fn heap_overload(max_heap: u64, actions: &[&str]) -> String {
+    let mut s = format!(
+        r#"overload_manager:
+  refresh_interval: 0.05s
+  resource_monitors:
+  - name: envoy.resource_monitors.fixed_heap
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig
+      max_heap_size_bytes: {max_heap}
+  actions:
+"#
+    );
+    for a in actions {
+        s.push_str(&format!(
+            "  - {{name: envoy.overload_actions.{a}, triggers: [{{name: envoy.resource_monitors.fixed_heap, threshold: {{value: 0.9}}}}]}}\n"
+        ));
+    }
+    s
+}
+
+#[tokio::test]
+async fn heap_over_the_limit_stops_requests_and_keepalive() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    // 1 MiB: courier's resident set is far above it.
+    let extra = heap_overload(
+        1 << 20,
+        &["stop_accepting_requests", "disable_http_keepalive"],
+    );
+    let c = start_file(dir.path(), &plain_bootstrap(dir.path(), up, &extra));
+    let addr = c.addr("edge").to_string();
+    let resp = poll(250, || {
+        plain_http_path(&addr, "/", "edge")
+            .ok()
+            .filter(|r| r.starts_with("HTTP/1.1 503"))
+    })
+    .expect("requests were not shed");
+    assert!(resp.ends_with("envoy overloaded"), "{resp}");
+    assert!(
+        resp.to_ascii_lowercase().contains("connection: close"),
+        "{resp}"
+    );
+    assert!(!resp.contains("x-upstream"), "{resp}");
+    assert!(stat(&c, "http.edge.downstream_rq_overload_close") >= 1);
+    assert_eq!(
+        stat(
+            &c,
+            "overload.envoy.overload_actions.stop_accepting_requests.active"
+        ),
+        1
+    );
+}
+
+#[tokio::test]
+async fn heap_over_the_limit_stops_connections() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let extra = heap_overload(1 << 20, &["stop_accepting_connections"]);
+    let c = start_file(dir.path(), &plain_bootstrap(dir.path(), up, &extra));
+    let addr = c.addr("edge").to_string();
+    let mut refused = false;
+    for _ in 0..250 {
+        if !answered(&addr).await {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(refused);
+    let name = format!(
+        "listener.{}.downstream_cx_overload_reject",
+        addr.replace(':', "_")
+    );
+    assert!(stat(&c, &name) >= 1);
+}
+
+#[tokio::test]
+async fn heap_under_the_limit_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    // 1 TiB: nothing fires.
+    let extra = heap_overload(
+        1 << 40,
+        &[
+            "stop_accepting_requests",
+            "stop_accepting_connections",
+            "disable_http_keepalive",
+        ],
+    );
+    let c = start_file(dir.path(), &plain_bootstrap(dir.path(), up, &extra));
+    let addr = c.addr("edge").to_string();
+    let mut h = open_conn(&addr).await;
+    let r = h.get("/", &[("host", "edge")]).await;
+    assert_eq!(r.status, 200);
+    assert!(r.header("connection").is_none());
+}
+
+// Multi-threaded: the blocking client must not stall the echo upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_idle_timeout_overrides_stream_idle_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    // The connection manager's stream idle timer is off; the route's fires
+    // while the upstream takes 2 s to answer `/slow`.
+    let config = plain_bootstrap_with(
+        dir.path(),
+        up,
+        "",
+        "stream_idle_timeout: 0s",
+        ", idle_timeout: 0.2s",
+    );
+    let c = start_file(dir.path(), &config);
+    let addr = c.addr("edge").to_string();
+    let fast = plain_http_path(&addr, "/", "edge").unwrap();
+    assert!(fast.starts_with("HTTP/1.1 200"), "{fast}");
+    let resp = plain_http_path(&addr, "/slow", "edge").unwrap();
+    assert!(resp.starts_with("HTTP/1.1 504"), "{resp}");
+    assert!(resp.ends_with("stream timeout"), "{resp}");
+}
+
+#[tokio::test]
+async fn unserved_duration_limits_are_refused_in_serve_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let config = plain_bootstrap_with(
+        dir.path(),
+        up,
+        "",
+        "common_http_protocol_options: {max_stream_duration: 5s, max_connection_duration: 60s}",
+        "",
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
+        .current_dir(dir.path())
+        .arg("-c")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("common_http_protocol_options.max_stream_duration"),
+        "{err}"
+    );
+    assert!(
+        err.contains("common_http_protocol_options.max_connection_duration"),
+        "{err}"
+    );
+}
