@@ -131,12 +131,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         &bootstrap,
         &crate::upstream::client::ClusterClient::new(Arc::clone(&clusters)),
     )?);
-    // The main thread's runtime: filters' start-up and background work (jwt_authn
-    // `async_fetch`) runs here, off the workers, as on Envoy's main thread.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("main runtime: {e}"))?;
+    // The main thread's runtime (the one the xDS client was started on):
+    // filters' start-up and background work (jwt_authn `async_fetch`) runs
+    // here, off the workers, as on Envoy's main thread.
     http_filters.start(&runtime);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();

@@ -242,31 +242,43 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             add("rq_redirect", s.rq_redirect.get());
         }
         for (name, c) in &w.clusters {
-            let mut add =
-                |stat: &str, v: u64| *out.entry(format!("cluster.{name}.{stat}")).or_default() += v;
-            add("upstream_rq_total", c.rq_total.get());
-            add("upstream_cx_total", c.cx_total.get());
-            add("upstream_cx_connect_fail", c.cx_connect_fail.get());
-            add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
-            add("upstream_cx_none_healthy", c.cx_none_healthy.get());
-            add("upstream_rq_timeout", c.rq_timeout.get());
-            for (stat, v) in c.resilience() {
-                add(stat, v);
-            }
-            // Per-code stats exist once used, as in Envoy.
-            for (i, n) in c.rq_code.iter().enumerate() {
-                if n.get() > 0 {
-                    add(&format!("upstream_rq_{}", i + 100), n.get());
-                }
-            }
-            for (i, n) in c.rq_xx.iter().enumerate() {
-                if n.get() > 0 {
-                    add(&format!("upstream_rq_{}xx", i + 1), n.get());
-                }
-            }
+            cluster_values(c, &mut |stat, v| {
+                *out.entry(format!("cluster.{name}.{stat}")).or_default() += v;
+            });
         }
     }
     out.into_iter().collect()
+}
+
+/// The `cluster.<name>.*` samples of one cluster's counters (clusters added over
+/// CDS count in one set shared by the workers).
+pub fn cluster_samples(name: &str, c: &ClusterStats, out: &mut Vec<Sample>) {
+    cluster_values(c, &mut |stat, v| {
+        out.push((format!("cluster.{name}.{stat}"), v))
+    });
+}
+
+fn cluster_values(c: &ClusterStats, add: &mut dyn FnMut(&str, u64)) {
+    add("upstream_rq_total", c.rq_total.get());
+    add("upstream_cx_total", c.cx_total.get());
+    add("upstream_cx_connect_fail", c.cx_connect_fail.get());
+    add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
+    add("upstream_cx_none_healthy", c.cx_none_healthy.get());
+    add("upstream_rq_timeout", c.rq_timeout.get());
+    for (stat, v) in c.resilience() {
+        add(stat, v);
+    }
+    // Per-code stats exist once used, as in Envoy.
+    for (i, n) in c.rq_code.iter().enumerate() {
+        if n.get() > 0 {
+            add(&format!("upstream_rq_{}", i + 100), n.get());
+        }
+    }
+    for (i, n) in c.rq_xx.iter().enumerate() {
+        if n.get() > 0 {
+            add(&format!("upstream_rq_{}xx", i + 1), n.get());
+        }
+    }
 }
 
 /// Zeroes every counter of every worker (`/reset_counters`); gauges

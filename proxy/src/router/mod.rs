@@ -196,13 +196,10 @@ pub async fn forward(
             .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         return out.local(Some(&req), status, "", "NC", None);
     };
-    let fallback;
-    let stats: &ClusterStats = match up.stats.clusters.get(cluster.index) {
+    // Clusters added over CDS count in their own (shared) stats.
+    let stats: &ClusterStats = match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
         Some((_, s)) => s,
-        None => {
-            fallback = ClusterStats::default();
-            &fallback
-        }
+        None => &cluster.stats,
     };
     let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
     let Some(host) = host else {
@@ -271,7 +268,7 @@ pub async fn forward(
     let started = Instant::now();
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
-        let sent = upgrade::send(cluster, host.address, request, stats);
+        let sent = upgrade::send(&cluster, host.address, request, stats);
         let last = match action.timeout {
             Some(t) => match tokio::time::timeout(t, sent).await {
                 Ok(r) => Ok(r),
@@ -297,7 +294,7 @@ pub async fn forward(
         }
     } else {
         let a = attempt::Attempts {
-            cluster,
+            cluster: &cluster,
             stats,
             high: action.priority == courier_config::route::RoutingPriority::High,
             retry,

@@ -45,25 +45,30 @@ enum Verdict {
 /// Starts the checks of every cluster that has them. Their hosts start
 /// unhealthy until a first pass, as in Envoy (panic mode still routes to them).
 pub fn spawn(clusters: &super::ClusterManager) {
-    for c in clusters.clusters() {
-        if c.config.health_checks.is_empty() {
-            continue;
-        }
+    for c in &clusters.clusters() {
+        spawn_one(c);
+    }
+}
+
+/// Starts `c`'s checks (when it has some) until the cluster retires.
+pub fn spawn_one(c: &Arc<UpstreamCluster>) {
+    if c.config.health_checks.is_empty() {
+        return;
+    }
+    for host in c.hosts().hosts() {
+        host.health.failed.store(true, Ordering::Relaxed);
+    }
+    super::outlier::republish_now(c);
+    for hc in &c.config.health_checks {
         for host in c.hosts().hosts() {
-            host.health.failed.store(true, Ordering::Relaxed);
-        }
-        super::outlier::republish_now(c);
-        for hc in &c.config.health_checks {
-            for host in c.hosts().hosts() {
-                tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
-            }
+            tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
         }
     }
 }
 
 async fn run(cluster: Arc<UpstreamCluster>, hc: HealthCheck, host: Arc<Host>) {
     tokio::time::sleep(jitter(hc.initial_jitter)).await;
-    loop {
+    while !cluster.retired() {
         let verdict = match tokio::time::timeout(hc.timeout, check(&cluster, &hc, &host)).await {
             Ok(v) => v,
             Err(_) => Verdict::Fail,
