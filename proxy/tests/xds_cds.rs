@@ -174,8 +174,20 @@ async fn cds_lifecycle(api_type: &str) {
     let listed = admin_clusters(&c.admin).await;
     assert!(!listed.contains("dyn::"), "{listed}");
     assert!(listed.contains("sib::"), "{listed}");
+    assert!(listed.contains("sib::added_via_api::true"), "{listed}");
     // Bootstrap clusters stay.
-    assert!(listed.contains("backend::"), "{listed}");
+    assert!(listed.contains("backend::added_via_api::false"), "{listed}");
+    let dump: serde_json::Value =
+        serde_json::from_str(&get_text(&c.admin, "/config_dump").await).unwrap();
+    let clusters_dump = dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.ClustersConfigDump")
+        .unwrap();
+    let active = clusters_dump["dynamic_active_clusters"].as_array().unwrap();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["cluster"]["name"], "sib");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -188,6 +200,99 @@ async fn cds_sotw_add_update_warm_nack_remove() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cds_delta_add_update_warm_nack_remove() {
     tokio::time::timeout(Duration::from_secs(60), cds_lifecycle("DELTA_GRPC"))
+        .await
+        .unwrap();
+}
+
+/// A ClusterLoadAssignment with one endpoint per address.
+fn cla_of(name: &str, addrs: &[SocketAddr]) -> ClusterLoadAssignment {
+    let mut out = cla(name, addrs[0]);
+    for a in &addrs[1..] {
+        let more = cla(name, *a);
+        out.endpoints[0]
+            .lb_endpoints
+            .extend(more.endpoints[0].lb_endpoints.clone());
+    }
+    out
+}
+
+async fn stat_of(admin: &str, name: &str) -> u64 {
+    let stats = get_text(admin, "/stats").await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An EDS update that keeps an endpoint keeps its host object: a host ejected
+/// by outlier detection stays ejected (and gets no traffic) across the update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eds_update_keeps_an_ejected_host_ejected() {
+    use envoy_types::pb::envoy::config::cluster::v3::OutlierDetection;
+    use envoy_types::pb::google::protobuf::{Duration as PDuration, UInt32Value};
+    use std::sync::atomic::Ordering;
+    use support::programmable::{Act, upstream};
+    let run = async {
+        let (bad, bad_log) = upstream(|_, _| Act::Status(503)).await;
+        let good = echo_upstream("good").await;
+        let good2 = echo_upstream("good2").await;
+        let (cds_url, cla_url, rds_url) = (
+            Cluster::type_url(),
+            ClusterLoadAssignment::type_url(),
+            RouteConfiguration::type_url(),
+        );
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+        cp.set(cla_url.clone(), "svc", any(&cla_of("svc", &[bad, good])));
+        let mut dyn_cluster = eds_cluster("dyn", "svc");
+        dyn_cluster.outlier_detection = Some(OutlierDetection {
+            consecutive_5xx: Some(UInt32Value { value: 1 }),
+            interval: Some(PDuration {
+                seconds: 0,
+                nanos: 50_000_000,
+            }),
+            base_ejection_time: Some(PDuration {
+                seconds: 300,
+                nanos: 0,
+            }),
+            max_ejection_percent: Some(UInt32Value { value: 100 }),
+            ..Default::default()
+        });
+        cp.set(cds_url.clone(), "dyn", any(&dyn_cluster));
+        let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+        cp.saw("Cluster ").await;
+        until(c.listener, |r| r.header("x-upstream") == Some("good")).await;
+        // Traffic until the bad host is ejected.
+        let mut ejected = false;
+        for _ in 0..250 {
+            let _ = H1::connect(c.listener).await.get("/", &[]).await;
+            if stat_of(&c.admin, "cluster.dyn.outlier_detection.ejections_active").await == 1 {
+                ejected = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(ejected, "{}", get_text(&c.admin, "/stats").await);
+        // A new endpoint arrives; the bad one is still in the assignment.
+        cp.set(
+            cla_url.clone(),
+            "svc",
+            any(&cla_of("svc", &[bad, good, good2])),
+        );
+        until(c.listener, |r| r.header("x-upstream") == Some("good2")).await;
+        let before = bad_log.count.load(Ordering::SeqCst);
+        for _ in 0..30 {
+            let r = H1::connect(c.listener).await.get("/", &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
+        assert_eq!(bad_log.count.load(Ordering::SeqCst), before);
+        assert_eq!(
+            stat_of(&c.admin, "cluster.dyn.outlier_detection.ejections_active").await,
+            1
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .unwrap();
 }

@@ -54,7 +54,9 @@ pub fn text(clusters: &ClusterManager) -> String {
                 let _ = writeln!(out, "{name}::{priority}::{k}::{v}");
             }
         }
-        let _ = writeln!(out, "{name}::added_via_api::false");
+        // Clusters that came over CDS have no per-worker stat slot.
+        let api = c.stat_slot.is_none();
+        let _ = writeln!(out, "{name}::added_via_api::{api}");
         for (priority, h) in hosts(&c) {
             let addr = &h.address_text;
             for (stat, v, _) in host_stats(&h) {

@@ -380,6 +380,12 @@ fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
             "dynamic_route_configs": entries(ResourceType::RouteConfig, "route_config"),
         }));
     }
+    if handle.delivers(ResourceType::Cluster) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}ClustersConfigDump"),
+            "dynamic_active_clusters": entries(ResourceType::Cluster, "cluster"),
+        }));
+    }
     if handle.delivers(ResourceType::Endpoints) {
         out.push(serde_json::json!({
             "@type": format!("{TYPE}EndpointsConfigDump"),
