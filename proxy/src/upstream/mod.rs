@@ -148,35 +148,31 @@ impl ClusterManager {
         Ok(Arc::new(c))
     }
 
-    /// Puts `cluster` in force (replacing the one of its name, which retires).
-    pub fn publish(&self, cluster: Arc<UpstreamCluster>) {
-        let name = cluster.config.name.clone();
-        let mut old = None;
+    /// Puts `publish` in force (replacing the clusters of their names) and
+    /// takes `remove` out (routes to them answer 503, NC, as in Envoy), in one store (one new
+    /// set for a whole CDS response, however many clusters it has). Replaced
+    /// and removed clusters retire. Returns how many clusters were removed.
+    pub fn update(&self, publish: Vec<Arc<UpstreamCluster>>, remove: &[String]) -> usize {
+        let mut retired = Vec::new();
         self.set.rcu(|set| {
+            retired.clear();
             let mut by_name = set.by_name.clone();
-            old = by_name.insert(name.clone(), Arc::clone(&cluster));
+            for c in &publish {
+                if let Some(old) = by_name.insert(c.config.name.clone(), Arc::clone(c)) {
+                    retired.push((old, false));
+                }
+            }
+            for name in remove {
+                if let Some(old) = by_name.remove(name) {
+                    retired.push((old, true));
+                }
+            }
             ClusterSet::from_map(by_name)
         });
-        if let Some(old) = old {
+        for (old, _) in &retired {
             old.retired.store(true, Ordering::Relaxed);
         }
-    }
-
-    /// Takes cluster `name` out of force; routes to it answer 503 (NC), as in Envoy.
-    pub fn remove(&self, name: &str) -> bool {
-        let mut old = None;
-        self.set.rcu(|set| {
-            let mut by_name = set.by_name.clone();
-            old = by_name.remove(name);
-            ClusterSet::from_map(by_name)
-        });
-        match old {
-            Some(old) => {
-                old.retired.store(true, Ordering::Relaxed);
-                true
-            }
-            None => false,
-        }
+        retired.iter().filter(|(_, removed)| *removed).count()
     }
 
     /// Replaces the hosts of EDS cluster `name` with those of an accepted

@@ -72,13 +72,14 @@ impl Cds {
         let Ok(mut st) = self.state.try_lock() else {
             return busy(u);
         };
+        let mut warmed = Vec::new();
         for up in &u.upserts {
             if let Resource::LoadAssignment(la) = &*up.resource {
                 for c in self.users(&st, &up.name) {
                     match st.warming.remove(&c) {
                         Some(w) => {
                             upstream::set_eds_hosts(&w, Some(la));
-                            self.publish(w);
+                            warmed.push(w);
                         }
                         None => {
                             self.clusters.set_eds_hosts(&c, Some(la));
@@ -87,6 +88,7 @@ impl Cds {
                 }
             }
         }
+        self.publish(warmed, &[]);
         for name in &u.removed {
             for c in self.users(&st, name) {
                 self.clusters.set_eds_hosts(&c, None);
@@ -102,31 +104,39 @@ impl Cds {
             return busy(u);
         };
         let mut verdict = Verdict::accept();
+        let mut ready = Vec::new();
         for up in &u.upserts {
             let Resource::Cluster(c) = &*up.resource else {
                 continue;
             };
-            if let Err(why) = self.upsert(&mut st, c) {
-                verdict.rejected.push((up.name.clone(), why));
+            match self.upsert(&mut st, c) {
+                Ok(Some(c)) => ready.push(c),
+                Ok(None) => {}
+                Err(why) => verdict.rejected.push((up.name.clone(), why)),
             }
         }
+        let mut removed = Vec::new();
         for name in &u.removed {
             if self.static_names.contains(name) {
                 continue;
             }
             st.warming.remove(name);
             forget_service(&mut st, name);
-            self.clusters.remove(name);
+            removed.push(name.clone());
         }
+        // One new cluster set for the whole response.
+        self.publish(ready, &removed);
         self.set_eds_interest(&st);
         verdict
     }
 
+    /// Checks and builds cluster `c`: `Some` when it can go into force now,
+    /// `None` when it warms.
     fn upsert(
         self: &Arc<Self>,
         st: &mut State,
         c: &courier_config::cluster::Cluster,
-    ) -> Result<(), String> {
+    ) -> Result<Option<Arc<UpstreamCluster>>, String> {
         if self.static_names.contains(&c.name) {
             return Err("a static cluster of the same name is in force".into());
         }
@@ -162,8 +172,7 @@ impl Cds {
         st.warming.remove(&c.name);
         forget_service(st, &c.name);
         let Some((service, timeout)) = eds else {
-            self.publish(prepared);
-            return Ok(());
+            return Ok(Some(prepared));
         };
         st.eds
             .entry(service.clone())
@@ -172,14 +181,12 @@ impl Cds {
         st.service_of.insert(c.name.clone(), service.clone());
         // Same endpoints as the cluster in force: its hosts carried over.
         if previous.is_some_and(|p| p.config.discovery == c.discovery) {
-            self.publish(prepared);
-            return Ok(());
+            return Ok(Some(prepared));
         }
         // The assignment may already be here (another cluster uses the service).
         if let Some(la) = self.known_assignment(&service) {
             upstream::set_eds_hosts(&prepared, Some(&la));
-            self.publish(prepared);
-            return Ok(());
+            return Ok(Some(prepared));
         }
         st.warming.insert(c.name.clone(), Arc::clone(&prepared));
         if let Some(t) = timeout {
@@ -195,19 +202,25 @@ impl Cds {
                 {
                     st.warming.remove(name);
                     tracing::warn!(cluster = %name, "EDS initial fetch timed out; cluster in force without endpoints");
-                    me.publish(prepared);
+                    me.publish(vec![prepared], &[]);
                 }
             });
         }
-        Ok(())
+        Ok(None)
     }
 
-    /// Puts `c` in force and starts its background work.
-    fn publish(&self, c: Arc<UpstreamCluster>) {
-        self.clusters.publish(Arc::clone(&c));
-        upstream::spawn_dns_refresh(&c);
-        upstream::outlier::spawn_one(&c);
-        upstream::health_check::spawn_one(&c);
+    /// Puts `ready` in force and `removed` out (one store), and starts the new
+    /// clusters' background work.
+    fn publish(&self, ready: Vec<Arc<UpstreamCluster>>, removed: &[String]) {
+        if ready.is_empty() && removed.is_empty() {
+            return;
+        }
+        self.clusters.update(ready.clone(), removed);
+        for c in &ready {
+            upstream::spawn_dns_refresh(c);
+            upstream::outlier::spawn_one(c);
+            upstream::health_check::spawn_one(c);
+        }
     }
 
     /// The clusters (static and dynamic) fed by EDS service `service`.
