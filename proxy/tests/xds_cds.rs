@@ -296,3 +296,49 @@ async fn eds_update_keeps_an_ejected_host_ejected() {
         .await
         .unwrap();
 }
+
+/// An EDS cluster whose assignment never comes goes into force (with no
+/// hosts) once its source's `initial_fetch_timeout` passes: 503 "no healthy
+/// upstream" (UH) instead of the unknown cluster's NC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
+    let run = async {
+        let (cds_url, rds_url) = (Cluster::type_url(), RouteConfiguration::type_url());
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+        let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+        cp.saw("Cluster ").await;
+        // Routes in, no cluster: NC.
+        until(c.listener, |r| r.status == 503).await;
+        let mut warming = eds_cluster("dyn", "never");
+        if let Some(cfg) = warming
+            .eds_cluster_config
+            .as_mut()
+            .and_then(|e| e.eds_config.as_mut())
+        {
+            cfg.initial_fetch_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 0,
+                nanos: 300_000_000,
+            });
+        }
+        cp.set(cds_url.clone(), "dyn", any(&warming));
+        // Warming: not in force yet (the route's cluster is unknown: NC, no body).
+        cp.saw("ClusterLoadAssignment").await;
+        let listed = admin_clusters(&c.admin).await;
+        let r = H1::connect(c.listener).await.get("/", &[]).await;
+        if !listed.contains("dyn::") {
+            assert_eq!((r.status, r.body.as_str()), (503, ""), "{r:?}");
+        }
+        // Timed out: in force with no hosts.
+        let r = until(c.listener, |r| r.body == "no healthy upstream").await;
+        assert_eq!(r.status, 503);
+        assert!(
+            admin_clusters(&c.admin)
+                .await
+                .contains("dyn::added_via_api::true")
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap();
+}
