@@ -201,7 +201,7 @@ pub async fn forward(
         Some((_, s)) => s,
         None => &cluster.stats,
     };
-    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
+    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.lb_slot);
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
         let mut resp = out.local(

@@ -96,7 +96,7 @@ impl ClusterClient {
             .clusters
             .get(cluster)
             .ok_or_else(|| ClientError::UnknownCluster(cluster.to_string()))?;
-        let host = lb::choose(&c.hosts(), &c.config.lb, c.index)
+        let host = lb::choose(&c.hosts(), &c.config.lb, c.lb_slot)
             .ok_or_else(|| ClientError::NoHealthyUpstream(cluster.to_string()))?;
         let stats = match c.stat_slot.and_then(|i| self.stats.get(i)) {
             Some(s) => s,

@@ -31,6 +31,10 @@ pub struct UpstreamCluster {
     /// unique within its manager and never reused, so a cluster updated or
     /// re-added over CDS never shares a worker's pool with its predecessor.
     pub index: usize,
+    /// Slot of its per-worker load-balancer cursors: one per cluster name,
+    /// kept across CDS updates (so the workers' cursor tables stay as large
+    /// as the number of names, however many updates).
+    pub lb_slot: usize,
     /// Slot of its per-worker counters (`WorkerStats::clusters`), for clusters
     /// known when the workers started (kept across CDS updates of the same name);
     /// `None` for clusters added later, which count in [`Self::stats`].
@@ -90,6 +94,8 @@ pub struct ClusterManager {
     next_index: AtomicUsize,
     /// How many stat slots the workers have (the clusters known at start).
     stat_slots: usize,
+    /// [`UpstreamCluster::lb_slot`] by cluster name (main thread only).
+    lb_slots: ArcSwap<HashMap<String, usize>>,
 }
 
 impl ClusterManager {
@@ -107,14 +113,20 @@ impl ClusterManager {
             let Some(config) = snapshot.clusters.get(name) else {
                 continue;
             };
-            let c = build(Arc::clone(config), index, Some(index), None, Arc::default())?;
+            let mut c = build(Arc::clone(config), index, Some(index), None, Arc::default())?;
+            c.lb_slot = index;
             by_name.insert(name.clone(), Arc::new(c));
         }
         let n = by_name.len();
+        let lb_slots = by_name
+            .iter()
+            .map(|(name, c)| (name.clone(), c.lb_slot))
+            .collect();
         Ok(Self {
             set: ArcSwap::from_pointee(ClusterSet::from_map(by_name)),
             next_index: AtomicUsize::new(n),
             stat_slots: n,
+            lb_slots: ArcSwap::from_pointee(lb_slots),
         })
     }
 
@@ -144,8 +156,22 @@ impl ClusterManager {
             .map(|p| Arc::clone(&p.stats))
             .unwrap_or_default();
         let hosts = keep.map(|p| p.hosts.load_full());
-        let c = build(config, index, stat_slot, hosts, stats)?;
+        let lb_slot = self.lb_slot(&config.name);
+        let mut c = build(config, index, stat_slot, hosts, stats)?;
+        c.lb_slot = lb_slot;
         Ok(Arc::new(c))
+    }
+
+    /// The load-balancer slot of cluster `name` (a new one for a new name).
+    fn lb_slot(&self, name: &str) -> usize {
+        if let Some(s) = self.lb_slots.load().get(name) {
+            return *s;
+        }
+        let mut slots = HashMap::clone(&self.lb_slots.load());
+        let s = slots.len();
+        slots.insert(name.to_string(), s);
+        self.lb_slots.store(Arc::new(slots));
+        s
     }
 
     /// Puts `publish` in force (replacing the clusters of their names) and
@@ -278,6 +304,7 @@ fn build(
     let hosts = hosts.unwrap_or_else(|| Arc::new(initial_hosts(&config)));
     Ok(UpstreamCluster {
         index,
+        lb_slot: index,
         stat_slot,
         stats,
         hosts: ArcSwap::new(hosts),
