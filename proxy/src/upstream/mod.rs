@@ -31,9 +31,9 @@ pub struct UpstreamCluster {
     /// unique within its manager and never reused, so a cluster updated or
     /// re-added over CDS never shares a worker's pool with its predecessor.
     pub index: usize,
-    /// Slot of its per-worker load-balancer cursors: one per cluster name,
-    /// kept across CDS updates (so the workers' cursor tables stay as large
-    /// as the number of names, however many updates).
+    /// Slot of its per-worker load-balancer cursors: kept across CDS updates
+    /// of the same name, so the workers' cursor tables grow with the names
+    /// added, not with the updates.
     pub lb_slot: usize,
     /// Slot of its per-worker counters (`WorkerStats::clusters`), for clusters
     /// known when the workers started (kept across CDS updates of the same name);
@@ -94,8 +94,8 @@ pub struct ClusterManager {
     next_index: AtomicUsize,
     /// How many stat slots the workers have (the clusters known at start).
     stat_slots: usize,
-    /// [`UpstreamCluster::lb_slot`] by cluster name (main thread only).
-    lb_slots: ArcSwap<HashMap<String, usize>>,
+    /// The next [`UpstreamCluster::lb_slot`] for a new cluster name.
+    next_lb_slot: AtomicUsize,
 }
 
 impl ClusterManager {
@@ -118,15 +118,11 @@ impl ClusterManager {
             by_name.insert(name.clone(), Arc::new(c));
         }
         let n = by_name.len();
-        let lb_slots = by_name
-            .iter()
-            .map(|(name, c)| (name.clone(), c.lb_slot))
-            .collect();
         Ok(Self {
             set: ArcSwap::from_pointee(ClusterSet::from_map(by_name)),
             next_index: AtomicUsize::new(n),
             stat_slots: n,
-            lb_slots: ArcSwap::from_pointee(lb_slots),
+            next_lb_slot: AtomicUsize::new(n),
         })
     }
 
@@ -156,22 +152,14 @@ impl ClusterManager {
             .map(|p| Arc::clone(&p.stats))
             .unwrap_or_default();
         let hosts = keep.map(|p| p.hosts.load_full());
-        let lb_slot = self.lb_slot(&config.name);
+        // A name keeps its slot across updates; only new names take one.
+        let lb_slot = previous.as_ref().map_or_else(
+            || self.next_lb_slot.fetch_add(1, Ordering::Relaxed),
+            |p| p.lb_slot,
+        );
         let mut c = build(config, index, stat_slot, hosts, stats)?;
         c.lb_slot = lb_slot;
         Ok(Arc::new(c))
-    }
-
-    /// The load-balancer slot of cluster `name` (a new one for a new name).
-    fn lb_slot(&self, name: &str) -> usize {
-        if let Some(s) = self.lb_slots.load().get(name) {
-            return *s;
-        }
-        let mut slots = HashMap::clone(&self.lb_slots.load());
-        let s = slots.len();
-        slots.insert(name.to_string(), s);
-        self.lb_slots.store(Arc::new(slots));
-        s
     }
 
     /// Puts `publish` in force (replacing the clusters of their names) and
