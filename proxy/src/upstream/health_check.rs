@@ -52,13 +52,22 @@ pub fn spawn(clusters: &super::ClusterManager) {
 
 /// Starts `c`'s checks (when it has some) until the cluster retires.
 pub fn spawn_one(c: &Arc<UpstreamCluster>) {
+    spawn_checks(c, true);
+}
+
+/// Starts `c`'s checks; with `fresh`, its hosts start unhealthy until a first
+/// pass. A cluster updated over CDS that kept its predecessor's hosts keeps
+/// their health as checked so far (`fresh` false): no traffic blip.
+pub fn spawn_checks(c: &Arc<UpstreamCluster>, fresh: bool) {
     if c.config.health_checks.is_empty() {
         return;
     }
-    for host in c.hosts().hosts() {
-        host.health.failed.store(true, Ordering::Relaxed);
+    if fresh {
+        for host in c.hosts().hosts() {
+            host.health.failed.store(true, Ordering::Relaxed);
+        }
+        super::outlier::republish_now(c);
     }
-    super::outlier::republish_now(c);
     for hc in &c.config.health_checks {
         for host in c.hosts().hosts() {
             tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));

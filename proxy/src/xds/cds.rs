@@ -215,11 +215,20 @@ impl Cds {
         if ready.is_empty() && removed.is_empty() {
             return;
         }
+        // Clusters that took over their predecessor's hosts keep their health.
+        let kept: Vec<bool> = ready
+            .iter()
+            .map(|c| {
+                self.clusters
+                    .get(&c.config.name)
+                    .is_some_and(|old| Arc::ptr_eq(&*old.hosts(), &*c.hosts()))
+            })
+            .collect();
         self.clusters.update(ready.clone(), removed);
-        for c in &ready {
+        for (c, kept) in ready.iter().zip(kept) {
             upstream::spawn_dns_refresh(c);
             upstream::outlier::spawn_one(c);
-            upstream::health_check::spawn_one(c);
+            upstream::health_check::spawn_checks(c, !kept);
         }
     }
 
