@@ -291,6 +291,25 @@ async fn eds_update_keeps_an_ejected_host_ejected() {
             stat_of(&c.admin, "cluster.dyn.outlier_detection.ejections_active").await,
             1
         );
+        // A CDS update of the cluster itself (same EDS service) keeps its hosts
+        // too: the bad one stays out.
+        dyn_cluster.connect_timeout = Some(PDuration {
+            seconds: 2,
+            nanos: 0,
+        });
+        cp.set(cds_url.clone(), "dyn", any(&dyn_cluster));
+        for _ in 0..250 {
+            let dump = get_text(&c.admin, "/config_dump").await;
+            if dump.contains("\"connect_timeout\": \"2s\"") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for _ in 0..30 {
+            let r = H1::connect(c.listener).await.get("/", &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
+        assert_eq!(bad_log.count.load(Ordering::SeqCst), before);
     };
     tokio::time::timeout(Duration::from_secs(60), run)
         .await
