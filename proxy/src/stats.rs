@@ -308,7 +308,11 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
             ];
             counters.into_iter().for_each(Counter::reset);
             c.resilience_counters().into_iter().for_each(Counter::reset);
-            c.rq_code.get().into_iter().flatten().for_each(Counter::reset);
+            c.rq_code
+                .get()
+                .into_iter()
+                .flatten()
+                .for_each(Counter::reset);
             c.rq_xx.iter().for_each(Counter::reset);
         }
     }
