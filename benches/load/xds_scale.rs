@@ -353,8 +353,7 @@ async fn main() -> Result<(), Error> {
     let rss_after = rss_kib(pid);
     let growth = rss_after.saturating_sub(rss_before) as f64 * 1024.0;
     println!(
-        "rss: before {rss_before} KiB, after {rss_after} KiB: {:.0} B per cluster ({:.0} B per cluster with its {m} endpoints, target {} B)",
-        growth / n as f64,
+        "rss: before {rss_before} KiB, after {rss_after} KiB: {:.0} B per cluster with its {m} endpoints (target {} B)",
         growth / n as f64,
         3 * 1024 + 200 * m
     );
