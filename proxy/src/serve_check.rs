@@ -18,12 +18,17 @@ use courier_config::route::{Action, HeaderMutations, RouteConfig};
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     if let Some(d) = &bootstrap.dynamic_resources {
-        // ads_config feeds EDS and RDS (crate::xds); LDS and CDS are not served yet.
+        // ads_config feeds CDS, EDS and RDS (crate::xds); LDS is not served yet.
         if d.lds_config.is_some() {
             problems.push("dynamic_resources.lds_config: LDS is not served yet".to_string());
         }
-        if d.cds_config.is_some() {
-            problems.push("dynamic_resources.cds_config: CDS is not served yet".to_string());
+        if let Some(cds) = &d.cds_config {
+            let mut refuse = |_: &str, what: &str| {
+                problems.push(format!(
+                    "dynamic_resources.cds_config: {what} is not served yet"
+                ));
+            };
+            config_source(cds, "", &mut refuse);
         }
     }
     for (i, c) in bootstrap.clusters.iter().enumerate() {
@@ -43,7 +48,7 @@ pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     }
 }
 
-fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
+pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };

@@ -65,8 +65,11 @@ impl HcmStats {
 pub struct ClusterStats {
     /// `upstream_rq_total`: requests attached to an upstream connection.
     pub rq_total: Counter,
-    /// `upstream_rq_<code>` for codes 100..=599 (index `code - 100`).
-    rq_code: Box<[Counter]>,
+    /// `upstream_rq_<code>` for codes 100..=599 (index `code - 100`), allocated
+    /// at the first response (4 KiB: most of a cluster's memory otherwise, and
+    /// a cluster known over CDS may never be used). Set once; a worker racing
+    /// another one's first response waits for that allocation only.
+    rq_code: std::sync::OnceLock<Box<[Counter]>>,
     /// `upstream_rq_1xx` .. `upstream_rq_5xx`.
     rq_xx: [Counter; 5],
     /// `upstream_cx_total`: connections opened (or attempted).
@@ -99,7 +102,7 @@ impl Default for ClusterStats {
     fn default() -> Self {
         Self {
             rq_total: Counter::default(),
-            rq_code: (100..600).map(|_| Counter::default()).collect(),
+            rq_code: std::sync::OnceLock::new(),
             rq_xx: Default::default(),
             cx_total: Counter::default(),
             cx_connect_fail: Counter::default(),
@@ -152,7 +155,10 @@ impl ClusterStats {
     /// Charges a response code (from the upstream, or a local failure Envoy charges
     /// to the cluster: 503 on connect failure, 504 on timeout).
     pub fn response(&self, status: u16) {
-        if let Some(c) = self.rq_code.get(usize::from(status).wrapping_sub(100)) {
+        let codes = self
+            .rq_code
+            .get_or_init(|| (100..600).map(|_| Counter::default()).collect());
+        if let Some(c) = codes.get(usize::from(status).wrapping_sub(100)) {
             c.inc();
         }
         if let Some(c) = self.rq_xx.get(usize::from(status / 100).wrapping_sub(1)) {
@@ -256,32 +262,44 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             }
         }
         for (name, c) in &w.clusters {
-            let mut add =
-                |stat: &str, v: u64| *out.entry(format!("cluster.{name}.{stat}")).or_default() += v;
-            add("upstream_rq_total", c.rq_total.get());
-            add("upstream_cx_total", c.cx_total.get());
-            add("upstream_cx_connect_fail", c.cx_connect_fail.get());
-            add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
-            add("upstream_cx_none_healthy", c.cx_none_healthy.get());
-            add("upstream_rq_timeout", c.rq_timeout.get());
-            for (stat, v) in c.resilience() {
-                add(stat, v);
-            }
-            // Per-code stats exist once used, as in Envoy.
-            for (i, n) in c.rq_code.iter().enumerate() {
-                if n.get() > 0 {
-                    add(&format!("upstream_rq_{}", i + 100), n.get());
-                }
-            }
-            for (i, n) in c.rq_xx.iter().enumerate() {
-                if n.get() > 0 {
-                    add(&format!("upstream_rq_{}xx", i + 1), n.get());
-                }
-            }
+            cluster_values(c, &mut |stat, v| {
+                *out.entry(format!("cluster.{name}.{stat}")).or_default() += v;
+            });
         }
     }
     out.extend(crate::overload::get().samples());
     out.into_iter().collect()
+}
+
+/// The `cluster.<name>.*` samples of one cluster's counters (clusters added over
+/// CDS count in one set shared by the workers).
+pub fn cluster_samples(name: &str, c: &ClusterStats, out: &mut Vec<Sample>) {
+    cluster_values(c, &mut |stat, v| {
+        out.push((format!("cluster.{name}.{stat}"), v))
+    });
+}
+
+fn cluster_values(c: &ClusterStats, add: &mut dyn FnMut(&str, u64)) {
+    add("upstream_rq_total", c.rq_total.get());
+    add("upstream_cx_total", c.cx_total.get());
+    add("upstream_cx_connect_fail", c.cx_connect_fail.get());
+    add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
+    add("upstream_cx_none_healthy", c.cx_none_healthy.get());
+    add("upstream_rq_timeout", c.rq_timeout.get());
+    for (stat, v) in c.resilience() {
+        add(stat, v);
+    }
+    // Per-code stats exist once used, as in Envoy.
+    for (i, n) in c.rq_code.get().into_iter().flatten().enumerate() {
+        if n.get() > 0 {
+            add(&format!("upstream_rq_{}", i + 100), n.get());
+        }
+    }
+    for (i, n) in c.rq_xx.iter().enumerate() {
+        if n.get() > 0 {
+            add(&format!("upstream_rq_{}xx", i + 1), n.get());
+        }
+    }
 }
 
 /// Zeroes every counter of every worker (`/reset_counters`); gauges
@@ -305,7 +323,11 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
             ];
             counters.into_iter().for_each(Counter::reset);
             c.resilience_counters().into_iter().for_each(Counter::reset);
-            c.rq_code.iter().for_each(Counter::reset);
+            c.rq_code
+                .get()
+                .into_iter()
+                .flatten()
+                .for_each(Counter::reset);
             c.rq_xx.iter().for_each(Counter::reset);
         }
     }

@@ -36,7 +36,7 @@ fn hosts(c: &crate::upstream::UpstreamCluster) -> Vec<(usize, std::sync::Arc<Hos
 /// The text form.
 pub fn text(clusters: &ClusterManager) -> String {
     let mut out = String::new();
-    let mut sorted: Vec<_> = clusters.clusters().iter().collect();
+    let mut sorted = clusters.clusters();
     sorted.sort_by(|a, b| a.config.name.cmp(&b.config.name));
     for c in sorted {
         let name = &c.config.name;
@@ -54,8 +54,10 @@ pub fn text(clusters: &ClusterManager) -> String {
                 let _ = writeln!(out, "{name}::{priority}::{k}::{v}");
             }
         }
-        let _ = writeln!(out, "{name}::added_via_api::false");
-        for (priority, h) in hosts(c) {
+        // Clusters that came over CDS have no per-worker stat slot.
+        let api = c.stat_slot.is_none();
+        let _ = writeln!(out, "{name}::added_via_api::{api}");
+        for (priority, h) in hosts(&c) {
             let addr = &h.address_text;
             for (stat, v, _) in host_stats(&h) {
                 let _ = writeln!(out, "{name}::{addr}::{stat}::{v}");
@@ -79,12 +81,12 @@ pub fn text(clusters: &ClusterManager) -> String {
 /// The JSON form (proto3 JSON: 64-bit values as strings, zero values left out).
 pub fn json(clusters: &ClusterManager) -> serde_json::Value {
     use serde_json::json;
-    let mut sorted: Vec<_> = clusters.clusters().iter().collect();
+    let mut sorted = clusters.clusters();
     sorted.sort_by(|a, b| a.config.name.cmp(&b.config.name));
     let statuses: Vec<serde_json::Value> = sorted
         .into_iter()
         .map(|c| {
-            let host_statuses: Vec<serde_json::Value> = hosts(c)
+            let host_statuses: Vec<serde_json::Value> = hosts(&c)
                 .into_iter()
                 .map(|(priority, h)| {
                     let stats: Vec<serde_json::Value> = host_stats(&h)

@@ -142,7 +142,7 @@ fn pick(cluster: &UpstreamCluster, retry: &Retry<'_>, tried: &[SocketAddr]) -> O
     let set = cluster.hosts();
     let mut last = None;
     for _ in 0..=retry.host_attempts.min(64) {
-        let h = lb::choose(&set, &cluster.config.lb, cluster.index)?;
+        let h = lb::choose(&set, &cluster.config.lb, cluster.lb_slot)?;
         if !retry.previous_hosts || !tried.contains(&h.address) {
             return Some(h);
         }

@@ -196,15 +196,12 @@ pub async fn forward(
             .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         return out.local(Some(&req), status, "", "NC", None);
     };
-    let fallback;
-    let stats: &ClusterStats = match up.stats.clusters.get(cluster.index) {
+    // Clusters added over CDS count in their own (shared) stats.
+    let stats: &ClusterStats = match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
         Some((_, s)) => s,
-        None => {
-            fallback = ClusterStats::default();
-            &fallback
-        }
+        None => &cluster.stats,
     };
-    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.index);
+    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.lb_slot);
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
         let mut resp = out.local(
@@ -272,7 +269,7 @@ pub async fn forward(
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let mut sent = Box::pin(upgrade::send(cluster, host.address, request, stats));
+        let mut sent = Box::pin(upgrade::send(&cluster, host.address, request, stats));
         let last = match action.timeout {
             Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
                 Ok(r) => Ok(r),
@@ -298,7 +295,7 @@ pub async fn forward(
         }
     } else {
         let a = attempt::Attempts {
-            cluster,
+            cluster: &cluster,
             stats,
             high: action.priority == courier_config::route::RoutingPriority::High,
             retry,

@@ -96,18 +96,14 @@ impl ClusterClient {
             .clusters
             .get(cluster)
             .ok_or_else(|| ClientError::UnknownCluster(cluster.to_string()))?;
-        let host = lb::choose(&c.hosts(), &c.config.lb, c.index)
+        let host = lb::choose(&c.hosts(), &c.config.lb, c.lb_slot)
             .ok_or_else(|| ClientError::NoHealthyUpstream(cluster.to_string()))?;
-        let fallback;
-        let stats = match self.stats.get(c.index) {
+        let stats = match c.stat_slot.and_then(|i| self.stats.get(i)) {
             Some(s) => s,
-            None => {
-                fallback = ClusterStats::default();
-                &fallback
-            }
+            None => &c.stats,
         };
         let req = for_protocol(req, c.config.http.protocol);
-        pool::send(c, &host, req, stats)
+        pool::send(&c, &host, req, stats)
             .await
             .map_err(|e| ClientError::Send(e.details()))
     }

@@ -45,25 +45,39 @@ enum Verdict {
 /// Starts the checks of every cluster that has them. Their hosts start
 /// unhealthy until a first pass, as in Envoy (panic mode still routes to them).
 pub fn spawn(clusters: &super::ClusterManager) {
-    for c in clusters.clusters() {
-        if c.config.health_checks.is_empty() {
-            continue;
-        }
+    for c in &clusters.clusters() {
+        spawn_one(c);
+    }
+}
+
+/// Starts `c`'s checks (when it has some) until the cluster retires.
+pub fn spawn_one(c: &Arc<UpstreamCluster>) {
+    spawn_checks(c, true);
+}
+
+/// Starts `c`'s checks; with `fresh`, its hosts start unhealthy until a first
+/// pass. A cluster updated over CDS that kept its predecessor's hosts keeps
+/// their health as checked so far (`fresh` false): no traffic blip.
+pub fn spawn_checks(c: &Arc<UpstreamCluster>, fresh: bool) {
+    if c.config.health_checks.is_empty() {
+        return;
+    }
+    if fresh {
         for host in c.hosts().hosts() {
             host.health.failed.store(true, Ordering::Relaxed);
         }
         super::outlier::republish_now(c);
-        for hc in &c.config.health_checks {
-            for host in c.hosts().hosts() {
-                tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
-            }
+    }
+    for hc in &c.config.health_checks {
+        for host in c.hosts().hosts() {
+            tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
         }
     }
 }
 
 async fn run(cluster: Arc<UpstreamCluster>, hc: HealthCheck, host: Arc<Host>) {
     tokio::time::sleep(jitter(hc.initial_jitter)).await;
-    loop {
+    while !cluster.retired() {
         let verdict = match tokio::time::timeout(hc.timeout, check(&cluster, &hc, &host)).await {
             Ok(v) => v,
             Err(_) => Verdict::Fail,

@@ -294,6 +294,18 @@ fn distribute(availability: &[u32], total: u32) -> Vec<u32> {
 
 /// The hosts of a STATIC cluster (endpoints are IP literals).
 pub fn static_hosts(la: &LoadAssignment) -> HostSet {
+    static_hosts_reusing(la, None)
+}
+
+/// [`static_hosts`], keeping the host objects of `previous` (and so their
+/// health, outlier and request state) whose address, hostname, weight and
+/// health status are unchanged: an EDS update that moves one endpoint leaves
+/// the others as they were.
+pub fn static_hosts_reusing(la: &LoadAssignment, previous: Option<&HostSet>) -> HostSet {
+    // Envoy keys hosts by address; an index keeps large updates linear.
+    let by_addr: std::collections::HashMap<SocketAddr, &Arc<Host>> = previous
+        .map(|p| p.hosts().map(|h| (h.address, h)).collect())
+        .unwrap_or_default();
     let priorities = la
         .priorities
         .iter()
@@ -303,12 +315,17 @@ pub fn static_hosts(la: &LoadAssignment) -> HostSet {
                 .flat_map(|l| l.endpoints.iter())
                 .filter_map(|e| {
                     let ip = e.address.ip?;
-                    Some(Arc::new(Host::new(
-                        std::net::SocketAddr::new(ip, e.address.port),
-                        e.hostname.clone().unwrap_or_default(),
-                        e.weight,
-                        e.health_status.is_healthy(),
-                    )))
+                    let address = SocketAddr::new(ip, e.address.port);
+                    let hostname = e.hostname.clone().unwrap_or_default();
+                    let healthy = e.health_status.is_healthy();
+                    if let Some(h) = by_addr.get(&address).filter(|h| {
+                        h.hostname == hostname
+                            && h.weight == e.weight.max(1)
+                            && h.healthy == healthy
+                    }) {
+                        return Some(Arc::clone(h));
+                    }
+                    Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
                 })
                 .collect()
         })

@@ -22,12 +22,26 @@ use courier_config::snapshot::Snapshot;
 use host::HostSet;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// One cluster as the data plane runs it.
 #[derive(Debug)]
 pub struct UpstreamCluster {
-    /// Position in the cluster manager (indexes per-worker state and stats).
+    /// Identifies this cluster object for per-worker state (pools, LB cursors):
+    /// unique within its manager and never reused, so a cluster updated or
+    /// re-added over CDS never shares a worker's pool with its predecessor.
     pub index: usize,
+    /// Slot of its per-worker load-balancer cursors: kept across CDS updates
+    /// of the same name, so the workers' cursor tables grow with the names
+    /// added, not with the updates.
+    pub lb_slot: usize,
+    /// Slot of its per-worker counters (`WorkerStats::clusters`), for clusters
+    /// known when the workers started (kept across CDS updates of the same name);
+    /// `None` for clusters added later, which count in [`Self::stats`].
+    pub stat_slot: Option<usize>,
+    /// Counters of a cluster added over CDS (shared by the workers, and by the
+    /// versions of the cluster that CDS updates).
+    pub stats: Arc<crate::stats::ClusterStats>,
     /// Its config.
     pub config: Arc<Cluster>,
     /// Its current hosts.
@@ -38,6 +52,9 @@ pub struct UpstreamCluster {
     pub circuit: circuit::Circuit,
     /// Outlier detection, when configured.
     pub outlier: Option<outlier::Detector>,
+    /// Set when CDS removed or replaced it: its background tasks (DNS refresh,
+    /// outlier sweeps, health checks) stop at their next tick.
+    retired: AtomicBool,
 }
 
 impl UpstreamCluster {
@@ -45,13 +62,40 @@ impl UpstreamCluster {
     pub fn hosts(&self) -> arc_swap::Guard<Arc<HostSet>> {
         self.hosts.load()
     }
+
+    /// Whether CDS removed or replaced it.
+    pub fn retired(&self) -> bool {
+        self.retired.load(Ordering::Relaxed)
+    }
 }
 
-/// Every cluster of the snapshot, by name.
+/// The clusters in force, by name and sorted by name.
+#[derive(Debug, Default)]
+struct ClusterSet {
+    by_name: HashMap<String, Arc<UpstreamCluster>>,
+    sorted: Vec<Arc<UpstreamCluster>>,
+}
+
+impl ClusterSet {
+    fn from_map(by_name: HashMap<String, Arc<UpstreamCluster>>) -> Self {
+        let mut sorted: Vec<_> = by_name.values().cloned().collect();
+        sorted.sort_by(|a, b| a.config.name.cmp(&b.config.name));
+        Self { by_name, sorted }
+    }
+}
+
+/// Every cluster in force, by name. The set is published with one `ArcSwap`
+/// store (CDS adds, replaces and removes clusters on the main thread); workers
+/// read it lock-free at each request.
 #[derive(Debug, Default)]
 pub struct ClusterManager {
-    by_name: HashMap<String, usize>,
-    clusters: Vec<Arc<UpstreamCluster>>,
+    set: ArcSwap<ClusterSet>,
+    /// The next [`UpstreamCluster::index`].
+    next_index: AtomicUsize,
+    /// How many stat slots the workers have (the clusters known at start).
+    stat_slots: usize,
+    /// The next [`UpstreamCluster::lb_slot`] for a new cluster name.
+    next_lb_slot: AtomicUsize,
 }
 
 impl ClusterManager {
@@ -65,39 +109,90 @@ impl ClusterManager {
         let mut names: Vec<&String> = snapshot.clusters.keys().collect();
         names.sort();
         let mut by_name = HashMap::with_capacity(names.len());
-        let mut clusters = Vec::with_capacity(names.len());
         for (index, name) in names.into_iter().enumerate() {
             let Some(config) = snapshot.clusters.get(name) else {
                 continue;
             };
-            let tls = match &config.tls {
-                Some(t) => Some(
-                    tls::UpstreamTlsContext::new(t, config.http.protocol)
-                        .map_err(|e| format!("cluster {name}: TLS: {e}"))?,
-                ),
-                None => None,
-            };
-            let hosts = initial_hosts(config);
-            by_name.insert(name.clone(), index);
-            clusters.push(Arc::new(UpstreamCluster {
-                index,
-                config: Arc::clone(config),
-                hosts: ArcSwap::from_pointee(hosts),
-                tls,
-                circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
-                outlier: config.outlier_detection.clone().map(outlier::Detector::new),
-            }));
+            let mut c = build(Arc::clone(config), index, Some(index), None, Arc::default())?;
+            c.lb_slot = index;
+            by_name.insert(name.clone(), Arc::new(c));
         }
-        Ok(Self { by_name, clusters })
+        let n = by_name.len();
+        Ok(Self {
+            set: ArcSwap::from_pointee(ClusterSet::from_map(by_name)),
+            next_index: AtomicUsize::new(n),
+            stat_slots: n,
+            next_lb_slot: AtomicUsize::new(n),
+        })
     }
 
     /// The cluster named `name`.
-    pub fn get(&self, name: &str) -> Option<&Arc<UpstreamCluster>> {
-        self.by_name.get(name).and_then(|&i| self.clusters.get(i))
+    pub fn get(&self, name: &str) -> Option<Arc<UpstreamCluster>> {
+        self.set.load().by_name.get(name).cloned()
+    }
+
+    /// Builds the cluster of `config` for [`Self::publish`]: when a cluster of
+    /// that name is in force with the same endpoints (the same load assignment,
+    /// or the same EDS service), the new one starts with its host objects, so
+    /// their health, outlier and request state carry over. DNS clusters are
+    /// resolved here, blocking (the main thread).
+    pub fn prepare(&self, config: Arc<Cluster>) -> Result<Arc<UpstreamCluster>, String> {
+        let previous = self.get(&config.name);
+        let stat_slot = previous
+            .as_ref()
+            .and_then(|p| p.stat_slot)
+            .filter(|s| *s < self.stat_slots);
+        let index = self.next_index.fetch_add(1, Ordering::Relaxed);
+        let keep = previous.as_ref().filter(|p| {
+            p.config.discovery == config.discovery
+                && p.config.load_assignment == config.load_assignment
+        });
+        let stats = previous
+            .as_ref()
+            .map(|p| Arc::clone(&p.stats))
+            .unwrap_or_default();
+        let hosts = keep.map(|p| p.hosts.load_full());
+        // A name keeps its slot across updates; only new names take one.
+        let lb_slot = previous.as_ref().map_or_else(
+            || self.next_lb_slot.fetch_add(1, Ordering::Relaxed),
+            |p| p.lb_slot,
+        );
+        let mut c = build(config, index, stat_slot, hosts, stats)?;
+        c.lb_slot = lb_slot;
+        Ok(Arc::new(c))
+    }
+
+    /// Puts `publish` in force (replacing the clusters of their names) and
+    /// takes `remove` out (routes to them answer 503, NC, as in Envoy), in one store (one new
+    /// set for a whole CDS response, however many clusters it has). Replaced
+    /// and removed clusters retire. Returns how many clusters were removed.
+    pub fn update(&self, publish: Vec<Arc<UpstreamCluster>>, remove: &[String]) -> usize {
+        let mut retired = Vec::new();
+        self.set.rcu(|set| {
+            retired.clear();
+            let mut by_name = set.by_name.clone();
+            for c in &publish {
+                if let Some(old) = by_name.insert(c.config.name.clone(), Arc::clone(c)) {
+                    retired.push((old, false));
+                }
+            }
+            for name in remove {
+                if let Some(old) = by_name.remove(name) {
+                    retired.push((old, true));
+                }
+            }
+            ClusterSet::from_map(by_name)
+        });
+        for (old, _) in &retired {
+            old.retired.store(true, Ordering::Relaxed);
+        }
+        retired.iter().filter(|(_, removed)| *removed).count()
     }
 
     /// Replaces the hosts of EDS cluster `name` with those of an accepted
     /// ClusterLoadAssignment (`None`: the assignment was removed, no hosts).
+    /// Hosts whose address, hostname, weight and health status are unchanged
+    /// keep their objects (and so outlier, health-check and request state).
     /// Workers see the new set at their next host pick.
     pub fn set_eds_hosts(
         &self,
@@ -107,47 +202,106 @@ impl ClusterManager {
         let Some(c) = self.get(name) else {
             return false;
         };
-        if !matches!(c.config.discovery, Discovery::Eds { .. }) {
-            return false;
-        }
-        c.hosts
-            .store(Arc::new(la.map(host::static_hosts).unwrap_or_default()));
-        true
+        set_eds_hosts(&c, la)
     }
 
-    /// Every cluster, by index.
-    pub fn clusters(&self) -> &[Arc<UpstreamCluster>] {
-        &self.clusters
+    /// Every cluster in force, sorted by name.
+    pub fn clusters(&self) -> Vec<Arc<UpstreamCluster>> {
+        self.set.load().sorted.clone()
+    }
+
+    /// The counters of clusters added over CDS (the others are per worker).
+    pub fn dynamic_samples(&self, out: &mut Vec<crate::stats::Sample>) {
+        for c in &self.set.load().sorted {
+            if c.stat_slot.is_none() {
+                crate::stats::cluster_samples(c.config.stat_name(), &c.stats, out);
+            }
+        }
     }
 
     /// Starts re-resolving the DNS clusters every `dns_refresh_rate`, on the current
     /// (main thread's) runtime.
     pub fn spawn_dns_refresh(self: &Arc<Self>) {
-        for c in &self.clusters {
-            let Some((dns, logical)) = dns::dns_kind(&c.config.discovery) else {
-                continue;
-            };
-            let Some(la) = c.config.load_assignment.clone() else {
-                continue;
-            };
-            let (family, every) = (dns.lookup_family, dns.refresh_rate);
-            let cluster = Arc::clone(c);
-            tokio::spawn(async move {
-                let mut tick = tokio::time::interval(every);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                // The first tick fires at once; startup already resolved.
-                tick.tick().await;
-                loop {
-                    tick.tick().await;
-                    if let Some(answers) = dns::resolve(&la, family).await {
-                        let previous = cluster.hosts.load_full();
-                        let set = dns::host_set(&la, &answers, logical, Some(&previous));
-                        cluster.hosts.store(Arc::new(set));
-                    }
-                }
-            });
+        for c in &self.clusters() {
+            spawn_dns_refresh(c);
         }
     }
+}
+
+/// [`ClusterManager::set_eds_hosts`] on one cluster.
+pub fn set_eds_hosts(
+    c: &UpstreamCluster,
+    la: Option<&courier_config::cluster::LoadAssignment>,
+) -> bool {
+    if !matches!(c.config.discovery, Discovery::Eds { .. }) {
+        return false;
+    }
+    let previous = c.hosts.load_full();
+    let set = match la {
+        Some(la) => host::static_hosts_reusing(la, Some(&previous)),
+        None => HostSet::default(),
+    };
+    c.hosts.store(Arc::new(set));
+    true
+}
+
+/// Starts re-resolving `c` every `dns_refresh_rate` (DNS clusters only) until it
+/// retires.
+pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
+    let Some((dns, logical)) = dns::dns_kind(&c.config.discovery) else {
+        return;
+    };
+    let Some(la) = c.config.load_assignment.clone() else {
+        return;
+    };
+    let (family, every) = (dns.lookup_family, dns.refresh_rate);
+    let cluster = Arc::clone(c);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // The first tick fires at once; startup already resolved.
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if cluster.retired() {
+                return;
+            }
+            if let Some(answers) = dns::resolve(&la, family).await {
+                let previous = cluster.hosts.load_full();
+                let set = dns::host_set(&la, &answers, logical, Some(&previous));
+                cluster.hosts.store(Arc::new(set));
+            }
+        }
+    });
+}
+
+fn build(
+    config: Arc<Cluster>,
+    index: usize,
+    stat_slot: Option<usize>,
+    hosts: Option<Arc<HostSet>>,
+    stats: Arc<crate::stats::ClusterStats>,
+) -> Result<UpstreamCluster, String> {
+    let tls = match &config.tls {
+        Some(t) => Some(
+            tls::UpstreamTlsContext::new(t, config.http.protocol)
+                .map_err(|e| format!("cluster {}: TLS: {e}", config.name))?,
+        ),
+        None => None,
+    };
+    let hosts = hosts.unwrap_or_else(|| Arc::new(initial_hosts(&config)));
+    Ok(UpstreamCluster {
+        index,
+        lb_slot: index,
+        stat_slot,
+        stats,
+        hosts: ArcSwap::new(hosts),
+        tls,
+        circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
+        outlier: config.outlier_detection.clone().map(outlier::Detector::new),
+        config,
+        retired: AtomicBool::new(false),
+    })
 }
 
 fn initial_hosts(c: &Cluster) -> HostSet {

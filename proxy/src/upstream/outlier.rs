@@ -10,7 +10,7 @@
 mod detector;
 mod sweep;
 
-pub use detector::{Detector, samples, spawn};
+pub use detector::{Detector, samples, spawn, spawn_one};
 
 use super::UpstreamCluster;
 use super::host::Host;

@@ -69,6 +69,15 @@ pub fn sotw_response(state: &(u64, Arc<Resources>), type_url: &str) -> Discovery
 }
 
 pub fn delta_response(state: &(u64, Arc<Resources>), type_url: &str) -> DeltaDiscoveryResponse {
+    delta_response_removing(state, type_url, &[])
+}
+
+/// A Delta response with every current resource and `removed` names.
+pub fn delta_response_removing(
+    state: &(u64, Arc<Resources>),
+    type_url: &str,
+    removed: &[String],
+) -> DeltaDiscoveryResponse {
     let resources = state
         .1
         .get(type_url)
@@ -86,6 +95,7 @@ pub fn delta_response(state: &(u64, Arc<Resources>), type_url: &str) -> DeltaDis
     DeltaDiscoveryResponse {
         system_version_info: state.0.to_string(),
         resources,
+        removed_resources: removed.to_vec(),
         type_url: type_url.into(),
         nonce: format!("{}-{type_url}", state.0),
         ..Default::default()
@@ -156,6 +166,7 @@ impl AggregatedDiscoveryService for Cp {
         let (tx, rx) = mpsc::channel(16);
         let (mut state, requests) = (self.state.clone(), self.requests.clone());
         tokio::spawn(async move {
+            let mut sent: HashMap<String, Vec<String>> = HashMap::new();
             let mut subscribed: Vec<String> = Vec::new();
             loop {
                 tokio::select! {
@@ -167,7 +178,10 @@ impl AggregatedDiscoveryService for Cp {
                             subscribed.push(req.type_url.clone());
                         }
                         if !req.resource_names_subscribe.is_empty() {
-                            let resp = delta_response(&state.borrow(), &req.type_url);
+                            let cur = state.borrow().clone();
+                            let names = cur.1.get(&req.type_url).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+                            sent.insert(req.type_url.clone(), names);
+                            let resp = delta_response(&cur, &req.type_url);
                             if tx.send(Ok(resp)).await.is_err() { return; }
                         }
                     }
@@ -175,7 +189,11 @@ impl AggregatedDiscoveryService for Cp {
                         if r.is_err() { return; }
                         let cur = state.borrow().clone();
                         for t in &subscribed {
-                            if tx.send(Ok(delta_response(&cur, t))).await.is_err() { return; }
+                            // Names sent before and gone now go out as removed.
+                            let now: Vec<String> = cur.1.get(t).map(|m| m.keys().cloned().collect()).unwrap_or_default();
+                            let before = sent.insert(t.clone(), now.clone()).unwrap_or_default();
+                            let removed: Vec<String> = before.into_iter().filter(|n| !now.contains(n)).collect();
+                            if tx.send(Ok(delta_response_removing(&cur, t, &removed))).await.is_err() { return; }
                         }
                     }
                 }
@@ -250,6 +268,18 @@ impl ControlPlane {
             *v += 1;
             let mut next = Resources::clone(r);
             next.entry(type_url).or_default().insert(name.into(), any);
+            *r = Arc::new(next);
+        });
+    }
+
+    /// Takes resource `name` of `type_url` away.
+    pub fn remove(&self, type_url: &str, name: &str) {
+        self.state.send_modify(|(v, r)| {
+            *v += 1;
+            let mut next = Resources::clone(r);
+            if let Some(m) = next.get_mut(type_url) {
+                m.remove(name);
+            }
             *r = Arc::new(next);
         });
     }

@@ -203,29 +203,34 @@ fn events(cluster: &UpstreamCluster, d: &Detector) -> bool {
 
 /// Starts every cluster's detector on the current (main thread's) runtime.
 pub fn spawn(clusters: &ClusterManager) {
-    for c in clusters.clusters() {
-        if c.outlier.is_none() {
-            continue;
-        }
-        let cluster = Arc::clone(c);
-        tokio::spawn(async move {
-            let Some(d) = cluster.outlier.as_ref() else {
-                return;
-            };
-            let mut tick = tokio::time::interval(d.config.interval);
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                let changed = tokio::select! {
-                    _ = d.wake.notified() => events(&cluster, d),
-                    _ = tick.tick() => super::sweep::sweep(&cluster, d),
-                };
-                if changed {
-                    republish(&cluster);
-                }
-            }
-        });
+    for c in &clusters.clusters() {
+        spawn_one(c);
     }
+}
+
+/// Starts `c`'s detector (when it has one) until the cluster retires.
+pub fn spawn_one(c: &Arc<UpstreamCluster>) {
+    if c.outlier.is_none() {
+        return;
+    }
+    let cluster = Arc::clone(c);
+    tokio::spawn(async move {
+        let Some(d) = cluster.outlier.as_ref() else {
+            return;
+        };
+        let mut tick = tokio::time::interval(d.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        while !cluster.retired() {
+            let changed = tokio::select! {
+                _ = d.wake.notified() => events(&cluster, d),
+                _ = tick.tick() => super::sweep::sweep(&cluster, d),
+            };
+            if changed {
+                republish(&cluster);
+            }
+        }
+    });
 }
 
 #[cfg(test)]

@@ -1,13 +1,16 @@
-//! Wires the xDS client (courier-xds) into the data plane: EDS for EDS clusters
-//! (their per-cluster `ArcSwap<HostSet>`) and RDS for connection managers with
-//! `rds` (a new snapshot sharing every unchanged part, swapped in with one
+//! Wires the xDS client (courier-xds) into the data plane: CDS and EDS into the
+//! cluster manager ([`cds`]: clusters published with one `ArcSwap` store, EDS
+//! hosts in each cluster's `ArcSwap<HostSet>`) and RDS for connection managers
+//! with `rds` (a new snapshot sharing every unchanged part, swapped in with one
 //! store; workers pick it up at their next request). Runs on the main thread.
+
+mod cds;
 
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
 use courier_config::Bootstrap;
 use courier_config::cluster::Discovery;
-use courier_config::config_source::ConfigSource;
+use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::listener::hcm::RouteSpecifier;
 use courier_config::resource::Resource;
 use courier_config::snapshot::Snapshot;
@@ -27,32 +30,17 @@ use tonic::transport::Channel;
 /// How often `path_config_source` files are checked for a change.
 const FILE_POLL: Duration = Duration::from_millis(200);
 
-/// Applies accepted EDS and RDS updates to the running data plane.
+/// Applies accepted CDS, EDS and RDS updates to the running data plane.
 struct Apply {
     snapshot: Arc<ArcSwap<Snapshot>>,
-    clusters: Arc<ClusterManager>,
-    /// EDS service name -> the clusters that use it.
-    eds: HashMap<String, Vec<String>>,
+    cds: Arc<cds::Cds>,
 }
 
 impl Consumer for Apply {
     fn apply(&self, u: &Update) -> Verdict {
         match u.type_ {
-            ResourceType::Endpoints => {
-                for up in &u.upserts {
-                    if let Resource::LoadAssignment(la) = &*up.resource {
-                        for c in self.eds.get(&up.name).into_iter().flatten() {
-                            self.clusters.set_eds_hosts(c, Some(la));
-                        }
-                    }
-                }
-                for name in &u.removed {
-                    for c in self.eds.get(name).into_iter().flatten() {
-                        self.clusters.set_eds_hosts(c, None);
-                    }
-                }
-                Verdict::accept()
-            }
+            ResourceType::Endpoints => self.cds.endpoints(u),
+            ResourceType::Cluster => self.cds.clusters(u),
             ResourceType::RouteConfig => self.routes(u),
             other => Verdict {
                 rejected: u
@@ -104,6 +92,18 @@ impl Apply {
         self.snapshot.store(Arc::new(next));
         verdict
     }
+}
+
+/// The config source kinds that deliver `t`.
+fn config_sources_of(
+    kinds: &[(ResourceType, ConfigSourceKind)],
+    t: ResourceType,
+) -> Vec<ConfigSourceKind> {
+    kinds
+        .iter()
+        .filter(|(k, _)| *k == t)
+        .map(|(_, kind)| kind.clone())
+        .collect()
 }
 
 /// Reaches `envoy_grpc` clusters through their current hosts (plaintext h2).
@@ -195,8 +195,8 @@ pub struct Xds {
     pub initial_fetch_timeout: Option<Duration>,
 }
 
-/// Starts the xDS client when the bootstrap has EDS clusters or RDS connection
-/// managers; `None` when it has neither. Call within the main thread's runtime.
+/// Starts the xDS client when the bootstrap has CDS, EDS clusters or RDS
+/// connection managers; `None` when it has none. Call within the main thread's runtime.
 pub fn start(
     bootstrap: &Bootstrap,
     snapshot: &Arc<ArcSwap<Snapshot>>,
@@ -228,6 +228,32 @@ pub fn start(
                 rds.insert(route_config_name.clone());
                 sources.push((ResourceType::RouteConfig, config_source.clone()));
             }
+        }
+    }
+    let cds_config = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .and_then(|d| d.cds_config.clone());
+    if let Some(cs) = &cds_config {
+        sources.push((ResourceType::Cluster, cs.clone()));
+        // Clusters arriving over CDS get their endpoints over ADS when the
+        // bootstrap has it (streams are set up here, once).
+        let has_ads = bootstrap
+            .dynamic_resources
+            .as_ref()
+            .is_some_and(|d| d.ads_config.is_some());
+        if has_ads
+            && !sources
+                .iter()
+                .any(|(t, s)| *t == ResourceType::Endpoints && s.kind == ConfigSourceKind::Ads)
+        {
+            sources.push((
+                ResourceType::Endpoints,
+                ConfigSource {
+                    kind: ConfigSourceKind::Ads,
+                    initial_fetch_timeout: cs.initial_fetch_timeout,
+                },
+            ));
         }
     }
     if sources.is_empty() {
@@ -262,6 +288,10 @@ pub fn start(
         config.ads =
             Some(from_config::grpc_source(ads, &resolve).map_err(|e| format!("ads_config: {e}"))?);
     }
+    let distinct_kinds: Vec<(ResourceType, ConfigSourceKind)> = distinct
+        .iter()
+        .map(|(t, cs)| (*t, cs.kind.clone()))
+        .collect();
     for (t, cs) in distinct {
         let source = from_config::source(&cs, t, &resolve, FILE_POLL)?;
         if matches!(source, Source::Ads) && config.ads.is_none() {
@@ -271,17 +301,27 @@ pub fn start(
         }
         config.sources.push((t, source));
     }
-    let consumer = Apply {
-        snapshot: Arc::clone(snapshot),
-        clusters: Arc::clone(clusters),
+    let eds_kinds = config_sources_of(&distinct_kinds, ResourceType::Endpoints);
+    let cds = Arc::new(cds::Cds::new(
+        Arc::clone(clusters),
+        bootstrap.clusters.iter().map(|c| c.name.clone()).collect(),
         eds,
-    };
-    let names: BTreeSet<String> = consumer.eds.keys().cloned().collect();
+        eds_kinds,
+        cds_config.map(|c| c.kind),
+    ));
     config.interest = vec![
-        (ResourceType::Endpoints, Interest::Names(names)),
+        (
+            ResourceType::Endpoints,
+            Interest::Names(cds.initial_eds_interest()),
+        ),
         (ResourceType::RouteConfig, Interest::Names(rds)),
     ];
+    let consumer = Apply {
+        snapshot: Arc::clone(snapshot),
+        cds: Arc::clone(&cds),
+    };
     let client = Client::start(config, Arc::new(consumer));
+    cds.handle.store(Some(Arc::new(client.handle())));
     Ok(Some(Xds {
         client,
         initial_fetch_timeout,
@@ -338,6 +378,12 @@ fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
         out.push(serde_json::json!({
             "@type": format!("{TYPE}RoutesConfigDump"),
             "dynamic_route_configs": entries(ResourceType::RouteConfig, "route_config"),
+        }));
+    }
+    if handle.delivers(ResourceType::Cluster) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}ClustersConfigDump"),
+            "dynamic_active_clusters": entries(ResourceType::Cluster, "cluster"),
         }));
     }
     if handle.delivers(ResourceType::Endpoints) {

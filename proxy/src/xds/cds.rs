@@ -1,0 +1,281 @@
+//! CDS and EDS applied to the cluster manager: clusters added, updated and
+//! removed over xDS (each published with one `ArcSwap` store, so workers see
+//! the new set at their next request), and EDS clusters warming until their
+//! first ClusterLoadAssignment (or their source's `initial_fetch_timeout`).
+//! Runs on the main thread (the xDS client's runtime).
+
+use crate::upstream::{self, ClusterManager, UpstreamCluster};
+use arc_swap::ArcSwapOption;
+use courier_config::cluster::Discovery;
+use courier_config::config_source::ConfigSourceKind;
+use courier_config::resource::Resource;
+use courier_xds::{Interest, ResourceType, Update, Verdict, XdsHandle};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+
+/// The cluster side of the xDS consumer.
+pub(super) struct Cds {
+    clusters: Arc<ClusterManager>,
+    /// Main-thread state. `apply` and the warming timers run on the same
+    /// current-thread runtime and never hold it across an await, so `try_lock`
+    /// always succeeds there.
+    state: tokio::sync::Mutex<State>,
+    /// Set once the client runs (EDS interest follows the EDS clusters).
+    pub(super) handle: ArcSwapOption<XdsHandle>,
+    /// Bootstrap clusters: CDS does not replace or remove them (as Envoy).
+    static_names: HashSet<String>,
+    /// EDS service -> the bootstrap clusters that use it.
+    static_eds: HashMap<String, Vec<String>>,
+    /// The config sources that deliver EDS (streams are set up at start).
+    eds_kinds: Vec<ConfigSourceKind>,
+    /// CDS's own source (what `self: {}` means in a cluster's `eds_config`).
+    cds_kind: Option<ConfigSourceKind>,
+}
+
+#[derive(Default)]
+struct State {
+    /// EDS service -> dynamic clusters using it (in force or warming).
+    eds: HashMap<String, BTreeSet<String>>,
+    /// Dynamic EDS cluster -> its service.
+    service_of: HashMap<String, String>,
+    /// EDS clusters waiting for their first assignment.
+    warming: HashMap<String, Arc<UpstreamCluster>>,
+}
+
+impl Cds {
+    pub(super) fn new(
+        clusters: Arc<ClusterManager>,
+        static_names: HashSet<String>,
+        static_eds: HashMap<String, Vec<String>>,
+        eds_kinds: Vec<ConfigSourceKind>,
+        cds_kind: Option<ConfigSourceKind>,
+    ) -> Self {
+        Self {
+            clusters,
+            state: tokio::sync::Mutex::new(State::default()),
+            handle: ArcSwapOption::empty(),
+            static_names,
+            static_eds,
+            eds_kinds,
+            cds_kind,
+        }
+    }
+
+    /// The EDS names wanted at start.
+    pub(super) fn initial_eds_interest(&self) -> BTreeSet<String> {
+        self.static_eds.keys().cloned().collect()
+    }
+
+    /// Applies accepted ClusterLoadAssignments: in-force clusters get their new
+    /// hosts; warming ones get them and go into force.
+    pub(super) fn endpoints(&self, u: &Update) -> Verdict {
+        let Ok(mut st) = self.state.try_lock() else {
+            return busy(u);
+        };
+        let mut warmed = Vec::new();
+        for up in &u.upserts {
+            if let Resource::LoadAssignment(la) = &*up.resource {
+                for c in self.users(&st, &up.name) {
+                    match st.warming.remove(&c) {
+                        Some(w) => {
+                            upstream::set_eds_hosts(&w, Some(la));
+                            warmed.push(w);
+                        }
+                        None => {
+                            self.clusters.set_eds_hosts(&c, Some(la));
+                        }
+                    }
+                }
+            }
+        }
+        self.publish(warmed, &[]);
+        for name in &u.removed {
+            for c in self.users(&st, name) {
+                self.clusters.set_eds_hosts(&c, None);
+            }
+        }
+        Verdict::accept()
+    }
+
+    /// Applies accepted clusters and removals; rejects clusters this data
+    /// plane cannot run (with the field path), the others apply.
+    pub(super) fn clusters(self: &Arc<Self>, u: &Update) -> Verdict {
+        let Ok(mut st) = self.state.try_lock() else {
+            return busy(u);
+        };
+        let mut verdict = Verdict::accept();
+        let mut ready = Vec::new();
+        for up in &u.upserts {
+            let Resource::Cluster(c) = &*up.resource else {
+                continue;
+            };
+            match self.upsert(&mut st, c) {
+                Ok(Some(c)) => ready.push(c),
+                Ok(None) => {}
+                Err(why) => verdict.rejected.push((up.name.clone(), why)),
+            }
+        }
+        let mut removed = Vec::new();
+        for name in &u.removed {
+            if self.static_names.contains(name) {
+                continue;
+            }
+            st.warming.remove(name);
+            forget_service(&mut st, name);
+            removed.push(name.clone());
+        }
+        // One new cluster set for the whole response.
+        self.publish(ready, &removed);
+        self.set_eds_interest(&st);
+        verdict
+    }
+
+    /// Checks and builds cluster `c`: `Some` when it can go into force now,
+    /// `None` when it warms.
+    fn upsert(
+        self: &Arc<Self>,
+        st: &mut State,
+        c: &courier_config::cluster::Cluster,
+    ) -> Result<Option<Arc<UpstreamCluster>>, String> {
+        if self.static_names.contains(&c.name) {
+            return Err("a static cluster of the same name is in force".into());
+        }
+        let mut problems = Vec::new();
+        crate::serve_check::cluster(c, "", &mut problems);
+        if !problems.is_empty() {
+            let problems: Vec<&str> = problems
+                .iter()
+                .map(|p| p.strip_prefix('.').unwrap_or(p))
+                .collect();
+            return Err(problems.join("; "));
+        }
+        let eds = match &c.discovery {
+            Discovery::Eds {
+                config,
+                service_name,
+            } => {
+                let kind = match &config.kind {
+                    ConfigSourceKind::SelfSource => self.cds_kind.as_ref(),
+                    k => Some(k),
+                };
+                if !kind.is_some_and(|k| self.eds_kinds.contains(k)) {
+                    return Err("eds_cluster_config.eds_config: an EDS source not in the \
+                                bootstrap is not served yet"
+                        .into());
+                }
+                Some((service_name.clone(), config.initial_fetch_timeout))
+            }
+            _ => None,
+        };
+        let previous = self.clusters.get(&c.name);
+        let prepared = self.clusters.prepare(Arc::new(c.clone()))?;
+        st.warming.remove(&c.name);
+        forget_service(st, &c.name);
+        let Some((service, timeout)) = eds else {
+            return Ok(Some(prepared));
+        };
+        st.eds
+            .entry(service.clone())
+            .or_default()
+            .insert(c.name.clone());
+        st.service_of.insert(c.name.clone(), service.clone());
+        // Same endpoints as the cluster in force: its hosts carried over.
+        if previous.is_some_and(|p| p.config.discovery == c.discovery) {
+            return Ok(Some(prepared));
+        }
+        // The assignment may already be here (another cluster uses the service).
+        if let Some(la) = self.known_assignment(&service) {
+            upstream::set_eds_hosts(&prepared, Some(&la));
+            return Ok(Some(prepared));
+        }
+        st.warming.insert(c.name.clone(), Arc::clone(&prepared));
+        if let Some(t) = timeout {
+            let me = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(t).await;
+                let mut st = me.state.lock().await;
+                let name = &prepared.config.name;
+                if st
+                    .warming
+                    .get(name)
+                    .is_some_and(|w| Arc::ptr_eq(w, &prepared))
+                {
+                    st.warming.remove(name);
+                    tracing::warn!(cluster = %name, "EDS initial fetch timed out; cluster in force without endpoints");
+                    me.publish(vec![prepared], &[]);
+                }
+            });
+        }
+        Ok(None)
+    }
+
+    /// Puts `ready` in force and `removed` out (one store), and starts the new
+    /// clusters' background work.
+    fn publish(&self, ready: Vec<Arc<UpstreamCluster>>, removed: &[String]) {
+        if ready.is_empty() && removed.is_empty() {
+            return;
+        }
+        // Clusters that took over their predecessor's hosts keep their health.
+        let kept: Vec<bool> = ready
+            .iter()
+            .map(|c| {
+                self.clusters
+                    .get(&c.config.name)
+                    .is_some_and(|old| Arc::ptr_eq(&*old.hosts(), &*c.hosts()))
+            })
+            .collect();
+        self.clusters.update(ready.clone(), removed);
+        for (c, kept) in ready.iter().zip(kept) {
+            upstream::spawn_dns_refresh(c);
+            upstream::outlier::spawn_one(c);
+            upstream::health_check::spawn_checks(c, !kept);
+        }
+    }
+
+    /// The clusters (static and dynamic) fed by EDS service `service`.
+    fn users(&self, st: &State, service: &str) -> Vec<String> {
+        let mut out: Vec<String> = self.static_eds.get(service).cloned().unwrap_or_default();
+        out.extend(st.eds.get(service).into_iter().flatten().cloned());
+        out
+    }
+
+    fn known_assignment(&self, service: &str) -> Option<courier_config::cluster::LoadAssignment> {
+        let handle = self.handle.load_full()?;
+        let st = handle.store().get(ResourceType::Endpoints);
+        match &*st.resources.get(service)?.resource {
+            Resource::LoadAssignment(la) => Some(la.clone()),
+            _ => None,
+        }
+    }
+
+    fn set_eds_interest(&self, st: &State) {
+        let Some(handle) = self.handle.load_full() else {
+            return;
+        };
+        let mut names = self.initial_eds_interest();
+        names.extend(st.eds.keys().cloned());
+        handle.set_interest(ResourceType::Endpoints, Interest::Names(names));
+    }
+}
+
+fn forget_service(st: &mut State, cluster: &str) {
+    if let Some(service) = st.service_of.remove(cluster)
+        && let Some(users) = st.eds.get_mut(&service)
+    {
+        users.remove(cluster);
+        if users.is_empty() {
+            st.eds.remove(&service);
+        }
+    }
+}
+
+/// Unreachable in practice (see [`Cds::state`]): rejects rather than block.
+fn busy(u: &Update) -> Verdict {
+    Verdict {
+        rejected: u
+            .upserts
+            .iter()
+            .map(|up| (up.name.clone(), "cluster manager busy; retry".to_string()))
+            .collect(),
+    }
+}

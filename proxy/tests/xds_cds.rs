@@ -1,0 +1,363 @@
+//! courier's CDS over ADS, end to end (SotW and Delta): the real binary, the
+//! in-repo tonic control plane and echo upstreams. A cluster arrives and is
+//! routed to, is updated (traffic follows), turns into an EDS cluster that warms
+//! until its endpoints arrive (the old one serves meanwhile), a bad cluster is
+//! NACKed by name while its sibling applies, and a removed cluster answers 503
+//! as Envoy's unknown cluster does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+mod xds_support;
+
+use envoy_types::pb::envoy::config::cluster::v3::{
+    CircuitBreakers, Cluster, circuit_breakers, cluster,
+};
+use envoy_types::pb::envoy::config::core::v3::{
+    AggregatedConfigSource, ConfigSource, config_source,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::route::v3::{
+    RouteAction, RouteConfiguration, route, route_action,
+};
+use prost::Name;
+use std::net::SocketAddr;
+use std::time::Duration;
+use support::*;
+use xds_support::*;
+
+fn to(cluster: &str) -> route::Action {
+    route::Action::Route(RouteAction {
+        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(cluster.into())),
+        ..Default::default()
+    })
+}
+
+fn static_cluster(name: &str, addr: SocketAddr) -> Cluster {
+    Cluster {
+        name: name.into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Static as i32,
+        )),
+        load_assignment: Some(cla(name, addr)),
+        ..Default::default()
+    }
+}
+
+fn eds_cluster(name: &str, service: &str) -> Cluster {
+    Cluster {
+        name: name.into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::EdsClusterConfig {
+            eds_config: Some(ConfigSource {
+                config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+                    AggregatedConfigSource {},
+                )),
+                resource_api_version: 2,
+                ..Default::default()
+            }),
+            service_name: service.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The ADS bootstrap with CDS over ADS too.
+fn cds_bootstrap(cp: SocketAddr, api_type: &str) -> String {
+    ads_bootstrap(cp, api_type).replace(
+        "dynamic_resources:\n",
+        "dynamic_resources:\n  cds_config: {ads: {}, resource_api_version: V3}\n",
+    )
+}
+
+async fn admin_clusters(admin: &str) -> String {
+    get_text(admin, "/clusters").await
+}
+
+async fn cds_lifecycle(api_type: &str) {
+    let a = echo_upstream("a").await;
+    let b = echo_upstream("b").await;
+    let (cds_url, cla_url, rds_url) = (
+        Cluster::type_url(),
+        ClusterLoadAssignment::type_url(),
+        RouteConfiguration::type_url(),
+    );
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+    let c = launch(&cds_bootstrap(cp.addr, api_type)).await;
+    cp.saw("Cluster ").await;
+
+    // No cluster "dyn" yet: 503, as Envoy's cluster_not_found (NC).
+    until(c.listener, |r| r.status == 503).await;
+
+    // The cluster arrives over CDS and is routed to.
+    cp.set(cds_url.clone(), "dyn", any(&static_cluster("dyn", a)));
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+    let mut open = H1::connect(c.listener).await;
+    assert_eq!(open.get("/", &[]).await.header("x-upstream"), Some("a"));
+
+    // Updated: its new endpoint takes the traffic, also on an open connection.
+    cp.set(cds_url.clone(), "dyn", any(&static_cluster("dyn", b)));
+    until(c.listener, |r| r.header("x-upstream") == Some("b")).await;
+    assert_eq!(open.get("/", &[]).await.header("x-upstream"), Some("b"));
+
+    // Turned into an EDS cluster: it warms (the one in force keeps serving b)
+    // until its assignment arrives, then serves a.
+    cp.set(cds_url.clone(), "dyn", any(&eds_cluster("dyn", "svc")));
+    cp.saw("ClusterLoadAssignment").await;
+    for _ in 0..5 {
+        let r = H1::connect(c.listener).await.get("/", &[]).await;
+        assert_eq!(r.header("x-upstream"), Some("b"), "{r:?}");
+    }
+    cp.set(cla_url.clone(), "svc", any(&cla("svc", a)));
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+
+    // A cluster courier does not serve is NACKed by name; its sibling in the
+    // same response applies.
+    let mut bad = static_cluster("bad", a);
+    bad.circuit_breakers = Some(CircuitBreakers {
+        thresholds: vec![circuit_breakers::Thresholds {
+            max_connection_pools: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 3 }),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    cp.state.send_modify(|(v, r)| {
+        *v += 1;
+        let mut next = Resources::clone(r);
+        let m = next.entry(cds_url.clone()).or_default();
+        m.insert("bad".into(), any(&bad));
+        m.insert("sib".into(), any(&static_cluster("sib", b)));
+        *r = std::sync::Arc::new(next);
+    });
+    let nack = cp.saw("error=Cluster 'bad'").await;
+    assert!(nack.contains("max_connection_pools"), "{nack}");
+    assert!(!nack.contains("'sib'"), "{nack}");
+    let mut listed = String::new();
+    for _ in 0..250 {
+        listed = admin_clusters(&c.admin).await;
+        if listed.contains("sib::") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(listed.contains("sib::"), "{listed}");
+    assert!(!listed.contains("bad::"), "{listed}");
+    let stats = get_text(&c.admin, "/stats").await;
+    assert!(
+        stats.contains("cluster_manager.cds.update_rejected: 1\n"),
+        "{stats}"
+    );
+    // A cluster added over CDS has its own counters.
+    assert!(stats.contains("cluster.dyn.upstream_rq_total: "), "{stats}");
+    assert!(
+        !stats.contains("cluster.dyn.upstream_rq_total: 0\n"),
+        "{stats}"
+    );
+
+    // Removed: routes to it answer 503 again; the open connection stays up.
+    cp.remove(&cds_url, "bad");
+    cp.remove(&cds_url, "dyn");
+    until(c.listener, |r| r.status == 503).await;
+    let r = open.get("/", &[]).await;
+    assert_eq!(r.status, 503, "{r:?}");
+    let listed = admin_clusters(&c.admin).await;
+    assert!(!listed.contains("dyn::"), "{listed}");
+    assert!(listed.contains("sib::"), "{listed}");
+    assert!(listed.contains("sib::added_via_api::true"), "{listed}");
+    // Bootstrap clusters stay.
+    assert!(listed.contains("backend::added_via_api::false"), "{listed}");
+    let dump: serde_json::Value =
+        serde_json::from_str(&get_text(&c.admin, "/config_dump").await).unwrap();
+    let clusters_dump = dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.ClustersConfigDump")
+        .unwrap();
+    let active = clusters_dump["dynamic_active_clusters"].as_array().unwrap();
+    assert_eq!(active.len(), 1, "{active:?}");
+    assert_eq!(active[0]["cluster"]["name"], "sib");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cds_sotw_add_update_warm_nack_remove() {
+    tokio::time::timeout(Duration::from_secs(60), cds_lifecycle("GRPC"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cds_delta_add_update_warm_nack_remove() {
+    tokio::time::timeout(Duration::from_secs(60), cds_lifecycle("DELTA_GRPC"))
+        .await
+        .unwrap();
+}
+
+/// A ClusterLoadAssignment with one endpoint per address.
+fn cla_of(name: &str, addrs: &[SocketAddr]) -> ClusterLoadAssignment {
+    let mut out = cla(name, addrs[0]);
+    for a in &addrs[1..] {
+        let more = cla(name, *a);
+        out.endpoints[0]
+            .lb_endpoints
+            .extend(more.endpoints[0].lb_endpoints.clone());
+    }
+    out
+}
+
+async fn stat_of(admin: &str, name: &str) -> u64 {
+    let stats = get_text(admin, "/stats").await;
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// An EDS update that keeps an endpoint keeps its host object: a host ejected
+/// by outlier detection stays ejected (and gets no traffic) across the update.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eds_update_keeps_an_ejected_host_ejected() {
+    use envoy_types::pb::envoy::config::cluster::v3::OutlierDetection;
+    use envoy_types::pb::google::protobuf::{Duration as PDuration, UInt32Value};
+    use std::sync::atomic::Ordering;
+    use support::programmable::{Act, upstream};
+    let run = async {
+        let (bad, bad_log) = upstream(|_, _| Act::Status(503)).await;
+        let good = echo_upstream("good").await;
+        let good2 = echo_upstream("good2").await;
+        let (cds_url, cla_url, rds_url) = (
+            Cluster::type_url(),
+            ClusterLoadAssignment::type_url(),
+            RouteConfiguration::type_url(),
+        );
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+        cp.set(cla_url.clone(), "svc", any(&cla_of("svc", &[bad, good])));
+        let mut dyn_cluster = eds_cluster("dyn", "svc");
+        dyn_cluster.outlier_detection = Some(OutlierDetection {
+            consecutive_5xx: Some(UInt32Value { value: 1 }),
+            interval: Some(PDuration {
+                seconds: 0,
+                nanos: 50_000_000,
+            }),
+            base_ejection_time: Some(PDuration {
+                seconds: 300,
+                nanos: 0,
+            }),
+            max_ejection_percent: Some(UInt32Value { value: 100 }),
+            ..Default::default()
+        });
+        cp.set(cds_url.clone(), "dyn", any(&dyn_cluster));
+        let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+        cp.saw("Cluster ").await;
+        until(c.listener, |r| r.header("x-upstream") == Some("good")).await;
+        // Traffic until the bad host is ejected.
+        let mut ejected = false;
+        for _ in 0..250 {
+            let _ = H1::connect(c.listener).await.get("/", &[]).await;
+            if stat_of(&c.admin, "cluster.dyn.outlier_detection.ejections_active").await == 1 {
+                ejected = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(ejected, "{}", get_text(&c.admin, "/stats").await);
+        // A new endpoint arrives; the bad one is still in the assignment.
+        cp.set(
+            cla_url.clone(),
+            "svc",
+            any(&cla_of("svc", &[bad, good, good2])),
+        );
+        until(c.listener, |r| r.header("x-upstream") == Some("good2")).await;
+        let before = bad_log.count.load(Ordering::SeqCst);
+        for _ in 0..30 {
+            let r = H1::connect(c.listener).await.get("/", &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
+        assert_eq!(bad_log.count.load(Ordering::SeqCst), before);
+        assert_eq!(
+            stat_of(&c.admin, "cluster.dyn.outlier_detection.ejections_active").await,
+            1
+        );
+        // A CDS update of the cluster itself (same EDS service) keeps its hosts
+        // too: the bad one stays out.
+        dyn_cluster.connect_timeout = Some(PDuration {
+            seconds: 2,
+            nanos: 0,
+        });
+        cp.set(cds_url.clone(), "dyn", any(&dyn_cluster));
+        for _ in 0..250 {
+            let dump = get_text(&c.admin, "/config_dump").await;
+            if dump.contains("\"connect_timeout\": \"2s\"") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        for _ in 0..30 {
+            let r = H1::connect(c.listener).await.get("/", &[]).await;
+            assert_eq!(r.status, 200, "{r:?}");
+        }
+        assert_eq!(bad_log.count.load(Ordering::SeqCst), before);
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap();
+}
+
+/// An EDS cluster whose assignment never comes goes into force (with no
+/// hosts) once its source's `initial_fetch_timeout` passes: 503 "no healthy
+/// upstream" (UH) instead of the unknown cluster's NC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
+    let run = async {
+        let (cds_url, rds_url) = (Cluster::type_url(), RouteConfiguration::type_url());
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+        let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+        cp.saw("Cluster ").await;
+        // Routes in, no cluster: NC.
+        until(c.listener, |r| r.status == 503).await;
+        let mut warming = eds_cluster("dyn", "never");
+        if let Some(cfg) = warming
+            .eds_cluster_config
+            .as_mut()
+            .and_then(|e| e.eds_config.as_mut())
+        {
+            cfg.initial_fetch_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+                seconds: 0,
+                nanos: 300_000_000,
+            });
+        }
+        cp.set(cds_url.clone(), "dyn", any(&warming));
+        // Warming: not in force yet (the route's cluster is unknown: NC, no body).
+        cp.saw("ClusterLoadAssignment").await;
+        let listed = admin_clusters(&c.admin).await;
+        let r = H1::connect(c.listener).await.get("/", &[]).await;
+        if !listed.contains("dyn::") {
+            assert_eq!((r.status, r.body.as_str()), (503, ""), "{r:?}");
+        }
+        // Timed out: in force with no hosts.
+        let r = until(c.listener, |r| r.body == "no healthy upstream").await;
+        assert_eq!(r.status, 503);
+        assert!(
+            admin_clusters(&c.admin)
+                .await
+                .contains("dyn::added_via_api::true")
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap();
+}
