@@ -140,4 +140,5 @@ def main():
             p.kill()
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -105,6 +105,17 @@ impl ExtAuthzFilter {
         &self.stats
     }
 
+    /// `filter_enabled` (a share of requests, drawn per request) and
+    /// `filter_enabled_metadata` (the request's dynamic metadata so far) both allow a check.
+    fn enabled(&self, req: &RequestState<'_>) -> bool {
+        let cfg = &*self.config;
+        cfg.filter_enabled.is_none_or(|p| fastrand::f64() < p)
+            && cfg
+                .filter_enabled_metadata
+                .as_ref()
+                .is_none_or(|m| m.matches(&req.metadata))
+    }
+
     async fn call(
         &self,
         req: &RequestState<'_>,
@@ -156,14 +167,35 @@ impl ExtAuthzFilter {
             }),
             _ => None,
         };
+        let started = tokio::time::Instant::now();
         let outcome = self.call(req, context, body).await;
         // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
-        req.head.headers.remove(PARTIAL_BODY);
+        if cfg.with_request_body.is_some_and(|s| s.allow_partial_message) {
+            req.head.headers.remove(PARTIAL_BODY);
+        }
         match outcome {
-            Outcome::Ok(allow) => {
+            Outcome::Ok(mut allow) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                // Envoy adds the call's duration (ms) to the metadata an answer carries.
+                if let Some(md) = allow.metadata.as_mut().filter(|m| !m.is_empty()) {
+                    md.insert(
+                        "ext_authz_duration".into(),
+                        serde_json::Value::from(started.elapsed().as_millis() as u64),
+                    );
+                }
                 if outcome::apply(req, &allow) && cfg.clear_route_cache {
                     req.clear_route_cache();
+                }
+                if !allow.response_headers.is_empty() {
+                    let mut pending = req
+                        .filter_state
+                        .remove::<outcome::PendingResponseHeaders>()
+                        .unwrap_or_default();
+                    pending.0.push((
+                        self.name.clone(),
+                        outcome::ResponseHeaders(allow.response_headers),
+                    ));
+                    req.filter_state.insert(pending);
                 }
                 Verdict::Continue
             }
@@ -227,6 +259,16 @@ impl HttpFilter for ExtAuthzFilter {
             Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::Disabled(true))) => {
                 return Decision::Continue;
             }
+            _ if !self.enabled(req) => {
+                self.stats.disabled.fetch_add(1, Ordering::Relaxed);
+                if !self.config.deny_at_disable {
+                    return Decision::Continue;
+                }
+                // Envoy: status_on_error, empty body, flagged UAEX.
+                let status = StatusCode::from_u16(self.config.status_on_error)
+                    .unwrap_or(StatusCode::FORBIDDEN);
+                return Decision::Respond(LocalReply::new(status, Bytes::new(), "ext_authz_error"));
+            }
             Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::CheckSettings(s))) => {
                 with_body = !s.disable_request_body_buffering;
             }
@@ -251,6 +293,18 @@ impl HttpFilter for ExtAuthzFilter {
                 None
             }
             _ => self.wants_body(),
+        }
+    }
+
+    /// The OK answer's `response_headers_to_add` (Envoy applies them in its encodeHeaders,
+    /// so they act on the upstream's response headers or a later local reply).
+    fn encode_headers(&self, req: &RequestState<'_>, headers: &mut http::HeaderMap) {
+        if let Some(pending) = req.filter_state.get::<outcome::PendingResponseHeaders>() {
+            for (name, ops) in &pending.0 {
+                if *name == self.name {
+                    ops.apply(headers);
+                }
+            }
         }
     }
 }
