@@ -350,7 +350,7 @@ fn ext_authz_answers_as_envoy_does() {
             "",
             &filter(
                 &grpc("authz_grpc"),
-                "filter_enabled_metadata: { filter: ns, path: [{ key: k }], value: { string_match: { exact: on } } }",
+                "filter_enabled_metadata: { filter: ns, path: [{ key: k }], value: { string_match: { exact: go } } }",
             ),
             &v,
         ),

@@ -4,7 +4,7 @@
 //! cluster. Every call runs on the request's own task.
 
 use crate::upstream::client::{ClusterClient, full_body};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use courier_config::config_source::{GrpcService, GrpcTarget};
 use courier_config::filters::http_uri::HttpUri;
 use courier_filters::ext_authz::{AuthzTransport, CheckFuture, HttpCheckFuture};
@@ -38,7 +38,7 @@ impl AuthzTransport for ClusterAuthz {
         &'a self,
         service: &'a GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a> {
         match &service.target {
             GrpcTarget::EnvoyGrpc {
@@ -49,12 +49,15 @@ impl AuthzTransport for ClusterAuthz {
                 authority.as_deref().unwrap_or(cluster_name),
                 service,
                 timeout,
-                req,
+                frame,
             )),
             GrpcTarget::GoogleGrpc { target_uri, .. } => {
                 let channel = channel(target_uri);
                 Box::pin(async move {
                     let channel = channel?;
+                    // tonic encodes the message itself.
+                    let req = CheckRequest::decode(frame.get(5..).unwrap_or_default())
+                        .map_err(|e| e.to_string())?;
                     let mut r = tonic::Request::new(req);
                     if let Some(t) = timeout {
                         r.set_timeout(t);
@@ -141,15 +144,8 @@ impl ClusterAuthz {
         authority: &str,
         service: &GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> Result<CheckResponse, String> {
-        // The gRPC frame (flag, length, message) encoded straight into the body buffer.
-        let len = req.encoded_len();
-        let mut body = BytesMut::with_capacity(5 + len);
-        body.put_u8(0);
-        body.put_u32(u32::try_from(len).map_err(|e| e.to_string())?);
-        req.encode(&mut body).map_err(|e| e.to_string())?;
-        drop(req);
         // The head is built in place, in the form the cluster's HTTP/2 pool sends as is
         // (`:scheme`, `:authority` in the URI), with the names pre-parsed.
         let uri = http::Uri::builder()
@@ -158,7 +154,7 @@ impl ClusterAuthz {
             .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
             .build()
             .map_err(|e| e.to_string())?;
-        let mut r = Request::new(full_body(body.freeze()));
+        let mut r = Request::new(full_body(frame));
         *r.method_mut() = http::Method::POST;
         *r.uri_mut() = uri;
         *r.version_mut() = http::Version::HTTP_2;

@@ -45,7 +45,8 @@ fn decimal(n: u64) -> String {
     s
 }
 
-fn ip_string(ip: IpAddr) -> String {
+/// `ip` as `Display` writes it.
+pub(super) fn ip_string(ip: IpAddr) -> String {
     match ip {
         IpAddr::V4(v4) => {
             let mut s = String::with_capacity(15);
@@ -98,11 +99,15 @@ fn listed(list: &Option<Vec<StringMatcher>>, name: &str) -> Option<bool> {
     list.as_ref().map(|l| l.iter().any(|m| m.matches(name)))
 }
 
-/// The request headers sent with a gRPC check: pseudo-headers and every header (or those
-/// `allowed_headers` matches, minus `disallowed_headers`), repeats joined by `,`, values that
-/// are not UTF-8 as `!`.
-fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
-    let mut out = HashMap::with_capacity(req.head.headers.len() + 4);
+/// A header value as sent: not UTF-8 is `!`.
+fn text(v: &http::HeaderValue) -> &str {
+    std::str::from_utf8(v.as_bytes()).unwrap_or("!")
+}
+
+/// Calls `f` with each request header sent with a gRPC check: pseudo-headers and every
+/// header (or those `allowed_headers` matches, minus `disallowed_headers`), each name
+/// once, repeats joined by `,`, values that are not UTF-8 as `!`.
+pub(super) fn each_header(req: &RequestState<'_>, cfg: &ExtAuthz, mut f: impl FnMut(&str, &str)) {
     let keep = |name: &str| {
         listed(&cfg.allowed_headers, name) != Some(false)
             && listed(&cfg.disallowed_headers, name) != Some(true)
@@ -111,23 +116,80 @@ fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
         if keep(pseudo)
             && let Some(v) = req.first_header(pseudo)
         {
-            out.insert(pseudo.to_string(), v.to_string());
+            f(pseudo, v);
         }
     }
-    for (name, value) in &req.head.headers {
+    for name in req.head.headers.keys() {
         let n = name.as_str();
         if n == "host" || !keep(n) {
             continue;
         }
-        let v = String::from_utf8(value.as_bytes().to_vec()).unwrap_or_else(|_| "!".into());
-        out.entry(n.to_string())
-            .and_modify(|e: &mut String| {
-                e.push(',');
-                e.push_str(&v);
-            })
-            .or_insert(v);
+        let mut values = req.head.headers.get_all(name).iter();
+        let first = values.next().map_or("", text);
+        match values.next() {
+            None => f(n, first),
+            Some(second) => {
+                let mut joined = String::from(first);
+                for v in std::iter::once(second).chain(values) {
+                    joined.push(',');
+                    joined.push_str(text(v));
+                }
+                f(n, &joined);
+            }
+        }
     }
+}
+
+fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
+    let mut out = HashMap::with_capacity(req.head.headers.keys_len() + 4);
+    each_header(req, cfg, |k, v| {
+        out.insert(k.to_string(), v.to_string());
+    });
     out
+}
+
+/// The scalar parts of a check, shared by [`build`] and the wire encoder.
+pub(super) struct Fields {
+    /// `request.http.id`.
+    pub id: String,
+    /// `source.service`.
+    pub service: String,
+    /// `source.principal`.
+    pub principal: String,
+    /// `request.time`: seconds and nanos.
+    pub time: (i64, i32),
+    /// `request.http.size`.
+    pub size: i64,
+    /// `request.http.protocol`.
+    pub protocol: &'static str,
+    /// The body goes as `raw_body` (`pack_as_bytes`), else as `body`.
+    pub raw_body: bool,
+}
+
+impl Fields {
+    pub(super) fn of(req: &RequestState<'_>, cfg: &ExtAuthz, body: Option<&[u8]>) -> Self {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        Fields {
+            id: decimal(STREAM_ID.fetch_add(1, Ordering::Relaxed)),
+            service: req
+                .first_header("x-envoy-downstream-service-cluster")
+                .unwrap_or("")
+                .to_string(),
+            principal: source_principal(req),
+            time: (now.as_secs() as i64, now.subsec_nanos() as i32),
+            size: req
+                .head
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .or_else(|| body.map(|b| b.len() as i64))
+                .unwrap_or(0),
+            protocol: protocol(req.head.version),
+            raw_body: matches!(cfg.with_request_body, Some(s) if s.pack_as_bytes),
+        }
+    }
 }
 
 /// Builds the check for `req`: `context` is the merged `context_extensions`, `body` what
@@ -138,36 +200,25 @@ pub fn build(
     context: &BTreeMap<String, String>,
     body: Option<&[u8]>,
 ) -> CheckRequest {
+    let f = Fields::of(req, cfg, body);
     let mut http = HttpRequest {
-        id: decimal(STREAM_ID.fetch_add(1, Ordering::Relaxed)),
+        id: f.id,
         method: req.head.method.as_str().to_string(),
         headers: headers(req, cfg),
         path: req.path().to_string(),
         host: req.authority().to_string(),
         scheme: req.scheme().to_string(),
-        protocol: protocol(req.head.version).to_string(),
+        protocol: f.protocol.to_string(),
+        size: f.size,
         ..Default::default()
     };
-    http.size = req
-        .head
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .or_else(|| body.map(|b| b.len() as i64))
-        .unwrap_or(0);
     if let Some(b) = body {
-        match cfg.with_request_body {
-            Some(s) if s.pack_as_bytes => http.raw_body = b.to_vec(),
-            _ => http.body = String::from_utf8_lossy(b).into_owned(),
+        if f.raw_body {
+            http.raw_body = b.to_vec();
+        } else {
+            http.body = String::from_utf8_lossy(b).into_owned();
         }
     }
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let service = req
-        .first_header("x-envoy-downstream-service-cluster")
-        .unwrap_or("")
-        .to_string();
     let mut filter_metadata = HashMap::new();
     for ns in &cfg.metadata_context_namespaces {
         if let Some(obj) = req.metadata.get(ns) {
@@ -178,8 +229,8 @@ pub fn build(
         attributes: Some(AttributeContext {
             source: Some(Peer {
                 address: Some(socket_address(req.conn.peer)),
-                principal: source_principal(req),
-                service,
+                principal: f.principal,
+                service: f.service,
                 ..Default::default()
             }),
             destination: Some(Peer {
@@ -188,8 +239,8 @@ pub fn build(
             }),
             request: Some(AttrRequest {
                 time: Some(Timestamp {
-                    seconds: now.as_secs() as i64,
-                    nanos: now.subsec_nanos() as i32,
+                    seconds: f.time.0,
+                    nanos: f.time.1,
                 }),
                 http: Some(http),
             }),

@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod http_service;
 pub mod metadata;
 pub mod outcome;
+pub mod wire;
 
 use crate::chain::{BodyWanted, Decision, HttpFilter, LocalReply, Verdict};
 use crate::request::RequestState;
@@ -17,7 +18,7 @@ use courier_config::config_source::GrpcService;
 use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute};
 use courier_config::filters::http_uri::HttpUri;
-use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use http::{HeaderValue, StatusCode};
 use outcome::Outcome;
 use std::collections::BTreeMap;
@@ -46,13 +47,15 @@ pub type HttpCheckFuture<'a> =
 /// How checks reach the authorization service; implemented by the proxy over its
 /// clusters (`envoy_grpc`, `http_service`) and direct channels (`google_grpc`).
 pub trait AuthzTransport: Send + Sync {
-    /// Calls `envoy.service.auth.v3.Authorization/Check`; `timeout` goes to the server as
-    /// `grpc-timeout` (the filter bounds the call itself). A non-OK gRPC status is an `Err`.
+    /// Calls `envoy.service.auth.v3.Authorization/Check` with `frame`, the `CheckRequest`
+    /// as a length-prefixed gRPC message ([`wire::check_frame`]); `timeout` goes to the
+    /// server as `grpc-timeout` (the filter bounds the call itself). A non-OK gRPC status
+    /// is an `Err`.
     fn check<'a>(
         &'a self,
         service: &'a GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a>;
 
     /// Sends an HTTP check request through `uri.cluster`.
@@ -125,7 +128,7 @@ impl ExtAuthzFilter {
         let cfg = &*self.config;
         match &cfg.service {
             AuthzService::Grpc { service, timeout } => {
-                let check = check_request::build(req, cfg, &context, body.as_deref());
+                let check = wire::check_frame(req, cfg, &context, body.as_deref());
                 let call = self.transport.check(service, *timeout, check);
                 match tokio::time::timeout(timeout.unwrap_or(UNBOUNDED), call).await {
                     Ok(Ok(resp)) => grpc::outcome(&resp),

@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{DeniedHttpResponse, OkHttpResponse};
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
+use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use std::sync::atomic::AtomicUsize;
 
 /// Answers every check with `answer` (`None`: never answers), counting calls.
@@ -35,9 +36,16 @@ impl AuthzTransport for Fake {
         &'a self,
         _: &'a GrpcService,
         _: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a> {
+        use prost::Message;
         self.calls.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(frame[0], 0);
+        assert_eq!(
+            u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize,
+            frame.len() - 5
+        );
+        let req = CheckRequest::decode(&frame[5..]).unwrap();
         self.seen.store(Some(Arc::new(req)));
         let answer = self.answer.clone();
         Box::pin(async move {
@@ -379,7 +387,7 @@ async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
     assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
     // filter_enabled_metadata: checked only when earlier metadata matches.
     let f = filter(
-        "  filter_enabled_metadata: {filter: ns, path: [{key: k}], value: {string_match: {exact: on}}}\n  filter_enabled: {default_value: {numerator: 100}}\n",
+        "  filter_enabled_metadata: {filter: ns, path: [{key: k}], value: {string_match: {exact: go}}}\n  filter_enabled: {default_value: {numerator: 100}}\n",
         &fake,
     );
     let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
@@ -387,7 +395,7 @@ async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
     assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
     assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
     let mut md = serde_json::Map::new();
-    md.insert("k".into(), "on".into());
+    md.insert("k".into(), "go".into());
     let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
     req.route = route();
     req.merge_metadata("ns", md);
