@@ -75,7 +75,11 @@ fn ext_authz_access_log_fields_as_envoy_logs_them() {
             "- name: all\n  domains: [\"*\"]\n  routes:\n  - match: { prefix: \"/\" }\n    route: { cluster: up }\n",
         )]),
         indent(
-            &[cluster("up", s.upstream, false), cluster("authz", s.grpc, true)].concat(),
+            &[
+                cluster("up", s.upstream, false),
+                cluster("authz", s.grpc, true)
+            ]
+            .concat(),
             2
         )
     );
@@ -116,6 +120,10 @@ fn ext_authz_access_log_fields_as_envoy_logs_them() {
         .unwrap_or_else(|| panic!("{kind:?}: access.txt is short"));
         got.push(lines);
     }
-    assert_eq!(got[0][3], "big 413 - request_payload_too_large", "{:?}", got[0]);
+    assert_eq!(
+        got[0][3], "big 413 - request_payload_too_large",
+        "{:?}",
+        got[0]
+    );
     assert_eq!(got[0], got[1], "envoy then courier");
 }

@@ -153,7 +153,7 @@ fn cases() -> Vec<Case> {
             .header("x-mode", "response-headers"),
         h("http allowed_client_headers_on_success over an upstream header", "/a")
             .header("x-up-headers", "x-t-resp=up"),
-        Case::get("filter_enabled 0%", "off", "example.com", "/a").header("x-mode", "deny"),
+        Case::get("filter_enabled 0%", "zero", "example.com", "/a").header("x-mode", "deny"),
         Case::get("filter_enabled 0% deny_at_disable", "off_deny", "example.com", "/a"),
         Case::get(
             "filter_enabled 0% deny_at_disable on a per-route disabled route",
@@ -328,7 +328,7 @@ fn ext_authz_answers_as_envoy_does() {
             &v,
         ),
         hcm_listener_filters(
-            "off",
+            "zero",
             "",
             &filter(
                 &grpc("authz_grpc"),
@@ -384,7 +384,7 @@ fn ext_authz_answers_as_envoy_does() {
             "partial",
             "md_const",
             "md_name",
-            "off",
+            "zero",
             "off_deny",
             "md_off",
         ],

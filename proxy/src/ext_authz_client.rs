@@ -118,6 +118,8 @@ fn channel(target: &str) -> Result<Channel, String> {
 }
 
 const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// Pre-parsed: looked up on every answer.
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// `grpc-timeout` in milliseconds (at most 8 digits).
 fn grpc_timeout(t: Duration) -> HeaderValue {
@@ -206,8 +208,8 @@ impl ClusterAuthz {
         // Trailers-only answers carry the status in the headers.
         let status = trailers
             .as_ref()
-            .and_then(|t| t.get("grpc-status"))
-            .or_else(|| parts.headers.get("grpc-status"))
+            .and_then(|t| t.get(&GRPC_STATUS))
+            .or_else(|| parts.headers.get(&GRPC_STATUS))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<i32>().ok());
         if status != Some(0) {

@@ -195,13 +195,15 @@ pub fn translate(e: &pb::ExtAuthz, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ext
         &path.field("disallowed_headers"),
         ctx,
     );
-    let filter_enabled = e
-        .filter_enabled
-        .as_ref()
-        .map(|f| f.default_value.as_ref().map_or(1.0, crate::core::fractional_percent));
-    let filter_enabled_metadata = e.filter_enabled_metadata.as_ref().and_then(|m| {
-        matcher::metadata_matcher(m, &path.field("filter_enabled_metadata"), ctx)
+    let filter_enabled = e.filter_enabled.as_ref().map(|f| {
+        f.default_value
+            .as_ref()
+            .map_or(1.0, crate::core::fractional_percent)
     });
+    let filter_enabled_metadata = e
+        .filter_enabled_metadata
+        .as_ref()
+        .and_then(|m| matcher::metadata_matcher(m, &path.field("filter_enabled_metadata"), ctx));
     let deny_at_disable = match e.deny_at_disable.as_ref() {
         None => false,
         Some(f) => match f.default_value {

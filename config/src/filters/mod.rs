@@ -165,7 +165,10 @@ pub(crate) const SUPPORT: &[Support] = &[
         ],
     ),
     // ext_authz `deny_at_disable`: no runtime layer, so no `runtime_key`.
-    ("envoy.config.core.v3.RuntimeFeatureFlag", &["default_value"]),
+    (
+        "envoy.config.core.v3.RuntimeFeatureFlag",
+        &["default_value"],
+    ),
     (
         "envoy.extensions.filters.http.ext_authz.v3.HttpService",
         &[

@@ -17,6 +17,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
+/// Pre-parsed: looked up on every check.
+static DOWNSTREAM_SERVICE_CLUSTER: http::HeaderName =
+    http::HeaderName::from_static("x-envoy-downstream-service-cluster");
+
 /// Request ids: Envoy sends its stream id (not `x-request-id`), a per-process number.
 static STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -43,6 +47,28 @@ fn decimal(n: u64) -> String {
     let mut s = String::with_capacity(20);
     push_decimal(&mut s, n);
     s
+}
+
+/// `v4` as `Display` writes it, into `buf`; returns the length.
+pub(super) fn ipv4_into(v4: std::net::Ipv4Addr, buf: &mut [u8; 15]) -> usize {
+    let mut n = 0;
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            buf[n] = b'.';
+            n += 1;
+        }
+        if o >= 100 {
+            buf[n] = b'0' + o / 100;
+            n += 1;
+        }
+        if o >= 10 {
+            buf[n] = b'0' + (o / 10) % 10;
+            n += 1;
+        }
+        buf[n] = b'0' + o % 10;
+        n += 1;
+    }
+    n
 }
 
 /// `ip` as `Display` writes it.
@@ -174,7 +200,10 @@ impl Fields {
         Fields {
             id: decimal(STREAM_ID.fetch_add(1, Ordering::Relaxed)),
             service: req
-                .first_header("x-envoy-downstream-service-cluster")
+                .head
+                .headers
+                .get(&DOWNSTREAM_SERVICE_CLUSTER)
+                .and_then(|v| v.to_str().ok())
                 .unwrap_or("")
                 .to_string(),
             principal: source_principal(req),
@@ -266,9 +295,21 @@ mod format_tests {
         for n in [0u64, 7, 10, 99, 255, 1_000_000, u64::MAX] {
             assert_eq!(decimal(n), n.to_string());
         }
-        for ip in ["0.0.0.0", "127.0.0.1", "10.200.3.45", "255.255.255.255", "::1", "fe80::1:2"] {
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.3.45",
+            "255.255.255.255",
+            "::1",
+            "fe80::1:2",
+        ] {
             let ip: IpAddr = ip.parse().unwrap();
             assert_eq!(ip_string(ip), ip.to_string());
+            if let IpAddr::V4(v4) = ip {
+                let mut buf = [0u8; 15];
+                let n = ipv4_into(v4, &mut buf);
+                assert_eq!(&buf[..n], ip.to_string().as_bytes());
+            }
         }
     }
 }

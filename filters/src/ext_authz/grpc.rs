@@ -2,9 +2,9 @@
 
 use super::metadata::from_struct;
 use super::outcome::{Allow, Mutation, Outcome, ResponseMutation};
-use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use crate::chain::LocalReply;
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{CheckResponse, DeniedHttpResponse};
 use http::StatusCode;

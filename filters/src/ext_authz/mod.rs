@@ -173,7 +173,10 @@ impl ExtAuthzFilter {
         let started = tokio::time::Instant::now();
         let outcome = self.call(req, context, body).await;
         // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
-        if cfg.with_request_body.is_some_and(|s| s.allow_partial_message) {
+        if cfg
+            .with_request_body
+            .is_some_and(|s| s.allow_partial_message)
+        {
             req.head.headers.remove(PARTIAL_BODY);
         }
         match outcome {

@@ -7,11 +7,11 @@ use courier_config::route::PerFilterConfigs;
 use envoy_types::pb::envoy::config::core::v3::{
     HeaderValue as PbHeader, HeaderValueOption, QueryParameter,
 };
+use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{DeniedHttpResponse, OkHttpResponse};
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
 use envoy_types::pb::google::rpc::Status as RpcStatus;
-use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use std::sync::atomic::AtomicUsize;
 
 /// Answers every check with `answer` (`None`: never answers), counting calls.
@@ -344,7 +344,12 @@ async fn response_headers_follow_append_then_append_action() {
         resp.insert(n, HeaderValue::from_static("up"));
     }
     f.encode_headers(&req, &mut resp);
-    let all = |n: &str| resp.get_all(n).iter().map(|v| v.to_str().unwrap()).collect::<Vec<_>>();
+    let all = |n: &str| {
+        resp.get_all(n)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(all("x-set"), ["authz"]);
     assert_eq!(all("x-add"), ["up", "authz"]);
     assert_eq!(all("x-default"), ["up", "authz"]);

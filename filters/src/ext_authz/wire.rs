@@ -52,14 +52,25 @@ fn message(out: &mut Vec<u8>, field: u32, body: impl FnOnce(&mut Vec<u8>)) {
     let at = out.len();
     out.push(0);
     body(out);
-    let len = out.len() - at - 1;
-    let mut prefix = Vec::with_capacity(3);
-    varint(&mut prefix, len as u64);
-    if prefix.len() == 1 {
-        out[at] = prefix[0];
-    } else {
-        out.splice(at..=at, prefix);
+    let end = out.len();
+    let mut len = (end - at - 1) as u64;
+    if len < 0x80 {
+        out[at] = len as u8;
+        return;
     }
+    let mut prefix = [0u8; 10];
+    let mut n = 0;
+    // At most 10 rounds: 7 bits each.
+    while len >= 0x80 {
+        prefix[n] = (len as u8) | 0x80;
+        len >>= 7;
+        n += 1;
+    }
+    prefix[n] = len as u8;
+    n += 1;
+    out.resize(end + n - 1, 0);
+    out.copy_within(at + 1..end, at + n);
+    out[at..at + n].copy_from_slice(&prefix[..n]);
 }
 
 fn map_entry(out: &mut Vec<u8>, field: u32, k: &str, v: &str) {
@@ -73,7 +84,14 @@ fn map_entry(out: &mut Vec<u8>, field: u32, k: &str, v: &str) {
 fn address(out: &mut Vec<u8>, field: u32, a: std::net::SocketAddr) {
     message(out, field, |o| {
         message(o, 1, |o| {
-            bytes(o, 2, check_request::ip_string(a.ip()).as_bytes());
+            match a.ip() {
+                std::net::IpAddr::V4(v4) => {
+                    let mut buf = [0u8; 15];
+                    let n = check_request::ipv4_into(v4, &mut buf);
+                    bytes(o, 2, &buf[..n]);
+                }
+                ip => bytes(o, 2, check_request::ip_string(ip).as_bytes()),
+            }
             int(o, 3, i64::from(a.port()));
         });
     });
@@ -210,12 +228,16 @@ mod tests {
         req.merge_metadata("jwt", md);
         same_as_prost(&config(""), &req, None);
         same_as_prost(
-            &config("  metadata_context_namespaces: [jwt, absent]\n  with_request_body: {max_request_bytes: 100}\n"),
+            &config(
+                "  metadata_context_namespaces: [jwt, absent]\n  with_request_body: {max_request_bytes: 100}\n",
+            ),
             &req,
             Some(b"hello"),
         );
         same_as_prost(
-            &config("  with_request_body: {max_request_bytes: 100, pack_as_bytes: true}\n  allowed_headers: {patterns: [{exact: x-dup}]}\n"),
+            &config(
+                "  with_request_body: {max_request_bytes: 100, pack_as_bytes: true}\n  allowed_headers: {patterns: [{exact: x-dup}]}\n",
+            ),
             &req,
             Some(b"\x00\xffraw"),
         );
