@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[allow(dead_code)] // This test uses only the gRPC server and the upstream.
 mod ext_authz_servers;
 
 use courier_tests::client::{self, Protocol, Request};
