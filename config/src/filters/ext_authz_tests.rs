@@ -150,8 +150,8 @@ deny_at_disable: {default_value: true, runtime_key: d}
     assert_eq!(
         e,
         [
-            "typed_config.deny_at_disable.runtime_key: runtime_key is not supported",
             "typed_config.filter_enabled.runtime_key: runtime_key is not supported",
+            "typed_config.deny_at_disable.runtime_key: runtime_key is not supported",
         ]
     );
 }
