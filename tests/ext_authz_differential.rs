@@ -141,6 +141,33 @@ fn cases() -> Vec<Case> {
             .header("x-t-c", "here")
             .header("x-t-e", "first")
             .header("x-t-f", "old"),
+        g("grpc response_headers_to_add over upstream headers", "/a")
+            .header("x-mode", "response-headers")
+            .header(
+                "x-up-headers",
+                "x-r-unset=up,x-r-set=up,x-r-add=up,x-r-absent=up,x-r-over=up,x-r-set-add=up,x-r-twice=up",
+            ),
+        g("grpc response_headers_to_add without upstream headers", "/a")
+            .header("x-mode", "response-headers"),
+        g("grpc response_headers_to_add on a direct response", "/direct")
+            .header("x-mode", "response-headers"),
+        h("http allowed_client_headers_on_success over an upstream header", "/a")
+            .header("x-up-headers", "x-t-resp=up"),
+        Case::get("filter_enabled 0%", "zero", "example.com", "/a").header("x-mode", "deny"),
+        Case::get("filter_enabled 0% deny_at_disable", "off_deny", "example.com", "/a"),
+        Case::get(
+            "filter_enabled 0% deny_at_disable on a per-route disabled route",
+            "off_deny",
+            "example.com",
+            "/open",
+        ),
+        Case::get(
+            "filter_enabled_metadata not matching",
+            "md_off",
+            "example.com",
+            "/a",
+        )
+        .header("x-mode", "deny"),
         Case::get("grpc fail open", "grpc_open", "example.com", "/a")
             .header("x-mode", "unavailable"),
         Case::get("grpc status_on_error", "grpc_status", "example.com", "/a")
@@ -300,6 +327,33 @@ fn ext_authz_answers_as_envoy_does() {
             ),
             &v,
         ),
+        hcm_listener_filters(
+            "zero",
+            "",
+            &filter(
+                &grpc("authz_grpc"),
+                "filter_enabled: { default_value: { numerator: 0 } }",
+            ),
+            &v,
+        ),
+        hcm_listener_filters(
+            "off_deny",
+            "",
+            &filter(
+                &grpc("authz_grpc"),
+                "filter_enabled: { default_value: { numerator: 0 } }\ndeny_at_disable: { default_value: true }\nstatus_on_error: { code: 503 }",
+            ),
+            &v,
+        ),
+        hcm_listener_filters(
+            "md_off",
+            "",
+            &filter(
+                &grpc("authz_grpc"),
+                "filter_enabled_metadata: { filter: ns, path: [{ key: k }], value: { string_match: { exact: go } } }",
+            ),
+            &v,
+        ),
         hcm_listener_filters("md_const", "", &metadata_chain("envoy.filters.http.ext_authz"), &v),
         hcm_listener_filters("md_name", "", &metadata_chain("authz"), &v),
     ];
@@ -330,6 +384,9 @@ fn ext_authz_answers_as_envoy_does() {
             "partial",
             "md_const",
             "md_name",
+            "zero",
+            "off_deny",
+            "md_off",
         ],
     }];
     let failures = run(&envoy, &courier_bin(), &all, &cases());

@@ -115,6 +115,72 @@ impl Authorization for Auth {
                 query_parameters_to_remove: vec!["drop".into()],
                 ..Default::default()
             }),
+            "response-headers" => ok(OkHttpResponse {
+                response_headers_to_add: vec![
+                    hvo(
+                        "x-r-unset",
+                        "authz",
+                        None,
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-r-set",
+                        "authz",
+                        Some(false),
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-r-add",
+                        "authz",
+                        Some(true),
+                        HeaderAppendAction::OverwriteIfExists,
+                    ),
+                    hvo("x-r-absent", "authz", None, HeaderAppendAction::AddIfAbsent),
+                    hvo(
+                        "x-r-absent-new",
+                        "authz",
+                        None,
+                        HeaderAppendAction::AddIfAbsent,
+                    ),
+                    hvo(
+                        "x-r-over",
+                        "authz",
+                        None,
+                        HeaderAppendAction::OverwriteIfExists,
+                    ),
+                    hvo(
+                        "x-r-over-new",
+                        "authz",
+                        None,
+                        HeaderAppendAction::OverwriteIfExists,
+                    ),
+                    hvo(
+                        "x-r-set-add",
+                        "authz",
+                        None,
+                        HeaderAppendAction::OverwriteIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-r-set-add-new",
+                        "authz",
+                        None,
+                        HeaderAppendAction::OverwriteIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-r-twice",
+                        "one",
+                        None,
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                    hvo(
+                        "x-r-twice",
+                        "two",
+                        Some(false),
+                        HeaderAppendAction::AppendIfExistsOrAdd,
+                    ),
+                ],
+                ..Default::default()
+            }),
             "append" => ok(OkHttpResponse {
                 headers: vec![
                     hvo(
@@ -249,9 +315,26 @@ async fn upstream() -> SocketAddr {
             .collect();
         seen.sort();
         text.extend(seen);
+        // `x-up-headers: k=v,k=v` become response headers (for response_headers_to_add).
+        let extra: Vec<(String, String)> = req
+            .headers()
+            .get("x-up-headers")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         let body = req.into_body().collect().await.unwrap().to_bytes();
         text.push_str(&format!("body: {}\n", String::from_utf8_lossy(&body)));
-        Response::new(Full::new(Bytes::from(text)))
+        let mut resp = Response::new(Full::new(Bytes::from(text)));
+        for (k, v) in extra {
+            resp.headers_mut().append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(&v).unwrap(),
+            );
+        }
+        resp
     })
     .await
 }

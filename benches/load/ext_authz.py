@@ -17,7 +17,7 @@ BIN = os.path.join(TARGET, "release")
 N = int(os.environ.get("REQUESTS", "50000"))
 RATE = int(os.environ.get("RATE", "1000"))
 TICKS = os.sysconf("SC_CLK_TCK")
-RUN = tempfile.mkdtemp(prefix="courier-extauthz.")
+RUN = ""  # made by main(): importing this module (ext_authz_callgrind.py) makes no directory
 
 
 def cpu(pid):
@@ -95,6 +95,8 @@ def percentiles(log):
 
 
 def main():
+    global RUN
+    RUN = tempfile.mkdtemp(prefix="courier-extauthz.")
     up, up_port = server("bench-upstream")
     authz, authz_port = server("bench-authz-allow")
     config = os.path.join(RUN, "courier.yaml")
@@ -140,4 +142,5 @@ def main():
             p.kill()
 
 
-main()
+if __name__ == "__main__":
+    main()

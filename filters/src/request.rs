@@ -88,6 +88,9 @@ pub struct RequestState<'a> {
     /// Headers the connection manager adds to the response (whether it comes from upstream
     /// or is a local reply), e.g. ext_authz `response_headers_to_add`.
     pub response_headers: HeaderMap,
+    /// Typed state a filter keeps for its own response hook ([`crate::HttpFilter::encode_headers`]),
+    /// e.g. ext_authz's response header actions. Empty costs nothing.
+    pub filter_state: http::Extensions,
     clear_route_cache: bool,
 }
 
@@ -107,6 +110,7 @@ impl<'a> RequestState<'a> {
             metadata: MetadataMap::new(),
             body: None,
             response_headers: HeaderMap::new(),
+            filter_state: http::Extensions::new(),
             clear_route_cache: false,
         }
     }

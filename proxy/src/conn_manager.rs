@@ -365,22 +365,26 @@ async fn filter<'a>(
     let to = ReplyTo::of(&req);
     let (head, mut body) = req.into_parts();
     let filter_route = selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random));
-    let mut buffered = None;
+    let mut buffered = crate::filter_body::Buffered::default();
+    let mut held = false;
     if let Some(wanted) = chain.wants_body_on(filter_route)
         && !http_body::Body::is_end_stream(&body)
     {
         match crate::filter_body::buffer(&mut body, wanted).await {
-            Ok(b) => buffered = Some(b),
+            Ok(b) => (buffered, held) = (b, true),
             Err(_) => {
-                return Filtered::Answered(
-                    local_reply(to, StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large")
-                        .map(ResponseBody::from),
-                );
+                let mut resp = local_reply(to, StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large");
+                if logging {
+                    // Envoy's HCM names its buffer-limit reply so.
+                    resp.extensions_mut()
+                        .insert(Details("request_payload_too_large".into()));
+                }
+                return Filtered::Answered(resp.map(ResponseBody::from));
             }
         }
     }
     let mut state = RequestState::new(head, &info.facts, remote, filter_route);
-    state.body = buffered;
+    state.body = held.then(|| buffered.bytes.clone());
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
@@ -408,9 +412,17 @@ async fn filter<'a>(
             let selected = reselected.unwrap_or(selected);
             // The head goes on to the router; filters' response hooks do not need it.
             let head = std::mem::replace(&mut state.head, Request::new(()).into_parts().0);
-            // A buffered body goes on as the bytes read.
+            // A buffered body goes on as the bytes read (then the trailers, or the rest of
+            // a partial body still in the stream).
             let body = match state.body.take() {
-                Some(b) => RequestBody::new(crate::router::body::RequestBody::full(b), None),
+                Some(b) => RequestBody::new(
+                    crate::router::body::RequestBody::replay(
+                        b,
+                        buffered.trailers,
+                        buffered.more.then(|| Box::new(body)),
+                    ),
+                    None,
+                ),
                 None => body,
             };
             Filtered::Continue(Request::from_parts(head, body), selected, state)

@@ -4,7 +4,7 @@
 //! cluster. Every call runs on the request's own task.
 
 use crate::upstream::client::{ClusterClient, full_body};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use courier_config::config_source::{GrpcService, GrpcTarget};
 use courier_config::filters::http_uri::HttpUri;
 use courier_filters::ext_authz::{AuthzTransport, CheckFuture, HttpCheckFuture};
@@ -38,7 +38,7 @@ impl AuthzTransport for ClusterAuthz {
         &'a self,
         service: &'a GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a> {
         match &service.target {
             GrpcTarget::EnvoyGrpc {
@@ -49,12 +49,15 @@ impl AuthzTransport for ClusterAuthz {
                 authority.as_deref().unwrap_or(cluster_name),
                 service,
                 timeout,
-                req,
+                frame,
             )),
             GrpcTarget::GoogleGrpc { target_uri, .. } => {
                 let channel = channel(target_uri);
                 Box::pin(async move {
                     let channel = channel?;
+                    // tonic encodes the message itself.
+                    let req = CheckRequest::decode(frame.get(5..).unwrap_or_default())
+                        .map_err(|e| e.to_string())?;
                     let mut r = tonic::Request::new(req);
                     if let Some(t) = timeout {
                         r.set_timeout(t);
@@ -114,9 +117,26 @@ fn channel(target: &str) -> Result<Channel, String> {
     })
 }
 
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+/// Pre-parsed: looked up on every answer.
+static GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+
 /// `grpc-timeout` in milliseconds (at most 8 digits).
-fn grpc_timeout(t: Duration) -> String {
-    format!("{}m", t.as_millis().min(99_999_999))
+fn grpc_timeout(t: Duration) -> HeaderValue {
+    let mut ms = t.as_millis().min(99_999_999) as u32;
+    let mut out = [0u8; 9];
+    let mut i = 8;
+    out[8] = b'm';
+    // At most 8 digits.
+    loop {
+        i -= 1;
+        out[i] = b'0' + (ms % 10) as u8;
+        ms /= 10;
+        if ms == 0 {
+            break;
+        }
+    }
+    HeaderValue::from_bytes(&out[i..]).unwrap_or(HeaderValue::from_static("0m"))
 }
 
 impl ClusterAuthz {
@@ -126,53 +146,75 @@ impl ClusterAuthz {
         authority: &str,
         service: &GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> Result<CheckResponse, String> {
-        let msg = req.encode_to_vec();
-        let mut body = BytesMut::with_capacity(5 + msg.len());
-        body.put_u8(0);
-        body.put_u32(u32::try_from(msg.len()).map_err(|e| e.to_string())?);
-        body.put_slice(&msg);
-        let mut b = Request::post(CHECK_PATH)
-            .header(header::HOST, authority)
-            .header(header::CONTENT_TYPE, "application/grpc")
-            .header(header::TE, "trailers");
+        // The head is built in place, in the form the cluster's HTTP/2 pool sends as is
+        // (`:scheme`, `:authority` in the URI), with the names pre-parsed.
+        let uri = http::Uri::builder()
+            .scheme(http::uri::Scheme::HTTP)
+            .authority(authority)
+            .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let mut r = Request::new(full_body(frame));
+        *r.method_mut() = http::Method::POST;
+        *r.uri_mut() = uri;
+        *r.version_mut() = http::Version::HTTP_2;
+        let h = r.headers_mut();
+        h.reserve(4 + service.initial_metadata.len());
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/grpc"),
+        );
+        h.insert(header::TE, HeaderValue::from_static("trailers"));
         if let Some(t) = timeout {
-            b = b.header("grpc-timeout", grpc_timeout(t));
+            h.insert(GRPC_TIMEOUT, grpc_timeout(t));
         }
         for (k, v) in &service.initial_metadata {
             if let (Ok(k), Ok(v)) = (
                 HeaderName::from_bytes(k.as_bytes()),
                 HeaderValue::from_str(v),
             ) {
-                b = b.header(k, v);
+                h.append(k, v);
             }
         }
-        let req = b
-            .body(full_body(body.freeze()))
-            .map_err(|e| e.to_string())?;
         let (resp, lease) = self
             .0
-            .send_streaming(cluster, req)
+            .send_streaming(cluster, r)
             .await
             .map_err(|e| e.to_string())?;
         if resp.status() != http::StatusCode::OK {
             return Err(format!("http status {}", resp.status().as_u16()));
         }
-        let (parts, body) = resp.into_parts();
-        let collected = body.collect().await.map_err(|e| e.to_string())?;
+        let (parts, mut body) = resp.into_parts();
+        // The answer is one message, usually in one DATA frame: kept without a copy.
+        let mut data = Bytes::new();
+        let mut more: Option<BytesMut> = None;
+        let mut trailers = None;
+        // Bounded by the body: each round consumes a frame.
+        while let Some(frame) = body.frame().await {
+            match frame.map_err(|e| e.to_string())?.into_data() {
+                Ok(d) if data.is_empty() && more.is_none() => data = d,
+                Ok(d) => more
+                    .get_or_insert_with(|| BytesMut::from(&data[..]))
+                    .extend_from_slice(&d),
+                Err(f) => trailers = f.into_trailers().ok(),
+            }
+        }
         lease.release();
+        if let Some(m) = more {
+            data = m.freeze();
+        }
         // Trailers-only answers carry the status in the headers.
-        let status = collected
-            .trailers()
-            .and_then(|t| t.get("grpc-status"))
-            .or_else(|| parts.headers.get("grpc-status"))
+        let status = trailers
+            .as_ref()
+            .and_then(|t| t.get(&GRPC_STATUS))
+            .or_else(|| parts.headers.get(&GRPC_STATUS))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<i32>().ok());
         if status != Some(0) {
             return Err(format!("grpc status {status:?}"));
         }
-        let mut data = collected.to_bytes();
         if data.len() < 5 || data[0] != 0 {
             return Err("malformed gRPC message".into());
         }

@@ -4,6 +4,7 @@
 use crate::access_log::body::RequestBody;
 use bytes::{Bytes, BytesMut};
 use courier_filters::BodyWanted;
+use http::HeaderMap;
 use http_body_util::BodyExt;
 
 /// Why no body was buffered.
@@ -15,21 +16,48 @@ pub enum BufferError {
     Read,
 }
 
+/// What was read of the body.
+#[derive(Debug, Default)]
+pub struct Buffered {
+    /// The bytes read: the whole body, or (partial) its first `max_bytes` or a little more.
+    pub bytes: Bytes,
+    /// The trailers, when the body ended with them.
+    pub trailers: Option<HeaderMap>,
+    /// The body goes on past `bytes` (partial): the rest is still in the stream.
+    pub more: bool,
+}
+
 /// Reads `body` to its end. Without `allow_partial`, more than `max_bytes` is
-/// [`BufferError::TooLarge`]; with it, the whole body is kept (the filter sends only
-/// `max_bytes` of it to its service; the upstream gets all of it).
-pub async fn buffer(body: &mut RequestBody, wanted: BodyWanted) -> Result<Bytes, BufferError> {
+/// [`BufferError::TooLarge`]; with it, reading stops once `max_bytes` are held (Envoy's
+/// `isBufferFull`), so a large body is never held whole: the filter sends at most
+/// `max_bytes` to its service and the upstream gets the bytes read, then the rest.
+pub async fn buffer(body: &mut RequestBody, wanted: BodyWanted) -> Result<Buffered, BufferError> {
     let mut out = BytesMut::new();
     let max = wanted.max_bytes as usize;
+    let mut trailers = None;
     // Bounded by the body itself: each round consumes one frame.
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(|_| BufferError::Read)?;
-        if let Ok(data) = frame.into_data() {
-            out.extend_from_slice(&data);
-            if !wanted.allow_partial && out.len() > max {
-                return Err(BufferError::TooLarge);
+        match frame.into_data() {
+            Ok(data) => {
+                out.extend_from_slice(&data);
+                if !wanted.allow_partial && out.len() > max {
+                    return Err(BufferError::TooLarge);
+                }
+                if wanted.allow_partial && out.len() >= max {
+                    return Ok(Buffered {
+                        bytes: out.freeze(),
+                        trailers: None,
+                        more: !http_body::Body::is_end_stream(body),
+                    });
+                }
             }
+            Err(frame) => trailers = frame.into_trailers().ok(),
         }
     }
-    Ok(out.freeze())
+    Ok(Buffered {
+        bytes: out.freeze(),
+        trailers,
+        more: false,
+    })
 }

@@ -475,3 +475,76 @@ async fn google_grpc_target_is_called_directly() {
     let r = get(&s.courier, "/a", &[("x-mode", "deny")]).await;
     assert_eq!(r.status, 401);
 }
+
+/// With `allow_partial_message`, the check goes out once `max_request_bytes` are held, not
+/// when the body ends (a large body is never held whole); the upstream then gets all of it.
+#[tokio::test]
+async fn partial_body_is_checked_before_the_rest_arrives() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut authz = grpc_authz().await;
+    let s = start(
+        authz.addr,
+        H2,
+        &filter(
+            &envoy_grpc(""),
+            "with_request_body: {max_request_bytes: 10, allow_partial_message: true}",
+        ),
+        "",
+    )
+    .await;
+    let mut c = tokio::net::TcpStream::connect(s.courier.listener)
+        .await
+        .unwrap();
+    c.write_all(b"POST /a HTTP/1.1\r\nhost: example.com\r\ncontent-length: 30\r\n\r\n0123456789ab")
+        .await
+        .unwrap();
+    // The rest of the body is still with the client: the check must not wait for it.
+    let check = tokio::time::timeout(Duration::from_secs(20), authz.seen.recv())
+        .await
+        .expect("no check while the body is incomplete")
+        .unwrap();
+    let http = check_http(&check);
+    assert_eq!(http.body, "0123456789");
+    assert_eq!(http.headers["x-envoy-auth-partial-body"], "true");
+    c.write_all(b"cdefghijklmnopqrst").await.unwrap();
+    let mut got = Vec::new();
+    let want = "body: 0123456789abcdefghijklmnopqrst\n";
+    for _ in 0..100 {
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(20), c.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap();
+        got.extend_from_slice(&buf[..n]);
+        if n == 0 || String::from_utf8_lossy(&got).contains(want) {
+            break;
+        }
+    }
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(want), "{text}");
+}
+
+/// `filter_enabled` at 0 %: requests pass unchecked and count as `disabled`.
+#[tokio::test]
+async fn filter_enabled_zero_counts_disabled() {
+    let authz = grpc_authz().await;
+    let s = start(
+        authz.addr,
+        H2,
+        &filter(
+            &envoy_grpc(""),
+            "filter_enabled: {default_value: {numerator: 0}}",
+        ),
+        "",
+    )
+    .await;
+    let r = get(&s.courier, "/a", &[("x-mode", "deny")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(authz.calls.load(Ordering::SeqCst), 0);
+    let stats = get_text(&s.courier.admin, "/stats").await;
+    assert!(
+        stats.lines().any(|l| l.ends_with("ext_authz.disabled: 1")),
+        "{stats}"
+    );
+}

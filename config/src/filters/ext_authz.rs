@@ -1,7 +1,8 @@
 //! The external authorization filter (`envoy.extensions.filters.http.ext_authz.v3`).
 //!
-//! Refused through the support table (reported at their path): `filter_enabled`,
-//! `filter_enabled_metadata`, `deny_at_disable` (runtime switches), the route and typed
+//! `filter_enabled` and `deny_at_disable` take their `default_value` (there is no runtime
+//! layer: `runtime_key` is refused). Refused through the support table (reported at their
+//! path): the route and typed
 //! metadata-context namespaces, `include_tls_session`, `bootstrap_metadata_labels_key`,
 //! `charge_cluster_response_stats`, `encode_raw_headers`, `decoder_header_mutation_rules`,
 //! `enable_dynamic_metadata_ingestion`, `filter_metadata`, `emit_filter_state_stats`,
@@ -55,6 +56,12 @@ pub struct ExtAuthz {
     pub allowed_headers: Option<Vec<StringMatcher>>,
     /// Request headers whose name matches one of these are never sent.
     pub disallowed_headers: Option<Vec<StringMatcher>>,
+    /// `filter_enabled`: the share of requests checked (`None`: all).
+    pub filter_enabled: Option<f64>,
+    /// `filter_enabled_metadata`: only requests whose dynamic metadata matches are checked.
+    pub filter_enabled_metadata: Option<matcher::MetadataMatcher>,
+    /// `deny_at_disable`: a request the filter is disabled for gets `status_on_error`.
+    pub deny_at_disable: bool,
 }
 
 /// The authorization service.
@@ -188,6 +195,28 @@ pub fn translate(e: &pb::ExtAuthz, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ext
         &path.field("disallowed_headers"),
         ctx,
     );
+    let filter_enabled = e.filter_enabled.as_ref().map(|f| {
+        f.default_value
+            .as_ref()
+            .map_or(1.0, crate::core::fractional_percent)
+    });
+    let filter_enabled_metadata = e
+        .filter_enabled_metadata
+        .as_ref()
+        .and_then(|m| matcher::metadata_matcher(m, &path.field("filter_enabled_metadata"), ctx));
+    let deny_at_disable = match e.deny_at_disable.as_ref() {
+        None => false,
+        Some(f) => match f.default_value {
+            Some(v) => v.value,
+            None => {
+                ctx.error(
+                    &path.field("deny_at_disable").field("default_value"),
+                    "is required",
+                );
+                false
+            }
+        },
+    };
     let service = service?;
     if ctx.error_count() > before {
         return None;
@@ -205,6 +234,9 @@ pub fn translate(e: &pb::ExtAuthz, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ext
         stat_prefix: e.stat_prefix.clone(),
         allowed_headers,
         disallowed_headers,
+        filter_enabled,
+        filter_enabled_metadata,
+        deny_at_disable,
     })
 }
 

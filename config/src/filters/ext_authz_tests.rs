@@ -139,16 +139,20 @@ http_service:
 }
 
 #[test]
-fn runtime_switches_are_refused() {
+fn runtime_switches_take_their_default_and_refuse_runtime_keys() {
     let e = errors(authz(
         r#"
 grpc_service: {envoy_grpc: {cluster_name: authz}}
 filter_enabled: {default_value: {numerator: 50}, runtime_key: k}
+deny_at_disable: {default_value: true, runtime_key: d}
 "#,
     ));
     assert_eq!(
         e,
-        ["typed_config.filter_enabled: filter_enabled is not supported"]
+        [
+            "typed_config.filter_enabled.runtime_key: runtime_key is not supported",
+            "typed_config.deny_at_disable.runtime_key: runtime_key is not supported",
+        ]
     );
 }
 
@@ -192,4 +196,20 @@ disabled: true
         "\"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\nis_optional: true\n",
     ));
     assert_eq!(e, ["config: is required unless disabled is true"]);
+}
+
+#[test]
+fn runtime_switches_translate() {
+    let e = authz(
+        r#"
+grpc_service: {envoy_grpc: {cluster_name: authz}}
+filter_enabled: {default_value: {numerator: 25}}
+filter_enabled_metadata: {filter: f, path: [{key: k}], value: {string_match: {exact: v}}}
+deny_at_disable: {default_value: true}
+"#,
+    )
+    .unwrap();
+    assert_eq!(e.filter_enabled, Some(0.25));
+    assert!(e.deny_at_disable);
+    assert_eq!(e.filter_enabled_metadata.unwrap().filter, "f");
 }

@@ -159,7 +159,15 @@ pub(crate) const SUPPORT: &[Support] = &[
             "stat_prefix",
             "allowed_headers",
             "disallowed_headers",
+            "filter_enabled",
+            "filter_enabled_metadata",
+            "deny_at_disable",
         ],
+    ),
+    // ext_authz `deny_at_disable`: no runtime layer, so no `runtime_key`.
+    (
+        "envoy.config.core.v3.RuntimeFeatureFlag",
+        &["default_value"],
     ),
     (
         "envoy.extensions.filters.http.ext_authz.v3.HttpService",

@@ -13,17 +13,85 @@ use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
 use envoy_types::pb::google::protobuf::Timestamp;
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
+
+/// Pre-parsed: looked up on every check.
+static DOWNSTREAM_SERVICE_CLUSTER: http::HeaderName =
+    http::HeaderName::from_static("x-envoy-downstream-service-cluster");
 
 /// Request ids: Envoy sends its stream id (not `x-request-id`), a per-process number.
 static STREAM_ID: AtomicU64 = AtomicU64::new(1);
 
+/// `n` in decimal, appended to `out` (`Display` for numbers and IPv4 addresses goes
+/// through the formatting machinery: several times the cost, on every check).
+fn push_decimal(out: &mut String, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    // At most 20 rounds: a u64 has at most 20 digits.
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for d in &digits[i..] {
+        out.push(char::from(*d));
+    }
+}
+
+fn decimal(n: u64) -> String {
+    let mut s = String::with_capacity(20);
+    push_decimal(&mut s, n);
+    s
+}
+
+/// `v4` as `Display` writes it, into `buf`; returns the length.
+pub(super) fn ipv4_into(v4: std::net::Ipv4Addr, buf: &mut [u8; 15]) -> usize {
+    let mut n = 0;
+    for (i, o) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            buf[n] = b'.';
+            n += 1;
+        }
+        if o >= 100 {
+            buf[n] = b'0' + o / 100;
+            n += 1;
+        }
+        if o >= 10 {
+            buf[n] = b'0' + (o / 10) % 10;
+            n += 1;
+        }
+        buf[n] = b'0' + o % 10;
+        n += 1;
+    }
+    n
+}
+
+/// `ip` as `Display` writes it.
+pub(super) fn ip_string(ip: IpAddr) -> String {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut s = String::with_capacity(15);
+            for (i, o) in v4.octets().into_iter().enumerate() {
+                if i > 0 {
+                    s.push('.');
+                }
+                push_decimal(&mut s, u64::from(o));
+            }
+            s
+        }
+        IpAddr::V6(v6) => v6.to_string(),
+    }
+}
+
 fn socket_address(a: SocketAddr) -> Address {
     Address {
         address: Some(address::Address::SocketAddress(SocketAddress {
-            address: a.ip().to_string(),
+            address: ip_string(a.ip()),
             port_specifier: Some(socket_address::PortSpecifier::PortValue(u32::from(
                 a.port(),
             ))),
@@ -57,11 +125,15 @@ fn listed(list: &Option<Vec<StringMatcher>>, name: &str) -> Option<bool> {
     list.as_ref().map(|l| l.iter().any(|m| m.matches(name)))
 }
 
-/// The request headers sent with a gRPC check: pseudo-headers and every header (or those
-/// `allowed_headers` matches, minus `disallowed_headers`), repeats joined by `,`, values that
-/// are not UTF-8 as `!`.
-fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
-    let mut out = HashMap::new();
+/// A header value as sent: not UTF-8 is `!`.
+fn text(v: &http::HeaderValue) -> &str {
+    std::str::from_utf8(v.as_bytes()).unwrap_or("!")
+}
+
+/// Calls `f` with each request header sent with a gRPC check: pseudo-headers and every
+/// header (or those `allowed_headers` matches, minus `disallowed_headers`), each name
+/// once, repeats joined by `,`, values that are not UTF-8 as `!`.
+pub(super) fn each_header(req: &RequestState<'_>, cfg: &ExtAuthz, mut f: impl FnMut(&str, &str)) {
     let keep = |name: &str| {
         listed(&cfg.allowed_headers, name) != Some(false)
             && listed(&cfg.disallowed_headers, name) != Some(true)
@@ -70,23 +142,83 @@ fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
         if keep(pseudo)
             && let Some(v) = req.first_header(pseudo)
         {
-            out.insert(pseudo.to_string(), v.to_string());
+            f(pseudo, v);
         }
     }
-    for (name, value) in &req.head.headers {
+    for name in req.head.headers.keys() {
         let n = name.as_str();
         if n == "host" || !keep(n) {
             continue;
         }
-        let v = String::from_utf8(value.as_bytes().to_vec()).unwrap_or_else(|_| "!".into());
-        out.entry(n.to_string())
-            .and_modify(|e: &mut String| {
-                e.push(',');
-                e.push_str(&v);
-            })
-            .or_insert(v);
+        let mut values = req.head.headers.get_all(name).iter();
+        let first = values.next().map_or("", text);
+        match values.next() {
+            None => f(n, first),
+            Some(second) => {
+                let mut joined = String::from(first);
+                for v in std::iter::once(second).chain(values) {
+                    joined.push(',');
+                    joined.push_str(text(v));
+                }
+                f(n, &joined);
+            }
+        }
     }
+}
+
+fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
+    let mut out = HashMap::with_capacity(req.head.headers.keys_len() + 4);
+    each_header(req, cfg, |k, v| {
+        out.insert(k.to_string(), v.to_string());
+    });
     out
+}
+
+/// The scalar parts of a check, shared by [`build`] and the wire encoder.
+pub(super) struct Fields {
+    /// `request.http.id`.
+    pub id: String,
+    /// `source.service`.
+    pub service: String,
+    /// `source.principal`.
+    pub principal: String,
+    /// `request.time`: seconds and nanos.
+    pub time: (i64, i32),
+    /// `request.http.size`.
+    pub size: i64,
+    /// `request.http.protocol`.
+    pub protocol: &'static str,
+    /// The body goes as `raw_body` (`pack_as_bytes`), else as `body`.
+    pub raw_body: bool,
+}
+
+impl Fields {
+    pub(super) fn of(req: &RequestState<'_>, cfg: &ExtAuthz, body: Option<&[u8]>) -> Self {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default();
+        Fields {
+            id: decimal(STREAM_ID.fetch_add(1, Ordering::Relaxed)),
+            service: req
+                .head
+                .headers
+                .get(&DOWNSTREAM_SERVICE_CLUSTER)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string(),
+            principal: source_principal(req),
+            time: (now.as_secs() as i64, now.subsec_nanos() as i32),
+            size: req
+                .head
+                .headers
+                .get(http::header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok()?.parse().ok())
+                .or_else(|| body.map(|b| b.len() as i64))
+                .unwrap_or(0),
+            protocol: protocol(req.head.version),
+            raw_body: matches!(cfg.with_request_body, Some(s) if s.pack_as_bytes),
+        }
+    }
 }
 
 /// Builds the check for `req`: `context` is the merged `context_extensions`, `body` what
@@ -97,36 +229,25 @@ pub fn build(
     context: &BTreeMap<String, String>,
     body: Option<&[u8]>,
 ) -> CheckRequest {
+    let f = Fields::of(req, cfg, body);
     let mut http = HttpRequest {
-        id: STREAM_ID.fetch_add(1, Ordering::Relaxed).to_string(),
+        id: f.id,
         method: req.head.method.as_str().to_string(),
         headers: headers(req, cfg),
         path: req.path().to_string(),
         host: req.authority().to_string(),
         scheme: req.scheme().to_string(),
-        protocol: protocol(req.head.version).to_string(),
+        protocol: f.protocol.to_string(),
+        size: f.size,
         ..Default::default()
     };
-    http.size = req
-        .head
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .or_else(|| body.map(|b| b.len() as i64))
-        .unwrap_or(0);
     if let Some(b) = body {
-        match cfg.with_request_body {
-            Some(s) if s.pack_as_bytes => http.raw_body = b.to_vec(),
-            _ => http.body = String::from_utf8_lossy(b).into_owned(),
+        if f.raw_body {
+            http.raw_body = b.to_vec();
+        } else {
+            http.body = String::from_utf8_lossy(b).into_owned();
         }
     }
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or_default();
-    let service = req
-        .first_header("x-envoy-downstream-service-cluster")
-        .unwrap_or("")
-        .to_string();
     let mut filter_metadata = HashMap::new();
     for ns in &cfg.metadata_context_namespaces {
         if let Some(obj) = req.metadata.get(ns) {
@@ -137,8 +258,8 @@ pub fn build(
         attributes: Some(AttributeContext {
             source: Some(Peer {
                 address: Some(socket_address(req.conn.peer)),
-                principal: source_principal(req),
-                service,
+                principal: f.principal,
+                service: f.service,
                 ..Default::default()
             }),
             destination: Some(Peer {
@@ -147,8 +268,8 @@ pub fn build(
             }),
             request: Some(AttrRequest {
                 time: Some(Timestamp {
-                    seconds: now.as_secs() as i64,
-                    nanos: now.subsec_nanos() as i32,
+                    seconds: f.time.0,
+                    nanos: f.time.1,
                 }),
                 http: Some(http),
             }),
@@ -162,5 +283,33 @@ pub fn build(
             }),
             ..Default::default()
         }),
+    }
+}
+
+#[cfg(test)]
+mod format_tests {
+    use super::*;
+
+    #[test]
+    fn numbers_and_addresses_format_as_display_does() {
+        for n in [0u64, 7, 10, 99, 255, 1_000_000, u64::MAX] {
+            assert_eq!(decimal(n), n.to_string());
+        }
+        for ip in [
+            "0.0.0.0",
+            "127.0.0.1",
+            "10.200.3.45",
+            "255.255.255.255",
+            "::1",
+            "fe80::1:2",
+        ] {
+            let ip: IpAddr = ip.parse().unwrap();
+            assert_eq!(ip_string(ip), ip.to_string());
+            if let IpAddr::V4(v4) = ip {
+                let mut buf = [0u8; 15];
+                let n = ipv4_into(v4, &mut buf);
+                assert_eq!(&buf[..n], ip.to_string().as_bytes());
+            }
+        }
     }
 }

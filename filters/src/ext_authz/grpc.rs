@@ -1,9 +1,10 @@
 //! A gRPC `CheckResponse` as an [`Outcome`].
 
 use super::metadata::from_struct;
-use super::outcome::{Allow, Mutation, Outcome};
+use super::outcome::{Allow, Mutation, Outcome, ResponseMutation};
 use crate::chain::LocalReply;
 use envoy_types::pb::envoy::config::core::v3::HeaderValueOption;
+use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{CheckResponse, DeniedHttpResponse};
 use http::StatusCode;
@@ -28,6 +29,25 @@ fn mutation(h: &HeaderValueOption) -> Mutation {
     match h.append {
         Some(a) if a.value => Mutation::AppendExisting,
         _ => Mutation::Set,
+    }
+}
+
+/// A `response_headers_to_add` entry: `append` when set decides (true adds, false sets),
+/// else `append_action` (Envoy's `ext_authz_grpc_impl`).
+#[allow(deprecated)] // Envoy still honours `append`.
+fn response_mutation(h: &HeaderValueOption) -> ResponseMutation {
+    if let Some(a) = h.append {
+        return if a.value {
+            ResponseMutation::Add
+        } else {
+            ResponseMutation::Set
+        };
+    }
+    match HeaderAppendAction::try_from(h.append_action) {
+        Ok(HeaderAppendAction::AddIfAbsent) => ResponseMutation::AddIfAbsent,
+        Ok(HeaderAppendAction::OverwriteIfExists) => ResponseMutation::OverwriteIfExists,
+        Ok(HeaderAppendAction::OverwriteIfExistsOrAdd) => ResponseMutation::Set,
+        _ => ResponseMutation::Add,
     }
 }
 
@@ -91,7 +111,7 @@ pub fn outcome(resp: &CheckResponse) -> Outcome {
         allow.response_headers = ok
             .response_headers_to_add
             .iter()
-            .filter_map(name_value)
+            .filter_map(|h| name_value(h).map(|(n, v)| (response_mutation(h), n, v)))
             .collect();
     }
     Outcome::Ok(allow)

@@ -1,7 +1,7 @@
 //! The HTTP authorization service: the check request Envoy sends and how its answer is
 //! read (envoy-reference 3.2 step 7).
 
-use super::outcome::{Allow, Mutation, Outcome};
+use super::outcome::{Allow, Mutation, Outcome, ResponseMutation};
 use crate::chain::LocalReply;
 use crate::request::RequestState;
 use bytes::Bytes;
@@ -97,7 +97,10 @@ pub fn outcome(resp: &Response<Bytes>, svc: &HttpService) -> Outcome {
                 .collect();
         }
         allow.response_headers =
-            matched(resp.headers(), r.allowed_client_headers_on_success.as_ref());
+            matched(resp.headers(), r.allowed_client_headers_on_success.as_ref())
+                .into_iter()
+                .map(|(n, v)| (ResponseMutation::Add, n, v))
+                .collect();
         return Outcome::Ok(allow);
     }
     let mut headers = HeaderMap::new();

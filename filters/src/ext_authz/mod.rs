@@ -9,6 +9,7 @@ pub mod grpc;
 pub mod http_service;
 pub mod metadata;
 pub mod outcome;
+pub mod wire;
 
 use crate::chain::{BodyWanted, Decision, HttpFilter, LocalReply, Verdict};
 use crate::request::RequestState;
@@ -17,7 +18,7 @@ use courier_config::config_source::GrpcService;
 use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute};
 use courier_config::filters::http_uri::HttpUri;
-use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
+use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use http::{HeaderValue, StatusCode};
 use outcome::Outcome;
 use std::collections::BTreeMap;
@@ -46,13 +47,15 @@ pub type HttpCheckFuture<'a> =
 /// How checks reach the authorization service; implemented by the proxy over its
 /// clusters (`envoy_grpc`, `http_service`) and direct channels (`google_grpc`).
 pub trait AuthzTransport: Send + Sync {
-    /// Calls `envoy.service.auth.v3.Authorization/Check`; `timeout` goes to the server as
-    /// `grpc-timeout` (the filter bounds the call itself). A non-OK gRPC status is an `Err`.
+    /// Calls `envoy.service.auth.v3.Authorization/Check` with `frame`, the `CheckRequest`
+    /// as a length-prefixed gRPC message ([`wire::check_frame`]); `timeout` goes to the
+    /// server as `grpc-timeout` (the filter bounds the call itself). A non-OK gRPC status
+    /// is an `Err`.
     fn check<'a>(
         &'a self,
         service: &'a GrpcService,
         timeout: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a>;
 
     /// Sends an HTTP check request through `uri.cluster`.
@@ -105,6 +108,17 @@ impl ExtAuthzFilter {
         &self.stats
     }
 
+    /// `filter_enabled` (a share of requests, drawn per request) and
+    /// `filter_enabled_metadata` (the request's dynamic metadata so far) both allow a check.
+    fn enabled(&self, req: &RequestState<'_>) -> bool {
+        let cfg = &*self.config;
+        cfg.filter_enabled.is_none_or(|p| fastrand::f64() < p)
+            && cfg
+                .filter_enabled_metadata
+                .as_ref()
+                .is_none_or(|m| m.matches(&req.metadata))
+    }
+
     async fn call(
         &self,
         req: &RequestState<'_>,
@@ -114,7 +128,7 @@ impl ExtAuthzFilter {
         let cfg = &*self.config;
         match &cfg.service {
             AuthzService::Grpc { service, timeout } => {
-                let check = check_request::build(req, cfg, &context, body.as_deref());
+                let check = wire::check_frame(req, cfg, &context, body.as_deref());
                 let call = self.transport.check(service, *timeout, check);
                 match tokio::time::timeout(timeout.unwrap_or(UNBOUNDED), call).await {
                     Ok(Ok(resp)) => grpc::outcome(&resp),
@@ -156,14 +170,38 @@ impl ExtAuthzFilter {
             }),
             _ => None,
         };
+        let started = tokio::time::Instant::now();
         let outcome = self.call(req, context, body).await;
         // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
-        req.head.headers.remove(PARTIAL_BODY);
+        if cfg
+            .with_request_body
+            .is_some_and(|s| s.allow_partial_message)
+        {
+            req.head.headers.remove(PARTIAL_BODY);
+        }
         match outcome {
-            Outcome::Ok(allow) => {
+            Outcome::Ok(mut allow) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                // Envoy adds the call's duration (ms) to the metadata an answer carries.
+                if let Some(md) = allow.metadata.as_mut().filter(|m| !m.is_empty()) {
+                    md.insert(
+                        "ext_authz_duration".into(),
+                        serde_json::Value::from(started.elapsed().as_millis() as u64),
+                    );
+                }
                 if outcome::apply(req, &allow) && cfg.clear_route_cache {
                     req.clear_route_cache();
+                }
+                if !allow.response_headers.is_empty() {
+                    let mut pending = req
+                        .filter_state
+                        .remove::<outcome::PendingResponseHeaders>()
+                        .unwrap_or_default();
+                    pending.0.push((
+                        self.name.clone(),
+                        outcome::ResponseHeaders(allow.response_headers),
+                    ));
+                    req.filter_state.insert(pending);
                 }
                 Verdict::Continue
             }
@@ -227,6 +265,16 @@ impl HttpFilter for ExtAuthzFilter {
             Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::Disabled(true))) => {
                 return Decision::Continue;
             }
+            _ if !self.enabled(req) => {
+                self.stats.disabled.fetch_add(1, Ordering::Relaxed);
+                if !self.config.deny_at_disable {
+                    return Decision::Continue;
+                }
+                // Envoy: status_on_error, empty body, flagged UAEX.
+                let status = StatusCode::from_u16(self.config.status_on_error)
+                    .unwrap_or(StatusCode::FORBIDDEN);
+                return Decision::Respond(LocalReply::new(status, Bytes::new(), "ext_authz_error"));
+            }
             Some(PerRouteFilterConfig::ExtAuthz(ExtAuthzPerRoute::CheckSettings(s))) => {
                 with_body = !s.disable_request_body_buffering;
             }
@@ -251,6 +299,18 @@ impl HttpFilter for ExtAuthzFilter {
                 None
             }
             _ => self.wants_body(),
+        }
+    }
+
+    /// The OK answer's `response_headers_to_add` (Envoy applies them in its encodeHeaders,
+    /// so they act on the upstream's response headers or a later local reply).
+    fn encode_headers(&self, req: &RequestState<'_>, headers: &mut http::HeaderMap) {
+        if let Some(pending) = req.filter_state.get::<outcome::PendingResponseHeaders>() {
+            for (name, ops) in &pending.0 {
+                if *name == self.name {
+                    ops.apply(headers);
+                }
+            }
         }
     }
 }

@@ -18,6 +18,56 @@ pub enum Mutation {
     Add,
 }
 
+/// How a header from the authorization server changes the client's response (Envoy's
+/// `response_headers_to_add`, `_to_set`, `_to_add_if_absent`, `_to_overwrite_if_exists`,
+/// applied in that order when the response passes the filter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ResponseMutation {
+    /// Add another value (`append: true`, or no `append` and `APPEND_IF_EXISTS_OR_ADD`).
+    Add,
+    /// Replace every value, or add (`append: false`, or `OVERWRITE_IF_EXISTS_OR_ADD`).
+    Set,
+    /// Add only when the response has none (`ADD_IF_ABSENT`).
+    AddIfAbsent,
+    /// Replace only when the response has one (`OVERWRITE_IF_EXISTS`).
+    OverwriteIfExists,
+}
+
+/// The response header actions of OK answers, by ext_authz filter name, kept in the
+/// request's `filter_state` until the response comes.
+#[derive(Debug, Clone, Default)]
+pub struct PendingResponseHeaders(pub Vec<(String, ResponseHeaders)>);
+
+/// The response header actions of one OK answer.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseHeaders(pub Vec<(ResponseMutation, HeaderName, HeaderValue)>);
+
+impl ResponseHeaders {
+    /// Applies the actions to `headers`, in Envoy's order (all adds, then sets, ...).
+    pub fn apply(&self, headers: &mut http::HeaderMap) {
+        let mut ops: Vec<_> = self.0.iter().collect();
+        // Stable: the actions of one kind keep the server's order.
+        ops.sort_by_key(|(m, _, _)| *m);
+        for (m, name, value) in ops {
+            match m {
+                ResponseMutation::Add => {
+                    headers.append(name.clone(), value.clone());
+                }
+                ResponseMutation::Set => {
+                    headers.insert(name.clone(), value.clone());
+                }
+                ResponseMutation::AddIfAbsent if !headers.contains_key(name) => {
+                    headers.append(name.clone(), value.clone());
+                }
+                ResponseMutation::OverwriteIfExists if headers.contains_key(name) => {
+                    headers.insert(name.clone(), value.clone());
+                }
+                ResponseMutation::AddIfAbsent | ResponseMutation::OverwriteIfExists => {}
+            }
+        }
+    }
+}
+
 /// An OK answer's changes.
 #[derive(Debug, Default)]
 pub struct Allow {
@@ -29,8 +79,8 @@ pub struct Allow {
     pub query_set: Vec<(String, String)>,
     /// Query parameters to remove.
     pub query_remove: Vec<String>,
-    /// Headers added to the client's response.
-    pub response_headers: Vec<(HeaderName, HeaderValue)>,
+    /// Changes to the client's response headers.
+    pub response_headers: Vec<(ResponseMutation, HeaderName, HeaderValue)>,
     /// Dynamic metadata for later filters and access logs.
     pub metadata: Option<Map<String, Value>>,
 }
@@ -52,7 +102,8 @@ fn mutable(name: &str) -> bool {
     !name.starts_with(':')
 }
 
-/// Applies `allow` to the request; returns whether anything changed.
+/// Applies `allow` to the request (its response header actions are the filter's to keep);
+/// returns whether anything changed.
 pub fn apply(req: &mut RequestState<'_>, allow: &Allow) -> bool {
     let mut changed = false;
     let headers = &mut req.head.headers;
@@ -91,12 +142,6 @@ pub fn apply(req: &mut RequestState<'_>, allow: &Allow) -> bool {
     if !allow.query_set.is_empty() || !allow.query_remove.is_empty() {
         changed |= rewrite_query(req, &allow.query_set, &allow.query_remove);
     }
-    req.response_headers.extend(
-        allow
-            .response_headers
-            .iter()
-            .map(|(n, v)| (n.clone(), v.clone())),
-    );
     if let Some(md) = &allow.metadata {
         req.merge_metadata(super::FILTER_NAME, md.clone());
     }

@@ -7,6 +7,7 @@ use courier_config::route::PerFilterConfigs;
 use envoy_types::pb::envoy::config::core::v3::{
     HeaderValue as PbHeader, HeaderValueOption, QueryParameter,
 };
+use envoy_types::pb::envoy::service::auth::v3::CheckRequest;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{DeniedHttpResponse, OkHttpResponse};
 use envoy_types::pb::envoy::r#type::v3::HttpStatus;
@@ -35,9 +36,16 @@ impl AuthzTransport for Fake {
         &'a self,
         _: &'a GrpcService,
         _: Option<Duration>,
-        req: CheckRequest,
+        frame: Bytes,
     ) -> CheckFuture<'a> {
+        use prost::Message;
         self.calls.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(frame[0], 0);
+        assert_eq!(
+            u32::from_be_bytes([frame[1], frame[2], frame[3], frame[4]]) as usize,
+            frame.len() - 5
+        );
+        let req = CheckRequest::decode(&frame[5..]).unwrap();
         self.seen.store(Some(Arc::new(req)));
         let answer = self.answer.clone();
         Box::pin(async move {
@@ -144,8 +152,13 @@ async fn ok_applies_mutations_metadata_and_response_headers() {
     assert!(h.get("x-none").is_none() && h.get("x-gone").is_none());
     assert_eq!(h["host"], "h");
     assert_eq!(req.path(), "/p?a=1&b=2");
-    assert_eq!(req.response_headers["x-resp"], "r");
+    let mut resp = http::HeaderMap::new();
+    resp.insert("x-resp", HeaderValue::from_static("up"));
+    f.encode_headers(&req, &mut resp);
+    assert_eq!(resp.get_all("x-resp").iter().collect::<Vec<_>>(), ["r"]);
     assert_eq!(req.metadata[FILTER_NAME]["user"], "a");
+    // The call's duration in ms joins the answer's metadata (as Envoy's).
+    assert!(req.metadata[FILTER_NAME]["ext_authz_duration"].is_u64());
     assert!(req.route_cache_cleared());
     assert_eq!(f.stats().ok.load(Ordering::SeqCst), 1);
 }
@@ -293,4 +306,105 @@ async fn check_request_carries_the_request_peer_and_merged_context() {
     assert_eq!(a.source.as_ref().unwrap().principal, "spiffe://c/ns/a");
     assert_eq!(a.context_extensions["a"], "vhost");
     assert_eq!(a.context_extensions["b"], "route");
+}
+
+#[tokio::test]
+#[allow(deprecated)] // `append` is what Envoy reads first.
+async fn response_headers_follow_append_then_append_action() {
+    use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction as A;
+    let action = |k: &str, a: A| HeaderValueOption {
+        append: None,
+        append_action: a as i32,
+        ..hvo(k, "authz", false)
+    };
+    let fake = Fake::new(Some(Ok(CheckResponse {
+        status: status(0),
+        http_response: Some(HttpResponse::OkResponse(OkHttpResponse {
+            response_headers_to_add: vec![
+                hvo("x-set", "authz", false),
+                hvo("x-add", "authz", true),
+                action("x-default", A::AppendIfExistsOrAdd),
+                action("x-if-absent", A::AddIfAbsent),
+                action("x-if-absent-new", A::AddIfAbsent),
+                action("x-overwrite", A::OverwriteIfExists),
+                action("x-overwrite-new", A::OverwriteIfExists),
+                action("x-set-or-add", A::OverwriteIfExistsOrAdd),
+            ],
+            ..Default::default()
+        })),
+        ..Default::default()
+    })));
+    let f = filter("", &fake);
+    let conn = plain_conn();
+    let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
+    req.route = route();
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    let mut resp = http::HeaderMap::new();
+    for n in ["x-set", "x-add", "x-default", "x-if-absent", "x-overwrite"] {
+        resp.insert(n, HeaderValue::from_static("up"));
+    }
+    f.encode_headers(&req, &mut resp);
+    let all = |n: &str| {
+        resp.get_all(n)
+            .iter()
+            .map(|v| v.to_str().unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(all("x-set"), ["authz"]);
+    assert_eq!(all("x-add"), ["up", "authz"]);
+    assert_eq!(all("x-default"), ["up", "authz"]);
+    assert_eq!(all("x-if-absent"), ["up"]);
+    assert_eq!(all("x-if-absent-new"), ["authz"]);
+    assert_eq!(all("x-overwrite"), ["authz"]);
+    assert!(all("x-overwrite-new").is_empty());
+    assert_eq!(all("x-set-or-add"), ["authz"]);
+    // No metadata in the answer: no ext_authz_duration either.
+    assert!(!req.metadata.contains_key(FILTER_NAME));
+}
+
+#[tokio::test]
+async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
+    let allow = || {
+        Fake::new(Some(Ok(CheckResponse {
+            status: status(0),
+            ..Default::default()
+        })))
+    };
+    let conn = plain_conn();
+    // 0 %: never checked, counted as disabled, passed on.
+    let fake = allow();
+    let f = filter("  filter_enabled: {default_value: {numerator: 0}}\n", &fake);
+    let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
+    req.route = route();
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
+    // deny_at_disable: status_on_error with an empty body.
+    let f = filter(
+        "  filter_enabled: {default_value: {numerator: 0}}\n  deny_at_disable: {default_value: true}\n  status_on_error: {code: 503}\n",
+        &fake,
+    );
+    let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
+    req.route = route();
+    let r = reply(run(&f, &mut req, None).await);
+    assert_eq!((r.status.as_u16(), r.body.len()), (503, 0));
+    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+    // filter_enabled_metadata: checked only when earlier metadata matches.
+    let f = filter(
+        "  filter_enabled_metadata: {filter: ns, path: [{key: k}], value: {string_match: {exact: go}}}\n  filter_enabled: {default_value: {numerator: 100}}\n",
+        &fake,
+    );
+    let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
+    req.route = route();
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
+    let mut md = serde_json::Map::new();
+    md.insert("k".into(), "go".into());
+    let mut req = state(&conn, head("GET", "/", &[("host", "h")]));
+    req.route = route();
+    req.merge_metadata("ns", md);
+    assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
+    assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
 }

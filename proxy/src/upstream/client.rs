@@ -111,7 +111,16 @@ impl ClusterClient {
 
 /// Puts the authority where the cluster's protocol carries it: HTTP/2 in the URI
 /// (`:authority`, with `:scheme` http), HTTP/1.1 in `host` with an origin-form target.
-fn for_protocol<B>(req: Request<B>, protocol: UpstreamProtocol) -> Request<B> {
+fn for_protocol<B>(mut req: Request<B>, protocol: UpstreamProtocol) -> Request<B> {
+    // Already in HTTP/2 form (ext_authz builds its checks so): nothing to rebuild.
+    if protocol == UpstreamProtocol::Http2
+        && req.uri().scheme().is_some()
+        && req.uri().authority().is_some()
+        && !req.headers().contains_key(header::HOST)
+    {
+        *req.version_mut() = http::Version::HTTP_2;
+        return req;
+    }
     let (mut parts, body) = req.into_parts();
     let authority = parts
         .uri
