@@ -4,6 +4,7 @@
 
 use super::body::RequestBody;
 use super::retry::{Decision, Outcome, Retry, Timeouts};
+use super::tee::{Tee, Teed};
 use crate::stats::ClusterStats;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
@@ -18,6 +19,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// `x-envoy-attempt-count`.
@@ -163,16 +165,22 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         buffer_limit,
         started,
     } = a;
+    let mut teed: Option<oneshot::Receiver<Teed>> = None;
     // Without a retry policy the request goes once, as it came.
     let (mut parts, mut body) = match retry {
         // Read ahead only a body known to end within the limit: one of unknown
-        // length (a gRPC stream, say) may not end before its response starts,
-        // so it goes once, and only a connect failure (which gives the body
-        // back unsent) is retried.
+        // length (a gRPC stream, say) may not end before its response starts.
         Some(_) if bounded(&parts.headers, &body, buffer_limit) => {
             (Some(parts), hold(body, buffer_limit).await)
         }
-        Some(_) => (Some(parts), HeldBody::Once(Some(body))),
+        // One of unknown length is copied as it is sent (Envoy buffers it
+        // while streaming the first attempt), for a retry once it has ended.
+        Some(_) => {
+            let (t, rx) = Tee::new(buffer_limit);
+            teed = Some(rx);
+            let b = UpstreamBody::new(RequestBody::teed(body, t), None);
+            (Some(parts), HeldBody::Once(Some(b)))
+        }
         None => (Some(parts), HeldBody::Once(Some(body))),
     };
     let deadline = timeouts.global.map(|t| started + t);
@@ -225,7 +233,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         drop(retry_slot.take());
         tried.push(host.address);
         let per_try = try_deadline.is_some_and(|(_, p)| p);
-        let (last, outcome_replayable) = match result {
+        let (last, mut outcome_replayable) = match result {
             None => {
                 stats.rq_total.inc();
                 stats.response(504);
@@ -286,6 +294,16 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 stats.rq_retry_success.inc();
             }
             return done(last, host, false);
+        }
+        // A body copied as it was sent can be sent again once it has ended
+        // within the limit.
+        if !outcome_replayable
+            && let Some(rx) = teed.as_mut()
+            && let Ok((d, t)) = rx.try_recv()
+        {
+            body = HeldBody::Whole(d, t);
+            teed = None;
+            outcome_replayable = true;
         }
         // Past the buffer limit the request cannot be sent again.
         if !outcome_replayable {

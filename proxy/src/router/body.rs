@@ -156,6 +156,11 @@ enum Source {
         trailers: Option<http::HeaderMap>,
         rest: Option<Box<crate::upstream::pool::UpstreamBody>>,
     },
+    /// A body of unknown length, copied for a retry as it is sent.
+    Teed {
+        inner: Box<crate::upstream::pool::UpstreamBody>,
+        tee: super::tee::Tee,
+    },
 }
 
 impl RequestBody {
@@ -181,6 +186,17 @@ impl RequestBody {
                 data: (!data.is_empty()).then_some(data),
                 trailers,
                 rest,
+            },
+            progress: None,
+        }
+    }
+
+    /// `inner`, copied into `tee` as it is read.
+    pub(crate) fn teed(inner: crate::upstream::pool::UpstreamBody, tee: super::tee::Tee) -> Self {
+        RequestBody {
+            body: Source::Teed {
+                inner: Box::new(inner),
+                tee,
             },
             progress: None,
         }
@@ -223,6 +239,11 @@ impl Body for RequestBody {
                     None => Poll::Ready(None),
                 };
             }
+            Source::Teed { inner, tee } => {
+                let polled = Pin::new(&mut **inner).poll_frame(cx);
+                tee.observe(&polled, inner.is_end_stream());
+                return polled;
+            }
         };
         let polled = Pin::new(&mut *body).poll_frame(cx);
         if let Some(p) = &this.progress {
@@ -253,6 +274,7 @@ impl Body for RequestBody {
                     && trailers.is_none()
                     && rest.as_ref().is_none_or(|r| r.is_end_stream())
             }
+            Source::Teed { inner, .. } => inner.is_end_stream(),
         }
     }
 
@@ -275,6 +297,7 @@ impl Body for RequestBody {
                     }
                 }
             }
+            Source::Teed { inner, .. } => inner.size_hint(),
         }
     }
 }

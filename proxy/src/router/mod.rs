@@ -11,6 +11,7 @@ pub mod forwarded;
 pub mod headers;
 pub mod retry;
 mod rewrite;
+mod tee;
 pub mod upgrade;
 
 use crate::conn_manager::ConnInfo;
