@@ -153,9 +153,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if vh.hedge_policy.is_some() {
-            problems.push(format!("{at}.hedge_policy: hedging is not served yet"));
-        }
         if vh
             .retry_policy
             .as_ref()
@@ -177,11 +174,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             let Action::Route(ra) = &route.action else {
                 continue;
             };
-            if ra.hedge_policy.is_some() {
-                problems.push(format!(
-                    "{at}.route.hedge_policy: hedging is not served yet"
-                ));
-            }
             if ra
                 .retry_policy
                 .as_ref()

@@ -47,6 +47,9 @@ pub struct Attempts<'a> {
     pub buffer_limit: u64,
     /// When the request started (the route timeout runs from here).
     pub started: Instant,
+    /// `hedge_on_per_try_timeout`: a per-try timeout starts a retry without
+    /// cancelling the attempt.
+    pub hedge: bool,
 }
 
 /// How the last attempt ended.
@@ -77,7 +80,7 @@ pub struct Done {
     pub limit_exceeded: bool,
 }
 
-enum HeldBody {
+pub(super) enum HeldBody {
     /// The whole body (and trailers), sent again on every attempt.
     Whole(Bytes, Option<HeaderMap>),
     /// Sent once (too long to hold); `None` once taken.
@@ -125,7 +128,11 @@ fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
             .is_some_and(|n| n <= limit)
 }
 
-fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<UpstreamBody> {
+pub(super) fn request(
+    parts: &Parts,
+    body: UpstreamBody,
+    attempt: Option<u32>,
+) -> Request<UpstreamBody> {
     let mut r = Request::new(body);
     *r.method_mut() = parts.method.clone();
     *r.uri_mut() = parts.uri.clone();
@@ -140,7 +147,11 @@ fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<U
 /// Picks a host for a retry: `previous_hosts` rejects hosts already tried, for
 /// up to `host_selection_retry_max_attempts` extra picks; the last pick is used
 /// when every pick was rejected, as in Envoy.
-fn pick(cluster: &UpstreamCluster, retry: &Retry<'_>, tried: &[SocketAddr]) -> Option<Arc<Host>> {
+pub(super) fn pick(
+    cluster: &UpstreamCluster,
+    retry: &Retry<'_>,
+    tried: &[SocketAddr],
+) -> Option<Arc<Host>> {
     let set = cluster.hosts();
     let mut last = None;
     for _ in 0..=retry.host_attempts.min(64) {
@@ -164,6 +175,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         count_upstream,
         buffer_limit,
         started,
+        hedge,
     } = a;
     let mut teed: Option<oneshot::Receiver<Teed>> = None;
     // Without a retry policy the request goes once, as it came.
@@ -183,6 +195,29 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         }
         None => (Some(parts), HeldBody::Once(Some(body))),
     };
+    // Hedging matters only when a per-try timeout can fire and be retried.
+    if hedge && retry.is_some() && timeouts.per_try.is_some() {
+        let a = Attempts {
+            cluster,
+            stats,
+            high,
+            retry,
+            timeouts,
+            count_upstream,
+            buffer_limit,
+            started,
+            hedge,
+        };
+        return match parts {
+            Some(p) => super::hedge::run(a, p, body, teed, host).await,
+            None => Done {
+                last: Final::Failed(SendError::Termination),
+                host,
+                attempts: 1,
+                limit_exceeded: false,
+            },
+        };
+    }
     let deadline = timeouts.global.map(|t| started + t);
     let mut host = host;
     let mut tried: Vec<SocketAddr> = Vec::new();

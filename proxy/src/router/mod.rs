@@ -9,6 +9,7 @@ mod attempt;
 pub mod body;
 pub mod forwarded;
 pub mod headers;
+mod hedge;
 pub mod retry;
 mod rewrite;
 mod tee;
@@ -310,6 +311,11 @@ pub async fn forward(
                 .or(m.vhost.request_body_buffer_limit)
                 .unwrap_or(attempt::DEFAULT_BUFFER_LIMIT),
             started,
+            hedge: action
+                .hedge_policy
+                .as_ref()
+                .or(m.vhost.hedge_policy.as_ref())
+                .is_some_and(|h| h.hedge_on_per_try_timeout),
         };
         attempt::run(a, parts, body, std::sync::Arc::clone(&host)).await
     };
