@@ -123,6 +123,17 @@ fn vhosts() -> String {
         "up",
         &p("retry_on: 5xx, num_retries: 1, per_try_timeout: 0.1s"),
     );
+    let hedge = ", hedge_policy: { hedge_on_per_try_timeout: true }";
+    routes += &r(
+        "/hedge/",
+        "up",
+        &(p("retry_on: 5xx, num_retries: 1, per_try_timeout: 0.1s") + hedge),
+    );
+    routes += &r(
+        "/hedge0/",
+        "up",
+        &(p("retry_on: 5xx, num_retries: 0, per_try_timeout: 0.1s") + hedge),
+    );
     routes += &r("/none/", "up", "");
     routes += &r("/full/", "full", "");
     routes += &r("/nocx/", "nocx", &p("retry_on: 5xx, num_retries: 3"));
@@ -220,6 +231,14 @@ fn cases() -> Vec<Case> {
         g("connect failure retried then 503", "/connect/x"),
         g("reset covers connect failure", "/reset/x"),
         g("per-try timeout twice is 504", "/pertry/slow"),
+        g("hedge: the slow first attempt still answers", "/hedge/slow"),
+        g("hedge: a 503 is retried as usual", "/hedge/s/503"),
+        g("hedge: no timeout, one attempt", "/hedge/ok"),
+        g(
+            "hedge without retries left waits for the first",
+            "/hedge0/slow",
+        ),
+        g("hedge over h2c", "/hedge/slow").h2c(),
         g("external: x-envoy-retry-on ignored", "/none/s/503").header("x-envoy-retry-on", "5xx"),
         g("external: x-envoy-max-retries ignored", "/5xx/s/503").header("x-envoy-max-retries", "1"),
         g("external: x-envoy-max-retries zero ignored", "/5xx/s/503")
