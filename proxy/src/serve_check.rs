@@ -153,15 +153,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if vh
-            .retry_policy
-            .as_ref()
-            .is_some_and(|p| p.per_try_idle_timeout.is_some())
-        {
-            problems.push(format!(
-                "{at}.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
-            ));
-        }
         mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
             let at = format!("{at}.routes[{r}]");
@@ -174,15 +165,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             let Action::Route(ra) = &route.action else {
                 continue;
             };
-            if ra
-                .retry_policy
-                .as_ref()
-                .is_some_and(|p| p.per_try_idle_timeout.is_some())
-            {
-                problems.push(format!(
-                    "{at}.route.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
-                ));
-            }
             if ra.idle_timeout.is_some() {
                 problems.push(format!(
                     "{at}.route.idle_timeout: stream idle timeouts are not served yet"

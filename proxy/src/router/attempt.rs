@@ -252,7 +252,19 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         if retry.is_none() {
             parts = None;
         }
-        let try_deadline = match (timeouts.per_try.map(|t| Instant::now() + t), deadline) {
+        // The per-try timeout and the per-try idle timer (which, before the
+        // response starts, nothing resets) end the attempt alike, retriably.
+        let now = Instant::now();
+        let (soft, idle_first) = match (
+            timeouts.per_try.map(|t| now + t),
+            timeouts.per_try_idle.map(|t| now + t),
+        ) {
+            (Some(p), Some(i)) => (Some(p.min(i)), i < p),
+            (Some(p), None) => (Some(p), false),
+            (None, Some(i)) => (Some(i), true),
+            (None, None) => (None, false),
+        };
+        let try_deadline = match (soft, deadline) {
             (Some(p), Some(g)) => Some((p.min(g), p < g)),
             (Some(p), None) => Some((p, true)),
             (None, Some(g)) => Some((g, false)),
@@ -272,7 +284,9 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             None => {
                 stats.rq_total.inc();
                 stats.response(504);
-                if per_try {
+                if per_try && idle_first {
+                    stats.rq_per_try_idle_timeout.inc();
+                } else if per_try {
                     stats.rq_per_try_timeout.inc();
                 } else {
                     stats.rq_timeout.inc();

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -21,19 +22,46 @@ pub enum ResponseBody {
         body: Incoming,
         /// Released at the end of the body.
         lease: Option<Lease>,
+        /// The route's `per_try_idle_timeout`: the stream is reset when the
+        /// upstream sends nothing for this long.
+        idle: Option<Idle>,
     },
 }
 
+/// A per-try idle timer on a streaming response.
+#[derive(Debug)]
+pub struct Idle {
+    every: std::time::Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+/// The upstream sent nothing for `per_try_idle_timeout`: the downstream stream
+/// is reset, as Envoy resets it once the response has started.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream per-try idle timeout")]
+pub struct IdleTimeout;
+
+/// A response body's error: the upstream's, or the per-try idle timeout.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl ResponseBody {
     /// An upstream body; releases the lease at once when there is nothing to read.
-    pub fn upstream(body: Incoming, lease: Lease) -> Self {
+    pub fn upstream(body: Incoming, lease: Lease, idle: Option<std::time::Duration>) -> Self {
         if body.is_end_stream() {
             lease.release();
-            return ResponseBody::Upstream { body, lease: None };
+            return ResponseBody::Upstream {
+                body,
+                lease: None,
+                idle: None,
+            };
         }
         ResponseBody::Upstream {
             body,
             lease: Some(lease),
+            idle: idle.map(|every| Idle {
+                every,
+                sleep: Box::pin(tokio::time::sleep(every)),
+            }),
         }
     }
 }
@@ -46,18 +74,32 @@ impl From<Full<Bytes>> for ResponseBody {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ResponseBody::Local(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(|never| match never {}))),
-            ResponseBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+            ResponseBody::Upstream { body, lease, idle } => {
+                let polled = Pin::new(&mut *body)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(BodyError::from)));
+                if let Some(i) = idle {
+                    if polled.is_pending() {
+                        if i.sleep.as_mut().poll(cx).is_ready() {
+                            // Dropping the lease closes an HTTP/1.1 connection mid-body.
+                            lease.take();
+                            return Poll::Ready(Some(Err(Box::new(IdleTimeout))));
+                        }
+                    } else {
+                        let at = tokio::time::Instant::now() + i.every;
+                        i.sleep.as_mut().reset(at);
+                    }
+                }
                 let done = match &polled {
                     Poll::Ready(None) => true,
                     Poll::Ready(Some(Ok(_))) => body.is_end_stream(),

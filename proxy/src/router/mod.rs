@@ -252,7 +252,7 @@ pub async fn forward(
             None,
             retry::Timeouts {
                 global: action.timeout,
-                per_try: None,
+                ..Default::default()
             },
         ),
         None => retry::plan(action, m.vhost, &mut parts.headers),
@@ -379,10 +379,18 @@ pub async fn forward(
         attempt::Final::Upgraded(resp) => {
             stats.rq_total.inc();
             stats.response(resp.status().as_u16());
-            proxied(resp, None, &out, started, seen.as_ref(), host_text)
+            proxied(resp, None, None, &out, started, seen.as_ref(), host_text)
         }
         attempt::Final::Response(resp, lease) => {
-            let mut r = proxied(resp, Some(lease), &out, started, seen.as_ref(), host_text);
+            let mut r = proxied(
+                resp,
+                Some(lease),
+                timeouts.per_try_idle,
+                &out,
+                started,
+                seen.as_ref(),
+                host_text,
+            );
             if urx {
                 r.extensions_mut().insert(ResponseFlag("URX"));
             }
@@ -405,9 +413,11 @@ pub async fn forward(
 }
 
 /// An upstream response on its way downstream.
+#[allow(clippy::too_many_arguments)]
 fn proxied(
     resp: Response<hyper::body::Incoming>,
     lease: Option<pool::Lease>,
+    idle: Option<std::time::Duration>,
     out: &Out<'_>,
     started: Instant,
     seen: Option<&Request<()>>,
@@ -432,7 +442,7 @@ fn proxied(
         );
     }
     let body = match lease {
-        Some(lease) => ResponseBody::upstream(rb, lease),
+        Some(lease) => ResponseBody::upstream(rb, lease, idle),
         None => upgrade::body(rb),
     };
     let mut resp = Response::from_parts(rp, body);
