@@ -8,7 +8,9 @@
 use super::UpstreamCluster;
 use super::host::Host;
 use bytes::Bytes;
-use courier_config::cluster::{GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck};
+use courier_config::cluster::{
+    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck,
+};
 use http::{Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -135,21 +137,54 @@ fn update(cluster: &UpstreamCluster, host: &Host, hc: &HealthCheck, v: Verdict) 
     }
 }
 
+/// The configured endpoint `host` came from (STATIC by address, DNS by name),
+/// for its `health_check_config`.
+fn endpoint_of<'a>(cluster: &'a UpstreamCluster, host: &Host) -> Option<&'a Endpoint> {
+    cluster
+        .config
+        .load_assignment
+        .as_ref()?
+        .endpoints()
+        .find(|e| {
+            e.address.port == host.address.port()
+                && match e.address.ip {
+                    Some(ip) => ip == host.address.ip(),
+                    None => {
+                        e.address.host == host.hostname
+                            || e.hostname.as_deref() == Some(host.hostname.as_str())
+                    }
+                }
+        })
+}
+
 async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verdict {
-    let Ok(tcp) = TcpStream::connect(host.address).await else {
+    // `health_check_config.port_value` and `.hostname` of the host's endpoint
+    // redirect the check and override its `Host`, as in Envoy.
+    let endpoint = endpoint_of(cluster, host);
+    let mut target = host.address;
+    if let Some(p) = endpoint.and_then(|e| e.health_check_port) {
+        target.set_port(p);
+    }
+    let hostname = endpoint.and_then(|e| e.health_check_hostname.as_deref());
+    let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::Fail;
     };
     match &hc.kind {
         HealthCheckKind::TcpConnect => Verdict::Pass,
-        HealthCheckKind::Http(h) => http(cluster, h, tcp).await,
-        HealthCheckKind::Grpc(g) => grpc(cluster, g, tcp).await,
+        HealthCheckKind::Http(h) => http(cluster, h, hostname, tcp).await,
+        HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, tcp).await,
     }
 }
 
-async fn http(cluster: &UpstreamCluster, h: &HttpHealthCheck, tcp: TcpStream) -> Verdict {
-    let authority = h
-        .host
-        .clone()
+async fn http(
+    cluster: &UpstreamCluster,
+    h: &HttpHealthCheck,
+    hostname: Option<&str>,
+    tcp: TcpStream,
+) -> Verdict {
+    let authority = hostname
+        .map(str::to_string)
+        .or_else(|| h.host.clone())
         .unwrap_or_else(|| cluster.config.name.clone());
     let mut req = Request::builder()
         .method(h.method)
@@ -211,7 +246,12 @@ async fn http(cluster: &UpstreamCluster, h: &HttpHealthCheck, tcp: TcpStream) ->
 }
 
 /// `grpc.health.v1.Health/Check`: SERVING (1) passes.
-async fn grpc(cluster: &UpstreamCluster, g: &GrpcHealthCheck, tcp: TcpStream) -> Verdict {
+async fn grpc(
+    cluster: &UpstreamCluster,
+    g: &GrpcHealthCheck,
+    hostname: Option<&str>,
+    tcp: TcpStream,
+) -> Verdict {
     let Ok((mut send, conn)) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await
     else {
@@ -239,9 +279,9 @@ async fn grpc(cluster: &UpstreamCluster, g: &GrpcHealthCheck, tcp: TcpStream) ->
     let mut frame = vec![0u8];
     frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     frame.extend_from_slice(&msg);
-    let authority = g
-        .authority
-        .clone()
+    let authority = hostname
+        .map(str::to_string)
+        .or_else(|| g.authority.clone())
         .unwrap_or_else(|| cluster.config.name.clone());
     let Ok(req) = Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
         .header(header::CONTENT_TYPE, "application/grpc")
