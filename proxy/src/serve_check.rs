@@ -48,9 +48,6 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    if !c.health_checks.is_empty() && c.tls.is_some() {
-        refuse("health_checks", "active health checking over TLS");
-    }
     // Served: every threshold but max_connection_pools; the pools count
     // connections and pending requests against DEFAULT only, so HIGH's are refused.
     let cb = &c.circuit_breakers;

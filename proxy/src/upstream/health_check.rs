@@ -169,19 +169,42 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
     let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::Fail;
     };
-    match &hc.kind {
-        HealthCheckKind::TcpConnect => Verdict::Pass,
-        HealthCheckKind::Http(h) => http(cluster, h, hostname, tcp).await,
-        HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, tcp).await,
+    // A TLS cluster is checked over TLS (the cluster's transport socket, as in
+    // Envoy): a failed handshake fails the check.
+    match &cluster.tls {
+        None => probe(cluster, hc, hostname, tcp).await,
+        Some(tls) => match tls.handshake(tcp, target).await {
+            Ok(stream) => probe(cluster, hc, hostname, stream).await,
+            Err(_) => Verdict::Fail,
+        },
     }
 }
 
-async fn http(
+async fn probe<T>(
+    cluster: &UpstreamCluster,
+    hc: &HealthCheck,
+    hostname: Option<&str>,
+    io: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    match &hc.kind {
+        HealthCheckKind::TcpConnect => Verdict::Pass,
+        HealthCheckKind::Http(h) => http(cluster, h, hostname, io).await,
+        HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, io).await,
+    }
+}
+
+async fn http<T>(
     cluster: &UpstreamCluster,
     h: &HttpHealthCheck,
     hostname: Option<&str>,
-    tcp: TcpStream,
-) -> Verdict {
+    tcp: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let authority = hostname
         .map(str::to_string)
         .or_else(|| h.host.clone())
@@ -246,12 +269,15 @@ async fn http(
 }
 
 /// `grpc.health.v1.Health/Check`: SERVING (1) passes.
-async fn grpc(
+async fn grpc<T>(
     cluster: &UpstreamCluster,
     g: &GrpcHealthCheck,
     hostname: Option<&str>,
-    tcp: TcpStream,
-) -> Verdict {
+    tcp: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Ok((mut send, conn)) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await
     else {
