@@ -134,6 +134,9 @@ fn vhosts() -> String {
         "up",
         &(p("retry_on: 5xx, num_retries: 0, per_try_timeout: 0.1s") + hedge),
     );
+    routes += &r("/high/nocx/", "nocx", ", priority: HIGH");
+    routes += &r("/high/full/", "highfull", ", priority: HIGH");
+    routes += &r("/default/highfull/", "highfull", "");
     routes += &r("/none/", "up", "");
     routes += &r("/full/", "full", "");
     routes += &r("/nocx/", "nocx", &p("retry_on: 5xx, num_retries: 3"));
@@ -181,6 +184,11 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
             "nocx",
             up.port(),
             "  circuit_breakers: { thresholds: [{ max_connections: 0, max_pending_requests: 0 }] }\n",
+        ),
+        cluster(
+            "highfull",
+            up.port(),
+            "  circuit_breakers: { thresholds: [{ priority: HIGH, max_requests: 0 }] }\n",
         ),
         cluster(
             "noretries",
@@ -284,6 +292,12 @@ fn cases() -> Vec<Case> {
         g("max_requests 0 overflows", "/full/ok"),
         g("no connection and no pending slot overflows", "/nocx/ok"),
         g("max_retries 0 overflows the retry", "/noretries/s/503"),
+        g("HIGH priority has its own connections", "/high/nocx/ok"),
+        g("HIGH max_requests 0 overflows", "/high/full/ok"),
+        g(
+            "DEFAULT priority ignores HIGH thresholds",
+            "/default/highfull/ok",
+        ),
         g("empty retry budget overflows the retry", "/budget0/s/503"),
     ]
 }

@@ -48,16 +48,8 @@ fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    // Served: every threshold but max_connection_pools; the pools count
-    // connections and pending requests against DEFAULT only, so HIGH's are refused.
+    // Served: every threshold of both priorities but max_connection_pools.
     let cb = &c.circuit_breakers;
-    let d = courier_config::cluster::Thresholds::default();
-    if cb.high.max_connections != d.max_connections {
-        refuse("circuit_breakers.thresholds", "max_connections (HIGH)");
-    }
-    if cb.high.max_pending_requests != d.max_pending_requests {
-        refuse("circuit_breakers.thresholds", "max_pending_requests (HIGH)");
-    }
     for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {
         if t.max_connection_pools.is_some() {
             refuse(

@@ -270,7 +270,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             (None, Some(g)) => Some((g, false)),
             (None, None) => None,
         };
-        let sent = pool::send_attempt(cluster, &host, req, stats);
+        let sent = pool::send_attempt_at(cluster, &host, req, stats, high);
         let result = match try_deadline {
             Some((at, _)) => tokio::time::timeout_at(at, sent).await.ok(),
             None => Some(sent.await),

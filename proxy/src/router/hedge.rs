@@ -132,7 +132,7 @@ pub(super) async fn run(
                     last_host = Arc::clone(&h);
                     flights.push(Flight {
                         sent: Box::pin(async move {
-                            pool::send_attempt(cluster, &host, req, stats).await
+                            pool::send_attempt_at(cluster, &host, req, stats, high).await
                         }),
                         host: h,
                         slots: (slot, n.slot),
