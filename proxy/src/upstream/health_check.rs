@@ -26,6 +26,8 @@ pub struct HostHealth {
     checked: AtomicBool,
     passes: AtomicU32,
     failures: AtomicU32,
+    /// Checks run for this host (set once, when they start).
+    watched: AtomicBool,
 }
 
 impl HostHealth {
@@ -51,15 +53,45 @@ pub fn spawn(clusters: &super::ClusterManager) {
         if c.config.health_checks.is_empty() {
             continue;
         }
-        for host in c.hosts().hosts() {
-            host.health.failed.store(true, Ordering::Relaxed);
+        start_new_hosts(c);
+        tokio::spawn(watch(Arc::clone(c)));
+    }
+}
+
+/// Starts the checks of every host of `cluster` that has none yet (it starts
+/// unhealthy); returns whether there was one.
+fn start_new_hosts(cluster: &Arc<UpstreamCluster>) -> bool {
+    let mut added = false;
+    for host in cluster.hosts().hosts() {
+        if host.health.watched.swap(true, Ordering::Relaxed) {
+            continue;
         }
-        super::outlier::republish_now(c);
-        for hc in &c.config.health_checks {
-            for host in c.hosts().hosts() {
-                tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
-            }
+        host.health.failed.store(true, Ordering::Relaxed);
+        added = true;
+        for hc in &cluster.config.health_checks {
+            tokio::spawn(run(Arc::clone(cluster), hc.clone(), Arc::clone(host)));
         }
+    }
+    if added {
+        super::outlier::republish_now(cluster);
+    }
+    added
+}
+
+/// Hosts that DNS or EDS add later are checked too: the host set is looked at
+/// every `interval` (at most a second apart) for hosts without checks.
+async fn watch(cluster: Arc<UpstreamCluster>) {
+    let every = cluster
+        .config
+        .health_checks
+        .iter()
+        .map(|hc| hc.interval)
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(every).await;
+        start_new_hosts(&cluster);
     }
 }
 
