@@ -6,8 +6,9 @@
    healthy upstream, alternating RESIL_ROUNDS times (default 2): requests per proxy
    CPU-second and their ratio (target ≥ 0.95).
 2. One bad host of ten: nine healthy upstreams and one answering 503 to everything,
-   envoy-resilience10.yaml with num_retries 2 and with 0 (retries off), a bounded wrk
-   run each: the client-visible error rate (target < 0.1 % with retries on).
+   envoy-resilience10.yaml with num_retries 2 and with 0 (retries off), each with and
+   without outlier detection, a bounded wrk run each: the client-visible error rate
+   (target < 0.1 % with retries on).
 
 `h` is the running harness module (its settings and helpers).
 """
@@ -114,6 +115,23 @@ def overhead(h, uport, kinds):
     return "\n".join(lines) + "\n"
 
 
+def without_outlier_detection(cfg):
+    """Drops the cluster's outlier_detection block from a filled config."""
+    with open(cfg) as f:
+        lines = f.read().split("\n")
+    out, skipping = [], False
+    for line in lines:
+        if line.strip() == "outlier_detection:":
+            skipping = True
+            continue
+        if skipping and line.startswith("      "):
+            continue
+        skipping = False
+        out.append(line)
+    with open(cfg, "w") as f:
+        f.write("\n".join(out))
+
+
 def bad_host(h, kinds):
     good = upstreams(h, 9, 200)
     bad = upstreams(h, 1, 503)
@@ -121,39 +139,43 @@ def bad_host(h, kinds):
     d = str(max(h.DURATION, 10))
     rows = []
     for kind in kinds:
-        for retries in (2, 0):
-            if h.out_of_time():
-                rows.append((kind, retries, None, "harness time budget spent"))
-                continue
-            h.log(f"one bad host of ten: {kind} num_retries {retries}")
-            tag = f"{kind}-badhost-r{retries}"
-            cfg = fill(h, "envoy-resilience10.yaml", f"{tag}.yaml", RETRIES=retries, **ports)
-            # The probe may land on the bad host: start() retries until a 200.
-            proc, port = start(h, kind, cfg, tag, 2)
-            if not proc:
-                rows.append((kind, retries, None, port))
-                continue
-            url = f"http://127.0.0.1:{port}/"
-            try:
-                out, _ = h.run_load(["wrk", "-t1", "-c50", f"-d{d}s", url], f"{tag}-h1", proc.pid)
-                rows.append((kind, retries, out, None))
-            finally:
-                h.stop(proc)
+        for outlier in (True, False):
+            for retries in (2, 0):
+                if h.out_of_time():
+                    rows.append((kind, outlier, retries, None, "harness time budget spent"))
+                    continue
+                h.log(f"one bad host of ten: {kind} outlier {outlier} num_retries {retries}")
+                tag = f"{kind}-badhost-o{int(outlier)}-r{retries}"
+                cfg = fill(h, "envoy-resilience10.yaml", f"{tag}.yaml", RETRIES=retries, **ports)
+                if not outlier:
+                    without_outlier_detection(cfg)
+                # The probe may land on the bad host: start() retries until a 200.
+                proc, port = start(h, kind, cfg, tag, 2)
+                if not proc:
+                    rows.append((kind, outlier, retries, None, port))
+                    continue
+                url = f"http://127.0.0.1:{port}/"
+                try:
+                    out, _ = h.run_load(["wrk", "-t1", "-c50", f"-d{d}s", url], f"{tag}-h1", proc.pid)
+                    rows.append((kind, outlier, retries, out, None))
+                finally:
+                    h.stop(proc)
     lines = ["### One host of ten answering 503 to every request", "",
              f"envoy-resilience10.yaml (ten hosts, round robin, outlier detection consecutive_5xx 5, "
-             f"base_ejection_time 30 s, max_ejection_percent 50), wrk -t1 -c50 for {d} s from a cold "
+             f"base_ejection_time 30 s, max_ejection_percent 50; or none), wrk -t1 -c50 for {d} s from a cold "
              "start; client-visible errors = non-2xx answers + socket errors (target < 0.1 % with "
              "retries on).", "",
-             "| proxy | num_retries | requests | client-visible errors | error rate |",
-             "|---|---|---|---|---|"]
-    for kind, retries, out, why in rows:
+             "| proxy | outlier detection | num_retries | requests | client-visible errors | error rate |",
+             "|---|---|---|---|---|---|"]
+    for kind, outlier, retries, out, why in rows:
         r = h.parse_wrk(out) if out else None
+        od = "on" if outlier else "off"
         if not r:
-            lines.append(f"| {kind} | {retries} | – | – | {why or 'no wrk output'} |")
+            lines.append(f"| {kind} | {od} | {retries} | – | – | {why or 'no wrk output'} |")
             continue
         total = r["ok"] + r["errors"]
         rate = 100.0 * r["errors"] / total if total else 0.0
-        lines.append(f"| {kind} --concurrency 2 | {retries} | {total:,} | {r['errors']:,} | {rate:.3f} % |")
+        lines.append(f"| {kind} --concurrency 2 | {od} | {retries} | {total:,} | {r['errors']:,} | {rate:.3f} % |")
     return "\n".join(lines) + "\n"
 
 
