@@ -45,7 +45,8 @@ struct Next {
 }
 
 enum Event {
-    Done(usize, Result<(Response<Incoming>, Lease), Failed>),
+    // Boxed: a response is large next to a timer tick.
+    Done(usize, Box<Result<(Response<Incoming>, Lease), Failed>>),
     Timer,
 }
 
@@ -154,7 +155,7 @@ pub(super) async fn run(
         let done = std::future::poll_fn(|cx| {
             for (i, f) in flights.iter_mut().enumerate() {
                 if let Poll::Ready(r) = f.sent.as_mut().poll(cx) {
-                    return Poll::Ready(Event::Done(i, r));
+                    return Poll::Ready(Event::Done(i, Box::new(r)));
                 }
             }
             Poll::Pending
@@ -226,7 +227,7 @@ pub(super) async fn run(
             }
             Event::Done(i, result) => {
                 let f = flights.swap_remove(i);
-                match result {
+                match *result {
                     Ok((resp, mut lease)) => {
                         stats.rq_total.inc();
                         stats.response(resp.status().as_u16());
