@@ -134,6 +134,11 @@ fn vhosts() -> String {
         "up",
         &(p("retry_on: 5xx, num_retries: 0, per_try_timeout: 0.1s") + hedge),
     );
+    routes += &r(
+        "/idle/",
+        "up",
+        &p("retry_on: 5xx, num_retries: 1, per_try_idle_timeout: 0.1s"),
+    );
     routes += &r("/high/nocx/", "nocx", ", priority: HIGH");
     routes += &r("/high/full/", "highfull", ", priority: HIGH");
     routes += &r("/default/highfull/", "highfull", "");
@@ -293,6 +298,8 @@ fn cases() -> Vec<Case> {
         g("no connection and no pending slot overflows", "/nocx/ok"),
         g("max_retries 0 overflows the retry", "/noretries/s/503"),
         g("HIGH priority has its own connections", "/high/nocx/ok"),
+        g("per-try idle timeout twice is 504", "/idle/slow"),
+        g("per-try idle timeout not reached", "/idle/ok"),
         g("HIGH max_requests 0 overflows", "/high/full/ok"),
         g(
             "DEFAULT priority ignores HIGH thresholds",
