@@ -1,6 +1,7 @@
 //! Every config of the Envoy corpus (folder `$COURIER_ENVOY_CORPUS`, with its
 //! MANIFEST.md) gives the outcome its manifest names: accepted, or refused at
-//! exactly the listed paths (for ⚑ rows, either that or the named alternative).
+//! exactly the listed paths (for ⚑ rows, either that or the named alternative; a † refusal
+//! may be absent once courier serves that part).
 
 // A test (or benchmark setup) that cannot proceed should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -50,7 +51,11 @@ fn corpus_outcomes_match_the_manifest() {
             .flag_alternative
             .as_ref()
             .map(|a| a.iter().cloned().collect());
-        let ok = got == want || alternative.as_ref().is_some_and(|alt| &got == alt);
+        // A † refusal courier now serves may be missing; every other one must be there,
+        // and nothing else refused.
+        let grown: BTreeSet<&String> = case.grown.iter().collect();
+        let as_listed = got.is_subset(&want) && want.difference(&got).all(|p| grown.contains(p));
+        let ok = as_listed || alternative.as_ref().is_some_and(|alt| &got == alt);
         let shown = match &result {
             Ok(_) => "accepted".to_string(),
             Err(e) => e.to_string(),

@@ -123,6 +123,25 @@ fn vhosts() -> String {
         "up",
         &p("retry_on: 5xx, num_retries: 1, per_try_timeout: 0.1s"),
     );
+    let hedge = ", hedge_policy: { hedge_on_per_try_timeout: true }";
+    routes += &r(
+        "/hedge/",
+        "up",
+        &(p("retry_on: 5xx, num_retries: 1, per_try_timeout: 0.1s") + hedge),
+    );
+    routes += &r(
+        "/hedge0/",
+        "up",
+        &(p("retry_on: 5xx, num_retries: 0, per_try_timeout: 0.1s") + hedge),
+    );
+    routes += &r(
+        "/idle/",
+        "up",
+        &p("retry_on: 5xx, num_retries: 1, per_try_idle_timeout: 0.1s"),
+    );
+    routes += &r("/high/nocx/", "nocx", ", priority: HIGH");
+    routes += &r("/high/full/", "highfull", ", priority: HIGH");
+    routes += &r("/default/highfull/", "highfull", "");
     routes += &r("/none/", "up", "");
     routes += &r("/full/", "full", "");
     routes += &r("/nocx/", "nocx", &p("retry_on: 5xx, num_retries: 3"));
@@ -170,6 +189,11 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
             "nocx",
             up.port(),
             "  circuit_breakers: { thresholds: [{ max_connections: 0, max_pending_requests: 0 }] }\n",
+        ),
+        cluster(
+            "highfull",
+            up.port(),
+            "  circuit_breakers: { thresholds: [{ priority: HIGH, max_requests: 0 }] }\n",
         ),
         cluster(
             "noretries",
@@ -220,6 +244,14 @@ fn cases() -> Vec<Case> {
         g("connect failure retried then 503", "/connect/x"),
         g("reset covers connect failure", "/reset/x"),
         g("per-try timeout twice is 504", "/pertry/slow"),
+        g("hedge: the slow first attempt still answers", "/hedge/slow"),
+        g("hedge: a 503 is retried as usual", "/hedge/s/503"),
+        g("hedge: no timeout, one attempt", "/hedge/ok"),
+        g(
+            "hedge without retries left waits for the first",
+            "/hedge0/slow",
+        ),
+        g("hedge over h2c", "/hedge/slow").h2c(),
         g("external: x-envoy-retry-on ignored", "/none/s/503").header("x-envoy-retry-on", "5xx"),
         g("external: x-envoy-max-retries ignored", "/5xx/s/503").header("x-envoy-max-retries", "1"),
         g("external: x-envoy-max-retries zero ignored", "/5xx/s/503")
@@ -265,6 +297,14 @@ fn cases() -> Vec<Case> {
         g("max_requests 0 overflows", "/full/ok"),
         g("no connection and no pending slot overflows", "/nocx/ok"),
         g("max_retries 0 overflows the retry", "/noretries/s/503"),
+        g("HIGH priority has its own connections", "/high/nocx/ok"),
+        g("per-try idle timeout twice is 504", "/idle/slow"),
+        g("per-try idle timeout not reached", "/idle/ok"),
+        g("HIGH max_requests 0 overflows", "/high/full/ok"),
+        g(
+            "DEFAULT priority ignores HIGH thresholds",
+            "/default/highfull/ok",
+        ),
         g("empty retry budget overflows the retry", "/budget0/s/503"),
     ]
 }

@@ -15,7 +15,8 @@ Environment: DURATION (seconds per load run, default 5), RATE (total requests/s 
 the fixed-rate latency runs, default 5000), CONNS (idle connections of the memory
 run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
 (comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
-only the authorization-chain comparison), AUTHZ_ROUNDS (its alternating rounds, 2).
+only the authorization-chain comparison; ONLY=resilience: issue 6's scenarios in
+resilience.py), AUTHZ_ROUNDS (its alternating rounds, 2).
 
 The authorization-chain comparison (issue 4): courier (and Envoy) on envoy-authz.yaml
 (jwt_authn ES256 with jwt_cache_config -> rbac with 50 policies -> router) against the
@@ -38,6 +39,7 @@ import tempfile
 import time
 
 import authz  # benches/load/authz.py: the authorization-chain comparison
+import resilience  # benches/load/resilience.py: issue 6's scenarios (ONLY=resilience)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 LOAD = os.path.join(ROOT, "benches", "load")
@@ -450,8 +452,9 @@ def main():
                 stop(p.proc)
         return rows, courier_serves
 
-    if os.environ.get("ONLY") == "authz":
-        section = authz.run(sys.modules[__name__], uport)
+    if os.environ.get("ONLY") in ("authz", "resilience"):
+        scenario = authz if os.environ["ONLY"] == "authz" else resilience
+        section = scenario.run(sys.modules[__name__], uport)
         print(section, flush=True)
         report.append(section)
         loads = f"Load average (1, 5, 15 min …) at start: {load_start}; at end: {open('/proc/loadavg').read().strip()}"

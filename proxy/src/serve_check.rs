@@ -52,19 +52,8 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    if !c.health_checks.is_empty() && c.tls.is_some() {
-        refuse("health_checks", "active health checking over TLS");
-    }
-    // Served: every threshold but max_connection_pools; the pools count
-    // connections and pending requests against DEFAULT only, so HIGH's are refused.
+    // Served: every threshold of both priorities but max_connection_pools.
     let cb = &c.circuit_breakers;
-    let d = courier_config::cluster::Thresholds::default();
-    if cb.high.max_connections != d.max_connections {
-        refuse("circuit_breakers.thresholds", "max_connections (HIGH)");
-    }
-    if cb.high.max_pending_requests != d.max_pending_requests {
-        refuse("circuit_breakers.thresholds", "max_pending_requests (HIGH)");
-    }
     for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {
         if t.max_connection_pools.is_some() {
             refuse(
@@ -166,18 +155,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
     mutations(&rc.request_headers, &rc.response_headers, at, problems);
     for (v, vh) in rc.virtual_hosts.iter().enumerate() {
         let at = format!("{at}.virtual_hosts[{v}]");
-        if vh.hedge_policy.is_some() {
-            problems.push(format!("{at}.hedge_policy: hedging is not served yet"));
-        }
-        if vh
-            .retry_policy
-            .as_ref()
-            .is_some_and(|p| p.per_try_idle_timeout.is_some())
-        {
-            problems.push(format!(
-                "{at}.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
-            ));
-        }
         mutations(&vh.request_headers, &vh.response_headers, &at, problems);
         for (r, route) in vh.routes.iter().enumerate() {
             let at = format!("{at}.routes[{r}]");
@@ -190,20 +167,6 @@ pub(crate) fn routes(rc: &RouteConfig, at: &str, problems: &mut Vec<String>) {
             let Action::Route(ra) = &route.action else {
                 continue;
             };
-            if ra.hedge_policy.is_some() {
-                problems.push(format!(
-                    "{at}.route.hedge_policy: hedging is not served yet"
-                ));
-            }
-            if ra
-                .retry_policy
-                .as_ref()
-                .is_some_and(|p| p.per_try_idle_timeout.is_some())
-            {
-                problems.push(format!(
-                    "{at}.route.retry_policy.per_try_idle_timeout: per-try idle timeouts are not served yet"
-                ));
-            }
             if let courier_config::route::ClusterSpecifier::Weighted(w) = &ra.cluster {
                 for (i, c) in w.clusters.iter().enumerate() {
                     let at = format!("{at}.route.weighted_clusters.clusters[{i}]");

@@ -84,6 +84,8 @@ pub struct ClusterStats {
     pub rq_timeout: Counter,
     /// `upstream_rq_per_try_timeout`.
     pub rq_per_try_timeout: Counter,
+    /// `upstream_rq_per_try_idle_timeout`.
+    pub rq_per_try_idle_timeout: Counter,
     /// `upstream_rq_retry`: retries started.
     pub rq_retry: Counter,
     /// `upstream_rq_retry_success`: requests that succeeded after a retry.
@@ -110,6 +112,7 @@ impl Default for ClusterStats {
             cx_none_healthy: Counter::default(),
             rq_timeout: Counter::default(),
             rq_per_try_timeout: Counter::default(),
+            rq_per_try_idle_timeout: Counter::default(),
             rq_retry: Counter::default(),
             rq_retry_success: Counter::default(),
             rq_retry_overflow: Counter::default(),
@@ -121,9 +124,10 @@ impl Default for ClusterStats {
 }
 
 impl ClusterStats {
-    fn resilience_counters(&self) -> [&Counter; 7] {
+    fn resilience_counters(&self) -> [&Counter; 8] {
         [
             &self.rq_per_try_timeout,
+            &self.rq_per_try_idle_timeout,
             &self.rq_retry,
             &self.rq_retry_success,
             &self.rq_retry_overflow,
@@ -134,9 +138,13 @@ impl ClusterStats {
     }
 
     /// Retry and circuit-breaker counters by Envoy name.
-    fn resilience(&self) -> [(&'static str, u64); 7] {
+    fn resilience(&self) -> [(&'static str, u64); 8] {
         [
             ("upstream_rq_per_try_timeout", self.rq_per_try_timeout.get()),
+            (
+                "upstream_rq_per_try_idle_timeout",
+                self.rq_per_try_idle_timeout.get(),
+            ),
             ("upstream_rq_retry", self.rq_retry.get()),
             ("upstream_rq_retry_success", self.rq_retry_success.get()),
             ("upstream_rq_retry_overflow", self.rq_retry_overflow.get()),

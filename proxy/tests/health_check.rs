@@ -132,3 +132,31 @@ async fn grpc_not_serving_removes_the_host() {
     assert!(eventually(async || hits(&mut h, &work, 30).await == 0).await);
     assert_eq!(hits(&mut h, &work, 60).await, 0);
 }
+
+#[tokio::test]
+async fn health_check_config_port_value_and_hostname_redirect_the_check() {
+    let on_traffic_port = Arc::new(AtomicU64::new(0));
+    let t = Arc::clone(&on_traffic_port);
+    let (traffic, _) = upstream(move |_, p| {
+        if p.uri.path() == "/healthz" {
+            t.fetch_add(1, Ordering::SeqCst);
+        }
+        Act::Status(200)
+    })
+    .await;
+    let (checked, log) = upstream(|_, _| Act::Status(200)).await;
+    let cluster = format!(
+        "- name: u\n  connect_timeout: 1s\n  health_checks:\n  - timeout: 1s\n    interval: 0.05s\n    no_traffic_interval: 0.05s\n    unhealthy_threshold: 1\n    healthy_threshold: 1\n    http_health_check: {{path: /healthz, host: cluster.example}}\n  load_assignment:\n    cluster_name: u\n    endpoints:\n    - lb_endpoints:\n      - endpoint:\n          address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}\n          health_check_config: {{port_value: {}, hostname: endpoint.example}}\n",
+        traffic.port(),
+        checked.port()
+    );
+    let c = courier_with("", "", ROUTES, &cluster).await;
+    assert!(eventually(async || log.count.load(Ordering::SeqCst) >= 2).await);
+    assert_eq!(on_traffic_port.load(Ordering::SeqCst), 0);
+    let seen = log.seen.lock().await;
+    assert_eq!(seen[0].headers.get("host").unwrap(), "endpoint.example");
+    drop(seen);
+    // Traffic still goes to the endpoint's own port.
+    let r = H1::connect(c.listener).await.get("/work", &[]).await;
+    assert_eq!(r.status, 200);
+}

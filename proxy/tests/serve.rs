@@ -179,8 +179,8 @@ fn sigterm_drains_and_exits_zero() {
 #[test]
 fn serve_refuses_what_it_does_not_serve_yet() {
     // The sidecar example is served whole now (JWT, RBAC, retries, circuit
-    // breakers, outlier detection); with a hedge policy and a connection-pool
-    // limit added, serve mode refuses those two, by path.
+    // breakers, outlier detection); with a connection-pool limit added, serve
+    // mode refuses it, by path.
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sidecar.yaml");
     let text = std::fs::read_to_string(example).unwrap();
     assert!(text.contains("        max_requests: 1024\n"));

@@ -390,7 +390,7 @@ async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
 }
 
 #[test]
-fn serve_refuses_health_checks_but_serves_retries_and_outlier_detection() {
+fn serve_refuses_max_connection_pools_but_serves_resilience_and_tls_health_checks() {
     let config = r#"
 static_resources:
   listeners:
@@ -415,6 +415,7 @@ static_resources:
   clusters:
   - name: u
     outlier_detection: {}
+    circuit_breakers: {thresholds: [{max_connection_pools: 2}, {priority: HIGH, max_connections: 4}]}
     health_checks:
     - {timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {}}
     transport_socket:
@@ -435,9 +436,11 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let line = "static_resources.clusters[0].health_checks: active health checking over TLS is not served yet";
+    let line = "static_resources.clusters[0].circuit_breakers.thresholds: max_connection_pools (DEFAULT) is not served yet";
     assert!(err.contains(line), "{line} missing in {err}");
-    // Retries and outlier detection are served.
+    // Retries, outlier detection, HIGH thresholds and TLS health checks are served.
+    assert!(!err.contains("health_checks"), "{err}");
+    assert!(!err.contains("HIGH"), "{err}");
     assert!(!err.contains("retry_policy"), "{err}");
     assert!(!err.contains("outlier_detection"), "{err}");
     // Forwarding and upstream TLS are served now.

@@ -343,3 +343,61 @@ async fn connect_timeout_covers_the_tls_handshake() {
     assert_eq!(stat(&c, "cluster.u.upstream_cx_connect_fail").await, 1);
     held.abort();
 }
+
+#[tokio::test]
+async fn health_checks_of_a_tls_cluster_run_over_tls() {
+    let ca = TestCa::new("upstream CA");
+    let good_cert = ca.leaf(&["api.upstream.test"]);
+    let other_cert = TestCa::new("other CA").leaf(&["api.upstream.test"]);
+    let good = tls_upstream(Upstream {
+        cert: &good_cert,
+        client_ca: None,
+        close: false,
+    })
+    .await;
+    // A host whose certificate courier does not trust: its checks fail the handshake.
+    let untrusted = tls_upstream(Upstream {
+        cert: &other_cert,
+        client_ca: None,
+        close: false,
+    })
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = write(dir.path(), "ca.pem", &ca.pem.cert);
+    let context: String = format!(
+        "common_tls_context:\n  validation_context:\n    trusted_ca: {{filename: {ca_file}}}\n"
+    )
+    .lines()
+    .map(|l| format!("    {l}\n"))
+    .collect();
+    let ts = format!(
+        "transport_socket:\n  name: envoy.transport_sockets.tls\n  typed_config:\n    \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n{context}"
+    );
+    let hc = "health_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 1\n  healthy_threshold: 1\n  http_health_check: {path: /healthz}\n";
+    let c = courier(
+        "",
+        ROUTE,
+        &static_cluster("u", &[good, untrusted], &format!("{ts}{hc}")),
+    )
+    .await;
+    // Once the good host passes (over TLS) and the untrusted one fails, every
+    // request goes to the good one. A plaintext check would fail both, and the
+    // panic threshold would then route to the untrusted host too.
+    let mut h = H1::connect(c.listener).await;
+    let mut all_ok = false;
+    for _ in 0..100 {
+        let mut ok = true;
+        for _ in 0..10 {
+            ok &= h.get("/", &[]).await.status == 200;
+        }
+        if ok {
+            all_ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(all_ok);
+    for _ in 0..20 {
+        assert_eq!(h.get("/", &[]).await.status, 200);
+    }
+}

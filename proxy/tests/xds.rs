@@ -11,9 +11,10 @@
 mod support;
 mod xds_support;
 
+use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
 use envoy_types::pb::envoy::config::core::v3::{address, socket_address};
 use envoy_types::pb::envoy::config::endpoint::v3::{ClusterLoadAssignment, lb_endpoint};
-use envoy_types::pb::envoy::config::route::v3::{HedgePolicy, RouteConfiguration, route};
+use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
 use prost::Name;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -67,19 +68,22 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     let r = open.get("/", &[]).await;
     assert_eq!((r.status, r.body.as_str()), (200, "direct!"));
 
-    // A route configuration courier does not serve (hedging) is NACKed by name;
-    // the one in force keeps serving.
-    let mut hedged = routes(to_backend());
-    if let Some(route::Action::Route(ra)) = &mut hedged.virtual_hosts[0].routes[0].action {
-        ra.hedge_policy = Some(HedgePolicy {
-            hedge_on_per_try_timeout: true,
+    // A route configuration courier does not serve (a header value with a
+    // command the router does not evaluate) is NACKed by name; the one in
+    // force keeps serving.
+    let mut unserved = routes(to_backend());
+    unserved.virtual_hosts[0].routes[0].request_headers_to_add = vec![HeaderValueOption {
+        header: Some(HeaderValue {
+            key: "x-start".into(),
+            value: "%START_TIME%".into(),
             ..Default::default()
-        });
-    }
-    cp.set(rds_url.clone(), "routes", any(&hedged));
+        }),
+        ..Default::default()
+    }];
+    cp.set(rds_url.clone(), "routes", any(&unserved));
     let nack = cp.saw("error=RouteConfiguration 'routes'").await;
     assert!(nack.contains("RouteConfiguration 'routes'"), "{nack}");
-    assert!(nack.contains("hedging is not served yet"), "{nack}");
+    assert!(nack.contains("is not served yet"), "{nack}");
     let r = open.get("/", &[]).await;
     assert_eq!(r.body, "direct!");
     let dump: serde_json::Value =

@@ -204,6 +204,10 @@ pub struct CorpusCase {
     pub refuse: Vec<String>,
     /// For ⚑ rows: the alternative outcome (refused at these paths) that is also right.
     pub flag_alternative: Option<Vec<String>>,
+    /// Refusals marked † ("on neither list ... refused unless the scope grows"): courier
+    /// may accept these once it serves them (issue 8 grew the scope to `layered_runtime`
+    /// and the TLS inspector).
+    pub grown: Vec<String>,
 }
 
 /// Expands the manifest's `HCM(i)` shorthand.
@@ -255,10 +259,25 @@ pub fn parse_manifest(text: &str) -> Vec<CorpusCase> {
                 .map(|p| expand(&p))
                 .collect()
         });
+        // A backticked path followed by " †": the text segment after it starts with †.
+        let segments: Vec<&str> = outcome.split('`').collect();
+        let grown = segments
+            .iter()
+            .enumerate()
+            .skip(1)
+            .step_by(2)
+            .filter(|(i, _)| {
+                segments
+                    .get(i + 1)
+                    .is_some_and(|after| after.trim_start().starts_with('†'))
+            })
+            .map(|(_, p)| expand(p))
+            .collect();
         cases.push(CorpusCase {
             file,
             refuse,
             flag_alternative,
+            grown,
         });
     }
     cases

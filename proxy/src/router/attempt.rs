@@ -4,6 +4,7 @@
 
 use super::body::RequestBody;
 use super::retry::{Decision, Outcome, Retry, Timeouts};
+use super::tee::{Tee, Teed};
 use crate::stats::ClusterStats;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
@@ -18,6 +19,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 /// `x-envoy-attempt-count`.
@@ -45,6 +47,9 @@ pub struct Attempts<'a> {
     pub buffer_limit: u64,
     /// When the request started (the route timeout runs from here).
     pub started: Instant,
+    /// `hedge_on_per_try_timeout`: a per-try timeout starts a retry without
+    /// cancelling the attempt.
+    pub hedge: bool,
 }
 
 /// How the last attempt ended.
@@ -75,7 +80,7 @@ pub struct Done {
     pub limit_exceeded: bool,
 }
 
-enum HeldBody {
+pub(super) enum HeldBody {
     /// The whole body (and trailers), sent again on every attempt.
     Whole(Bytes, Option<HeaderMap>),
     /// Sent once (too long to hold); `None` once taken.
@@ -123,7 +128,11 @@ fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
             .is_some_and(|n| n <= limit)
 }
 
-fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<UpstreamBody> {
+pub(super) fn request(
+    parts: &Parts,
+    body: UpstreamBody,
+    attempt: Option<u32>,
+) -> Request<UpstreamBody> {
     let mut r = Request::new(body);
     *r.method_mut() = parts.method.clone();
     *r.uri_mut() = parts.uri.clone();
@@ -138,7 +147,11 @@ fn request(parts: &Parts, body: UpstreamBody, attempt: Option<u32>) -> Request<U
 /// Picks a host for a retry: `previous_hosts` rejects hosts already tried, for
 /// up to `host_selection_retry_max_attempts` extra picks; the last pick is used
 /// when every pick was rejected, as in Envoy.
-fn pick(cluster: &UpstreamCluster, retry: &Retry<'_>, tried: &[SocketAddr]) -> Option<Arc<Host>> {
+pub(super) fn pick(
+    cluster: &UpstreamCluster,
+    retry: &Retry<'_>,
+    tried: &[SocketAddr],
+) -> Option<Arc<Host>> {
     let set = cluster.hosts();
     let mut last = None;
     for _ in 0..=retry.host_attempts.min(64) {
@@ -162,19 +175,49 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         count_upstream,
         buffer_limit,
         started,
+        hedge,
     } = a;
+    let mut teed: Option<oneshot::Receiver<Teed>> = None;
     // Without a retry policy the request goes once, as it came.
     let (mut parts, mut body) = match retry {
         // Read ahead only a body known to end within the limit: one of unknown
-        // length (a gRPC stream, say) may not end before its response starts,
-        // so it goes once, and only a connect failure (which gives the body
-        // back unsent) is retried.
+        // length (a gRPC stream, say) may not end before its response starts.
         Some(_) if bounded(&parts.headers, &body, buffer_limit) => {
             (Some(parts), hold(body, buffer_limit).await)
         }
-        Some(_) => (Some(parts), HeldBody::Once(Some(body))),
+        // One of unknown length is copied as it is sent (Envoy buffers it
+        // while streaming the first attempt), for a retry once it has ended.
+        Some(_) => {
+            let (t, rx) = Tee::new(buffer_limit);
+            teed = Some(rx);
+            let b = UpstreamBody::new(RequestBody::teed(body, t), None);
+            (Some(parts), HeldBody::Once(Some(b)))
+        }
         None => (Some(parts), HeldBody::Once(Some(body))),
     };
+    // Hedging matters only when a per-try timeout can fire and be retried.
+    if hedge && retry.is_some() && timeouts.per_try.is_some() {
+        let a = Attempts {
+            cluster,
+            stats,
+            high,
+            retry,
+            timeouts,
+            count_upstream,
+            buffer_limit,
+            started,
+            hedge,
+        };
+        return match parts {
+            Some(p) => super::hedge::run(a, p, body, teed, host).await,
+            None => Done {
+                last: Final::Failed(SendError::Termination),
+                host,
+                attempts: 1,
+                limit_exceeded: false,
+            },
+        };
+    }
     let deadline = timeouts.global.map(|t| started + t);
     let mut host = host;
     let mut tried: Vec<SocketAddr> = Vec::new();
@@ -209,7 +252,19 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         if retry.is_none() {
             parts = None;
         }
-        let try_deadline = match (timeouts.per_try.map(|t| Instant::now() + t), deadline) {
+        // The per-try timeout and the per-try idle timer (which, before the
+        // response starts, nothing resets) end the attempt alike, retriably.
+        let now = Instant::now();
+        let (soft, idle_first) = match (
+            timeouts.per_try.map(|t| now + t),
+            timeouts.per_try_idle.map(|t| now + t),
+        ) {
+            (Some(p), Some(i)) => (Some(p.min(i)), i < p),
+            (Some(p), None) => (Some(p), false),
+            (None, Some(i)) => (Some(i), true),
+            (None, None) => (None, false),
+        };
+        let try_deadline = match (soft, deadline) {
             (Some(p), Some(g)) => Some((p.min(g), p < g)),
             (Some(p), None) => Some((p, true)),
             (None, Some(g)) => Some((g, false)),
@@ -218,7 +273,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // Pinned in place: awaited through a pointer from either arm, so this future
         // holds the attempt once (hyper moves the whole request future per request).
         let result = {
-            let mut sent = std::pin::pin!(pool::send_attempt(cluster, &host, req, stats));
+            let mut sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
             match try_deadline {
                 Some((at, _)) => tokio::time::timeout_at(at, sent.as_mut()).await.ok(),
                 None => Some(sent.await),
@@ -229,11 +284,13 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         drop(retry_slot.take());
         tried.push(host.address);
         let per_try = try_deadline.is_some_and(|(_, p)| p);
-        let (last, outcome_replayable) = match result {
+        let (last, mut outcome_replayable) = match result {
             None => {
                 stats.rq_total.inc();
                 stats.response(504);
-                if per_try {
+                if per_try && idle_first {
+                    stats.rq_per_try_idle_timeout.inc();
+                } else if per_try {
                     stats.rq_per_try_timeout.inc();
                 } else {
                     stats.rq_timeout.inc();
@@ -290,6 +347,16 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 stats.rq_retry_success.inc();
             }
             return done(last, host, false);
+        }
+        // A body copied as it was sent can be sent again once it has ended
+        // within the limit.
+        if !outcome_replayable
+            && let Some(rx) = teed.as_mut()
+            && let Ok((d, t)) = rx.try_recv()
+        {
+            body = HeldBody::Whole(d, t);
+            teed = None;
+            outcome_replayable = true;
         }
         // Past the buffer limit the request cannot be sent again.
         if !outcome_replayable {

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::Full;
 use hyper::body::Incoming;
+use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -21,19 +22,46 @@ pub enum ResponseBody {
         body: Incoming,
         /// Released at the end of the body.
         lease: Option<Lease>,
+        /// The route's `per_try_idle_timeout`: the stream is reset when the
+        /// upstream sends nothing for this long.
+        idle: Option<Idle>,
     },
 }
 
+/// A per-try idle timer on a streaming response.
+#[derive(Debug)]
+pub struct Idle {
+    every: std::time::Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+}
+
+/// The upstream sent nothing for `per_try_idle_timeout`: the downstream stream
+/// is reset, as Envoy resets it once the response has started.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream per-try idle timeout")]
+pub struct IdleTimeout;
+
+/// A response body's error: the upstream's, or the per-try idle timeout.
+pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 impl ResponseBody {
     /// An upstream body; releases the lease at once when there is nothing to read.
-    pub fn upstream(body: Incoming, lease: Lease) -> Self {
+    pub fn upstream(body: Incoming, lease: Lease, idle: Option<std::time::Duration>) -> Self {
         if body.is_end_stream() {
             lease.release();
-            return ResponseBody::Upstream { body, lease: None };
+            return ResponseBody::Upstream {
+                body,
+                lease: None,
+                idle: None,
+            };
         }
         ResponseBody::Upstream {
             body,
             lease: Some(lease),
+            idle: idle.map(|every| Idle {
+                every,
+                sleep: Box::pin(tokio::time::sleep(every)),
+            }),
         }
     }
 }
@@ -46,18 +74,32 @@ impl From<Full<Bytes>> for ResponseBody {
 
 impl Body for ResponseBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ResponseBody::Local(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(|never| match never {}))),
-            ResponseBody::Upstream { body, lease } => {
-                let polled = Pin::new(&mut *body).poll_frame(cx);
+            ResponseBody::Upstream { body, lease, idle } => {
+                let polled = Pin::new(&mut *body)
+                    .poll_frame(cx)
+                    .map(|f| f.map(|r| r.map_err(BodyError::from)));
+                if let Some(i) = idle {
+                    if polled.is_pending() {
+                        if i.sleep.as_mut().poll(cx).is_ready() {
+                            // Dropping the lease closes an HTTP/1.1 connection mid-body.
+                            lease.take();
+                            return Poll::Ready(Some(Err(Box::new(IdleTimeout))));
+                        }
+                    } else {
+                        let at = tokio::time::Instant::now() + i.every;
+                        i.sleep.as_mut().reset(at);
+                    }
+                }
                 let done = match &polled {
                     Poll::Ready(None) => true,
                     Poll::Ready(Some(Ok(_))) => body.is_end_stream(),
@@ -187,6 +229,11 @@ enum Source {
         trailers: Option<http::HeaderMap>,
         rest: Option<Box<crate::upstream::pool::UpstreamBody>>,
     },
+    /// A body of unknown length, copied for a retry as it is sent.
+    Teed {
+        inner: Box<crate::upstream::pool::UpstreamBody>,
+        tee: super::tee::Tee,
+    },
 }
 
 impl RequestBody {
@@ -212,6 +259,17 @@ impl RequestBody {
                 data: (!data.is_empty()).then_some(data),
                 trailers,
                 rest,
+            },
+            progress: None,
+        }
+    }
+
+    /// `inner`, copied into `tee` as it is read.
+    pub(crate) fn teed(inner: crate::upstream::pool::UpstreamBody, tee: super::tee::Tee) -> Self {
+        RequestBody {
+            body: Source::Teed {
+                inner: Box::new(inner),
+                tee,
             },
             progress: None,
         }
@@ -254,6 +312,11 @@ impl Body for RequestBody {
                     None => Poll::Ready(None),
                 };
             }
+            Source::Teed { inner, tee } => {
+                let polled = Pin::new(&mut **inner).poll_frame(cx);
+                tee.observe(&polled, inner.is_end_stream());
+                return polled;
+            }
         };
         let polled = Pin::new(&mut *body).poll_frame(cx);
         if let Some(p) = &this.progress {
@@ -284,6 +347,7 @@ impl Body for RequestBody {
                     && trailers.is_none()
                     && rest.as_ref().is_none_or(|r| r.is_end_stream())
             }
+            Source::Teed { inner, .. } => inner.is_end_stream(),
         }
     }
 
@@ -306,6 +370,7 @@ impl Body for RequestBody {
                     }
                 }
             }
+            Source::Teed { inner, .. } => inner.size_hint(),
         }
     }
 }

@@ -9,8 +9,10 @@ mod attempt;
 pub mod body;
 pub mod forwarded;
 pub mod headers;
+mod hedge;
 pub mod retry;
 mod rewrite;
+mod tee;
 pub mod upgrade;
 
 use crate::conn_manager::ConnInfo;
@@ -247,7 +249,7 @@ pub async fn forward(
             None,
             retry::Timeouts {
                 global: action.timeout,
-                per_try: None,
+                ..Default::default()
             },
         ),
         None => retry::plan(action, m.vhost, &mut parts.headers),
@@ -307,6 +309,11 @@ pub async fn forward(
                 .or(m.vhost.request_body_buffer_limit)
                 .unwrap_or(attempt::DEFAULT_BUFFER_LIMIT),
             started,
+            hedge: action
+                .hedge_policy
+                .as_ref()
+                .or(m.vhost.hedge_policy.as_ref())
+                .is_some_and(|h| h.hedge_on_per_try_timeout),
         };
         attempt::run(a, parts, body, std::sync::Arc::clone(&host)).await
     };
@@ -370,10 +377,18 @@ pub async fn forward(
         attempt::Final::Upgraded(resp) => {
             stats.rq_total.inc();
             stats.response(resp.status().as_u16());
-            proxied(resp, None, &out, started, seen.as_ref(), host_text)
+            proxied(resp, None, None, &out, started, seen.as_ref(), host_text)
         }
         attempt::Final::Response(resp, lease) => {
-            let mut r = proxied(resp, Some(lease), &out, started, seen.as_ref(), host_text);
+            let mut r = proxied(
+                resp,
+                Some(lease),
+                timeouts.per_try_idle,
+                &out,
+                started,
+                seen.as_ref(),
+                host_text,
+            );
             if urx {
                 r.extensions_mut().insert(ResponseFlag("URX"));
             }
@@ -396,9 +411,11 @@ pub async fn forward(
 }
 
 /// An upstream response on its way downstream.
+#[allow(clippy::too_many_arguments)]
 fn proxied(
     resp: Response<hyper::body::Incoming>,
     lease: Option<pool::Lease>,
+    idle: Option<std::time::Duration>,
     out: &Out<'_>,
     started: Instant,
     seen: Option<&Request<()>>,
@@ -423,7 +440,7 @@ fn proxied(
         );
     }
     let body = match lease {
-        Some(lease) => ResponseBody::upstream(rb, lease),
+        Some(lease) => ResponseBody::upstream(rb, lease, idle),
         None => upgrade::body(rb),
     };
     let mut resp = Response::from_parts(rp, body);

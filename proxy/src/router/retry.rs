@@ -29,6 +29,9 @@ pub struct Timeouts {
     pub global: Option<Duration>,
     /// Of each attempt (`None`: off).
     pub per_try: Option<Duration>,
+    /// `per_try_idle_timeout`: the longest an attempt may go without a
+    /// response event — before its headers and while its body streams.
+    pub per_try_idle: Option<Duration>,
 }
 
 impl Timeouts {
@@ -127,7 +130,11 @@ pub fn plan<'a>(
     {
         per_try = None;
     }
-    let timeouts = Timeouts { global, per_try };
+    let timeouts = Timeouts {
+        global,
+        per_try,
+        per_try_idle: policy.and_then(|p| p.per_try_idle_timeout),
+    };
 
     if policy.is_none() && retry_on.is_none() && grpc_on.is_none() {
         return (None, timeouts);

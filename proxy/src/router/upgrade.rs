@@ -81,5 +81,6 @@ pub fn body(b: Incoming) -> ResponseBody {
     ResponseBody::Upstream {
         body: b,
         lease: None,
+        idle: None,
     }
 }

@@ -85,24 +85,28 @@ impl Circuit {
         })
     }
 
-    /// Opens a connection, or `None` when `max_connections` are open. The pools
-    /// know no route priority: connections and pending requests count against
-    /// the DEFAULT thresholds (serve_check refuses HIGH ones).
-    pub fn try_connection(&self) -> Option<Held> {
-        let max = u64::from(self.thresholds.default.max_connections);
+    /// Opens a connection at a routing priority (each has its own pools), or
+    /// `None` when its `max_connections` are open.
+    pub fn try_connection(&self, high: bool) -> Option<Held> {
+        let (t, c) = self.pick(high);
         take(
-            &self.default,
-            &self.default.connections,
-            max,
+            c,
+            &c.connections,
+            u64::from(t.max_connections),
             Kind::Connection,
         )
     }
 
-    /// Queues a request for a connection, or `None` when `max_pending_requests`
-    /// are already waiting.
-    pub fn try_pending(&self) -> Option<Held> {
-        let max = u64::from(self.thresholds.default.max_pending_requests);
-        take(&self.default, &self.default.pending, max, Kind::Pending)
+    /// Queues a request for a connection at a routing priority, or `None` when
+    /// its `max_pending_requests` are already waiting.
+    pub fn try_pending(&self, high: bool) -> Option<Held> {
+        let (t, c) = self.pick(high);
+        take(
+            c,
+            &c.pending,
+            u64::from(t.max_pending_requests),
+            Kind::Pending,
+        )
     }
 
     /// Starts a retry, or `None` when the retry budget (or `max_retries` without

@@ -8,7 +8,9 @@
 use super::UpstreamCluster;
 use super::host::Host;
 use bytes::Bytes;
-use courier_config::cluster::{GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck};
+use courier_config::cluster::{
+    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck,
+};
 use http::{Request, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -24,6 +26,8 @@ pub struct HostHealth {
     checked: AtomicBool,
     passes: AtomicU32,
     failures: AtomicU32,
+    /// Checks run for this host (set once, when they start).
+    watched: AtomicBool,
 }
 
 impl HostHealth {
@@ -57,21 +61,56 @@ pub fn spawn_one(c: &Arc<UpstreamCluster>) {
 
 /// Starts `c`'s checks; with `fresh`, its hosts start unhealthy until a first
 /// pass. A cluster updated over CDS that kept its predecessor's hosts keeps
-/// their health as checked so far (`fresh` false): no traffic blip.
+/// their health as checked so far (`fresh` false): no traffic blip. Hosts that
+/// DNS or EDS add later are found by a watcher and start unhealthy.
 pub fn spawn_checks(c: &Arc<UpstreamCluster>, fresh: bool) {
     if c.config.health_checks.is_empty() {
         return;
     }
-    if fresh {
-        for host in c.hosts().hosts() {
+    // This cluster version runs its own checks; its predecessor's stop as it retires.
+    for host in c.hosts().hosts() {
+        host.health.watched.store(false, Ordering::Relaxed);
+    }
+    start_new_hosts(c, fresh);
+    tokio::spawn(watch(Arc::clone(c)));
+}
+
+/// Starts the checks of every host of `cluster` that has none yet (marked
+/// unhealthy first when `unhealthy_first`); returns whether there was one.
+fn start_new_hosts(cluster: &Arc<UpstreamCluster>, unhealthy_first: bool) -> bool {
+    let mut added = false;
+    for host in cluster.hosts().hosts() {
+        if host.health.watched.swap(true, Ordering::Relaxed) {
+            continue;
+        }
+        if unhealthy_first {
             host.health.failed.store(true, Ordering::Relaxed);
         }
-        super::outlier::republish_now(c);
-    }
-    for hc in &c.config.health_checks {
-        for host in c.hosts().hosts() {
-            tokio::spawn(run(Arc::clone(c), hc.clone(), Arc::clone(host)));
+        added = true;
+        for hc in &cluster.config.health_checks {
+            tokio::spawn(run(Arc::clone(cluster), hc.clone(), Arc::clone(host)));
         }
+    }
+    if added {
+        super::outlier::republish_now(cluster);
+    }
+    added
+}
+
+/// Hosts that DNS or EDS add later are checked too: the host set is looked at
+/// every `interval` (at most a second apart) for hosts without checks.
+async fn watch(cluster: Arc<UpstreamCluster>) {
+    let every = cluster
+        .config
+        .health_checks
+        .iter()
+        .map(|hc| hc.interval)
+        .min()
+        .unwrap_or(Duration::from_secs(1))
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
+    while !cluster.retired() {
+        tokio::time::sleep(every).await;
+        start_new_hosts(&cluster, true);
     }
 }
 
@@ -149,21 +188,77 @@ fn update(cluster: &UpstreamCluster, host: &Host, hc: &HealthCheck, v: Verdict) 
     }
 }
 
+/// The configured endpoint `host` came from (STATIC by address, DNS by name),
+/// for its `health_check_config`.
+fn endpoint_of<'a>(cluster: &'a UpstreamCluster, host: &Host) -> Option<&'a Endpoint> {
+    cluster
+        .config
+        .load_assignment
+        .as_ref()?
+        .endpoints()
+        .find(|e| {
+            e.address.port == host.address.port()
+                && match e.address.ip {
+                    Some(ip) => ip == host.address.ip(),
+                    None => {
+                        e.address.host == host.hostname
+                            || e.hostname.as_deref() == Some(host.hostname.as_str())
+                    }
+                }
+        })
+}
+
 async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verdict {
-    let Ok(tcp) = TcpStream::connect(host.address).await else {
+    // `health_check_config.port_value` and `.hostname` of the host's endpoint
+    // redirect the check and override its `Host`, as in Envoy.
+    let endpoint = endpoint_of(cluster, host);
+    let mut target = host.address;
+    if let Some(p) = endpoint.and_then(|e| e.health_check_port) {
+        target.set_port(p);
+    }
+    let hostname = endpoint.and_then(|e| e.health_check_hostname.as_deref());
+    let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::Fail;
     };
-    match &hc.kind {
-        HealthCheckKind::TcpConnect => Verdict::Pass,
-        HealthCheckKind::Http(h) => http(cluster, h, tcp).await,
-        HealthCheckKind::Grpc(g) => grpc(cluster, g, tcp).await,
+    // A TLS cluster is checked over TLS (the cluster's transport socket, as in
+    // Envoy): a failed handshake fails the check.
+    match &cluster.tls {
+        None => probe(cluster, hc, hostname, tcp).await,
+        Some(tls) => match tls.handshake(tcp, target).await {
+            Ok(stream) => probe(cluster, hc, hostname, stream).await,
+            Err(_) => Verdict::Fail,
+        },
     }
 }
 
-async fn http(cluster: &UpstreamCluster, h: &HttpHealthCheck, tcp: TcpStream) -> Verdict {
-    let authority = h
-        .host
-        .clone()
+async fn probe<T>(
+    cluster: &UpstreamCluster,
+    hc: &HealthCheck,
+    hostname: Option<&str>,
+    io: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    match &hc.kind {
+        HealthCheckKind::TcpConnect => Verdict::Pass,
+        HealthCheckKind::Http(h) => http(cluster, h, hostname, io).await,
+        HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, io).await,
+    }
+}
+
+async fn http<T>(
+    cluster: &UpstreamCluster,
+    h: &HttpHealthCheck,
+    hostname: Option<&str>,
+    tcp: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let authority = hostname
+        .map(str::to_string)
+        .or_else(|| h.host.clone())
         .unwrap_or_else(|| cluster.config.name.clone());
     let mut req = Request::builder()
         .method(h.method)
@@ -225,7 +320,15 @@ async fn http(cluster: &UpstreamCluster, h: &HttpHealthCheck, tcp: TcpStream) ->
 }
 
 /// `grpc.health.v1.Health/Check`: SERVING (1) passes.
-async fn grpc(cluster: &UpstreamCluster, g: &GrpcHealthCheck, tcp: TcpStream) -> Verdict {
+async fn grpc<T>(
+    cluster: &UpstreamCluster,
+    g: &GrpcHealthCheck,
+    hostname: Option<&str>,
+    tcp: T,
+) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let Ok((mut send, conn)) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await
     else {
@@ -253,9 +356,9 @@ async fn grpc(cluster: &UpstreamCluster, g: &GrpcHealthCheck, tcp: TcpStream) ->
     let mut frame = vec![0u8];
     frame.extend_from_slice(&(msg.len() as u32).to_be_bytes());
     frame.extend_from_slice(&msg);
-    let authority = g
-        .authority
-        .clone()
+    let authority = hostname
+        .map(str::to_string)
+        .or_else(|| g.authority.clone())
         .unwrap_or_else(|| cluster.config.name.clone());
     let Ok(req) = Request::post(format!("http://{authority}/grpc.health.v1.Health/Check"))
         .header(header::CONTENT_TYPE, "application/grpc")

@@ -26,7 +26,10 @@ use tokio::net::TcpStream;
 /// The body type of requests sent upstream.
 pub type UpstreamBody = crate::access_log::body::RequestBody;
 
-type Key = (usize, SocketAddr);
+/// (cluster, host, HIGH routing priority): as in Envoy, each priority has its
+/// own pools, whose connections and pending requests count against that
+/// priority's circuit-breaker thresholds.
+type Key = (usize, SocketAddr, bool);
 
 #[derive(Default)]
 struct HostPool {
@@ -180,8 +183,20 @@ pub async fn send_attempt(
     req: Request<UpstreamBody>,
     stats: &ClusterStats,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
+    send_attempt_at(cluster, host, req, stats, false).await
+}
+
+/// [`send_attempt`] at a routing priority (`high`: HIGH): its own pools and
+/// connection and pending-request thresholds.
+pub async fn send_attempt_at(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    req: Request<UpstreamBody>,
+    stats: &ClusterStats,
+    high: bool,
+) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
-    let key = (cluster.index, host.address);
+    let key = (cluster.index, host.address, high);
     match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
@@ -265,12 +280,12 @@ async fn send_h1(
         Ok(Err(e)) => return Err((e, None)),
         Err(r) => r,
     };
-    let slot = match cluster.circuit.try_connection() {
+    let slot = match cluster.circuit.try_connection(key.2) {
         Some(slot) => slot,
         None => {
             // At max_connections: the request waits for a connection to free up.
             stats.cx_overflow.inc();
-            let Some(_pending) = cluster.circuit.try_pending() else {
+            let Some(_pending) = cluster.circuit.try_pending(key.2) else {
                 return Err((SendError::Overflow, None));
             };
             let mut got = None;
@@ -283,7 +298,7 @@ async fn send_h1(
                     Ok(Err(e)) => return Err((e, None)),
                     Err(r) => r,
                 };
-                if let Some(slot) = cluster.circuit.try_connection() {
+                if let Some(slot) = cluster.circuit.try_connection(key.2) {
                     got = Some(slot);
                     break;
                 }
@@ -339,12 +354,12 @@ async fn send_h2(
     let (send, streams) = match find() {
         Some(c) => c,
         None => {
-            let slot = match cluster.circuit.try_connection() {
+            let slot = match cluster.circuit.try_connection(key.2) {
                 Some(slot) => slot,
                 None => {
                     // At max_connections: wait for a stream or a connection.
                     stats.cx_overflow.inc();
-                    let Some(_pending) = cluster.circuit.try_pending() else {
+                    let Some(_pending) = cluster.circuit.try_pending(key.2) else {
                         return Err((SendError::Overflow, None));
                     };
                     let mut got = Err(());
@@ -354,7 +369,7 @@ async fn send_h2(
                             got = Ok(Ok(c));
                             break;
                         }
-                        if let Some(slot) = cluster.circuit.try_connection() {
+                        if let Some(slot) = cluster.circuit.try_connection(key.2) {
                             got = Ok(Err(slot));
                             break;
                         }

@@ -1,0 +1,306 @@
+//! Hedged attempts (`hedge_policy.hedge_on_per_try_timeout`): when an attempt's
+//! per-try timeout fires it is not cancelled; a retry (if the policy allows one)
+//! races it, and the first response that is not retriable wins — the other
+//! attempts are then dropped (reset). A retriable response of an attempt that
+//! was already hedged is kept only in case nothing better arrives, as Envoy does
+//! not retry an attempt twice.
+
+use super::attempt::{Attempts, Done, Final, HeldBody, pick, request};
+use super::retry::{Decision, Outcome};
+use super::tee::Teed;
+use crate::upstream::circuit::Held;
+use crate::upstream::host::Host;
+use crate::upstream::outlier;
+use crate::upstream::pool::{self, Failed, Lease, SendError};
+use http::Response;
+use http::request::Parts;
+use hyper::body::Incoming;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+type Sent<'a> =
+    Pin<Box<dyn Future<Output = Result<(Response<Incoming>, Lease), Failed>> + Send + 'a>>;
+
+/// One attempt in flight.
+struct Flight<'a> {
+    sent: Sent<'a>,
+    host: Arc<Host>,
+    /// The circuit-breaker request slot, then the retry slot if it is a retry.
+    slots: (Held, Option<Held>),
+    /// When its per-try timeout fires (`None` once it has).
+    soft: Option<Instant>,
+    /// A retry was started (or refused) for it: it is not retried again.
+    hedged: bool,
+}
+
+/// A retry waiting for its back-off.
+struct Next {
+    at: Instant,
+    slot: Option<Held>,
+}
+
+enum Event {
+    // Boxed: a response is large next to a timer tick.
+    Done(usize, Box<Result<(Response<Incoming>, Lease), Failed>>),
+    Timer,
+}
+
+/// Whether the body can be sent again: held whole, or copied whole while sent.
+fn replayable(body: &mut HeldBody, teed: &mut Option<oneshot::Receiver<Teed>>) -> bool {
+    if matches!(body, HeldBody::Whole(..)) {
+        return true;
+    }
+    if let Some(rx) = teed.as_mut()
+        && let Ok((d, t)) = rx.try_recv()
+    {
+        *body = HeldBody::Whole(d, t);
+        *teed = None;
+        return true;
+    }
+    false
+}
+
+/// Runs hedged attempts: the first to `host`. The caller checked that there is
+/// a retry policy and a per-try timeout.
+pub(super) async fn run(
+    a: Attempts<'_>,
+    parts: Parts,
+    mut body: HeldBody,
+    mut teed: Option<oneshot::Receiver<Teed>>,
+    host: Arc<Host>,
+) -> Done {
+    let Attempts {
+        cluster,
+        stats,
+        high,
+        mut retry,
+        timeouts,
+        count_upstream,
+        started,
+        ..
+    } = a;
+    let deadline = timeouts.global.map(|t| started + t);
+    let per_try = timeouts.per_try;
+    let mut flights: Vec<Flight<'_>> = Vec::new();
+    let mut next = Some(Next {
+        at: Instant::now(),
+        slot: None,
+    });
+    let mut next_host = Some(host.clone());
+    let mut last_host = host;
+    let mut tried: Vec<SocketAddr> = Vec::new();
+    let mut attempt: u32 = 0;
+    let mut limit_exceeded = false;
+    // The best answer so far when every attempt has ended without a winner.
+    let mut fallback: Option<Final> = None;
+    // Bounded: each pass starts an attempt, ends one, or fires a timer.
+    for _ in 0..10_000 {
+        let now = Instant::now();
+        if let Some(n) = next.take_if(|n| n.at <= now) {
+            let host = match next_host.take() {
+                Some(h) => Some(h),
+                None => retry.as_ref().and_then(|r| pick(cluster, r, &tried)),
+            };
+            match (host, cluster.circuit.try_request(high)) {
+                (None, _) => fallback = fallback.or(Some(Final::NoHost)),
+                (Some(h), None) => {
+                    stats.rq_pending_overflow.inc();
+                    last_host = h;
+                    fallback = fallback.or(Some(Final::Overflow));
+                }
+                (Some(h), Some(slot)) => {
+                    let b = match &mut body {
+                        HeldBody::Whole(d, t) => crate::upstream::pool::UpstreamBody::new(
+                            super::body::RequestBody::replay(d.clone(), t.clone(), None),
+                            None,
+                        ),
+                        HeldBody::Once(b) => b.take().unwrap_or_else(|| {
+                            crate::upstream::pool::UpstreamBody::new(
+                                super::body::RequestBody::full(bytes::Bytes::new()),
+                                None,
+                            )
+                        }),
+                    };
+                    attempt += 1;
+                    let req = request(&parts, b, count_upstream.then_some(attempt));
+                    tried.push(h.address);
+                    let host = Arc::clone(&h);
+                    last_host = Arc::clone(&h);
+                    flights.push(Flight {
+                        sent: Box::pin(async move {
+                            pool::send_attempt_at(cluster, &host, req, stats, high).await
+                        }),
+                        host: h,
+                        slots: (slot, n.slot),
+                        soft: per_try.map(|p| now + p),
+                        hedged: false,
+                    });
+                }
+            }
+        }
+        if flights.is_empty() && next.is_none() {
+            break;
+        }
+        let wake = flights
+            .iter()
+            .filter_map(|f| f.soft)
+            .chain(next.as_ref().map(|n| n.at))
+            .chain(deadline)
+            .min();
+        let done = std::future::poll_fn(|cx| {
+            for (i, f) in flights.iter_mut().enumerate() {
+                if let Poll::Ready(r) = f.sent.as_mut().poll(cx) {
+                    return Poll::Ready(Event::Done(i, Box::new(r)));
+                }
+            }
+            Poll::Pending
+        });
+        let event = match wake {
+            Some(w) => tokio::time::timeout_at(w, done)
+                .await
+                .unwrap_or(Event::Timer),
+            None => done.await,
+        };
+        let now = Instant::now();
+        // Whether a retry was scheduled for an attempt that failed this way.
+        let mut schedule = |retry: &mut Option<super::retry::Retry<'_>>,
+                            outcome: Outcome<'_>,
+                            body: &mut HeldBody,
+                            next: &mut Option<Next>| {
+            let Some(r) = retry.as_mut() else {
+                return false;
+            };
+            if next.is_some() || !r.retriable(outcome) || !replayable(body, &mut teed) {
+                return false;
+            }
+            match r.next() {
+                Decision::LimitExceeded => {
+                    stats.rq_retry_limit_exceeded.inc();
+                    limit_exceeded = true;
+                    false
+                }
+                Decision::Retry(wait) => match cluster.circuit.try_retry(high) {
+                    None => {
+                        stats.rq_retry_overflow.inc();
+                        false
+                    }
+                    Some(s) => {
+                        stats.rq_retry.inc();
+                        *next = Some(Next {
+                            at: now + wait,
+                            slot: Some(s),
+                        });
+                        true
+                    }
+                },
+            }
+        };
+        match event {
+            Event::Timer => {
+                if deadline.is_some_and(|g| g <= now) {
+                    stats.rq_total.inc();
+                    stats.response(504);
+                    stats.rq_timeout.inc();
+                    for f in &flights {
+                        if f.soft.is_some() {
+                            outlier::record_timeout(cluster, &f.host);
+                        }
+                    }
+                    return done_with(Final::Timeout, last_host, attempt, limit_exceeded);
+                }
+                for f in flights.iter_mut() {
+                    if f.soft.is_some_and(|s| s <= now) {
+                        // Counted for outlier detection though it may still answer.
+                        f.soft = None;
+                        outlier::record_timeout(cluster, &f.host);
+                        if !f.hedged {
+                            f.hedged = true;
+                            schedule(&mut retry, Outcome::PerTryTimeout, &mut body, &mut next);
+                        }
+                    }
+                }
+            }
+            Event::Done(i, result) => {
+                let f = flights.swap_remove(i);
+                match *result {
+                    Ok((resp, mut lease)) => {
+                        stats.rq_total.inc();
+                        stats.response(resp.status().as_u16());
+                        if f.soft.is_some() {
+                            outlier::record_status(cluster, &f.host, resp.status().as_u16());
+                        }
+                        let retriable = retry.as_ref().is_some_and(|r| {
+                            r.retriable(Outcome::Response(resp.status().as_u16(), resp.headers()))
+                        });
+                        if retriable
+                            && !f.hedged
+                            && schedule(
+                                &mut retry,
+                                Outcome::Response(resp.status().as_u16(), resp.headers()),
+                                &mut body,
+                                &mut next,
+                            )
+                        {
+                            continue;
+                        }
+                        lease.hold(f.slots.0);
+                        if retriable && !(flights.is_empty() && next.is_none()) {
+                            // Others may still answer better.
+                            fallback = Some(Final::Response(resp, lease));
+                            last_host = f.host;
+                            continue;
+                        }
+                        if attempt > 1 && !retriable {
+                            stats.rq_retry_success.inc();
+                        }
+                        // The first good response wins: the others are reset.
+                        drop(flights);
+                        return done_with(
+                            Final::Response(resp, lease),
+                            f.host,
+                            attempt,
+                            limit_exceeded,
+                        );
+                    }
+                    Err((SendError::Overflow, _)) => {
+                        stats.rq_pending_overflow.inc();
+                        fallback = fallback.or(Some(Final::Overflow));
+                    }
+                    Err((e, back)) => {
+                        if e.attached() {
+                            stats.rq_total.inc();
+                        }
+                        stats.response(503);
+                        outlier::record_failure(cluster, &f.host, &e);
+                        if let (HeldBody::Once(slot @ None), Some(r)) = (&mut body, back) {
+                            *slot = Some(r.into_body());
+                        }
+                        if !f.hedged {
+                            schedule(&mut retry, Outcome::Failed(&e), &mut body, &mut next);
+                        }
+                        if !matches!(fallback, Some(Final::Response(..))) {
+                            fallback = Some(Final::Failed(e));
+                            last_host = f.host;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let last = fallback.unwrap_or(Final::Failed(SendError::Termination));
+    done_with(last, last_host, attempt, limit_exceeded)
+}
+
+fn done_with(last: Final, host: Arc<Host>, attempts: u32, limit_exceeded: bool) -> Done {
+    Done {
+        last,
+        host,
+        attempts: attempts.max(1),
+        limit_exceeded,
+    }
+}
