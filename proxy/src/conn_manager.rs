@@ -474,7 +474,11 @@ async fn route(
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {
-            let mut resp = router::forward(req, action, matched, info, up, logging).await;
+            // Boxed: the router's state (attempts, retries, hedging) is the bulk of a
+            // request's future, and hyper keeps a slot of the whole service future's size
+            // per connection and moves the future into it per request; a box keeps both
+            // to a pointer.
+            let mut resp = Box::pin(router::forward(req, action, matched, info, up, logging)).await;
             if logging {
                 resp.extensions_mut().insert(RouteName(route.name.clone()));
             }
