@@ -28,6 +28,22 @@ impl std::fmt::Display for ResetStream {
 impl std::error::Error for ResetStream {}
 
 /// A local reply that closes the connection (HTTP/1.1), as Envoy's codec errors do.
+/// A request the codec refuses: HTTP/2 resets the stream, HTTP/1.1 answers
+/// `status` and closes the connection, as Envoy's codecs do.
+pub fn codec_refusal(
+    version: Version,
+    to: ReplyTo,
+    status: StatusCode,
+    body: &'static str,
+) -> Response<ResponseBody> {
+    if version == Version::HTTP_2 {
+        let mut resp = Response::new(ResponseBody::from(http_body_util::Full::default()));
+        resp.extensions_mut().insert(ResetStream);
+        return resp;
+    }
+    closing(to, status, body)
+}
+
 fn closing(to: ReplyTo, status: StatusCode, body: &'static str) -> Response<ResponseBody> {
     let mut resp = local_reply(to, status, body);
     resp.headers_mut()
@@ -59,12 +75,8 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     let too_many =
         req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
     if too_many || head_bytes(req) > hcm.max_request_headers_kb as usize * 1024 {
-        if h2 {
-            let mut resp = Response::new(ResponseBody::from(http_body_util::Full::default()));
-            resp.extensions_mut().insert(ResetStream);
-            return Some(resp);
-        }
-        return Some(closing(
+        return Some(codec_refusal(
+            req.version(),
             to,
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "Request Header Fields Too Large",

@@ -4,14 +4,14 @@
 
 use crate::local_reply::{ReplyTo, local_reply};
 use crate::path_normalize::{self, Outcome, Settings};
-use crate::request_limits::ResetStream;
+use crate::request_limits;
 use crate::router::ResponseFlag;
 use crate::router::body::ResponseBody;
 use crate::stats::Counter;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::http_options::HeadersWithUnderscores;
 use http::uri::PathAndQuery;
-use http::{HeaderValue, Request, Response, StatusCode, Uri, Version, header};
+use http::{HeaderValue, Request, Response, StatusCode, Uri, header};
 
 /// Counters of the edge checks (`http.<prefix>.*`).
 #[derive(Debug, Default)]
@@ -59,11 +59,15 @@ pub fn check<B>(
     hcm: &HttpConnectionManager,
     stats: &EdgeStats,
 ) -> Option<Response<ResponseBody>> {
-    let to = ReplyTo::of(req);
+    // `ReplyTo` only where a reply is made: it looks a header up.
     if crate::overload::get().stop_requests() {
         stats.overload_close.inc();
-        let mut resp = local_reply(to, StatusCode::SERVICE_UNAVAILABLE, "envoy overloaded")
-            .map(ResponseBody::from);
+        let mut resp = local_reply(
+            ReplyTo::of(req),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "envoy overloaded",
+        )
+        .map(ResponseBody::from);
         resp.extensions_mut().insert(ResponseFlag("OL"));
         return Some(resp);
     }
@@ -75,7 +79,13 @@ pub fn check<B>(
         HeadersWithUnderscores::RejectRequest => {
             if req.headers().keys().any(|k| k.as_str().contains('_')) {
                 stats.rejected_underscores.inc();
-                return Some(refused(req.version(), to));
+                // Envoy's codec refuses it: HTTP/1.1 400 and close, HTTP/2 reset.
+                return Some(request_limits::codec_refusal(
+                    req.version(),
+                    ReplyTo::of(req),
+                    StatusCode::BAD_REQUEST,
+                    "Bad Request",
+                ));
             }
         }
         HeadersWithUnderscores::DropHeader => {
@@ -100,6 +110,7 @@ pub fn check<B>(
     if !settings.any() || req.method() == http::Method::CONNECT {
         return None;
     }
+    let to = ReplyTo::of(req);
     let pq = req.uri().path_and_query().map_or("/", PathAndQuery::as_str);
     match path_normalize::apply(pq, settings) {
         Outcome::Same => None,
@@ -130,19 +141,6 @@ pub fn check<B>(
 fn bad_path(stats: &EdgeStats, to: ReplyTo) -> Response<ResponseBody> {
     stats.failed_path_normalization.inc();
     local_reply(to, StatusCode::BAD_REQUEST, "").map(ResponseBody::from)
-}
-
-/// Envoy's codec refuses the request: HTTP/1.1 400 and close, HTTP/2 stream reset.
-fn refused(version: Version, to: ReplyTo) -> Response<ResponseBody> {
-    if version == Version::HTTP_2 {
-        let mut resp = Response::new(ResponseBody::from(http_body_util::Full::default()));
-        resp.extensions_mut().insert(ResetStream);
-        return resp;
-    }
-    let mut resp = local_reply(to, StatusCode::BAD_REQUEST, "Bad Request");
-    resp.headers_mut()
-        .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    resp.map(ResponseBody::from)
 }
 
 fn with_path(uri: &Uri, path_and_query: &str) -> Option<Uri> {

@@ -138,6 +138,21 @@ pub(super) fn request(
     *r.uri_mut() = parts.uri.clone();
     *r.version_mut() = parts.version;
     *r.headers_mut() = parts.headers.clone();
+    with_attempt(r, attempt)
+}
+
+/// [`request`] for the only attempt: the head is moved, not copied (its
+/// extensions are dropped as the copy drops them).
+fn request_once(
+    mut parts: Parts,
+    body: UpstreamBody,
+    attempt: Option<u32>,
+) -> Request<UpstreamBody> {
+    parts.extensions.clear();
+    with_attempt(Request::from_parts(parts, body), attempt)
+}
+
+fn with_attempt(mut r: Request<UpstreamBody>, attempt: Option<u32>) -> Request<UpstreamBody> {
     if let Some(n) = attempt {
         r.headers_mut().insert(ATTEMPT_COUNT, HeaderValue::from(n));
     }
@@ -236,9 +251,9 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             stats.rq_pending_overflow.inc();
             return done(Final::Overflow, host, false);
         };
-        let Some(template) = parts.as_ref() else {
+        if parts.is_none() {
             return done(Final::Failed(SendError::Termination), host, false);
-        };
+        }
         let b = match &mut body {
             HeldBody::Whole(d, t) => {
                 UpstreamBody::new(RequestBody::replay(d.clone(), t.clone(), None), None)
@@ -248,10 +263,15 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 None => return done(Final::Failed(SendError::Termination), host, false),
             },
         };
-        let req = request(template, b, count_upstream.then_some(attempt));
-        if retry.is_none() {
-            parts = None;
-        }
+        let count = count_upstream.then_some(attempt);
+        // Without a retry policy the head goes once: moved, not copied.
+        let req = match (&retry, parts.as_ref()) {
+            (Some(_), Some(template)) => request(template, b, count),
+            _ => match parts.take() {
+                Some(p) => request_once(p, b, count),
+                None => return done(Final::Failed(SendError::Termination), host, false),
+            },
+        };
         // The per-try timeout and the per-try idle timer (which, before the
         // response starts, nothing resets) end the attempt alike, retriably.
         let now = Instant::now();
@@ -282,7 +302,10 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // The retry slot is held until the retried attempt ends (Envoy's
         // retries().inc() .. resetRetry()).
         drop(retry_slot.take());
-        tried.push(host.address);
+        // Read only by a retry's host pick: no allocation for a request without one.
+        if retry.is_some() {
+            tried.push(host.address);
+        }
         let per_try = try_deadline.is_some_and(|(_, p)| p);
         let (last, mut outcome_replayable) = match result {
             None => {
