@@ -54,6 +54,40 @@ fn upstream() -> SocketAddr {
     addr
 }
 
+/// An HTTP/1.1 upstream that keeps its connections open, answering 200 `kept\n`.
+fn keep_alive_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut s = s;
+                // Requests (headers only, bounded), each answered in turn.
+                for _ in 0..10_000 {
+                    let mut ended = false;
+                    for _ in 0..200 {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h == "\r\n" {
+                            ended = true;
+                            break;
+                        }
+                    }
+                    if !ended
+                        || write!(s, "HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nkept\n").is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
 fn answer(path: &str) -> (u16, String, String) {
     if let Some(code) = path.strip_prefix("/s/").and_then(|c| c.parse::<u16>().ok()) {
         return (code, String::new(), format!("upstream {code}\n"));
@@ -65,7 +99,19 @@ fn answer(path: &str) -> (u16, String, String) {
             String::new(),
         );
     }
+    if let Some(secs) = path.strip_prefix("/rl/") {
+        return (
+            429,
+            format!("retry-after: {secs}\r\n"),
+            "slow down\n".into(),
+        );
+    }
     match path {
+        "/envrl" => (
+            503,
+            "x-envoy-ratelimited: true\r\n".into(),
+            "limited\n".into(),
+        ),
         "/hdr" => (503, "x-retry-me: yes\r\n".into(), "marked\n".into()),
         "/slow" => {
             std::thread::sleep(Duration::from_secs(2));
@@ -151,6 +197,15 @@ fn vhosts() -> String {
         &p("retry_on: 5xx, num_retries: 3"),
     );
     routes += &r("/budget0/", "budget0", &p("retry_on: 5xx, num_retries: 3"));
+    routes += &r(
+        "/ratelimited/",
+        "up",
+        &p(
+            "retry_on: retriable-status-codes, retriable_status_codes: [429], rate_limited_retry_back_off: { reset_headers: [{ name: Retry-After }], max_interval: 1s }",
+        ),
+    );
+    routes += &r("/envrl-on/", "up", &p("retry_on: envoy-ratelimited"));
+    routes += &r("/onepool/", "onepool", "");
     format!(
         "- name: all\n  domains: [\"*\"]\n  include_request_attempt_count: true\n  include_attempt_count_in_response: true\n  response_headers_to_remove: [x-envoy-upstream-service-time]\n  routes:\n{routes}"
     )
@@ -177,6 +232,22 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap().port()
     };
+    let (kept_a, kept_b) = (keep_alive_upstream(), keep_alive_upstream());
+    // Two kept-alive hosts, room for one pool: round robin's second pick has none.
+    let onepool = format!(
+        r#"- name: onepool
+  connect_timeout: 1s
+  circuit_breakers: {{ thresholds: [{{ max_connection_pools: 1 }}] }}
+  load_assignment:
+    cluster_name: onepool
+    endpoints:
+    - lb_endpoints:
+      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}
+      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}
+"#,
+        kept_a.port(),
+        kept_b.port()
+    );
     let clusters = [
         cluster("up", up.port(), ""),
         cluster("dead", dead, ""),
@@ -205,6 +276,7 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
             up.port(),
             "  circuit_breakers: { thresholds: [{ retry_budget: { budget_percent: { value: 0 }, min_retry_concurrency: 0 } }] }\n",
         ),
+        onepool,
     ]
     .concat();
     Bootstrap {
@@ -306,6 +378,31 @@ fn cases() -> Vec<Case> {
             "/default/highfull/ok",
         ),
         g("empty retry budget overflows the retry", "/budget0/s/503"),
+        g(
+            "rate-limited back-off waits retry-after, then retries",
+            "/ratelimited/rl/1",
+        ),
+        g(
+            "rate-limited back-off: retry-after past max_interval",
+            "/ratelimited/rl/30",
+        ),
+        g(
+            "5xx does not retry an x-envoy-ratelimited 503",
+            "/5xx/envrl",
+        ),
+        g(
+            "envoy-ratelimited retries x-envoy-ratelimited",
+            "/envrl-on/envrl",
+        ),
+        g(
+            "max_connection_pools: the first host gets the pool",
+            "/onepool/x",
+        ),
+        g(
+            "max_connection_pools: no pool left for the second host",
+            "/onepool/x",
+        ),
+        g("max_connection_pools: the first host again", "/onepool/x"),
     ]
 }
 

@@ -23,7 +23,16 @@ pub(crate) const SUPPORT: &[Support] = &[
             "admin",
             "overload_manager",
             "layered_runtime",
+            "cluster_manager",
         ],
+    ),
+    (
+        "envoy.config.bootstrap.v3.ClusterManager",
+        &["outlier_detection"],
+    ),
+    (
+        "envoy.config.bootstrap.v3.ClusterManager.OutlierDetection",
+        &["event_log_path"],
     ),
     (
         "envoy.config.bootstrap.v3.Bootstrap.StaticResources",
@@ -92,6 +101,9 @@ pub struct Bootstrap {
     pub overload_manager: Option<crate::overload::OverloadManager>,
     /// The runtime keys courier reads (`layered_runtime` static layers).
     pub runtime: crate::overload::Runtime,
+    /// `cluster_manager.outlier_detection.event_log_path`: where outlier
+    /// ejection and unejection events are appended as JSON lines.
+    pub outlier_event_log_path: Option<String>,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -164,6 +176,13 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .as_ref()
         .map(|r| crate::overload::runtime(r, &root.field("layered_runtime"), ctx))
         .unwrap_or_default();
+    // An empty path, as in Envoy, means no event log.
+    let outlier_event_log_path = bs
+        .cluster_manager
+        .as_ref()
+        .and_then(|cm| cm.outlier_detection.as_ref())
+        .map(|o| o.event_log_path.clone())
+        .filter(|p| !p.is_empty());
     Bootstrap {
         node,
         admin,
@@ -172,6 +191,7 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         dynamic_resources,
         overload_manager,
         runtime,
+        outlier_event_log_path,
     }
 }
 

@@ -52,16 +52,6 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     let mut refuse = |field: &str, what: &str| {
         problems.push(format!("{at}.{field}: {what} is not served yet"));
     };
-    // Served: every threshold of both priorities but max_connection_pools.
-    let cb = &c.circuit_breakers;
-    for (prio, t) in [("DEFAULT", &cb.default), ("HIGH", &cb.high)] {
-        if t.max_connection_pools.is_some() {
-            refuse(
-                "circuit_breakers.thresholds",
-                &format!("max_connection_pools ({prio})"),
-            );
-        }
-    }
     if let Discovery::Eds { config, .. } = &c.discovery {
         config_source(config, "eds_cluster_config.eds_config", &mut refuse);
     }

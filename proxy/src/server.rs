@@ -92,7 +92,11 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let tls = Arc::new(ServerConfigs::build(
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
-    let clusters = Arc::new(ClusterManager::new(&snapshot.load())?);
+    let mut clusters = ClusterManager::new(&snapshot.load())?;
+    if let Some(path) = &bootstrap.outlier_event_log_path {
+        clusters.set_outlier_event_log(crate::upstream::outlier::EventLog::open(path)?);
+    }
+    let clusters = Arc::new(clusters);
     check_access_logs(&bootstrap)?;
     // The main thread's runtime: xDS, filters' start-up work, admin, DNS, outlier
     // detection and health checks run on it.
@@ -235,7 +239,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
         crate::overload::spawn_monitor(&bootstrap);
-        crate::upstream::outlier::spawn(&clusters);
+        crate::upstream::outlier::spawn(&clusters, clusters.outlier_event_log());
         crate::upstream::health_check::spawn(&clusters);
         if let Some(x) = &xds {
             let (handle, timeout) = (x.client.handle(), x.initial_fetch_timeout);

@@ -94,10 +94,18 @@ pub struct ClusterStats {
     pub rq_retry_overflow: Counter,
     /// `upstream_rq_retry_limit_exceeded`: retriable failures with no retry left.
     pub rq_retry_limit_exceeded: Counter,
+    /// `upstream_rq_retry_backoff_exponential`: retries that waited the
+    /// jittered exponential back-off.
+    pub rq_retry_backoff_exponential: Counter,
+    /// `upstream_rq_retry_backoff_ratelimited`: retries that waited what the
+    /// upstream asked for in a reset header.
+    pub rq_retry_backoff_ratelimited: Counter,
     /// `upstream_rq_pending_overflow`: requests refused by a circuit breaker.
     pub rq_pending_overflow: Counter,
     /// `upstream_cx_overflow`: connections refused by `max_connections`.
     pub cx_overflow: Counter,
+    /// `upstream_cx_pool_overflow`: requests refused by `max_connection_pools`.
+    pub cx_pool_overflow: Counter,
 }
 
 impl Default for ClusterStats {
@@ -117,14 +125,17 @@ impl Default for ClusterStats {
             rq_retry_success: Counter::default(),
             rq_retry_overflow: Counter::default(),
             rq_retry_limit_exceeded: Counter::default(),
+            rq_retry_backoff_exponential: Counter::default(),
+            rq_retry_backoff_ratelimited: Counter::default(),
             rq_pending_overflow: Counter::default(),
             cx_overflow: Counter::default(),
+            cx_pool_overflow: Counter::default(),
         }
     }
 }
 
 impl ClusterStats {
-    fn resilience_counters(&self) -> [&Counter; 8] {
+    fn resilience_counters(&self) -> [&Counter; 11] {
         [
             &self.rq_per_try_timeout,
             &self.rq_per_try_idle_timeout,
@@ -132,13 +143,16 @@ impl ClusterStats {
             &self.rq_retry_success,
             &self.rq_retry_overflow,
             &self.rq_retry_limit_exceeded,
+            &self.rq_retry_backoff_exponential,
+            &self.rq_retry_backoff_ratelimited,
             &self.rq_pending_overflow,
             &self.cx_overflow,
+            &self.cx_pool_overflow,
         ]
     }
 
     /// Retry and circuit-breaker counters by Envoy name.
-    fn resilience(&self) -> [(&'static str, u64); 8] {
+    fn resilience(&self) -> [(&'static str, u64); 11] {
         [
             ("upstream_rq_per_try_timeout", self.rq_per_try_timeout.get()),
             (
@@ -153,10 +167,19 @@ impl ClusterStats {
                 self.rq_retry_limit_exceeded.get(),
             ),
             (
+                "upstream_rq_retry_backoff_exponential",
+                self.rq_retry_backoff_exponential.get(),
+            ),
+            (
+                "upstream_rq_retry_backoff_ratelimited",
+                self.rq_retry_backoff_ratelimited.get(),
+            ),
+            (
                 "upstream_rq_pending_overflow",
                 self.rq_pending_overflow.get(),
             ),
             ("upstream_cx_overflow", self.cx_overflow.get()),
+            ("upstream_cx_pool_overflow", self.cx_pool_overflow.get()),
         ]
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use support::programmable::{Act, Log, upstream};
-use support::{H1, courier_with, stat, static_cluster};
+use support::{H1, courier_top, courier_with, stat, static_cluster};
 use tokio::time::Instant;
 
 const ROUTES: &str = "- match: {prefix: \"/\"}\n  route: {cluster: u}\n";
@@ -179,4 +179,65 @@ async fn with_every_host_ejected_panic_mode_still_routes_to_them() {
     }
     let after: u64 = logs.iter().map(|l| l.count.load(Ordering::SeqCst)).sum();
     assert_eq!(after - before, 10);
+}
+
+#[tokio::test]
+async fn ejections_and_returns_are_written_to_the_event_log() {
+    let (addrs, logs) = ten(|i, _| if i == 0 { 503 } else { 200 }).await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("outlier.log");
+    let top = format!(
+        "cluster_manager:\n  outlier_detection:\n    event_log_path: {}\n",
+        path.display()
+    );
+    let od = "outlier_detection: {consecutive_5xx: 2, interval: 0.2s, base_ejection_time: 0.4s}\n";
+    let c = courier_top(
+        &["--concurrency", "1"],
+        &top,
+        "",
+        "",
+        ROUTES,
+        &static_cluster("u", &addrs, od),
+        "",
+    )
+    .await;
+    let mut h = H1::connect(c.listener).await;
+    // Until the bad host has been ejected and has come back.
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    while Instant::now() < until {
+        h.get("/", &[]).await;
+        lines = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if lines.iter().any(|l| l["action"] == "UNEJECT") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let bad = addrs[0].to_string();
+    let eject = lines
+        .iter()
+        .find(|l| l["action"] == "EJECT")
+        .expect("an ejection event");
+    assert_eq!(eject["type"], "CONSECUTIVE_5XX");
+    assert_eq!(eject["cluster_name"], "u");
+    assert_eq!(eject["upstream_url"], bad.as_str());
+    assert_eq!(eject["enforced"], true);
+    assert_eq!(eject["num_ejections"], 1);
+    assert_eq!(eject["eject_consecutive_event"], serde_json::json!({}));
+    // The first ejection has no earlier unejection to count from.
+    assert!(eject.get("secs_since_last_action").is_none());
+    assert!(eject["timestamp"].as_str().unwrap().ends_with('Z'));
+    let uneject = lines
+        .iter()
+        .find(|l| l["action"] == "UNEJECT")
+        .expect("an unejection event");
+    assert_eq!(uneject["upstream_url"], bad.as_str());
+    assert_eq!(uneject["secs_since_last_action"], "0");
+    // Only the bad host is ever named.
+    assert!(lines.iter().all(|l| l["upstream_url"] == bad.as_str()));
+    assert!(logs[0].count.load(Ordering::SeqCst) >= 2);
 }

@@ -395,3 +395,130 @@ async fn max_connections_queues_and_max_pending_requests_overflows() {
     assert_eq!(stat(&c, "cluster.u.upstream_cx_overflow").await, 2);
     assert_eq!(stat(&c, "cluster.u.upstream_rq_pending_overflow").await, 1);
 }
+
+#[tokio::test]
+async fn rate_limited_back_off_waits_what_the_reset_header_says() {
+    // Each request's first attempt is a 429 with `retry-after` (seconds) from the
+    // request's `x-wait` header; its retry answers 200.
+    let (addr, log) = upstream(|_, parts| {
+        let first = parts
+            .headers
+            .get("x-envoy-attempt-count")
+            .is_some_and(|v| v == "1");
+        let wait = parts
+            .headers
+            .get("x-wait")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0")
+            .to_string();
+        if first {
+            Act::WithHeaders(429, vec![("retry-after", wait)])
+        } else {
+            Act::Status(200)
+        }
+    })
+    .await;
+    let c = courier_with(
+        "",
+        COUNTS,
+        &route(
+            "{retry_on: retriable-status-codes, retriable_status_codes: [429], \
+             retry_back_off: {base_interval: 0.001s}, \
+             rate_limited_retry_back_off: {reset_headers: [{name: Retry-After}], max_interval: 3s}}",
+        ),
+        &static_cluster("u", &[addr], ""),
+    )
+    .await;
+    let mut h = H1::connect(c.listener).await;
+    let started = tokio::time::Instant::now();
+    let r = h.get("/", &[("x-wait", "1")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-envoy-attempt-count"), Some("2"));
+    // The retry waited at least the second the upstream asked for.
+    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert_eq!(
+        stat(&c, "cluster.u.upstream_rq_retry_backoff_ratelimited").await,
+        1
+    );
+    assert_eq!(
+        stat(&c, "cluster.u.upstream_rq_retry_backoff_exponential").await,
+        0
+    );
+    // Past max_interval the header is ignored: the exponential back-off applies.
+    let r = h.get("/", &[("x-wait", "60")]).await;
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        stat(&c, "cluster.u.upstream_rq_retry_backoff_exponential").await,
+        1
+    );
+    assert_eq!(
+        stat(&c, "cluster.u.upstream_rq_retry_backoff_ratelimited").await,
+        1
+    );
+    assert_eq!(log.count.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn max_connection_pools_refuses_a_new_pool_until_one_retires() {
+    // Two hosts behind round robin, room for one pool: the second host's request
+    // finds no pool to use and is answered as Envoy does, 503 no healthy upstream.
+    let (a, _) = upstream(|_, _| Act::Status(200)).await;
+    let (b, _) = upstream(|_, _| Act::Status(200)).await;
+    let cb = "circuit_breakers: {thresholds: [{max_connection_pools: 1, track_remaining: true}]}\n";
+    let c = courier_with(
+        "",
+        "",
+        "- match: {prefix: \"/\"}\n  route: {cluster: u}\n",
+        &static_cluster("u", &[a, b], cb),
+    )
+    .await;
+    let mut h = H1::connect(c.listener).await;
+    assert_eq!(h.get("/", &[]).await.status, 200);
+    let r = h.get("/", &[]).await;
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body, "no healthy upstream");
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_pool_overflow").await, 1);
+    assert_eq!(
+        stat(&c, "cluster.u.circuit_breakers.default.cx_pool_open").await,
+        1
+    );
+    assert_eq!(
+        stat(&c, "cluster.u.circuit_breakers.default.remaining_cx_pools").await,
+        0
+    );
+    // Not a host failure: nothing was counted against the cluster's hosts.
+    assert_eq!(stat(&c, "cluster.u.upstream_cx_none_healthy").await, 0);
+
+    // Hosts that close every connection: a pool retires with its last
+    // connection, so the other host gets its turn.
+    let close = || Act::WithHeaders(200, vec![("connection", "close".to_string())]);
+    let (a, la) = upstream(move |_, _| close()).await;
+    let (b, lb) = upstream(move |_, _| close()).await;
+    let cb = "circuit_breakers: {thresholds: [{max_connection_pools: 1}]}\n";
+    let c = courier_with(
+        "",
+        "",
+        "- match: {prefix: \"/\"}\n  route: {cluster: u}\n",
+        &static_cluster("u", &[a, b], cb),
+    )
+    .await;
+    let mut served = 0;
+    for _ in 0..100 {
+        if H1::connect(c.listener).await.get("/", &[]).await.status == 200 {
+            served += 1;
+        }
+        if la.count.load(Ordering::SeqCst) >= 2 && lb.count.load(Ordering::SeqCst) >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        la.count.load(Ordering::SeqCst) >= 2,
+        "host a served too few"
+    );
+    assert!(
+        lb.count.load(Ordering::SeqCst) >= 2,
+        "host b served too few"
+    );
+    assert!(served >= 4);
+}

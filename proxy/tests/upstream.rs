@@ -390,7 +390,7 @@ async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
 }
 
 #[test]
-fn serve_refuses_max_connection_pools_but_serves_resilience_and_tls_health_checks() {
+fn serve_refuses_max_requests_per_connection_but_serves_resilience_and_tls_health_checks() {
     let config = r#"
 static_resources:
   listeners:
@@ -414,6 +414,7 @@ static_resources:
             typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
   clusters:
   - name: u
+    max_requests_per_connection: 4
     outlier_detection: {}
     circuit_breakers: {thresholds: [{max_connection_pools: 2}, {priority: HIGH, max_connections: 4}]}
     health_checks:
@@ -436,8 +437,10 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let line = "static_resources.clusters[0].circuit_breakers.thresholds: max_connection_pools (DEFAULT) is not served yet";
+    let line = "static_resources.clusters[0].typed_extension_protocol_options: max_connection_duration and max_requests_per_connection is not served yet";
     assert!(err.contains(line), "{line} missing in {err}");
+    // Connection-pool limits are served.
+    assert!(!err.contains("max_connection_pools"), "{err}");
     // Retries, outlier detection, HIGH thresholds and TLS health checks are served.
     assert!(!err.contains("health_checks"), "{err}");
     assert!(!err.contains("HIGH"), "{err}");

@@ -10,9 +10,7 @@
 mod support;
 mod xds_support;
 
-use envoy_types::pb::envoy::config::cluster::v3::{
-    CircuitBreakers, Cluster, circuit_breakers, cluster,
-};
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
 use envoy_types::pb::envoy::config::core::v3::{
     AggregatedConfigSource, ConfigSource, config_source,
 };
@@ -125,13 +123,11 @@ async fn cds_lifecycle(api_type: &str) {
     // A cluster courier does not serve is NACKed by name; its sibling in the
     // same response applies.
     let mut bad = static_cluster("bad", a);
-    bad.circuit_breakers = Some(CircuitBreakers {
-        thresholds: vec![circuit_breakers::Thresholds {
-            max_connection_pools: Some(envoy_types::pb::google::protobuf::UInt32Value { value: 3 }),
-            ..Default::default()
-        }],
-        ..Default::default()
-    });
+    #[allow(deprecated)]
+    {
+        bad.max_requests_per_connection =
+            Some(envoy_types::pb::google::protobuf::UInt32Value { value: 3 });
+    }
     cp.state.send_modify(|(v, r)| {
         *v += 1;
         let mut next = Resources::clone(r);
@@ -141,7 +137,7 @@ async fn cds_lifecycle(api_type: &str) {
         *r = std::sync::Arc::new(next);
     });
     let nack = cp.saw("error=Cluster 'bad'").await;
-    assert!(nack.contains("max_connection_pools"), "{nack}");
+    assert!(nack.contains("max_requests_per_connection"), "{nack}");
     assert!(!nack.contains("'sib'"), "{nack}");
     let mut listed = String::new();
     for _ in 0..250 {

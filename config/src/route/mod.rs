@@ -6,6 +6,7 @@
 //! order and neither tests every entry's strings.
 
 pub mod action;
+mod back_off;
 pub mod entry;
 pub mod headers;
 pub mod redirect;
@@ -22,7 +23,10 @@ pub use action::{
 pub use entry::{Action, Route};
 pub use headers::{AppendAction, HeaderMutations, HeaderToAdd};
 pub use redirect::{RedirectAction, RedirectPath};
-pub use retry::{HedgePolicy, RetryBackOff, RetryHostPredicate, RetryOn, RetryPolicy};
+pub use retry::{
+    HedgePolicy, RateLimitedBackOff, ResetFormat, ResetHeader, RetryBackOff, RetryHostPredicate,
+    RetryOn, RetryPolicy,
+};
 pub use rewrite::RegexRewrite;
 pub use route_match::{PathMatch, QueryParameterMatcher, QueryTest, RouteMatch, RouteRequest};
 pub use vhost::VirtualHost;
@@ -177,6 +181,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "host_selection_retry_max_attempts",
             "retriable_status_codes",
             "retry_back_off",
+            "rate_limited_retry_back_off",
             "retriable_headers",
             "retriable_request_headers",
         ],
@@ -186,6 +191,11 @@ pub(crate) const SUPPORT: &[Support] = &[
         &["name", "typed_config"],
     ),
     ("envoy.config.route.v3.RetryPolicy.RetryBackOff", ALL),
+    (
+        "envoy.config.route.v3.RetryPolicy.RateLimitedRetryBackOff",
+        ALL,
+    ),
+    ("envoy.config.route.v3.RetryPolicy.ResetHeader", ALL),
     (
         "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
         ALL,

@@ -1,6 +1,9 @@
 //! Retry and hedge policies (virtual host or route; a route's policy replaces its
 //! virtual host's, without merging).
 
+pub use super::back_off::{RateLimitedBackOff, ResetFormat, ResetHeader, RetryBackOff};
+
+use super::back_off;
 use crate::core;
 use crate::ctx::Ctx;
 use crate::matcher::{self, HeaderMatcher};
@@ -112,24 +115,6 @@ pub enum RetryHostPredicate {
     PreviousHosts,
 }
 
-/// Exponential back-off between retries (full jitter).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryBackOff {
-    /// Base interval (Envoy's default 25 ms).
-    pub base_interval: Duration,
-    /// Cap (default 10 × base).
-    pub max_interval: Duration,
-}
-
-impl Default for RetryBackOff {
-    fn default() -> Self {
-        Self {
-            base_interval: Duration::from_millis(25),
-            max_interval: Duration::from_millis(250),
-        }
-    }
-}
-
 /// A validated `RetryPolicy` with Envoy's defaults applied.
 #[derive(Debug, Clone)]
 pub struct RetryPolicy {
@@ -149,6 +134,9 @@ pub struct RetryPolicy {
     pub retriable_status_codes: Vec<u16>,
     /// Back-off between attempts (Envoy's defaults when not configured).
     pub back_off: RetryBackOff,
+    /// `rate_limited_retry_back_off`: the back-off an upstream asks for in a
+    /// response header, used instead of `back_off` when present.
+    pub rate_limited_back_off: Option<RateLimitedBackOff>,
     /// Response headers that make a response retriable (`retriable-headers`).
     pub retriable_headers: Vec<HeaderMatcher>,
     /// If non-empty, only requests matching one of these are retried.
@@ -216,8 +204,12 @@ pub(crate) fn retry_policy(
     }
     let back_off = match &rp.retry_back_off {
         None => RetryBackOff::default(),
-        Some(b) => back_off(b, &path.field("retry_back_off"), ctx),
+        Some(b) => back_off::back_off(b, &path.field("retry_back_off"), ctx),
     };
+    let rate_limited_back_off = rp
+        .rate_limited_retry_back_off
+        .as_ref()
+        .and_then(|b| back_off::rate_limited(b, &path.field("rate_limited_retry_back_off"), ctx));
     let retriable_headers =
         header_matchers(&rp.retriable_headers, &path.field("retriable_headers"), ctx);
     let retriable_request_headers = header_matchers(
@@ -237,6 +229,7 @@ pub(crate) fn retry_policy(
         host_selection_retry_max_attempts,
         retriable_status_codes,
         back_off,
+        rate_limited_back_off,
         retriable_headers,
         retriable_request_headers,
     })
@@ -251,49 +244,6 @@ fn header_matchers(
         .enumerate()
         .filter_map(|(i, h)| matcher::header_matcher(h, &path.index(i), ctx))
         .collect()
-}
-
-fn back_off(b: &pb::retry_policy::RetryBackOff, path: &Path<'_>, ctx: &mut Ctx) -> RetryBackOff {
-    let bp = path.field("base_interval");
-    let base = match b.base_interval.as_ref() {
-        None => {
-            ctx.error(&bp, "is required");
-            None
-        }
-        Some(d) => match core::duration(d, &bp, ctx) {
-            Some(d) if d.is_zero() => {
-                ctx.error(&bp, "must be greater than 0");
-                None
-            }
-            other => other,
-        },
-    };
-    let mp = path.field("max_interval");
-    let max = match b.max_interval.as_ref() {
-        None => None,
-        Some(d) => match core::duration(d, &mp, ctx) {
-            Some(d) if d.is_zero() => {
-                ctx.error(&mp, "must be greater than 0");
-                None
-            }
-            other => other,
-        },
-    };
-    let Some(base) = base else {
-        return RetryBackOff::default();
-    };
-    let max = match max {
-        Some(m) if m < base => {
-            ctx.error(&mp, "must be greater than or equal to base_interval");
-            m
-        }
-        Some(m) => m,
-        None => base.saturating_mul(10),
-    };
-    RetryBackOff {
-        base_interval: base,
-        max_interval: max,
-    }
 }
 
 fn host_predicate(

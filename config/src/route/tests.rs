@@ -9,7 +9,11 @@ use std::time::Duration;
 
 /// Loads a `RouteConfiguration` from YAML the way the loader does (support walk,
 /// then translation) with `clusters` as the known clusters.
-fn load_rc(yaml: &str, inline: bool, clusters: &[&str]) -> (Option<RouteConfig>, Vec<String>) {
+pub(super) fn load_rc(
+    yaml: &str,
+    inline: bool,
+    clusters: &[&str],
+) -> (Option<RouteConfig>, Vec<String>) {
     let value = load::parse_text(yaml, Format::Yaml).expect("yaml");
     let dynamic = load::dynamic_from_json(value, "envoy.config.route.v3.RouteConfiguration")
         .expect("well-formed RouteConfiguration");

@@ -66,6 +66,8 @@ pub enum Final {
     Overflow,
     /// No host to send a retry to.
     NoHost,
+    /// `max_connection_pools` refused a new pool for the host.
+    PoolOverflow,
 }
 
 /// The end of the attempts.
@@ -329,6 +331,10 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 stats.rq_pending_overflow.inc();
                 return done(Final::Overflow, host, false);
             }
+            // No pool for the host: Envoy answers as without a host, no retry.
+            Some(Err((SendError::PoolOverflow, _))) => {
+                return done(Final::PoolOverflow, host, false);
+            }
             Some(Err((e, back))) => {
                 if e.attached() {
                     stats.rq_total.inc();
@@ -385,8 +391,12 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         if !outcome_replayable {
             return done(last, host, false);
         }
-        let wait = match r.next() {
-            Decision::Retry(d) => d,
+        let response = match &last {
+            Final::Response(resp, _) => Some(resp.headers()),
+            _ => None,
+        };
+        let (wait, kind) = match r.next(response) {
+            Decision::Retry(d, kind) => (d, kind),
             Decision::LimitExceeded => {
                 stats.rq_retry_limit_exceeded.inc();
                 return done(last, host, true);
@@ -398,6 +408,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         };
         retry_slot = Some(s);
         stats.rq_retry.inc();
+        kind.count(stats);
         // The failed attempt's response (and connection) is dropped here.
         drop(last);
         let wake = Instant::now() + wait;

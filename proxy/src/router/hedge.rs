@@ -178,19 +178,24 @@ pub(super) async fn run(
             if next.is_some() || !r.retriable(outcome) || !replayable(body, &mut teed) {
                 return false;
             }
-            match r.next() {
+            let response = match outcome {
+                Outcome::Response(_, headers) => Some(headers),
+                _ => None,
+            };
+            match r.next(response) {
                 Decision::LimitExceeded => {
                     stats.rq_retry_limit_exceeded.inc();
                     limit_exceeded = true;
                     false
                 }
-                Decision::Retry(wait) => match cluster.circuit.try_retry(high) {
+                Decision::Retry(wait, kind) => match cluster.circuit.try_retry(high) {
                     None => {
                         stats.rq_retry_overflow.inc();
                         false
                     }
                     Some(s) => {
                         stats.rq_retry.inc();
+                        kind.count(stats);
                         *next = Some(Next {
                             at: now + wait,
                             slot: Some(s),
@@ -270,6 +275,9 @@ pub(super) async fn run(
                     Err((SendError::Overflow, _)) => {
                         stats.rq_pending_overflow.inc();
                         fallback = fallback.or(Some(Final::Overflow));
+                    }
+                    Err((SendError::PoolOverflow, _)) => {
+                        fallback = fallback.or(Some(Final::PoolOverflow));
                     }
                     Err((e, back)) => {
                         if e.attached() {

@@ -350,6 +350,14 @@ pub async fn forward(
                 None,
             )
         }
+        // Counted as upstream_cx_pool_overflow where the pool was refused.
+        attempt::Final::PoolOverflow => out.local(
+            seen.as_ref(),
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no healthy upstream",
+            "UH",
+            None,
+        ),
         attempt::Final::Failed(e) => {
             let retried = if done.attempts > 1 {
                 "retried and the latest "

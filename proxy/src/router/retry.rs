@@ -6,7 +6,9 @@
 
 use crate::upstream::pool::SendError;
 use courier_config::matcher::HeaderMatcher;
-use courier_config::route::{RetryBackOff, RetryOn, RetryPolicy, RouteAction, VirtualHost};
+use courier_config::route::{
+    RateLimitedBackOff, ResetFormat, RetryBackOff, RetryOn, RetryPolicy, RouteAction, VirtualHost,
+};
 use http::HeaderMap;
 use http::header::HeaderName;
 use std::time::Duration;
@@ -59,7 +61,27 @@ pub enum Decision {
     /// Retriable, but no retries are left (`upstream_rq_retry_limit_exceeded`).
     LimitExceeded,
     /// Retry after this back-off.
-    Retry(Duration),
+    Retry(Duration, Wait),
+}
+
+/// Which back-off a retry waits (Envoy counts each kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The jittered exponential back-off (`upstream_rq_retry_backoff_exponential`).
+    Exponential,
+    /// What the upstream asked for in a reset header
+    /// (`upstream_rq_retry_backoff_ratelimited`).
+    RateLimited,
+}
+
+impl Wait {
+    /// Counts the retry's back-off in the cluster's stats.
+    pub fn count(self, stats: &crate::stats::ClusterStats) {
+        match self {
+            Wait::Exponential => stats.rq_retry_backoff_exponential.inc(),
+            Wait::RateLimited => stats.rq_retry_backoff_ratelimited.inc(),
+        }
+    }
 }
 
 /// The retry state of one request.
@@ -68,6 +90,7 @@ pub struct Retry<'a> {
     on: RetryOn,
     remaining: u32,
     back_off: RetryBackOff,
+    rate_limited: Option<&'a RateLimitedBackOff>,
     /// Back-off exponent (Envoy's `current_retry_`, from 1).
     step: u32,
     codes: Vec<u16>,
@@ -184,6 +207,7 @@ pub fn plan<'a>(
         on,
         remaining,
         back_off: policy.map_or_else(RetryBackOff::default, |p| p.back_off),
+        rate_limited: policy.and_then(|p| p.rate_limited_back_off.as_ref()),
         step: 1,
         codes: status_codes,
         headers: policy.map_or(&[][..], |p| &p.retriable_headers[..]),
@@ -234,8 +258,10 @@ impl Retry<'_> {
         if headers.contains_key(OVERLOADED) {
             return false;
         }
-        if on(RetryOn::ENVOY_RATELIMITED) && headers.contains_key(RATELIMITED) {
-            return true;
+        // A response an upstream Envoy rate limited is retried only under
+        // `envoy-ratelimited`, whatever its status.
+        if headers.contains_key(RATELIMITED) {
+            return on(RetryOn::ENVOY_RATELIMITED);
         }
         if on(RetryOn::FIVE_XX) && (500..600).contains(&status) {
             return true;
@@ -262,13 +288,20 @@ impl Retry<'_> {
     }
 
     /// The decision for a retriable outcome: a retry (taking one of the retries
-    /// left) or the limit.
-    pub fn next(&mut self) -> Decision {
+    /// left) or the limit. `response` is the retriable response's headers, where
+    /// the outcome was one: a reset header in it sets the back-off when
+    /// `rate_limited_retry_back_off` is configured.
+    pub fn next(&mut self, response: Option<&HeaderMap>) -> Decision {
         if self.remaining == 0 {
             return Decision::LimitExceeded;
         }
         self.remaining -= 1;
-        Decision::Retry(self.back_off())
+        if let (Some(policy), Some(headers)) = (self.rate_limited, response)
+            && let Some(wait) = reset_interval(policy, headers, unix_now())
+        {
+            return Decision::Retry(wait, Wait::RateLimited);
+        }
+        Decision::Retry(self.back_off(), Wait::Exponential)
     }
 
     /// Envoy's jittered exponential back-off: retry N waits a random time below
@@ -283,6 +316,31 @@ impl Retry<'_> {
         }
         Duration::from_millis((fastrand::u64(..) % ceiling.max(1)).min(max))
     }
+}
+
+/// Envoy's rate-limited back-off: the first reset header that parses to an
+/// interval within `max_interval` (only its first value counts: the header is
+/// trusted), longer than 1 ms, jittered to `[interval, 1.5 × interval)`.
+fn reset_interval(policy: &RateLimitedBackOff, headers: &HeaderMap, now: u64) -> Option<Duration> {
+    let ms = policy.reset_headers.iter().find_map(|h| {
+        let value = headers.get(h.name.as_str())?.to_str().ok()?;
+        let n = value.parse::<u64>().ok()?;
+        let secs = match h.format {
+            ResetFormat::Seconds => n,
+            ResetFormat::UnixTimestamp => n.checked_sub(now)?,
+        };
+        let ms = secs.saturating_mul(1000);
+        (u128::from(ms) <= policy.max_interval.as_millis()).then_some(ms)
+    })?;
+    // Envoy builds its lower-bound strategy only for intervals above 1 ms.
+    (ms > 1).then(|| Duration::from_millis(ms + fastrand::u64(..) % (ms / 2)))
+}
+
+/// Seconds since the epoch, for `UNIX_TIMESTAMP` reset headers.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The gRPC conditions: a `grpc-status` in the response headers (a trailers-only
@@ -315,6 +373,7 @@ mod tests {
             on,
             remaining: n,
             back_off: RetryBackOff::default(),
+            rate_limited: None,
             step: 1,
             codes: vec![418],
             headers: &[],
@@ -351,11 +410,102 @@ mod tests {
         let mut r = retry(RetryOn::FIVE_XX, 3);
         let bounds = [25, 75, 175];
         for b in bounds {
-            match r.next() {
-                Decision::Retry(d) => assert!(d < Duration::from_millis(b), "{d:?} {b}"),
+            match r.next(None) {
+                Decision::Retry(d, Wait::Exponential) => {
+                    assert!(d < Duration::from_millis(b), "{d:?} {b}")
+                }
                 other => panic!("{other:?}"),
             }
         }
-        assert_eq!(r.next(), Decision::LimitExceeded);
+        assert_eq!(r.next(None), Decision::LimitExceeded);
+    }
+
+    #[test]
+    fn ratelimited_response_retried_only_under_envoy_ratelimited() {
+        let mut h = HeaderMap::new();
+        h.insert(RATELIMITED, http::HeaderValue::from_static("true"));
+        assert!(!retry(RetryOn::FIVE_XX, 1).retriable(Outcome::Response(503, &h)));
+        assert!(retry(RetryOn::ENVOY_RATELIMITED, 1).retriable(Outcome::Response(429, &h)));
+    }
+
+    #[test]
+    fn reset_headers_set_the_back_off() {
+        use courier_config::route::ResetHeader;
+        let policy = RateLimitedBackOff {
+            reset_headers: vec![
+                ResetHeader {
+                    name: "retry-after".into(),
+                    format: ResetFormat::Seconds,
+                },
+                ResetHeader {
+                    name: "x-ratelimit-reset".into(),
+                    format: ResetFormat::UnixTimestamp,
+                },
+            ],
+            max_interval: Duration::from_secs(10),
+        };
+        let now = 1_000_000;
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(*k, http::HeaderValue::from_static(v));
+            }
+            h
+        };
+        let within = |d: Option<Duration>, ms: u64| {
+            let d = d.expect("a rate-limited back-off");
+            assert!(
+                d >= Duration::from_millis(ms) && d < Duration::from_millis(ms * 3 / 2),
+                "{d:?} for {ms} ms"
+            );
+        };
+        for _ in 0..50 {
+            within(
+                reset_interval(&policy, &headers(&[("retry-after", "2")]), now),
+                2000,
+            );
+            // The first header past max_interval is skipped for the next one.
+            within(
+                reset_interval(
+                    &policy,
+                    &headers(&[("retry-after", "11"), ("x-ratelimit-reset", "1000003")]),
+                    now,
+                ),
+                3000,
+            );
+        }
+        // Only the first value of a repeated header counts.
+        assert_eq!(
+            reset_interval(
+                &policy,
+                &headers(&[("retry-after", "x"), ("retry-after", "1")]),
+                now
+            ),
+            None
+        );
+        // A past timestamp, zero, and values over the cap give no interval.
+        assert_eq!(
+            reset_interval(&policy, &headers(&[("x-ratelimit-reset", "999999")]), now),
+            None
+        );
+        assert_eq!(
+            reset_interval(&policy, &headers(&[("retry-after", "0")]), now),
+            None
+        );
+        assert_eq!(
+            reset_interval(&policy, &headers(&[("retry-after", "11")]), now),
+            None
+        );
+
+        let mut r = retry(RetryOn::FIVE_XX, 2);
+        r.rate_limited = Some(&policy);
+        assert!(matches!(
+            r.next(Some(&headers(&[("retry-after", "1")]))),
+            Decision::Retry(d, Wait::RateLimited) if d >= Duration::from_secs(1)
+        ));
+        assert!(matches!(
+            r.next(Some(&HeaderMap::new())),
+            Decision::Retry(_, Wait::Exponential)
+        ));
     }
 }

@@ -18,6 +18,8 @@ pub struct Counts {
     pub retries: AtomicU64,
     /// Open connections (`cx_open`).
     pub connections: AtomicU64,
+    /// Connection pools in use, over every worker (`cx_pool_open`).
+    pub pools: AtomicU64,
 }
 
 /// A cluster's circuit-breaker state: DEFAULT and HIGH priority counts with their
@@ -42,6 +44,7 @@ enum Kind {
     Retry,
     Pending,
     Connection,
+    Pool,
 }
 
 impl Drop for Held {
@@ -51,6 +54,7 @@ impl Drop for Held {
             Kind::Retry => &self.counts.retries,
             Kind::Pending => &self.counts.pending,
             Kind::Connection => &self.counts.connections,
+            Kind::Pool => &self.counts.pools,
         };
         c.fetch_sub(1, Ordering::Relaxed);
     }
@@ -97,6 +101,13 @@ impl Circuit {
         )
     }
 
+    /// Creates a connection pool (a worker's pool for one host) at a routing
+    /// priority, or `None` when `max_connection_pools` are in use.
+    pub fn try_pool(&self, high: bool) -> Option<Held> {
+        let (t, c) = self.pick(high);
+        take(c, &c.pools, max_pools(t), Kind::Pool)
+    }
+
     /// Queues a request for a connection at a routing priority, or `None` when
     /// its `max_pending_requests` are already waiting.
     pub fn try_pending(&self, high: bool) -> Option<Held> {
@@ -137,6 +148,7 @@ impl Circuit {
                 c.retries.load(Ordering::Relaxed),
                 c.connections.load(Ordering::Relaxed),
             );
+            let pools = c.pools.load(Ordering::Relaxed);
             let open = |n: u64, max: u64| u64::from(n >= max);
             let retry_max = retry_limit(t, c);
             out.push((
@@ -154,6 +166,10 @@ impl Circuit {
             out.push((
                 format!("circuit_breakers.{prio}.rq_retry_open"),
                 open(retries, retry_max),
+            ));
+            out.push((
+                format!("circuit_breakers.{prio}.cx_pool_open"),
+                open(pools, max_pools(t)),
             ));
             if t.track_remaining {
                 out.push((
@@ -177,6 +193,10 @@ impl Circuit {
                 out.push((
                     format!("circuit_breakers.{prio}.remaining_retries"),
                     remaining,
+                ));
+                out.push((
+                    format!("circuit_breakers.{prio}.remaining_cx_pools"),
+                    max_pools(t).saturating_sub(pools),
                 ));
             }
         }
@@ -204,6 +224,11 @@ fn take(counts: &Arc<Counts>, counter: &AtomicU64, max: u64, kind: Kind) -> Opti
         counts: Arc::clone(counts),
         kind,
     })
+}
+
+/// Envoy's limit when `max_connection_pools` is unset is the largest u64.
+fn max_pools(t: &Thresholds) -> u64 {
+    t.max_connection_pools.map_or(u64::MAX, u64::from)
 }
 
 fn retry_limit(t: &Thresholds, c: &Counts) -> u64 {
@@ -234,6 +259,20 @@ mod tests {
         assert!(c.try_request(true).is_some());
         drop(a);
         assert!(c.try_request(false).is_some());
+    }
+
+    #[test]
+    fn max_connection_pools() {
+        let mut cb = CircuitBreakers::default();
+        cb.default.max_connection_pools = Some(1);
+        let c = Circuit::new(cb);
+        let a = c.try_pool(false).unwrap();
+        assert!(c.try_pool(false).is_none());
+        // Unset for HIGH: unlimited.
+        let many: Vec<_> = (0..100).map(|_| c.try_pool(true).unwrap()).collect();
+        drop(a);
+        assert!(c.try_pool(false).is_some());
+        drop(many);
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub struct ClusterManager {
     stat_slots: usize,
     /// The next [`UpstreamCluster::lb_slot`] for a new cluster name.
     next_lb_slot: AtomicUsize,
+    /// The bootstrap's outlier-detection event log.
+    outlier_log: Option<Arc<outlier::EventLog>>,
 }
 
 impl ClusterManager {
@@ -123,7 +125,19 @@ impl ClusterManager {
             next_index: AtomicUsize::new(n),
             stat_slots: n,
             next_lb_slot: AtomicUsize::new(n),
+            outlier_log: None,
         })
+    }
+
+    /// Sets where every cluster's outlier detector (static or added later)
+    /// logs its events.
+    pub fn set_outlier_event_log(&mut self, log: outlier::EventLog) {
+        self.outlier_log = Some(Arc::new(log));
+    }
+
+    /// The outlier-detection event log, when the bootstrap names one.
+    pub fn outlier_event_log(&self) -> Option<&Arc<outlier::EventLog>> {
+        self.outlier_log.as_ref()
     }
 
     /// The cluster named `name`.

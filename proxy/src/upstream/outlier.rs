@@ -8,9 +8,11 @@
 //! ever read the published set: no lock on the request path.
 
 mod detector;
+mod event_log;
 mod sweep;
 
 pub use detector::{Detector, samples, spawn, spawn_one};
+pub use event_log::{EventLog, Evidence};
 
 use super::UpstreamCluster;
 use super::host::Host;
@@ -85,6 +87,8 @@ pub struct HostOutlier {
     /// Main thread only: back-to-back ejection multiplier and this ejection's jitter.
     multiplier: AtomicU32,
     jitter_ms: AtomicU64,
+    /// Main thread only: ejections so far (the event log's `num_ejections`).
+    num_ejections: AtomicU32,
 }
 
 impl HostOutlier {
@@ -120,10 +124,7 @@ pub(crate) fn uneject_on_health_check(cluster: &UpstreamCluster, host: &Host) {
     let Some(d) = &cluster.outlier else { return };
     let o = &host.outlier;
     if d.config.successful_active_health_check_uneject_host && o.ejected() {
-        o.ejected.store(false, Ordering::Relaxed);
-        o.unejected_at.store(d.now_ms(), Ordering::Relaxed);
-        o.reset_consecutive();
-        d.active.fetch_sub(1, Ordering::Relaxed);
+        d.uneject(&cluster.config.name, host);
         detector::republish(cluster);
     }
 }

@@ -31,10 +31,66 @@ pub type UpstreamBody = crate::access_log::body::RequestBody;
 /// priority's circuit-breaker thresholds.
 type Key = (usize, SocketAddr, bool);
 
-#[derive(Default)]
+/// One worker's pool for one host and priority. It exists while it has a
+/// connection (open or opening), as Envoy's pools are deleted once idle; it
+/// holds its cluster's `max_connection_pools` slot that long.
 struct HostPool {
     idle_h1: Vec<http1::SendRequest<UpstreamBody>>,
     h2: Vec<H2Conn>,
+    /// Connections open or opening ([`PoolConn`]s alive).
+    conns: u32,
+    _slot: super::circuit::Held,
+}
+
+/// One connection of a [`HostPool`], open or opening; the pool goes away with
+/// its last one.
+struct PoolConn(Key);
+
+impl PoolConn {
+    /// Registers a connection about to be opened for `key`, creating the pool if
+    /// it has none: `None` when that would pass `max_connection_pools`.
+    fn open(cluster: &UpstreamCluster, key: Key, stats: &ClusterStats) -> Option<PoolConn> {
+        POOLS.with(|p| {
+            let mut p = p.borrow_mut();
+            if let Some(pool) = p.get_mut(&key) {
+                pool.conns += 1;
+                return Some(PoolConn(key));
+            }
+            let Some(slot) = cluster.circuit.try_pool(key.2) else {
+                stats.cx_pool_overflow.inc();
+                return None;
+            };
+            p.insert(
+                key,
+                HostPool {
+                    idle_h1: Vec::new(),
+                    h2: Vec::new(),
+                    conns: 1,
+                    _slot: slot,
+                },
+            );
+            Some(PoolConn(key))
+        })
+    }
+}
+
+impl Drop for PoolConn {
+    fn drop(&mut self) {
+        // try_with: a connection task may end while the worker's thread-locals
+        // are being torn down.
+        let _ = POOLS.try_with(|p| {
+            let Ok(mut p) = p.try_borrow_mut() else {
+                return;
+            };
+            let empty = p.get_mut(&self.0).is_some_and(|pool| {
+                pool.conns = pool.conns.saturating_sub(1);
+                pool.conns == 0
+            });
+            if empty {
+                p.remove(&self.0);
+            }
+        });
+    }
 }
 
 struct H2Conn {
@@ -59,6 +115,9 @@ pub enum SendError {
     Reset(&'static str),
     /// A circuit breaker refused it (`max_pending_requests` waiting already).
     Overflow,
+    /// A new connection pool would pass `max_connection_pools` (Envoy answers
+    /// as if no host were healthy).
+    PoolOverflow,
 }
 
 impl SendError {
@@ -69,7 +128,7 @@ impl SendError {
             SendError::ConnectTimeout => "connection timeout",
             SendError::Termination => "connection termination",
             SendError::Reset(r) => r,
-            SendError::Overflow => "overflow",
+            SendError::Overflow | SendError::PoolOverflow => "overflow",
         }
     }
 
@@ -77,7 +136,10 @@ impl SendError {
     pub fn attached(&self) -> bool {
         !matches!(
             self,
-            SendError::ConnectFailure(_) | SendError::ConnectTimeout | SendError::Overflow
+            SendError::ConnectFailure(_)
+                | SendError::ConnectTimeout
+                | SendError::Overflow
+                | SendError::PoolOverflow
         )
     }
 
@@ -101,6 +163,7 @@ impl SendError {
             SendError::Termination => "UC",
             SendError::Reset(_) => "UR",
             SendError::Overflow => "UO",
+            SendError::PoolOverflow => "UH",
         }
     }
 }
@@ -144,8 +207,11 @@ impl Lease {
         if let Some(s) = self.sender.take()
             && !s.is_closed()
         {
+            // No pool: the connection closed meanwhile; the sender is dropped.
             POOLS.with(|p| {
-                p.borrow_mut().entry(self.key).or_default().idle_h1.push(s);
+                if let Some(pool) = p.borrow_mut().get_mut(&self.key) {
+                    pool.idle_h1.push(s);
+                }
             });
         }
     }
@@ -309,6 +375,9 @@ async fn send_h1(
             }
         }
     };
+    let Some(member) = PoolConn::open(cluster, key, stats) else {
+        return Err((SendError::PoolOverflow, Some(req)));
+    };
     // Boxed: a new connection is rare next to a pooled one, and its connect and
     // TLS state would otherwise sit in every request's future.
     let stream = match Box::pin(connect(cluster, host, stats)).await {
@@ -320,7 +389,7 @@ async fn send_h1(
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), None))?;
-    let open = OpenConn::new(host, slot);
+    let open = OpenConn::new(host, slot, member);
     tokio::spawn(async move {
         let _ = conn.await;
         drop(open);
@@ -381,6 +450,9 @@ async fn send_h2(
                     }
                 }
             };
+            let Some(member) = PoolConn::open(cluster, key, stats) else {
+                return Err((SendError::PoolOverflow, Some(req)));
+            };
             // Boxed: a new connection is rare next to a pooled one, and its connect and
             // TLS state would otherwise sit in every request's future.
             let stream = match Box::pin(connect(cluster, host, stats)).await {
@@ -394,17 +466,19 @@ async fn send_h2(
                 .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| (from_hyper(&e), None))?;
-            let open = OpenConn::new(host, slot);
+            let open = OpenConn::new(host, slot, member);
             tokio::spawn(async move {
                 let _ = conn.await;
                 drop(open);
             });
             let streams = Arc::new(AtomicU32::new(0));
             POOLS.with(|p| {
-                p.borrow_mut().entry(key).or_default().h2.push(H2Conn {
-                    send: send.clone(),
-                    streams: Arc::clone(&streams),
-                });
+                if let Some(pool) = p.borrow_mut().get_mut(&key) {
+                    pool.h2.push(H2Conn {
+                        send: send.clone(),
+                        streams: Arc::clone(&streams),
+                    });
+                }
             });
             (send, streams)
         }
@@ -436,14 +510,18 @@ async fn send_h2_on(
     }
 }
 
-/// An open upstream connection, counted in its host's `cx_active` and holding
-/// its cluster's `max_connections` slot.
-struct OpenConn(Arc<Host>, #[allow(dead_code)] super::circuit::Held);
+/// An open upstream connection, counted in its host's `cx_active`, holding its
+/// cluster's `max_connections` slot and keeping its pool.
+struct OpenConn(
+    Arc<Host>,
+    #[allow(dead_code)] super::circuit::Held,
+    #[allow(dead_code)] PoolConn,
+);
 
 impl OpenConn {
-    fn new(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
+    fn new(host: &Arc<Host>, slot: super::circuit::Held, member: PoolConn) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
-        Self(Arc::clone(host), slot)
+        Self(Arc::clone(host), slot, member)
     }
 }
 

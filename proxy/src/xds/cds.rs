@@ -227,7 +227,7 @@ impl Cds {
         self.clusters.update(ready.clone(), removed);
         for (c, kept) in ready.iter().zip(kept) {
             upstream::spawn_dns_refresh(c);
-            upstream::outlier::spawn_one(c);
+            upstream::outlier::spawn_one(c, self.clusters.outlier_event_log());
             upstream::health_check::spawn_checks(c, !kept);
         }
     }

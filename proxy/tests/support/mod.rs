@@ -175,8 +175,31 @@ pub async fn courier_filters(
     clusters: &str,
     http_filters: &str,
 ) -> Courier {
+    courier_top(
+        args,
+        "",
+        hcm_extra,
+        vhost_extra,
+        routes,
+        clusters,
+        http_filters,
+    )
+    .await
+}
+
+/// Like [`courier_filters`], with `top` (YAML) added at the bootstrap's top level.
+pub async fn courier_top(
+    args: &[&str],
+    top: &str,
+    hcm_extra: &str,
+    vhost_extra: &str,
+    routes: &str,
+    clusters: &str,
+    http_filters: &str,
+) -> Courier {
     let config = format!(
         r#"
+{top}
 admin:
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
 static_resources:

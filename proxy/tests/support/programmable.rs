@@ -30,6 +30,8 @@ pub enum Act {
     GrpcHealth(u8),
     /// Wait until the upstream's gate opens (or 10 s), then answer 200.
     Gate,
+    /// Answer with this status and these headers.
+    WithHeaders(u16, Vec<(&'static str, String)>),
 }
 
 /// What one request looked like.
@@ -145,6 +147,13 @@ async fn serve(req: Request<Incoming>, log: &Log, decide: &Decide) -> Response<F
             .header("grpc-status", "0")
             .body(Full::new(Bytes::from(vec![0, 0, 0, 0, 2, 0x08, status])))
             .unwrap(),
+        Act::WithHeaders(status, headers) => {
+            let mut b = Response::builder().status(status);
+            for (name, value) in headers {
+                b = b.header(name, value);
+            }
+            b.body(Full::default()).unwrap()
+        }
         Act::Gate => {
             let notified = log.gate.notified();
             if !log.gate_open.load(Ordering::SeqCst) {

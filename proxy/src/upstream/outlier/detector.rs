@@ -3,6 +3,7 @@
 //! and the stats.
 
 use super::Kind;
+use super::event_log::{Event, EventLog, Evidence};
 use crate::upstream::host::{Host, HostSet};
 use crate::upstream::{ClusterManager, UpstreamCluster};
 use courier_config::cluster::OutlierDetection;
@@ -27,6 +28,8 @@ pub struct Detector {
     overflow: AtomicU64,
     detected: [AtomicU64; 7],
     enforced: [AtomicU64; 7],
+    /// The bootstrap's event log, set when the detector starts.
+    log: std::sync::OnceLock<Arc<EventLog>>,
 }
 
 impl Detector {
@@ -41,6 +44,7 @@ impl Detector {
             overflow: AtomicU64::new(0),
             detected: Default::default(),
             enforced: Default::default(),
+            log: std::sync::OnceLock::new(),
         }
     }
 
@@ -65,7 +69,14 @@ impl Detector {
     /// Envoy's `ejectHost`: within `max_ejection_percent` of all hosts (or the one
     /// host `always_eject_one_host` allows), with the kind's enforcing chance.
     /// Returns whether the host was ejected.
-    pub(super) fn eject(&self, host: &Host, kind: Kind, hosts: usize) -> bool {
+    pub(super) fn eject(
+        &self,
+        cluster: &str,
+        host: &Host,
+        kind: Kind,
+        evidence: Evidence,
+        hosts: usize,
+    ) -> bool {
         let o = &host.outlier;
         let active = self.active.load(Ordering::Relaxed);
         let pct = 100.0 * (active + 1) as f64 / hosts.max(1) as f64;
@@ -76,6 +87,8 @@ impl Detector {
             return false;
         }
         if fastrand::u32(0..100) >= self.enforcing(kind) {
+            // Detected but not enforced: Envoy logs it all the same.
+            self.log_event(cluster, host, Some((kind, evidence, false)));
             return false;
         }
         let base = self.config.base_ejection_time.as_millis() as u64;
@@ -90,6 +103,7 @@ impl Detector {
             .store(fastrand::u64(0..=jitter), Ordering::Relaxed);
         o.ejected_at.store(self.now_ms(), Ordering::Relaxed);
         o.ejected.store(true, Ordering::Relaxed);
+        o.num_ejections.fetch_add(1, Ordering::Relaxed);
         self.active.fetch_add(1, Ordering::Relaxed);
         self.enforced_total.fetch_add(1, Ordering::Relaxed);
         if let Some(c) = self.enforced.get(kind as usize) {
@@ -101,7 +115,43 @@ impl Detector {
             multiplier = k + 1,
             "outlier detection: host ejected"
         );
+        self.log_event(cluster, host, Some((kind, evidence, true)));
         true
+    }
+
+    /// Returns an ejected host to service (its time is up, or an active health
+    /// check passed).
+    pub(super) fn uneject(&self, cluster: &str, host: &Host) {
+        let o = &host.outlier;
+        o.ejected.store(false, Ordering::Relaxed);
+        o.unejected_at.store(self.now_ms(), Ordering::Relaxed);
+        o.reset_consecutive();
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.log_event(cluster, host, None);
+    }
+
+    /// Writes an event to the event log, if there is one. `secs_since_last_action`
+    /// is the time since the host's last unejection (for an ejection) or ejection
+    /// (for an unejection), when it had one.
+    fn log_event(&self, cluster: &str, host: &Host, eject: Option<(Kind, Evidence, bool)>) {
+        let Some(log) = self.log.get() else { return };
+        let o = &host.outlier;
+        let num_ejections = o.num_ejections.load(Ordering::Relaxed);
+        let last = match eject {
+            // Every ejection before the current one has ended in an unejection.
+            Some((_, _, enforced)) => {
+                let earlier = num_ejections.saturating_sub(u32::from(enforced));
+                (earlier > 0).then(|| o.unejected_at.load(Ordering::Relaxed))
+            }
+            None => Some(o.ejected_at.load(Ordering::Relaxed)),
+        };
+        log.write(&Event {
+            cluster,
+            host,
+            eject,
+            secs_since_last_action: last.map(|at| self.now_ms().saturating_sub(at) / 1000),
+            num_ejections,
+        });
     }
 
     /// Counts a detection of `kind`.
@@ -188,7 +238,7 @@ fn events(cluster: &UpstreamCluster, d: &Detector) -> bool {
                 continue;
             }
             d.detected(kind);
-            changed |= d.eject(h, kind, count);
+            changed |= d.eject(&cluster.config.name, h, kind, Evidence::Consecutive, count);
             // The counter starts over after a detection.
             let counter = match kind {
                 Kind::Consecutive5xx => &o.consecutive_5xx,
@@ -201,17 +251,21 @@ fn events(cluster: &UpstreamCluster, d: &Detector) -> bool {
     changed
 }
 
-/// Starts every cluster's detector on the current (main thread's) runtime.
-pub fn spawn(clusters: &ClusterManager) {
+/// Starts every cluster's detector on the current (main thread's) runtime,
+/// writing events to `log` when the bootstrap names one.
+pub fn spawn(clusters: &ClusterManager, log: Option<&Arc<EventLog>>) {
     for c in &clusters.clusters() {
-        spawn_one(c);
+        spawn_one(c, log);
     }
 }
 
 /// Starts `c`'s detector (when it has one) until the cluster retires.
-pub fn spawn_one(c: &Arc<UpstreamCluster>) {
-    if c.outlier.is_none() {
+pub fn spawn_one(c: &Arc<UpstreamCluster>, log: Option<&Arc<EventLog>>) {
+    let Some(d) = &c.outlier else {
         return;
+    };
+    if let Some(log) = log {
+        let _ = d.log.set(Arc::clone(log));
     }
     let cluster = Arc::clone(c);
     tokio::spawn(async move {
@@ -281,18 +335,36 @@ mod tests {
     fn max_ejection_percent_and_always_eject_one_host() {
         // 10% of 5 hosts allows none...
         let d = Detector::new(config(10, false));
-        assert!(!d.eject(&host(1), Kind::Consecutive5xx, 5));
+        assert!(!d.eject(
+            "c",
+            &host(1),
+            Kind::Consecutive5xx,
+            Evidence::Consecutive,
+            5
+        ));
         assert_eq!(d.overflow.load(Ordering::Relaxed), 1);
         // ...unless always_eject_one_host, which allows exactly one.
         let d = Detector::new(config(10, true));
-        assert!(d.eject(&host(1), Kind::Consecutive5xx, 5));
-        assert!(!d.eject(&host(2), Kind::Consecutive5xx, 5));
+        assert!(d.eject(
+            "c",
+            &host(1),
+            Kind::Consecutive5xx,
+            Evidence::Consecutive,
+            5
+        ));
+        assert!(!d.eject(
+            "c",
+            &host(2),
+            Kind::Consecutive5xx,
+            Evidence::Consecutive,
+            5
+        ));
         // 20% of 10 hosts: two.
         let d = Detector::new(config(20, false));
         let hs: Vec<Host> = (0..3).map(host).collect();
-        assert!(d.eject(&hs[0], Kind::Consecutive5xx, 10));
-        assert!(d.eject(&hs[1], Kind::Consecutive5xx, 10));
-        assert!(!d.eject(&hs[2], Kind::Consecutive5xx, 10));
+        assert!(d.eject("c", &hs[0], Kind::Consecutive5xx, Evidence::Consecutive, 10));
+        assert!(d.eject("c", &hs[1], Kind::Consecutive5xx, Evidence::Consecutive, 10));
+        assert!(!d.eject("c", &hs[2], Kind::Consecutive5xx, Evidence::Consecutive, 10));
         assert_eq!(d.active.load(Ordering::Relaxed), 2);
         assert_eq!(hs[0].outlier.multiplier.load(Ordering::Relaxed), 1);
     }

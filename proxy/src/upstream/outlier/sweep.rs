@@ -3,7 +3,7 @@
 //! and decays the ejection multiplier of hosts that stayed healthy.
 
 use super::detector::Detector;
-use super::{HostOutlier, Kind};
+use super::{Evidence, HostOutlier, Kind};
 use crate::upstream::UpstreamCluster;
 use crate::upstream::host::Host;
 use std::sync::Arc;
@@ -28,10 +28,7 @@ pub(super) fn sweep(cluster: &UpstreamCluster, d: &Detector) -> bool {
         let k = u64::from(o.multiplier.load(Ordering::Relaxed));
         let lasts = (base * k).min(max) + o.jitter_ms.load(Ordering::Relaxed);
         if now.saturating_sub(o.ejected_at.load(Ordering::Relaxed)) >= lasts {
-            o.ejected.store(false, Ordering::Relaxed);
-            o.unejected_at.store(now, Ordering::Relaxed);
-            o.reset_consecutive();
-            d.active.fetch_sub(1, Ordering::Relaxed);
+            d.uneject(&cluster.config.name, h);
             changed = true;
         }
     }
@@ -47,11 +44,12 @@ pub(super) fn sweep(cluster: &UpstreamCluster, d: &Detector) -> bool {
     let volumes: Vec<_> = hosts.iter().map(|h| take(&h.outlier)).collect();
     let external: Vec<(u64, u64)> = volumes.iter().map(|v| (v.0, v.1)).collect();
     let local: Vec<(u64, u64)> = volumes.iter().map(|v| (v.2, v.3)).collect();
-    changed |= success_rate(d, &hosts, &external, Kind::SuccessRate);
-    changed |= failure_percentage(d, &hosts, &external, Kind::FailurePercentage);
+    let name = &cluster.config.name;
+    changed |= success_rate(d, name, &hosts, &external, Kind::SuccessRate);
+    changed |= failure_percentage(d, name, &hosts, &external, Kind::FailurePercentage);
     if c.split_external_local_origin_errors {
-        changed |= success_rate(d, &hosts, &local, Kind::LocalOriginSuccessRate);
-        changed |= failure_percentage(d, &hosts, &local, Kind::LocalOriginFailurePercentage);
+        changed |= success_rate(d, name, &hosts, &local, Kind::LocalOriginSuccessRate);
+        changed |= failure_percentage(d, name, &hosts, &local, Kind::LocalOriginFailurePercentage);
     }
     // A host healthy for a whole interval since its last ejection: one step less.
     let interval = c.interval.as_millis() as u64;
@@ -76,7 +74,13 @@ fn rates(hosts: &[&Arc<Host>], volumes: &[(u64, u64)], volume: u32) -> Vec<(usiz
         .collect()
 }
 
-fn success_rate(d: &Detector, hosts: &[&Arc<Host>], volumes: &[(u64, u64)], kind: Kind) -> bool {
+fn success_rate(
+    d: &Detector,
+    cluster: &str,
+    hosts: &[&Arc<Host>],
+    volumes: &[(u64, u64)],
+    kind: Kind,
+) -> bool {
     let c = &d.config;
     let r = rates(hosts, volumes, c.success_rate_request_volume);
     if r.is_empty() || r.len() < c.success_rate_minimum_hosts as usize {
@@ -92,7 +96,12 @@ fn success_rate(d: &Detector, hosts: &[&Arc<Host>], volumes: &[(u64, u64)], kind
             && let Some(h) = hosts.get(i)
         {
             d.detected(kind);
-            changed |= d.eject(h, kind, hosts.len());
+            let evidence = Evidence::SuccessRate {
+                host: rate,
+                average: mean,
+                threshold,
+            };
+            changed |= d.eject(cluster, h, kind, evidence, hosts.len());
         }
     }
     changed
@@ -100,6 +109,7 @@ fn success_rate(d: &Detector, hosts: &[&Arc<Host>], volumes: &[(u64, u64)], kind
 
 fn failure_percentage(
     d: &Detector,
+    cluster: &str,
     hosts: &[&Arc<Host>],
     volumes: &[(u64, u64)],
     kind: Kind,
@@ -116,7 +126,8 @@ fn failure_percentage(
             && !h.outlier.ejected()
         {
             d.detected(kind);
-            changed |= d.eject(h, kind, hosts.len());
+            let evidence = Evidence::FailurePercentage { host: rate };
+            changed |= d.eject(cluster, h, kind, evidence, hosts.len());
         }
     }
     changed
