@@ -301,3 +301,55 @@ async fn updates_under_traffic_fail_no_request() {
         assert!(bad.is_empty(), "non-200 responses: {bad:?}");
     }
 }
+
+#[tokio::test]
+async fn ads_reaches_a_tls_control_plane_through_its_cluster() {
+    // The xds cluster has an UpstreamTlsContext: courier's ADS stream runs over
+    // TLS, validating the control plane's certificate against the CA and SNI.
+    let ca = courier_tests::TestCa::new("xds test CA");
+    let cert = ca.leaf(&["xds.test"]);
+    let a = echo_upstream("a").await;
+    let mut cp = ControlPlane::start_tls(Resources::new(), &cert).await;
+    let tls = format!(
+        "    transport_socket:\n      name: envoy.transport_sockets.tls\n      typed_config:\n        \
+         \"@type\": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n        \
+         sni: xds.test\n        common_tls_context:\n          validation_context:\n            \
+         trusted_ca: {{inline_string: {:?}}}\n",
+        ca.pem.cert
+    );
+    let config = ads_bootstrap(cp.addr, "GRPC").replacen(
+        "  - name: xds\n    connect_timeout: 1s\n",
+        &format!("  - name: xds\n    connect_timeout: 1s\n{tls}"),
+        1,
+    );
+    assert!(config.contains("UpstreamTlsContext"));
+    let c = launch(&config).await;
+    let first = cp.saw("ClusterLoadAssignment").await;
+    assert!(first.contains("node=courier-1"), "{first}");
+    cp.set(
+        ClusterLoadAssignment::type_url(),
+        "backend",
+        any(&cla("backend", a)),
+    );
+    cp.set(
+        RouteConfiguration::type_url(),
+        "routes",
+        any(&routes(to_backend())),
+    );
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+
+    // A control plane whose certificate the CA did not sign is never reached.
+    let other = courier_tests::TestCa::new("another CA").leaf(&["xds.test"]);
+    let mut rogue = ControlPlane::start_tls(Resources::new(), &other).await;
+    let config = ads_bootstrap(rogue.addr, "GRPC").replacen(
+        "  - name: xds\n    connect_timeout: 1s\n",
+        &format!("  - name: xds\n    connect_timeout: 1s\n{tls}"),
+        1,
+    );
+    let _c2 = launch(&config).await;
+    let seen = tokio::time::timeout(Duration::from_millis(1500), rogue.requests.recv()).await;
+    assert!(
+        seen.is_err(),
+        "a request reached the untrusted control plane: {seen:?}"
+    );
+}

@@ -106,7 +106,8 @@ fn config_sources_of(
         .collect()
 }
 
-/// Reaches `envoy_grpc` clusters through their current hosts (plaintext h2).
+/// Reaches `envoy_grpc` clusters through their current hosts: HTTP/2, over the
+/// cluster's TLS (its `transport_socket`) when it has one.
 struct Clusters(Arc<ClusterManager>);
 
 struct ClusterConnector {
@@ -117,20 +118,59 @@ struct ClusterConnector {
 impl Connector for ClusterConnector {
     fn connect(&self) -> Pin<Box<dyn Future<Output = Result<Channel, XdsError>> + Send + '_>> {
         Box::pin(async move {
-            let addr = self
-                .clusters
-                .get(&self.cluster)
-                .and_then(|c| {
-                    // A random host per attempt: a reconnect may try another one.
-                    let hosts = c.hosts();
-                    let n = hosts.hosts().count();
-                    let pick = fastrand::usize(..n.max(1));
-                    hosts.hosts().nth(pick).map(|h| h.address)
-                })
-                .ok_or_else(|| {
-                    XdsError::Connect(format!("cluster {} has no host", self.cluster))
-                })?;
-            UriConnector::new(format!("http://{addr}")).connect().await
+            let no_host = || XdsError::Connect(format!("cluster {} has no host", self.cluster));
+            let cluster = self.clusters.get(&self.cluster).ok_or_else(no_host)?;
+            let addr = {
+                // A random host per attempt: a reconnect may try another one.
+                let hosts = cluster.hosts();
+                let n = hosts.hosts().count();
+                let pick = fastrand::usize(..n.max(1));
+                hosts.hosts().nth(pick).map(|h| h.address)
+            }
+            .ok_or_else(no_host)?;
+            let Some(tls) = cluster.tls.clone() else {
+                return UriConnector::new(format!("http://{addr}")).connect().await;
+            };
+            // The URI only names the authority; the connector dials `addr`.
+            tonic::transport::Endpoint::from_shared(format!("http://{}", self.cluster))
+                .map_err(|e| XdsError::Connect(e.to_string()))?
+                .connect_timeout(cluster.config.connect_timeout)
+                .connect_with_connector(TlsDial { addr, tls })
+                .await
+                .map_err(|e| XdsError::Connect(format!("{addr} (TLS): {e}")))
+        })
+    }
+}
+
+/// Dials one host of a TLS cluster for a gRPC channel: TCP, then the
+/// cluster's TLS handshake (its SNI, server validation and client certificate).
+#[derive(Clone)]
+struct TlsDial {
+    addr: std::net::SocketAddr,
+    tls: crate::upstream::tls::UpstreamTlsContext,
+}
+
+type TlsIo = hyper_util::rt::TokioIo<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>;
+
+impl tonic::codegen::Service<http::Uri> for TlsDial {
+    type Response = TlsIo;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<TlsIo>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let dial = self.clone();
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(dial.addr).await?;
+            tcp.set_nodelay(true)?;
+            let tls = dial.tls.handshake(tcp, dial.addr).await?;
+            Ok(hyper_util::rt::TokioIo::new(tls))
         })
     }
 }

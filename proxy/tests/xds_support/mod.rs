@@ -209,6 +209,8 @@ pub struct ControlPlane {
     pub requests: mpsc::UnboundedReceiver<String>,
     pub req_tx: mpsc::UnboundedSender<String>,
     pub tasks: Arc<tokio::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    /// Serve over TLS (HTTP/2 by ALPN) with this acceptor.
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 impl ControlPlane {
@@ -221,6 +223,38 @@ impl ControlPlane {
             requests,
             req_tx,
             tasks: Arc::default(),
+            tls: None,
+        };
+        cp.listen().await;
+        cp
+    }
+
+    /// Like [`Self::start`], serving over TLS with `cert` (HTTP/2 by ALPN).
+    pub async fn start_tls(initial: Resources, cert: &courier_tests::Pem) -> Self {
+        use rustls::pki_types::pem::PemObject;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let mut config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![
+                    rustls::pki_types::CertificateDer::from_pem_slice(cert.cert.as_bytes())
+                        .unwrap(),
+                ],
+                rustls::pki_types::PrivateKeyDer::from_pem_slice(cert.key.as_bytes()).unwrap(),
+            )
+            .unwrap();
+        config.alpn_protocols = vec![b"h2".to_vec()];
+        let (state, _) = watch::channel((1, Arc::new(initial)));
+        let (req_tx, requests) = mpsc::unbounded_channel();
+        let mut cp = ControlPlane {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            state,
+            requests,
+            req_tx,
+            tasks: Arc::default(),
+            tls: Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
         };
         cp.listen().await;
         cp
@@ -235,6 +269,7 @@ impl ControlPlane {
             requests: self.req_tx.clone(),
         });
         let conns = Arc::clone(&self.tasks);
+        let tls = self.tls.clone();
         let accept = tokio::spawn(async move {
             for _ in 0..100 {
                 let Ok((s, _)) = l.accept().await else {
@@ -245,10 +280,20 @@ impl ControlPlane {
                     let mut cp = cp.clone();
                     async move { cp.call(req).await }
                 });
+                let tls = tls.clone();
                 let conn = tokio::spawn(async move {
-                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(s), service)
-                        .await;
+                    let h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+                    match tls {
+                        Some(acceptor) => {
+                            // A refused handshake ends this connection only.
+                            if let Ok(s) = acceptor.accept(s).await {
+                                let _ = h2.serve_connection(TokioIo::new(s), service).await;
+                            }
+                        }
+                        None => {
+                            let _ = h2.serve_connection(TokioIo::new(s), service).await;
+                        }
+                    }
                 });
                 conns.lock().await.push(conn);
             }
