@@ -71,13 +71,33 @@ static_resources:
     until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
     // Atomic replace, as config pushers do.
     let tmp = files.path().join("eds.tmp");
-    std::fs::write(&tmp, cla_yaml("2", b)).unwrap();
+    std::fs::write(&tmp, cla_yaml("v7", b)).unwrap();
     std::fs::rename(&tmp, &eds).unwrap();
     until(c.listener, |r| r.header("x-upstream") == Some("b")).await;
     let stats = get_text(&c.admin, "/stats").await;
     assert!(
         stats.contains("cluster_manager.eds.update_success: 2\n"),
         "{stats}"
+    );
+    // Envoy's `version` gauge: the xxHash64 of version_info (this value is what
+    // Envoy 1.40 shows for "v7"); `update_time`: ms since the epoch.
+    assert!(
+        stats.contains("cluster_manager.eds.version: 7308050424466892544\n"),
+        "{stats}"
+    );
+    let update_time: u64 = stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cluster_manager.eds.update_time: "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        update_time <= now && now - update_time < 60_000,
+        "{update_time}"
     );
 }
 

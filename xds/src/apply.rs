@@ -138,7 +138,8 @@ impl Shared {
             }
             s.last_error = detail.clone();
         });
-        self.store.count(t, detail.is_none());
+        self.store
+            .count(t, detail.is_none().then_some(version_info));
         match detail {
             Some(d) => {
                 tracing::warn!(type_ = %t, version = version_info, "xDS update rejected: {d}");

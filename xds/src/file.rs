@@ -84,7 +84,7 @@ impl FileSource {
                 shared
                     .store
                     .update(t, |s| s.last_error = Some(detail.clone()));
-                shared.store.count(t, false);
+                shared.store.count(t, None);
                 return;
             }
             Err(_) => return,

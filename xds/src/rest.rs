@@ -148,7 +148,7 @@ impl RestSource {
                 shared
                     .store
                     .update(t, |s| s.last_error = Some(detail.clone()));
-                shared.store.count(t, false);
+                shared.store.count(t, None);
                 return Ok(Some((String::new(), Some(detail))));
             }
         };

@@ -39,8 +39,8 @@ pub struct TypeState {
     pub last_error: Option<String>,
 }
 
-/// Update counters of one type (Envoy's `update_attempt`, `update_success`,
-/// `update_rejected`).
+/// Update stats of one type (Envoy's `update_attempt`, `update_success`,
+/// `update_rejected` counters and `update_time`, `version` gauges).
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Responses (or file reads) received.
@@ -49,11 +49,15 @@ pub struct Counters {
     pub update_success: AtomicU64,
     /// Rejected, in whole or in part.
     pub update_rejected: AtomicU64,
+    /// When the last update was accepted, in ms since the epoch.
+    pub update_time: AtomicU64,
+    /// The xxHash64 of the last accepted version_info, as Envoy's gauge.
+    pub version: AtomicU64,
 }
 
 impl Counters {
-    /// `(name, value)` of each counter.
-    pub fn samples(&self) -> [(&'static str, u64); 3] {
+    /// `(name, value)` of each stat.
+    pub fn samples(&self) -> [(&'static str, u64); 5] {
         [
             (
                 "update_attempt",
@@ -67,6 +71,8 @@ impl Counters {
                 "update_rejected",
                 self.update_rejected.load(Ordering::Relaxed),
             ),
+            ("update_time", self.update_time.load(Ordering::Relaxed)),
+            ("version", self.version.load(Ordering::Relaxed)),
         ]
     }
 }
@@ -106,14 +112,26 @@ impl Store {
         self.changed.subscribe()
     }
 
-    /// Counts one update of `t`, accepted or not.
-    pub(crate) fn count(&self, t: ResourceType, accepted: bool) {
+    /// Counts one update of `t`: `accepted` carries the version_info it was
+    /// accepted at, `None` for a rejection.
+    pub(crate) fn count(&self, t: ResourceType, accepted: Option<&str>) {
         let c = &self.counters[t.index()];
         c.update_attempt.fetch_add(1, Ordering::Relaxed);
-        if accepted {
-            c.update_success.fetch_add(1, Ordering::Relaxed);
-        } else {
-            c.update_rejected.fetch_add(1, Ordering::Relaxed);
+        match accepted {
+            Some(version_info) => {
+                c.update_success.fetch_add(1, Ordering::Relaxed);
+                let now = SystemTime::now()
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                c.update_time.store(now, Ordering::Relaxed);
+                c.version.store(
+                    xxhash_rust::xxh64::xxh64(version_info.as_bytes(), 0),
+                    Ordering::Relaxed,
+                );
+            }
+            None => {
+                c.update_rejected.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 

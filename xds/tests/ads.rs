@@ -192,13 +192,16 @@ async fn sotw_nack_names_the_bad_cluster_and_applies_its_siblings() {
     assert_eq!((ack.version_info.as_str(), ack.error_detail), ("v3", None));
     assert!(rec.updates.try_recv().is_err());
     assert_eq!(
-        client.handle().store().counters(CDS).samples(),
+        client.handle().store().counters(CDS).samples()[..3],
         [
             ("update_attempt", 3),
             ("update_success", 2),
             ("update_rejected", 1)
         ]
     );
+    // The version gauge follows the last version accepted ("v3"), not the rejected one.
+    let version = client.handle().store().counters(CDS).samples()[4];
+    assert_eq!(version, ("version", xxhash_rust::xxh64::xxh64(b"v3", 0)));
 }
 
 #[tokio::test]
