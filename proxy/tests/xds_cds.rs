@@ -78,6 +78,19 @@ fn cds_bootstrap(cp: SocketAddr, api_type: &str) -> String {
     )
 }
 
+/// `/config_dump`'s ClustersConfigDump.
+async fn clusters_dump(admin: &str) -> serde_json::Value {
+    let dump: serde_json::Value =
+        serde_json::from_str(&get_text(admin, "/config_dump").await).unwrap();
+    dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.ClustersConfigDump")
+        .unwrap()
+        .clone()
+}
+
 async fn admin_clusters(admin: &str) -> String {
     get_text(admin, "/clusters").await
 }
@@ -117,8 +130,19 @@ async fn cds_lifecycle(api_type: &str) {
         let r = H1::connect(c.listener).await.get("/", &[]).await;
         assert_eq!(r.header("x-upstream"), Some("b"), "{r:?}");
     }
+    // /config_dump shows it among the warming clusters meanwhile.
+    let warming = clusters_dump(&c.admin).await["dynamic_warming_clusters"].clone();
+    assert_eq!(warming[0]["cluster"]["name"], "dyn", "{warming}");
+    assert_eq!(warming[0]["cluster"]["type"], "EDS", "{warming}");
     cp.set(cla_url.clone(), "svc", any(&cla("svc", a)));
     until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+    let dump = clusters_dump(&c.admin).await;
+    assert!(dump.get("dynamic_warming_clusters").is_none(), "{dump}");
+    let active = dump["dynamic_active_clusters"].as_array().unwrap();
+    assert!(
+        active.iter().any(|c| c["cluster"]["name"] == "dyn"),
+        "{dump}"
+    );
 
     // A cluster courier does not serve is NACKed by name; its sibling in the
     // same response applies.
@@ -173,15 +197,8 @@ async fn cds_lifecycle(api_type: &str) {
     assert!(listed.contains("sib::added_via_api::true"), "{listed}");
     // Bootstrap clusters stay.
     assert!(listed.contains("backend::added_via_api::false"), "{listed}");
-    let dump: serde_json::Value =
-        serde_json::from_str(&get_text(&c.admin, "/config_dump").await).unwrap();
-    let clusters_dump = dump["configs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.ClustersConfigDump")
-        .unwrap();
-    let active = clusters_dump["dynamic_active_clusters"].as_array().unwrap();
+    let dump = clusters_dump(&c.admin).await;
+    let active = dump["dynamic_active_clusters"].as_array().unwrap();
     assert_eq!(active.len(), 1, "{active:?}");
     assert_eq!(active[0]["cluster"]["name"], "sib");
 }

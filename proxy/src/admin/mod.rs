@@ -142,7 +142,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                     if let Some(x) = &shared.xds
                         && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
                     {
-                        crate::xds::merge_dump(x, configs);
+                        crate::xds::merge_dump(x, &shared.clusters, configs);
                     }
                     json(v)
                 }

@@ -98,6 +98,8 @@ pub struct ClusterManager {
     next_lb_slot: AtomicUsize,
     /// The bootstrap's outlier-detection event log.
     outlier_log: Option<Arc<outlier::EventLog>>,
+    /// Names of CDS clusters warming (not in force until their endpoints arrive).
+    warming: ArcSwap<Vec<String>>,
 }
 
 impl ClusterManager {
@@ -126,7 +128,18 @@ impl ClusterManager {
             stat_slots: n,
             next_lb_slot: AtomicUsize::new(n),
             outlier_log: None,
+            warming: ArcSwap::default(),
         })
+    }
+
+    /// Records which CDS clusters are warming (main thread).
+    pub fn set_warming(&self, names: Vec<String>) {
+        self.warming.store(Arc::new(names));
+    }
+
+    /// Names of the CDS clusters warming.
+    pub fn warming(&self) -> Arc<Vec<String>> {
+        self.warming.load_full()
     }
 
     /// Sets where every cluster's outlier detector (static or added later)

@@ -89,12 +89,20 @@ impl Cds {
             }
         }
         self.publish(warmed, &[]);
+        self.publish_warming(&st);
         for name in &u.removed {
             for c in self.users(&st, name) {
                 self.clusters.set_eds_hosts(&c, None);
             }
         }
         Verdict::accept()
+    }
+
+    /// Tells the cluster manager which clusters warm (`/config_dump`'s
+    /// `dynamic_warming_clusters`).
+    fn publish_warming(&self, st: &State) {
+        self.clusters
+            .set_warming(st.warming.keys().cloned().collect());
     }
 
     /// Applies accepted clusters and removals; rejects clusters this data
@@ -126,6 +134,7 @@ impl Cds {
         }
         // One new cluster set for the whole response.
         self.publish(ready, &removed);
+        self.publish_warming(&st);
         self.set_eds_interest(&st);
         verdict
     }
@@ -203,6 +212,7 @@ impl Cds {
                     st.warming.remove(name);
                     tracing::warn!(cluster = %name, "EDS initial fetch timed out; cluster in force without endpoints");
                     me.publish(vec![prepared], &[]);
+                    me.publish_warming(&st);
                 }
             });
         }

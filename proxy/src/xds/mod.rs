@@ -396,22 +396,27 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
 
 /// `/config_dump`'s dynamic parts: RDS route configurations and EDS
 /// assignments in force, each with its version and when it was applied.
-fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
-    let entries = |t: ResourceType, field: &str| -> Vec<serde_json::Value> {
-        let st = handle.store().get(t);
-        st.resources
-            .values()
-            .map(|e| {
-                let mut when = String::new();
-                crate::access_log::time::default_format(e.last_updated, &mut when);
-                serde_json::json!({
-                    "version_info": e.version,
-                    field: any_json(&e.raw),
-                    "last_updated": when,
+fn dump(handle: &courier_xds::XdsHandle, clusters: &ClusterManager) -> Vec<serde_json::Value> {
+    let warming = clusters.warming();
+    // `keep` picks the resources (by name) that go in this list.
+    let list =
+        |t: ResourceType, field: &str, keep: &dyn Fn(&str) -> bool| -> Vec<serde_json::Value> {
+            let st = handle.store().get(t);
+            st.resources
+                .iter()
+                .filter(|(name, _)| keep(name))
+                .map(|(_, e)| {
+                    let mut when = String::new();
+                    crate::access_log::time::default_format(e.last_updated, &mut when);
+                    serde_json::json!({
+                        "version_info": e.version,
+                        field: any_json(&e.raw),
+                        "last_updated": when,
+                    })
                 })
-            })
-            .collect()
-    };
+                .collect()
+        };
+    let entries = |t: ResourceType, field: &str| list(t, field, &|_| true);
     const TYPE: &str = "type.googleapis.com/envoy.admin.v3.";
     let mut out = Vec::new();
     if handle.delivers(ResourceType::RouteConfig) {
@@ -421,10 +426,18 @@ fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
         }));
     }
     if handle.delivers(ResourceType::Cluster) {
-        out.push(serde_json::json!({
+        let is_warming = |name: &str| warming.iter().any(|w| w == name);
+        let mut dump = serde_json::json!({
             "@type": format!("{TYPE}ClustersConfigDump"),
-            "dynamic_active_clusters": entries(ResourceType::Cluster, "cluster"),
-        }));
+            "dynamic_active_clusters":
+                list(ResourceType::Cluster, "cluster", &|n| !is_warming(n)),
+        });
+        // As Envoy, the list is left out when no cluster warms.
+        let warming = list(ResourceType::Cluster, "cluster", &is_warming);
+        if let (false, Some(m)) = (warming.is_empty(), dump.as_object_mut()) {
+            m.insert("dynamic_warming_clusters".into(), warming.into());
+        }
+        out.push(dump);
     }
     if handle.delivers(ResourceType::Endpoints) {
         out.push(serde_json::json!({
@@ -438,8 +451,12 @@ fn dump(handle: &courier_xds::XdsHandle) -> Vec<serde_json::Value> {
 /// Adds [`dump`]'s dynamic parts to the static dump's `configs`: into the config
 /// of the same `@type` (RoutesConfigDump gets `dynamic_route_configs` beside
 /// its static ones), or as a new config.
-pub fn merge_dump(handle: &courier_xds::XdsHandle, configs: &mut Vec<serde_json::Value>) {
-    for extra in dump(handle) {
+pub fn merge_dump(
+    handle: &courier_xds::XdsHandle,
+    clusters: &ClusterManager,
+    configs: &mut Vec<serde_json::Value>,
+) {
+    for extra in dump(handle, clusters) {
         let ty = extra.get("@type").cloned();
         let existing = configs
             .iter_mut()
