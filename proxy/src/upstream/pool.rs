@@ -29,7 +29,7 @@ pub type UpstreamBody = crate::access_log::body::RequestBody;
 /// (cluster, host, HIGH routing priority): as in Envoy, each priority has its
 /// own pools, whose connections and pending requests count against that
 /// priority's circuit-breaker thresholds.
-type Key = (usize, SocketAddr, bool);
+pub(super) type Key = (usize, SocketAddr, bool);
 
 #[derive(Default)]
 struct HostPool {
@@ -230,8 +230,8 @@ fn chunk_unknown_length(req: &mut Request<UpstreamBody>) {
 
 /// How long a pending request sleeps between looks for a free connection, and
 /// how many looks it takes at most (the route timeout usually ends it first).
-const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
-const PENDING_POLLS: u32 = 30_000;
+pub(super) const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+pub(super) const PENDING_POLLS: u32 = 30_000;
 
 /// Sends on an idle pooled HTTP/1.1 connection; `Err(req)` when there is none.
 #[allow(clippy::type_complexity)]
@@ -438,10 +438,10 @@ async fn send_h2_on(
 
 /// An open upstream connection, counted in its host's `cx_active` and holding
 /// its cluster's `max_connections` slot.
-struct OpenConn(Arc<Host>, #[allow(dead_code)] super::circuit::Held);
+pub(super) struct OpenConn(Arc<Host>, #[allow(dead_code)] super::circuit::Held);
 
 impl OpenConn {
-    fn new(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
+    pub(super) fn new(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(host), slot)
     }
@@ -456,7 +456,7 @@ impl Drop for OpenConn {
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
-async fn connect(
+pub(super) async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,
     stats: &ClusterStats,
