@@ -139,6 +139,82 @@ fn grpc_timeout(t: Duration) -> HeaderValue {
     HeaderValue::from_bytes(&out[i..]).unwrap_or(HeaderValue::from_static("0m"))
 }
 
+/// A check's URI and headers as built for a service on this thread: the same for every
+/// check of a filter config, so built once and cloned (no parsing, no hashing) per check.
+struct CheckHead {
+    authority: String,
+    timeout: Option<Duration>,
+    metadata: Vec<(String, String)>,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+/// How many services' heads a thread keeps (configs come and go over xDS; past this, a
+/// head is built per check).
+const HEADS_KEPT: usize = 16;
+
+thread_local! {
+    static HEADS: RefCell<Vec<CheckHead>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The check's URI in HTTP/2 form (`:scheme`, `:authority` in it) and its headers:
+/// `content-type`, `te`, `grpc-timeout`, then the service's `initial_metadata`.
+fn check_head(
+    authority: &str,
+    service: &GrpcService,
+    timeout: Option<Duration>,
+) -> Result<(http::Uri, http::HeaderMap), String> {
+    let kept = HEADS.with(|h| {
+        h.borrow()
+            .iter()
+            .find(|k| {
+                k.authority == authority
+                    && k.timeout == timeout
+                    && k.metadata == service.initial_metadata
+            })
+            .map(|k| (k.uri.clone(), k.headers.clone()))
+    });
+    if let Some(head) = kept {
+        return Ok(head);
+    }
+    let uri = http::Uri::builder()
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut h = http::HeaderMap::with_capacity(3 + service.initial_metadata.len());
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(header::TE, HeaderValue::from_static("trailers"));
+    if let Some(t) = timeout {
+        h.insert(GRPC_TIMEOUT, grpc_timeout(t));
+    }
+    for (k, v) in &service.initial_metadata {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.append(k, v);
+        }
+    }
+    HEADS.with(|heads| {
+        let mut heads = heads.borrow_mut();
+        if heads.len() < HEADS_KEPT {
+            heads.push(CheckHead {
+                authority: authority.to_string(),
+                timeout,
+                metadata: service.initial_metadata.clone(),
+                uri: uri.clone(),
+                headers: h.clone(),
+            });
+        }
+    });
+    Ok((uri, h))
+}
+
 impl ClusterAuthz {
     async fn envoy_grpc(
         &self,
@@ -148,36 +224,12 @@ impl ClusterAuthz {
         timeout: Option<Duration>,
         frame: Bytes,
     ) -> Result<CheckResponse, String> {
-        // The head is built in place in HTTP/2 form (`:scheme`, `:authority` in the URI),
-        // with the names pre-parsed.
-        let uri = http::Uri::builder()
-            .scheme(http::uri::Scheme::HTTP)
-            .authority(authority)
-            .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
-            .build()
-            .map_err(|e| e.to_string())?;
+        let (uri, headers) = check_head(authority, service, timeout)?;
         let mut r = Request::new(());
         *r.method_mut() = http::Method::POST;
         *r.uri_mut() = uri;
         *r.version_mut() = http::Version::HTTP_2;
-        let h = r.headers_mut();
-        h.reserve(3 + service.initial_metadata.len());
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        h.insert(header::TE, HeaderValue::from_static("trailers"));
-        if let Some(t) = timeout {
-            h.insert(GRPC_TIMEOUT, grpc_timeout(t));
-        }
-        for (k, v) in &service.initial_metadata {
-            if let (Ok(k), Ok(v)) = (
-                HeaderName::from_bytes(k.as_bytes()),
-                HeaderValue::from_str(v),
-            ) {
-                h.append(k, v);
-            }
-        }
+        *r.headers_mut() = headers;
         let resp = self
             .0
             .unary(cluster, r, frame)

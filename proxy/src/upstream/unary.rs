@@ -49,6 +49,11 @@ struct ConnState {
 struct Conn {
     send: SendRequest<Bytes>,
     state: Arc<ConnState>,
+    /// The last finished stream's handle, dropped when the next stream starts: dropping
+    /// the last handle of a closed stream wakes the connection's task, which then polls
+    /// for nothing; dropped beside `send_request` (which wakes it anyway) it costs no
+    /// poll of its own. (A closing connection ends on the peer's close regardless.)
+    done: Option<h2::RecvStream>,
 }
 
 thread_local! {
@@ -88,7 +93,7 @@ pub(super) async fn call(
     let key = (cluster.index, host.address, false);
     let max = cluster.config.http.http2.max_concurrent_streams;
     let mut req = Some((head, body));
-    let (resp, _stream) = match poll_fn(|cx| start_pooled(key, max, &mut req, cx)).await {
+    let (resp, stream) = match poll_fn(|cx| start_pooled(key, max, &mut req, cx)).await {
         Some(started) => started?,
         None => {
             let Some((head, body)) = req.take() else {
@@ -113,6 +118,7 @@ pub(super) async fn call(
         }
     }
     let trailers = rx.trailers().await.map_err(|e| from_h2(&e))?;
+    park(key, &stream.0, rx);
     if let Some(m) = more {
         body = m.freeze();
     }
@@ -124,6 +130,20 @@ pub(super) async fn call(
 }
 
 type Started = (ResponseFuture, StreamGuard);
+
+/// Keeps `rx`, a finished stream of the connection `state` is, until the next stream on
+/// that connection starts (see [`Conn::done`]).
+fn park(key: Key, state: &Arc<ConnState>, rx: h2::RecvStream) {
+    CONNS.with(|conns| {
+        if let Some(conn) = conns
+            .borrow_mut()
+            .get_mut(&key)
+            .and_then(|c| c.iter_mut().find(|c| Arc::ptr_eq(&c.state, state)))
+        {
+            conn.done = Some(rx);
+        }
+    });
+}
 
 /// Opens the stream on one of this thread's connections to the host that has a stream
 /// to spare: `Ready(None)` when there is none, `Pending` while h2 holds every candidate
@@ -150,6 +170,7 @@ fn start_pooled(
                     let Some((head, body)) = req.take() else {
                         return Poll::Ready(Some(Err(SendError::Reset("protocol error"))));
                     };
+                    drop(conn.done.take());
                     return Poll::Ready(Some(send(&mut conn.send, &conn.state, head, body)));
                 }
                 // The connection is going away: not for new streams.
@@ -239,6 +260,7 @@ async fn start_new(
         c.borrow_mut().entry(key).or_default().push(Conn {
             send: tx.clone(),
             state: Arc::clone(&state),
+            done: None,
         });
     });
     poll_fn(|cx| tx.poll_ready(cx))
