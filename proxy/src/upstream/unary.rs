@@ -271,3 +271,7 @@ async fn start_new(
     };
     send(&mut tx, &state, head, body)
 }
+
+#[cfg(test)]
+#[path = "unary_tests.rs"]
+mod tests;
