@@ -112,6 +112,7 @@ async fn disabled_per_route_and_route_reselection() {
     let vhost_only = SelectedRoute {
         per_filter: [None, None, Some(&vhost_level), None],
         metadata: None,
+        cluster: None,
     };
     let mut req = state(&conn, head("GET", "/x", &[]));
     req.route = Some(vhost_only);
@@ -125,6 +126,7 @@ async fn disabled_per_route_and_route_reselection() {
     let reselected = SelectedRoute {
         per_filter: [None, Some(&route_level), None, None],
         metadata: None,
+        cluster: None,
     };
     let auth = format!("Bearer {}", token("alice"));
     let mut req = state(&conn, head("GET", "/x", &[("authorization", &auth)]));

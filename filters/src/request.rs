@@ -54,6 +54,10 @@ pub struct SelectedRoute<'a> {
     pub per_filter: [Option<&'a PerFilterConfigs>; 4],
     /// The route's `metadata` (RBAC `sourced_metadata` with source ROUTE).
     pub metadata: Option<&'a MetadataMap>,
+    /// The route's target cluster: the named one or the weighted pick; `None` for
+    /// `cluster_header`, redirects and direct responses (ext_authz counts under
+    /// `cluster.<name>.ext_authz.*`).
+    pub cluster: Option<&'a str>,
 }
 
 impl<'a> SelectedRoute<'a> {

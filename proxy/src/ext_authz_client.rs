@@ -1,17 +1,17 @@
 //! ext_authz's transport: gRPC `Authorization/Check` through a courier cluster
-//! (`envoy_grpc`, over the calling worker's HTTP/2 pool) or a direct tonic channel
+//! (`envoy_grpc`, a unary call on the calling worker's own HTTP/2 connections to the
+//! cluster's hosts, `ClusterClient::unary`) or a direct tonic channel
 //! (`google_grpc`, one per thread, built on first use), and HTTP checks through a
 //! cluster. Every call runs on the request's own task.
 
-use crate::upstream::client::{ClusterClient, full_body};
-use bytes::{Buf, Bytes, BytesMut};
+use crate::upstream::client::ClusterClient;
+use bytes::{Buf, Bytes};
 use courier_config::config_source::{GrpcService, GrpcTarget};
 use courier_config::filters::http_uri::HttpUri;
 use courier_filters::ext_authz::{AuthzTransport, CheckFuture, HttpCheckFuture};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
 use http::{HeaderName, HeaderValue, Request, header};
-use http_body_util::BodyExt;
 use prost::Message;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -139,6 +139,82 @@ fn grpc_timeout(t: Duration) -> HeaderValue {
     HeaderValue::from_bytes(&out[i..]).unwrap_or(HeaderValue::from_static("0m"))
 }
 
+/// A check's URI and headers as built for a service on this thread: the same for every
+/// check of a filter config, so built once and cloned (no parsing, no hashing) per check.
+struct CheckHead {
+    authority: String,
+    timeout: Option<Duration>,
+    metadata: Vec<(String, String)>,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+}
+
+/// How many services' heads a thread keeps (configs come and go over xDS; past this, a
+/// head is built per check).
+const HEADS_KEPT: usize = 16;
+
+thread_local! {
+    static HEADS: RefCell<Vec<CheckHead>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The check's URI in HTTP/2 form (`:scheme`, `:authority` in it) and its headers:
+/// `content-type`, `te`, `grpc-timeout`, then the service's `initial_metadata`.
+fn check_head(
+    authority: &str,
+    service: &GrpcService,
+    timeout: Option<Duration>,
+) -> Result<(http::Uri, http::HeaderMap), String> {
+    let kept = HEADS.with(|h| {
+        h.borrow()
+            .iter()
+            .find(|k| {
+                k.authority == authority
+                    && k.timeout == timeout
+                    && k.metadata == service.initial_metadata
+            })
+            .map(|k| (k.uri.clone(), k.headers.clone()))
+    });
+    if let Some(head) = kept {
+        return Ok(head);
+    }
+    let uri = http::Uri::builder()
+        .scheme(http::uri::Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut h = http::HeaderMap::with_capacity(3 + service.initial_metadata.len());
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    h.insert(header::TE, HeaderValue::from_static("trailers"));
+    if let Some(t) = timeout {
+        h.insert(GRPC_TIMEOUT, grpc_timeout(t));
+    }
+    for (k, v) in &service.initial_metadata {
+        if let (Ok(k), Ok(v)) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            h.append(k, v);
+        }
+    }
+    HEADS.with(|heads| {
+        let mut heads = heads.borrow_mut();
+        if heads.len() < HEADS_KEPT {
+            heads.push(CheckHead {
+                authority: authority.to_string(),
+                timeout,
+                metadata: service.initial_metadata.clone(),
+                uri: uri.clone(),
+                headers: h.clone(),
+            });
+        }
+    });
+    Ok((uri, h))
+}
+
 impl ClusterAuthz {
     async fn envoy_grpc(
         &self,
@@ -148,73 +224,32 @@ impl ClusterAuthz {
         timeout: Option<Duration>,
         frame: Bytes,
     ) -> Result<CheckResponse, String> {
-        // The head is built in place, in the form the cluster's HTTP/2 pool sends as is
-        // (`:scheme`, `:authority` in the URI), with the names pre-parsed.
-        let uri = http::Uri::builder()
-            .scheme(http::uri::Scheme::HTTP)
-            .authority(authority)
-            .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let mut r = Request::new(full_body(frame));
+        let (uri, headers) = check_head(authority, service, timeout)?;
+        let mut r = Request::new(());
         *r.method_mut() = http::Method::POST;
         *r.uri_mut() = uri;
         *r.version_mut() = http::Version::HTTP_2;
-        let h = r.headers_mut();
-        h.reserve(4 + service.initial_metadata.len());
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/grpc"),
-        );
-        h.insert(header::TE, HeaderValue::from_static("trailers"));
-        if let Some(t) = timeout {
-            h.insert(GRPC_TIMEOUT, grpc_timeout(t));
-        }
-        for (k, v) in &service.initial_metadata {
-            if let (Ok(k), Ok(v)) = (
-                HeaderName::from_bytes(k.as_bytes()),
-                HeaderValue::from_str(v),
-            ) {
-                h.append(k, v);
-            }
-        }
-        let (resp, lease) = self
+        *r.headers_mut() = headers;
+        let resp = self
             .0
-            .send_streaming(cluster, r)
+            .unary(cluster, r, frame)
             .await
             .map_err(|e| e.to_string())?;
-        if resp.status() != http::StatusCode::OK {
-            return Err(format!("http status {}", resp.status().as_u16()));
-        }
-        let (parts, mut body) = resp.into_parts();
-        // The answer is one message, usually in one DATA frame: kept without a copy.
-        let mut data = Bytes::new();
-        let mut more: Option<BytesMut> = None;
-        let mut trailers = None;
-        // Bounded by the body: each round consumes a frame.
-        while let Some(frame) = body.frame().await {
-            match frame.map_err(|e| e.to_string())?.into_data() {
-                Ok(d) if data.is_empty() && more.is_none() => data = d,
-                Ok(d) => more
-                    .get_or_insert_with(|| BytesMut::from(&data[..]))
-                    .extend_from_slice(&d),
-                Err(f) => trailers = f.into_trailers().ok(),
-            }
-        }
-        lease.release();
-        if let Some(m) = more {
-            data = m.freeze();
+        if resp.head.status != http::StatusCode::OK {
+            return Err(format!("http status {}", resp.head.status.as_u16()));
         }
         // Trailers-only answers carry the status in the headers.
-        let status = trailers
+        let status = resp
+            .trailers
             .as_ref()
             .and_then(|t| t.get(&GRPC_STATUS))
-            .or_else(|| parts.headers.get(&GRPC_STATUS))
+            .or_else(|| resp.head.headers.get(&GRPC_STATUS))
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<i32>().ok());
         if status != Some(0) {
             return Err(format!("grpc status {status:?}"));
         }
+        let mut data = resp.body;
         if data.len() < 5 || data[0] != 0 {
             return Err("malformed gRPC message".into());
         }

@@ -101,11 +101,42 @@ impl HttpFilters {
     /// `http.<hcm prefix>.rbac.<rules_stat_prefix>…`), added to `out`.
     pub fn samples(&self, out: &mut Vec<Sample>) {
         self.for_each_counter(&mut |name, c| out.push((name, c.load(Ordering::Relaxed))));
+        // ext_authz per route cluster: filters of several connection managers count into
+        // the same cluster's counter, as in Envoy (one stat in the cluster's scope); Envoy
+        // creates each on first use, so a counter never counted is absent.
+        let mut by_cluster = std::collections::BTreeMap::<String, u64>::new();
+        self.for_each_cluster_counter(&mut |name, c| {
+            *by_cluster.entry(name).or_default() += c.load(Ordering::Relaxed);
+        });
+        out.extend(by_cluster.into_iter().filter(|(_, v)| *v != 0));
     }
 
     /// Zeroes the filters' counters (`/reset_counters`).
     pub fn reset_counters(&self) {
         self.for_each_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
+        self.for_each_cluster_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
+    }
+
+    /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
+    fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
+        for (_, s) in &self.stats {
+            if let FilterStats::ExtAuthz { stat_prefix, stats } = s {
+                let p = if stat_prefix.is_empty() {
+                    "ext_authz.".to_string()
+                } else {
+                    format!("ext_authz.{stat_prefix}.")
+                };
+                stats.clusters.each(|cluster, c| {
+                    add(format!("cluster.{cluster}.{p}ok"), &c.ok);
+                    add(format!("cluster.{cluster}.{p}denied"), &c.denied);
+                    add(format!("cluster.{cluster}.{p}error"), &c.error);
+                    add(
+                        format!("cluster.{cluster}.{p}failure_mode_allowed"),
+                        &c.failure_mode_allowed,
+                    );
+                });
+            }
+        }
     }
 
     fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
@@ -207,12 +238,19 @@ pub fn selected_route<'a>(
     route: &'a courier_config::route::Route,
     random: u64,
 ) -> SelectedRoute<'a> {
-    let weighted = match &route.action {
+    let (weighted, cluster) = match &route.action {
         Action::Route(ra) => match &ra.cluster {
-            ClusterSpecifier::Weighted(w) => w.pick(random).map(|c| &c.typed_per_filter_config),
-            _ => None,
+            ClusterSpecifier::Weighted(w) => {
+                let c = w.pick(random);
+                (
+                    c.map(|c| &c.typed_per_filter_config),
+                    c.map(|c| c.name.as_str()),
+                )
+            }
+            ClusterSpecifier::Cluster(name) => (None, Some(name.as_str())),
+            ClusterSpecifier::Header(_) => (None, None),
         },
-        _ => None,
+        _ => (None, None),
     };
     SelectedRoute {
         per_filter: [
@@ -222,5 +260,6 @@ pub fn selected_route<'a>(
             Some(&rc.typed_per_filter_config),
         ],
         metadata: Some(&route.metadata),
+        cluster,
     }
 }

@@ -138,32 +138,43 @@ pub(super) fn each_header(req: &RequestState<'_>, cfg: &ExtAuthz, mut f: impl Fn
         listed(&cfg.allowed_headers, name) != Some(false)
             && listed(&cfg.disallowed_headers, name) != Some(true)
     };
-    for pseudo in [":authority", ":method", ":path", ":scheme"] {
-        if keep(pseudo)
-            && let Some(v) = req.first_header(pseudo)
+    let authority = req.authority();
+    let pseudo = [
+        (":authority", Some(authority).filter(|a| !a.is_empty())),
+        (":method", Some(req.head.method.as_str())),
+        (":path", Some(req.path())),
+        (":scheme", Some(req.scheme())),
+    ];
+    for (name, value) in pseudo {
+        if let Some(v) = value
+            && keep(name)
         {
-            f(pseudo, v);
+            f(name, v);
         }
     }
-    for name in req.head.headers.keys() {
-        let n = name.as_str();
-        if n == "host" || !keep(n) {
+    // One pass over the map in its order (each name's values together), rather than a
+    // hashed `get_all` per name: the values of a repeated name are joined.
+    let mut current: Option<(&http::HeaderName, &str, Option<String>)> = None;
+    let mut flush = |c: Option<(&http::HeaderName, &str, Option<String>)>| {
+        if let Some((name, first, joined)) = c {
+            f(name.as_str(), joined.as_deref().unwrap_or(first));
+        }
+    };
+    for (name, value) in req.head.headers.iter() {
+        if let Some((n, first, joined)) = current.as_mut()
+            && *n == name
+        {
+            let j = joined.get_or_insert_with(|| String::from(*first));
+            j.push(',');
+            j.push_str(text(value));
             continue;
         }
-        let mut values = req.head.headers.get_all(name).iter();
-        let first = values.next().map_or("", text);
-        match values.next() {
-            None => f(n, first),
-            Some(second) => {
-                let mut joined = String::from(first);
-                for v in std::iter::once(second).chain(values) {
-                    joined.push(',');
-                    joined.push_str(text(v));
-                }
-                f(n, &joined);
-            }
-        }
+        let n = name.as_str();
+        let next = (n != "host" && keep(n)).then(|| (name, text(value), None));
+        // A new name (kept or not) ends the previous one's run.
+        flush(std::mem::replace(&mut current, next));
     }
+    flush(current);
 }
 
 fn headers(req: &RequestState<'_>, cfg: &ExtAuthz) -> HashMap<String, String> {
@@ -289,6 +300,53 @@ pub fn build(
 #[cfg(test)]
 mod format_tests {
     use super::*;
+
+    #[test]
+    fn headers_go_once_per_name_in_order_repeats_joined() {
+        use crate::test_support::{filter_config, head, plain_conn, state};
+        let f = filter_config(
+            "name: envoy.filters.http.ext_authz\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ext_authz.v3.ExtAuthz\n  grpc_service: {envoy_grpc: {cluster_name: authz}}\n  allowed_headers: {patterns: [{exact: x-a}, {exact: x-c}, {exact: x-d}, {prefix: ':'}]}\n",
+        );
+        let courier_config::filters::HttpFilterConfig::ExtAuthz(cfg) = f.config else {
+            panic!("not ext_authz");
+        };
+        let conn = plain_conn();
+        let mut req = state(
+            &conn,
+            head(
+                "GET",
+                "/p",
+                &[
+                    ("host", "example.com"),
+                    ("x-a", "1"),
+                    ("x-b", "skipped"),
+                    ("x-a", "2"),
+                    ("x-b", "skipped too"),
+                    ("x-c", "3"),
+                    ("x-d", "4"),
+                    ("x-d", "5"),
+                    ("x-d", "6"),
+                ],
+            ),
+        );
+        req.head
+            .headers
+            .append("x-c", http::HeaderValue::from_bytes(b"\xff").unwrap());
+        let mut seen = Vec::new();
+        each_header(&req, &cfg, |k, v| seen.push(format!("{k}={v}")));
+        assert_eq!(
+            seen,
+            [
+                ":authority=example.com",
+                ":method=GET",
+                ":path=/p",
+                ":scheme=http",
+                "x-a=1,2",
+                "x-c=3,!",
+                "x-d=4,5,6",
+            ]
+        );
+    }
 
     #[test]
     fn numbers_and_addresses_format_as_display_does() {

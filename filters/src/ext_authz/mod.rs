@@ -5,6 +5,7 @@
 //! ([`AuthzTransport`]), so this crate holds no connection.
 
 pub mod check_request;
+pub mod cluster_stats;
 pub mod grpc;
 pub mod http_service;
 pub mod metadata;
@@ -75,6 +76,8 @@ pub struct ExtAuthzStats {
     pub failure_mode_allowed: AtomicU64,
     /// Requests not checked because the filter was disabled at runtime.
     pub disabled: AtomicU64,
+    /// The outcomes again per route target cluster (`cluster.<name>.ext_authz.…`).
+    pub clusters: cluster_stats::PerCluster,
 }
 
 /// The ext_authz filter.
@@ -170,6 +173,13 @@ impl ExtAuthzFilter {
             }),
             _ => None,
         };
+        // The route's cluster as the check starts (Envoy's `clusterInfo()` then).
+        let cluster = req.route.and_then(|r| r.cluster);
+        let count = |which: fn(&cluster_stats::ClusterAuthzStats) -> &AtomicU64| {
+            if let Some(c) = cluster {
+                self.stats.clusters.count(c, which);
+            }
+        };
         let started = tokio::time::Instant::now();
         let outcome = self.call(req, context, body).await;
         // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
@@ -182,6 +192,7 @@ impl ExtAuthzFilter {
         match outcome {
             Outcome::Ok(mut allow) => {
                 self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                count(|s| &s.ok);
                 // Envoy adds the call's duration (ms) to the metadata an answer carries.
                 if let Some(md) = allow.metadata.as_mut().filter(|m| !m.is_empty()) {
                     md.insert(
@@ -207,14 +218,17 @@ impl ExtAuthzFilter {
             }
             Outcome::Denied(reply) => {
                 self.stats.denied.fetch_add(1, Ordering::Relaxed);
+                count(|s| &s.denied);
                 Verdict::Respond(reply)
             }
             Outcome::Error(reply) => {
                 self.stats.error.fetch_add(1, Ordering::Relaxed);
+                count(|s| &s.error);
                 if cfg.failure_mode_allow {
                     self.stats
                         .failure_mode_allowed
                         .fetch_add(1, Ordering::Relaxed);
+                    count(|s| &s.failure_mode_allowed);
                     if cfg.failure_mode_allow_header_add {
                         req.head.headers.insert(
                             "x-envoy-auth-failure-mode-allowed",

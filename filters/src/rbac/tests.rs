@@ -294,6 +294,7 @@ rules:
     req.route = Some(SelectedRoute {
         per_filter: [None; 4],
         metadata: Some(&route_md),
+        cluster: None,
     });
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
 }

@@ -6,8 +6,10 @@
 //! Like the pools, the client is usable from any thread with a tokio runtime: each
 //! thread gets its own connections to the cluster's hosts.
 
+use super::host::Host;
 use super::pool::{self, Lease, UpstreamBody};
-use super::{ClusterManager, lb};
+use super::unary::{self, UnaryResponse};
+use super::{ClusterManager, UpstreamCluster, lb};
 use crate::stats::ClusterStats;
 use bytes::Bytes;
 use courier_config::cluster::UpstreamProtocol;
@@ -92,20 +94,70 @@ impl ClusterClient {
         cluster: &str,
         req: Request<UpstreamBody>,
     ) -> Result<(Response<Incoming>, Lease), ClientError> {
+        let (c, host) = self.pick(cluster)?;
+        let req = for_protocol(req, c.config.http.protocol);
+        pool::send(&c, &host, req, self.stats_of(&c))
+            .await
+            .map_err(|e| ClientError::Send(e.details()))
+    }
+
+    /// A unary call: `head` with the whole `body`, the whole response back. On an HTTP/2
+    /// cluster it takes courier's own HTTP/2 connections ([`unary`]: HEADERS and DATA in
+    /// one write, nothing spawned per call); `head` must then be in HTTP/2 form (scheme
+    /// and authority in the URI). Otherwise it goes through the pool as
+    /// [`Self::send_streaming`] does. No timeout: the caller bounds the call.
+    pub async fn unary(
+        &self,
+        cluster: &str,
+        head: Request<()>,
+        body: Bytes,
+    ) -> Result<UnaryResponse, ClientError> {
+        let (c, host) = self.pick(cluster)?;
+        let stats = self.stats_of(&c);
+        if c.config.http.protocol == UpstreamProtocol::Http2 {
+            return unary::call(&c, &host, head, body, stats)
+                .await
+                .map_err(|e| ClientError::Send(e.details()));
+        }
+        let (parts, ()) = head.into_parts();
+        let req = for_protocol(
+            Request::from_parts(parts, full_body(body)),
+            c.config.http.protocol,
+        );
+        let (resp, lease) = pool::send(&c, &host, req, stats)
+            .await
+            .map_err(|e| ClientError::Send(e.details()))?;
+        let (head, body) = resp.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| ClientError::Body(e.to_string()))?;
+        lease.release();
+        let trailers = body.trailers().cloned();
+        Ok(UnaryResponse {
+            head,
+            body: body.to_bytes(),
+            trailers,
+        })
+    }
+
+    /// The cluster named `cluster` and the host its load balancer chooses.
+    fn pick(&self, cluster: &str) -> Result<(Arc<UpstreamCluster>, Arc<Host>), ClientError> {
         let c = self
             .clusters
             .get(cluster)
             .ok_or_else(|| ClientError::UnknownCluster(cluster.to_string()))?;
         let host = lb::choose(&c.hosts(), &c.config.lb, c.lb_slot)
             .ok_or_else(|| ClientError::NoHealthyUpstream(cluster.to_string()))?;
-        let stats = match c.stat_slot.and_then(|i| self.stats.get(i)) {
+        Ok((c, host))
+    }
+
+    /// The counters internal calls to `c` count in.
+    fn stats_of<'a>(&'a self, c: &'a UpstreamCluster) -> &'a ClusterStats {
+        match c.stat_slot.and_then(|i| self.stats.get(i)) {
             Some(s) => s,
             None => &c.stats,
-        };
-        let req = for_protocol(req, c.config.http.protocol);
-        pool::send(&c, &host, req, stats)
-            .await
-            .map_err(|e| ClientError::Send(e.details()))
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod outlier;
 pub mod pool;
 pub mod stream;
 pub mod tls;
+pub mod unary;
 
 use arc_swap::ArcSwap;
 use courier_config::cluster::{Cluster, Discovery};

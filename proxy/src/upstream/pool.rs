@@ -29,7 +29,7 @@ pub type UpstreamBody = crate::access_log::body::RequestBody;
 /// (cluster, host, HIGH routing priority): as in Envoy, each priority has its
 /// own pools, whose connections and pending requests count against that
 /// priority's circuit-breaker thresholds.
-type Key = (usize, SocketAddr, bool);
+pub(super) type Key = (usize, SocketAddr, bool);
 
 /// One worker's pool for one host and priority. It exists while it has a
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
@@ -44,7 +44,7 @@ struct HostPool {
 
 /// One connection of a [`HostPool`], open or opening; the pool goes away with
 /// its last one.
-struct PoolConn(Key);
+pub(super) struct PoolConn(Key);
 
 impl PoolConn {
     /// Registers a connection about to be opened for `key`, creating the pool if
@@ -296,8 +296,8 @@ fn chunk_unknown_length(req: &mut Request<UpstreamBody>) {
 
 /// How long a pending request sleeps between looks for a free connection, and
 /// how many looks it takes at most (the route timeout usually ends it first).
-const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
-const PENDING_POLLS: u32 = 30_000;
+pub(super) const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
+pub(super) const PENDING_POLLS: u32 = 30_000;
 
 /// Sends on an idle pooled HTTP/1.1 connection; `Err(req)` when there is none.
 #[allow(clippy::type_complexity)]
@@ -389,7 +389,7 @@ async fn send_h1(
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), None))?;
-    let open = OpenConn::new(host, slot, member);
+    let open = OpenConn::new(host, slot, Some(member));
     tokio::spawn(async move {
         let _ = conn.await;
         drop(open);
@@ -466,7 +466,7 @@ async fn send_h2(
                 .handshake(TokioIo::new(stream))
                 .await
                 .map_err(|e| (from_hyper(&e), None))?;
-            let open = OpenConn::new(host, slot, member);
+            let open = OpenConn::new(host, slot, Some(member));
             tokio::spawn(async move {
                 let _ = conn.await;
                 drop(open);
@@ -511,15 +511,19 @@ async fn send_h2_on(
 }
 
 /// An open upstream connection, counted in its host's `cx_active`, holding its
-/// cluster's `max_connections` slot and keeping its pool.
-struct OpenConn(
+/// cluster's `max_connections` slot and, for a pooled one, keeping its pool.
+pub(super) struct OpenConn(
     Arc<Host>,
     #[allow(dead_code)] super::circuit::Held,
-    #[allow(dead_code)] PoolConn,
+    #[allow(dead_code)] Option<PoolConn>,
 );
 
 impl OpenConn {
-    fn new(host: &Arc<Host>, slot: super::circuit::Held, member: PoolConn) -> Self {
+    pub(super) fn new(
+        host: &Arc<Host>,
+        slot: super::circuit::Held,
+        member: Option<PoolConn>,
+    ) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(host), slot, member)
     }
@@ -534,7 +538,7 @@ impl Drop for OpenConn {
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
-async fn connect(
+pub(super) async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,
     stats: &ClusterStats,
