@@ -7,10 +7,74 @@
 //! non-default registries work too), strips the source comments (halving the
 //! size and the decode time) and writes the set into `OUT_DIR`.
 //! `COURIER_ENVOY_DESCRIPTORS` may name the file instead.
+//!
+//! The set is pruned to the files the messages courier reads can reach (the
+//! bootstrap, the xDS resources and discovery messages, and the extension types
+//! courier implements): decoded, the whole set costs about 17 MB of memory for
+//! the life of the process, the pruned one about 7. Every other message keeps a
+//! field-less stand-in of the same name, so an `Any` naming it still resolves
+//! and is refused by type, as before. (A unit test checks that every message
+//! in courier's support tables is kept whole.)
 
 use prost::Message;
+use prost_types::{DescriptorProto, FileDescriptorProto, FileDescriptorSet};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::process::Command;
+
+/// The messages courier reads; the pruned set is what they reach.
+const ROOTS: &[&str] = &[
+    "envoy.config.bootstrap.v3.Bootstrap",
+    "envoy.config.listener.v3.Listener",
+    "envoy.config.route.v3.RouteConfiguration",
+    "envoy.config.cluster.v3.Cluster",
+    "envoy.config.endpoint.v3.ClusterLoadAssignment",
+    "envoy.service.discovery.v3.DiscoveryRequest",
+    "envoy.service.discovery.v3.DiscoveryResponse",
+    "envoy.service.discovery.v3.DeltaDiscoveryRequest",
+    "envoy.service.discovery.v3.DeltaDiscoveryResponse",
+    // Extensions (typed_config types) courier implements.
+    "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+    "envoy.extensions.filters.http.router.v3.Router",
+    "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+    "envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig",
+    "envoy.extensions.filters.http.ext_authz.v3.ExtAuthz",
+    "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
+    "envoy.extensions.filters.http.rbac.v3.RBAC",
+    "envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+    "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
+    "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+    "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+    "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
+    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+    "envoy.extensions.access_loggers.file.v3.FileAccessLog",
+    "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
+    "envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
+    "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
+    "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
+    "envoy.extensions.load_balancing_policies.random.v3.Random",
+    "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
+    "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+    "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+    // Well-known types an `Any` may carry.
+    "google.protobuf.Empty",
+    "google.protobuf.Struct",
+    "google.protobuf.Value",
+    "google.protobuf.ListValue",
+    "google.protobuf.Duration",
+    "google.protobuf.Timestamp",
+    "google.protobuf.FieldMask",
+    "google.protobuf.Any",
+    "google.protobuf.BoolValue",
+    "google.protobuf.BytesValue",
+    "google.protobuf.DoubleValue",
+    "google.protobuf.FloatValue",
+    "google.protobuf.Int32Value",
+    "google.protobuf.Int64Value",
+    "google.protobuf.StringValue",
+    "google.protobuf.UInt32Value",
+    "google.protobuf.UInt64Value",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-env-changed=COURIER_ENVOY_DESCRIPTORS");
@@ -23,13 +87,106 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let raw = std::fs::read(&source)
         .map_err(|e| format!("reading Envoy descriptors {}: {e}", source.display()))?;
-    let mut set = prost_types::FileDescriptorSet::decode(raw.as_slice())?;
+    let mut set = FileDescriptorSet::decode(raw.as_slice())?;
     for file in &mut set.file {
         file.source_code_info = None;
     }
+    let set = prune(set)?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("envoy_descriptors.bin");
     std::fs::write(out, set.encode_to_vec())?;
     Ok(())
+}
+
+/// Keeps the files [`ROOTS`] reach (through message fields and file imports);
+/// every message of the other files becomes a field-less stand-in.
+fn prune(set: FileDescriptorSet) -> Result<FileDescriptorSet, String> {
+    // Message full name -> (its file, its message-typed fields' type names).
+    let mut messages: HashMap<String, (usize, Vec<String>)> = HashMap::new();
+    fn index(
+        file: usize,
+        scope: &str,
+        list: &[DescriptorProto],
+        out: &mut HashMap<String, (usize, Vec<String>)>,
+    ) {
+        for m in list {
+            let name = format!("{scope}.{}", m.name());
+            let refs = m
+                .field
+                .iter()
+                .filter_map(|f| f.type_name.as_deref())
+                .map(|t| t.trim_start_matches('.').to_string())
+                .collect();
+            index(file, &name, &m.nested_type, out);
+            out.insert(name, (file, refs));
+        }
+    }
+    for (i, f) in set.file.iter().enumerate() {
+        index(i, f.package(), &f.message_type, &mut messages);
+    }
+    let by_file: HashMap<&str, usize> = set
+        .file
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (f.name(), i))
+        .collect();
+    let mut keep: BTreeSet<usize> = BTreeSet::new();
+    let mut seen: BTreeSet<String> = BTreeSet::new();
+    let mut stack: Vec<String> = ROOTS.iter().map(|r| r.to_string()).collect();
+    // A well-known type the set does not carry is simply not there to keep.
+    for r in ROOTS.iter().filter(|r| r.starts_with("envoy.")) {
+        if !messages.contains_key(*r) {
+            return Err(format!("root message {r} is not in the Envoy descriptors"));
+        }
+    }
+    while let Some(name) = stack.pop() {
+        if !seen.insert(name.clone()) {
+            continue;
+        }
+        // Enum type names are not in `messages`; their files come in as imports.
+        if let Some((file, refs)) = messages.get(&name) {
+            keep.insert(*file);
+            stack.extend(refs.iter().cloned());
+        }
+    }
+    let mut files: Vec<usize> = keep.iter().copied().collect();
+    while let Some(i) = files.pop() {
+        for dep in &set.file[i].dependency {
+            if let Some(&d) = by_file.get(dep.as_str())
+                && keep.insert(d)
+            {
+                files.push(d);
+            }
+        }
+    }
+    let mut out = FileDescriptorSet::default();
+    for (i, file) in set.file.into_iter().enumerate() {
+        if keep.contains(&i) {
+            out.file.push(file);
+        } else if !file.message_type.is_empty() {
+            out.file.push(stand_in(file));
+        }
+    }
+    Ok(out)
+}
+
+/// A file of field-less messages with the names (nested ones too) of `file`'s.
+fn stand_in(file: FileDescriptorProto) -> FileDescriptorProto {
+    fn names(list: &[DescriptorProto]) -> Vec<DescriptorProto> {
+        list.iter()
+            .map(|m| DescriptorProto {
+                name: m.name.clone(),
+                nested_type: names(&m.nested_type),
+                ..Default::default()
+            })
+            .collect()
+    }
+    FileDescriptorProto {
+        name: Some(format!("courier-stand-in/{}", file.name())),
+        package: file.package.clone(),
+        message_type: names(&file.message_type),
+        syntax: file.syntax.clone(),
+        ..Default::default()
+    }
 }
 
 /// The `envoy-types` version pinned in the workspace (keep in step with Cargo.toml).

@@ -56,8 +56,9 @@ pub(crate) const SUPPORT: &[Support] = &[
         &["target_uri", "stat_prefix", "channel_credentials"],
     ),
     (
+        // None of its credentials is implemented (google_grpc runs plaintext).
         "envoy.config.core.v3.GrpcService.GoogleGrpc.ChannelCredentials",
-        &["insecure_credentials"],
+        &[],
     ),
     (
         "envoy.config.core.v3.HeaderValue",

@@ -10,12 +10,19 @@ static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
     DescriptorPool::decode(ENVOY_DESCRIPTORS).map_err(|e| format!("Envoy descriptor set: {e}"))
 });
 
-/// The pool of every Envoy v3 message (and its dependencies) that `envoy-types` knows.
+/// The pool of the Envoy v3 messages courier reads (and their dependencies), with
+/// a field-less stand-in for every other message `envoy-types` knows.
 ///
 /// Decoded once per process; the set is the one `envoy-types` was generated from, so
 /// a `DynamicMessage` built from it transcodes exactly into the typed structs.
 pub fn pool() -> Result<&'static DescriptorPool, String> {
     POOL.as_ref().map_err(Clone::clone)
+}
+
+/// Whether `desc` is a field-less stand-in for an Envoy message courier does
+/// not read (see `build.rs`): only its name is known.
+pub fn is_stand_in(desc: &MessageDescriptor) -> bool {
+    desc.parent_file().name().starts_with("courier-stand-in/")
 }
 
 /// The descriptor of message `full_name` (e.g. `envoy.config.cluster.v3.Cluster`).

@@ -363,6 +363,12 @@ fn any(value: &mut Value, path: &Path<'_>, ctx: &mut Ctx) {
         ctx.error(path, format!("unknown @type \"{type_url}\""));
         return;
     };
+    // A message courier does not read: only its type is kept, for the code that
+    // dispatches on it to refuse it by name.
+    if descriptors::is_stand_in(&desc) {
+        object.retain(|k, _| k == "@type");
+        return;
+    }
     let mut body = std::mem::take(object);
     body.remove("@type");
     let special = matches!(

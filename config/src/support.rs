@@ -125,3 +125,36 @@ fn check_any(msg: &DynamicMessage, path: &Path<'_>, ctx: &mut Ctx) {
         Err(e) => ctx.error(path, format!("cannot decode {type_url}: {e}")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The descriptor set is pruned to what courier reads (build.rs): every
+    /// message courier implements must be there whole, every field it lists
+    /// with it. A message left as a stand-in would lose its fields silently.
+    #[test]
+    fn every_supported_message_is_kept_whole() {
+        for (name, fields) in TABLE.iter() {
+            let desc = descriptors::message(name).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                !descriptors::is_stand_in(&desc),
+                "{name} is a stand-in: add its root to config/build.rs ROOTS"
+            );
+            let missing: Vec<_> = fields
+                .iter()
+                .filter(|f| **f != "*" && desc.get_field_by_name(f).is_none())
+                .collect();
+            assert!(missing.is_empty(), "{name} has no field {missing:?}");
+        }
+    }
+
+    /// Envoy messages courier does not read keep their names (an `Any` naming
+    /// one resolves, to be refused by type) but not their fields.
+    #[test]
+    fn other_messages_are_name_only_stand_ins() {
+        let cors = descriptors::message("envoy.extensions.filters.http.cors.v3.Cors").unwrap();
+        assert!(descriptors::is_stand_in(&cors));
+        assert_eq!(cors.fields().count(), 0);
+    }
+}
