@@ -43,6 +43,8 @@ struct Phase {
     /// Latencies in microseconds.
     latencies: Vec<u32>,
     non_2xx: u64,
+    /// The first non-2xx status seen, with its response head.
+    first_bad: Option<String>,
     errors: u64,
 }
 
@@ -101,6 +103,9 @@ async fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Phase {
                 .push(t0.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
             if !(200..300).contains(&status) {
                 out.non_2xx += 1;
+                if out.first_bad.is_none() {
+                    out.first_bad = Some(String::from_utf8_lossy(&buf[..have]).into_owned());
+                }
             }
         }
         return out;
@@ -122,6 +127,7 @@ async fn load(addr: SocketAddr, connections: usize, seconds: u64) -> Phase {
             all.latencies.extend(p.latencies);
             all.non_2xx += p.non_2xx;
             all.errors += p.errors;
+            all.first_bad = all.first_bad.or(p.first_bad);
         }
     }
     all.latencies.sort_unstable();
@@ -144,6 +150,9 @@ fn report(name: &str, p: &Phase, seconds: u64) -> f64 {
         p.non_2xx,
         p.errors
     );
+    if let Some(bad) = &p.first_bad {
+        println!("  first non-2xx response:\n{bad}");
+    }
     at(0.99)
 }
 

@@ -115,6 +115,18 @@ async fn serve(setup: WorkerSetup) {
     }
     let _ = setup.ready.send(Ok(()));
 
+    // Pools of replaced or removed clusters and hosts are drained in the background.
+    let sweeper = {
+        let clusters = Arc::clone(&setup.clusters);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(crate::upstream::pool::SWEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                crate::upstream::pool::sweep(&clusters);
+            }
+        })
+    };
     let tracker = Arc::new(Tracker::default());
     let mut accept_tasks = Vec::with_capacity(listeners.len());
     for (index, l) in listeners.into_iter().enumerate() {
@@ -140,6 +152,7 @@ async fn serve(setup: WorkerSetup) {
     for t in &accept_tasks {
         t.abort();
     }
+    sweeper.abort();
     let drained = async {
         loop {
             let idle = tracker.idle.notified();

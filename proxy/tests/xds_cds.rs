@@ -374,3 +374,80 @@ async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
         .await
         .unwrap();
 }
+
+/// A keep-alive HTTP/1.1 upstream answering 200; reports how many connections
+/// are open on it.
+async fn counting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicI64>) {
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let open = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    let counter = std::sync::Arc::clone(&open);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let open = std::sync::Arc::clone(&counter);
+            open.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while let Ok(n) = s.read(&mut chunk).await {
+                    if n == 0 {
+                        break;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        buf.drain(..end + 4);
+                        let resp = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        if s.write_all(resp).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+                open.fetch_sub(1, Ordering::SeqCst);
+            });
+        }
+    });
+    (addr, open)
+}
+
+#[tokio::test]
+async fn an_updated_cluster_drains_its_predecessors_idle_connections() {
+    use std::sync::atomic::Ordering;
+    let (up, open) = counting_upstream().await;
+    let (cds_url, rds_url) = (Cluster::type_url(), RouteConfiguration::type_url());
+    let cp = ControlPlane::start(Resources::new()).await;
+    cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+    cp.set(cds_url.clone(), "dyn", any(&static_cluster("dyn", up)));
+    let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+    until(c.listener, |r| r.status == 200).await;
+    // Each update of the cluster: a few requests, then the connections they
+    // left idle belong to a replaced cluster and must close.
+    for generation in 2..6 {
+        for _ in 0..4 {
+            assert_eq!(
+                H1::connect(c.listener).await.get("/", &[]).await.status,
+                200
+            );
+        }
+        let mut cluster = static_cluster("dyn", up);
+        cluster.connect_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: generation,
+            nanos: 0,
+        });
+        cp.set(cds_url.clone(), "dyn", any(&cluster));
+        let mut drained = false;
+        for _ in 0..200 {
+            if open.load(Ordering::SeqCst) == 0 {
+                drained = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            drained,
+            "{} upstream connections still open after update {generation}",
+            open.load(Ordering::SeqCst)
+        );
+    }
+}

@@ -39,6 +39,9 @@ struct HostPool {
     h2: Vec<H2Conn>,
     /// Connections open or opening ([`PoolConn`]s alive).
     conns: u32,
+    /// Its cluster's name: [`sweep`] drains the pool once that name stands for
+    /// another cluster (an update) or none, or its host is gone.
+    cluster: Arc<str>,
     _slot: super::circuit::Held,
 }
 
@@ -66,6 +69,7 @@ impl PoolConn {
                     idle_h1: Vec::new(),
                     h2: Vec::new(),
                     conns: 1,
+                    cluster: Arc::from(cluster.config.name.as_str()),
                     _slot: slot,
                 },
             );
@@ -101,6 +105,27 @@ struct H2Conn {
 thread_local! {
     static POOLS: RefCell<HashMap<Key, HostPool>> = RefCell::new(HashMap::new());
 }
+
+/// Drains this worker's pools whose cluster was replaced or removed, or whose
+/// host left its cluster (as Envoy drains a cluster's pools on an update): the
+/// idle connections close now, the busy ones once their requests end (their
+/// handles go with the pool). Without this, every cluster update would leave its
+/// predecessor's idle connections open for good.
+pub fn sweep(clusters: &super::ClusterManager) {
+    POOLS.with(|p| {
+        let Ok(mut p) = p.try_borrow_mut() else {
+            return;
+        };
+        p.retain(|&(index, addr, _), pool| {
+            clusters
+                .get(&pool.cluster)
+                .is_some_and(|c| c.index == index && c.hosts().hosts().any(|h| h.address == addr))
+        });
+    });
+}
+
+/// How often a worker runs [`sweep`].
+pub const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Why no response headers came back.
 #[derive(Debug)]
