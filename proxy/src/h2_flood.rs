@@ -1,0 +1,314 @@
+//! HTTP/2 outbound flood protection, as Envoy's `max_outbound_control_frames`
+//! (1000) and `max_outbound_frames` (10000): a peer that sends PINGs, SETTINGS
+//! or stream resets without reading what they make us answer has its answers
+//! pile up; past the limit the connection is closed (after a GOAWAY
+//! `ENHANCE_YOUR_CALM` when the socket takes it) and
+//! `http2.outbound_control_flood` / `http2.outbound_flood` counts it.
+//!
+//! h2 itself stops reading when its write buffer is full, so a flood only ever
+//! holds the socket's buffers: no unbounded memory, but no end either. This
+//! wrapper gives h2 Envoy's shape of output buffer: writes the socket does not
+//! take are queued here (up to [`QUEUE_CAP`] bytes, then backpressure), the
+//! frames in the queue are counted by walking the 9-byte frame headers of what
+//! h2 writes, and a queue over a limit is a flood. The read side is untouched;
+//! an HTTP/1 connection (its first write is `HTTP/1.x ...`) passes through.
+
+use std::collections::VecDeque;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// Envoy's default `max_outbound_control_frames`.
+pub const MAX_OUTBOUND_CONTROL_FRAMES: usize = 1000;
+/// Envoy's default `max_outbound_frames`.
+pub const MAX_OUTBOUND_FRAMES: usize = 10_000;
+/// Most bytes queued before h2 is made to wait: room for either limit's worth
+/// of the smallest frames, so a flood trips a limit before backpressure
+/// hides it.
+pub const QUEUE_CAP: usize = 128 * 1024;
+
+const FRAME_HEADER: usize = 9;
+const SETTINGS: u8 = 4;
+const PING: u8 = 6;
+const RST_STREAM: u8 = 3;
+const HEADERS: u8 = 1;
+const ACK: u8 = 1;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+static CONTROL_FLOODS: AtomicU64 = AtomicU64::new(0);
+static FLOODS: AtomicU64 = AtomicU64::new(0);
+
+/// The process's flood counters by Envoy's names.
+pub fn samples() -> [(String, u64); 2] {
+    [
+        (
+            "http2.outbound_control_flood".to_string(),
+            CONTROL_FLOODS.load(Ordering::Relaxed),
+        ),
+        (
+            "http2.outbound_flood".to_string(),
+            FLOODS.load(Ordering::Relaxed),
+        ),
+    ]
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nothing written yet.
+    Unknown,
+    /// HTTP/1: passes through.
+    Http1,
+    /// HTTP/2: frames counted.
+    Http2,
+    /// A flood closed the connection.
+    Flooded,
+}
+
+/// A downstream socket with Envoy's outbound frame limits for HTTP/2.
+pub struct FloodGuard<S> {
+    inner: S,
+    mode: Mode,
+    /// Bytes h2 has handed over (written or queued), from the first.
+    accepted: u64,
+    /// Bytes the socket has taken.
+    written: u64,
+    /// Where the frame being walked ends (in `accepted` terms), once its
+    /// header is complete.
+    frame_end: u64,
+    /// The header of the frame being walked, as far as it has arrived.
+    header: [u8; FRAME_HEADER],
+    header_len: usize,
+    /// Bytes not yet taken by the socket (a `Vec` allocated only on stalls).
+    queue: Vec<u8>,
+    /// Where the queue starts in `queue` (taken bytes are dropped in bulk).
+    queue_head: usize,
+    /// Frames not wholly written: where each ends, and whether it is a
+    /// control frame.
+    frames: VecDeque<(u64, bool)>,
+    control: usize,
+    /// The highest stream id we sent HEADERS on: the GOAWAY's last stream.
+    last_stream: u32,
+}
+
+impl<S> FloodGuard<S> {
+    /// Wraps a downstream socket.
+    pub fn new(inner: S) -> Self {
+        FloodGuard {
+            inner,
+            mode: Mode::Unknown,
+            accepted: 0,
+            written: 0,
+            frame_end: 0,
+            header: [0; FRAME_HEADER],
+            header_len: 0,
+            queue: Vec::new(),
+            queue_head: 0,
+            frames: VecDeque::new(),
+            control: 0,
+            last_stream: 0,
+        }
+    }
+
+    fn queued(&self) -> usize {
+        self.queue.len() - self.queue_head
+    }
+
+    /// Walks the frame headers in `bytes` (the next bytes accepted), noting
+    /// the frames that are not wholly written.
+    fn walk(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.accepted < self.frame_end {
+                // Inside a payload: skip it.
+                let skip = usize::try_from(self.frame_end - self.accepted)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                self.accepted += skip as u64;
+                bytes = &bytes[skip..];
+                continue;
+            }
+            let take = (FRAME_HEADER - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+            self.header_len += take;
+            self.accepted += take as u64;
+            bytes = &bytes[take..];
+            if self.header_len < FRAME_HEADER {
+                continue;
+            }
+            self.header_len = 0;
+            let h = self.header;
+            let len = u64::from(u32::from_be_bytes([0, h[0], h[1], h[2]]));
+            let (kind, flags) = (h[3], h[4]);
+            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+            if kind == HEADERS {
+                self.last_stream = self.last_stream.max(stream);
+            }
+            self.frame_end = self.accepted + len;
+            if self.frame_end > self.written {
+                let control = matches!(kind, PING | SETTINGS) && flags & ACK != 0
+                    || kind == RST_STREAM;
+                self.frames.push_back((self.frame_end, control));
+                self.control += usize::from(control);
+            }
+        }
+    }
+
+    /// Forgets the frames the socket has taken.
+    fn retire(&mut self) {
+        while let Some(&(end, control)) = self.frames.front() {
+            if end > self.written {
+                break;
+            }
+            self.frames.pop_front();
+            self.control -= usize::from(control);
+        }
+    }
+
+    /// The flood limit the queue is over, if any.
+    fn flooded(&self) -> Option<&'static AtomicU64> {
+        if self.control > MAX_OUTBOUND_CONTROL_FRAMES {
+            Some(&CONTROL_FLOODS)
+        } else if self.frames.len() > MAX_OUTBOUND_FRAMES {
+            Some(&FLOODS)
+        } else {
+            None
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> FloodGuard<S> {
+    /// Writes queued bytes until the socket stops taking them.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.queued() > 0 {
+            let n = match Pin::new(&mut self.inner).poll_write(cx, &self.queue[self.queue_head..])
+            {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            };
+            self.queue_head += n;
+            self.written += n as u64;
+            self.retire();
+        }
+        // All out: the allocation goes too (a stall is rare).
+        self.queue = Vec::new();
+        self.queue_head = 0;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Closes the connection for a flood: what is queued past the frame being
+    /// written is dropped, a GOAWAY goes in its place, and the socket gets
+    /// one chance to take it.
+    fn flood(&mut self, cx: &mut Context<'_>, counter: &AtomicU64) -> io::Error {
+        counter.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!("http2 outbound flood: closing the connection");
+        self.mode = Mode::Flooded;
+        // The first frame not wholly written ends where the queue may be cut.
+        let keep = self.frames.front().map_or(self.written, |&(end, _)| end);
+        let keep = usize::try_from(keep.saturating_sub(self.written)).unwrap_or(usize::MAX);
+        let end = (self.queue_head + keep).min(self.queue.len());
+        self.queue.truncate(end);
+        let mut goaway = [0u8; FRAME_HEADER + 8];
+        goaway[2] = 8;
+        goaway[3] = 7;
+        goaway[FRAME_HEADER..FRAME_HEADER + 4].copy_from_slice(&self.last_stream.to_be_bytes());
+        goaway[FRAME_HEADER + 4..].copy_from_slice(&ENHANCE_YOUR_CALM.to_be_bytes());
+        self.queue.extend_from_slice(&goaway);
+        self.frames.clear();
+        self.control = 0;
+        let _ = self.poll_drain(cx);
+        io::Error::other("http2 outbound flood")
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for FloodGuard<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if this.mode == Mode::Flooded {
+            return Poll::Ready(Err(io::Error::other("http2 outbound flood")));
+        }
+        Pin::new(&mut this.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        match this.mode {
+            Mode::Http1 => return Pin::new(&mut this.inner).poll_write(cx, buf),
+            Mode::Flooded => return Poll::Ready(Err(io::Error::other("http2 outbound flood"))),
+            Mode::Unknown => {
+                let Some(&first) = buf.first() else {
+                    return Poll::Ready(Ok(0));
+                };
+                // A server's HTTP/2 output starts with a frame header (its
+                // SETTINGS, length < 2^16); HTTP/1 with `HTTP/`.
+                this.mode = if first == b'H' {
+                    Mode::Http1
+                } else {
+                    Mode::Http2
+                };
+                if this.mode == Mode::Http1 {
+                    return Pin::new(&mut this.inner).poll_write(cx, buf);
+                }
+            }
+            Mode::Http2 => {}
+        }
+        // Earlier bytes go first.
+        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+            return Poll::Ready(Err(e));
+        }
+        let n = if this.queued() == 0 {
+            match Pin::new(&mut this.inner).poll_write(cx, buf) {
+                Poll::Ready(Ok(n)) => {
+                    this.written += n as u64;
+                    this.walk(&buf[..n]);
+                    this.retire();
+                    return Poll::Ready(Ok(n));
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                // The socket is full: queue it, as Envoy's output buffer does.
+                Poll::Pending => buf.len().min(QUEUE_CAP),
+            }
+        } else {
+            let room = QUEUE_CAP.saturating_sub(this.queued());
+            if room == 0 {
+                // Backpressure; the drain above registered the waker.
+                return Poll::Pending;
+            }
+            buf.len().min(room)
+        };
+        this.queue.extend_from_slice(&buf[..n]);
+        this.walk(&buf[..n]);
+        if let Some(counter) = this.flooded() {
+            return Poll::Ready(Err(this.flood(cx, counter)));
+        }
+        Poll::Ready(Ok(n))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        std::task::ready!(this.poll_drain(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+#[path = "h2_flood_tests.rs"]
+mod tests;

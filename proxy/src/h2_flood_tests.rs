@@ -1,0 +1,100 @@
+//! The flood guard's accounting, over an in-memory socket whose peer does not read.
+
+use super::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, duplex};
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len() as u32;
+    let mut f = len.to_be_bytes()[1..].to_vec();
+    f.extend_from_slice(&[kind, flags]);
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+#[tokio::test]
+async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
+    let (near, mut far) = duplex(1024);
+    let mut guard = FloodGuard::new(near);
+    let before = CONTROL_FLOODS.load(Ordering::Relaxed);
+    guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    guard.write_all(&frame(HEADERS, 4, 7, b"x")).await.unwrap();
+    let ack = frame(PING, ACK, 0, &[0; 8]);
+    let mut failed = None;
+    for i in 0..5_000 {
+        if let Err(e) = guard.write_all(&ack).await {
+            failed = Some(i);
+            assert_eq!(e.to_string(), "http2 outbound flood");
+            break;
+        }
+    }
+    let at = failed.expect("the flood is detected");
+    assert!(at > MAX_OUTBOUND_CONTROL_FRAMES, "not before the limit: {at}");
+    assert!(CONTROL_FLOODS.load(Ordering::Relaxed) > before);
+    // Reads fail from now on, and the peer finds whole frames then a GOAWAY
+    // (ENHANCE_YOUR_CALM, last stream 7) once it reads.
+    let mut b = [0u8; 8];
+    assert!(guard.read(&mut b).await.is_err());
+    let mut seen = Vec::new();
+    let drained = async {
+        let mut buf = vec![0u8; 4096];
+        loop {
+            let _ = std::future::poll_fn(|cx| {
+                let _ = Pin::new(&mut guard).poll_flush(cx);
+                Poll::Ready(())
+            })
+            .await;
+            match tokio::time::timeout(std::time::Duration::from_millis(50), far.read(&mut buf))
+                .await
+            {
+                Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+                _ => break,
+            }
+        }
+    };
+    drained.await;
+    let goaway = frame(7, 0, 0, &[0, 0, 0, 7, 0, 0, 0, ENHANCE_YOUR_CALM as u8]);
+    assert!(seen.ends_with(&goaway), "ends with a GOAWAY");
+    // Frames before it are whole: 9 + 9 + 1 bytes, then 17-byte PING ACKs.
+    assert_eq!((seen.len() - 19 - goaway.len()) % 17, 0);
+}
+
+#[tokio::test]
+async fn a_reading_peer_never_queues() {
+    let (near, mut far) = duplex(64 * 1024);
+    let mut guard = FloodGuard::new(near);
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 4096];
+        let mut total = 0usize;
+        loop {
+            match far.read(&mut buf).await {
+                Ok(0) | Err(_) => return total,
+                Ok(n) => total += n,
+            }
+        }
+    });
+    let ack = frame(PING, ACK, 0, &[0; 8]);
+    for _ in 0..20_000 {
+        guard.write_all(&ack).await.unwrap();
+        // As h2 does between reads: the reader gets to run.
+        tokio::task::yield_now().await;
+    }
+    guard.shutdown().await.unwrap();
+    drop(guard);
+    assert_eq!(reader.await.unwrap(), 20_000 * 17);
+}
+
+#[tokio::test]
+async fn http1_passes_through() {
+    let (near, mut far) = duplex(16);
+    let mut guard = FloodGuard::new(near);
+    let w = tokio::spawn(async move {
+        for _ in 0..100 {
+            guard.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
+        }
+        guard.mode
+    });
+    let mut buf = vec![0u8; 100 * 19];
+    far.read_exact(&mut buf).await.unwrap();
+    assert_eq!(w.await.unwrap(), Mode::Http1);
+}
