@@ -223,7 +223,7 @@ impl<S: AsyncWrite + Unpin> FloodGuard<S> {
     }
 }
 
-impl<S: AsyncRead + Unpin> AsyncRead for FloodGuard<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for FloodGuard<S> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -232,6 +232,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for FloodGuard<S> {
         let this = self.get_mut();
         if this.mode == Mode::Flooded {
             return Poll::Ready(Err(io::Error::other("http2 outbound flood")));
+        }
+        // h2 reads whenever it is woken: queued output drains from here too,
+        // whatever h2 has left to write (an error shows on the next write).
+        if this.queued() > 0 {
+            let _ = this.poll_drain(cx);
         }
         Pin::new(&mut this.inner).poll_read(cx, buf)
     }
@@ -298,8 +303,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        std::task::ready!(this.poll_drain(cx))?;
-        Pin::new(&mut this.inner).poll_flush(cx)
+        match this.poll_drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            // The queue is the connection's output buffer, as Envoy's: h2
+            // carries on (and can be seen flooding it) while it drains; the
+            // socket's readiness wakes the connection to drain more.
+            Poll::Pending => Poll::Ready(Ok(())),
+        }
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {

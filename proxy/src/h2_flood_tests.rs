@@ -98,3 +98,29 @@ async fn http1_passes_through() {
     far.read_exact(&mut buf).await.unwrap();
     assert_eq!(w.await.unwrap(), Mode::Http1);
 }
+
+#[tokio::test]
+async fn queued_output_drains_once_the_peer_reads() {
+    let (near, far) = duplex(1024);
+    let (mut far_rd, _far_wr) = tokio::io::split(far);
+    let mut guard = FloodGuard::new(near);
+    guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    let data = frame(0, 0, 1, &[7; 1000]);
+    for _ in 0..50 {
+        guard.write_all(&data).await.unwrap();
+        guard.flush().await.unwrap();
+    }
+    // Queued beyond the socket, not lost: a reading peer gets every byte while
+    // the connection only reads (as h2 does once it has nothing to write).
+    assert!(guard.queued() > 0);
+    let (mut rd, _wr) = tokio::io::split(guard);
+    let reader = tokio::spawn(async move {
+        let mut buf = vec![0u8; 9 + 50 * 1009];
+        far_rd.read_exact(&mut buf).await.unwrap();
+        buf
+    });
+    let mut b = [0u8; 1];
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), rd.read(&mut b)).await;
+    let got = reader.await.unwrap();
+    assert!(got.ends_with(&data));
+}
