@@ -46,8 +46,7 @@ fn upstream() -> SocketAddr {
                     if slow {
                         std::thread::sleep(Duration::from_secs(2));
                     }
-                    if w
-                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                    if w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                         .is_err()
                     {
                         return;
@@ -99,7 +98,10 @@ fn exchange(addr: &str, bytes: &[u8]) -> String {
 /// Status line and body of a raw HTTP/1.1 response.
 fn status_and_body(resp: &str) -> (String, String) {
     let status = resp.lines().next().unwrap_or("").to_string();
-    let body = resp.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
@@ -162,17 +164,21 @@ fn observe(p: &Proxy) -> Observed {
     let conn = p.listener("conn").unwrap();
     let mut s = TcpStream::connect(conn).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+    s.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n")
+        .unwrap();
     let mut buf = [0u8; 4096];
     let _ = s.read(&mut buf).unwrap();
     std::thread::sleep(Duration::from_millis(800));
-    s.write_all(b"GET /two HTTP/1.1\r\nhost: a\r\n\r\n").unwrap();
+    s.write_all(b"GET /two HTTP/1.1\r\nhost: a\r\n\r\n")
+        .unwrap();
     let mut out = Vec::new();
     let _ = s.read_to_end(&mut out);
     let second = String::from_utf8_lossy(&out).into_owned();
     let second_request = (
         second.lines().next().unwrap_or("").to_string(),
-        second.to_ascii_lowercase().contains("connection: close\r\n"),
+        second
+            .to_ascii_lowercase()
+            .contains("connection: close\r\n"),
     );
 
     let mut h2 = TcpStream::connect(conn).unwrap();

@@ -34,13 +34,22 @@ impl RouteRequest for Req<'_> {
             ":scheme" => return Some(Cow::Borrowed("http")),
             _ => {}
         }
-        let mut values = self.headers.iter().filter(|(n, _)| n == name).map(|(_, v)| *v);
+        let mut values = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, v)| *v);
         let first = values.next()?;
         let rest: Vec<&str> = values.collect();
         if rest.is_empty() {
             Some(Cow::Borrowed(first))
         } else {
-            Some(Cow::Owned(std::iter::once(first).chain(rest).collect::<Vec<_>>().join(",")))
+            Some(Cow::Owned(
+                std::iter::once(first)
+                    .chain(rest)
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ))
         }
     }
     fn any_header_value(&self, name: &str, test: &mut dyn FnMut(&str) -> bool) -> Option<bool> {
@@ -53,25 +62,35 @@ impl RouteRequest for Req<'_> {
                 }
             }
         }
-        if seen { Some(false) } else { self.header(name).map(|v| test(&v)) }
+        if seen {
+            Some(false)
+        } else {
+            self.header(name).map(|v| test(&v))
+        }
     }
 }
 
 fn tables() -> &'static Vec<Arc<RouteConfig>> {
     static TABLES: OnceLock<Vec<Arc<RouteConfig>>> = OnceLock::new();
     TABLES.get_or_init(|| {
-        [include_str!("../routes.yaml"), include_str!("../http1.yaml")]
-            .iter()
-            .map(|yaml| {
-                let b = courier_config::bootstrap_from_str(yaml, courier_config::load::Format::Yaml)
-                    .expect("the fuzz route tables load");
-                let fc = b.listeners[0].all_filter_chains().next().expect("a filter chain");
-                match &fc.http_connection_manager.route_specifier {
-                    RouteSpecifier::Inline(rc) => Arc::clone(rc),
-                    RouteSpecifier::Rds { .. } => panic!("inline routes expected"),
-                }
-            })
-            .collect()
+        [
+            include_str!("../routes.yaml"),
+            include_str!("../http1.yaml"),
+        ]
+        .iter()
+        .map(|yaml| {
+            let b = courier_config::bootstrap_from_str(yaml, courier_config::load::Format::Yaml)
+                .expect("the fuzz route tables load");
+            let fc = b.listeners[0]
+                .all_filter_chains()
+                .next()
+                .expect("a filter chain");
+            match &fc.http_connection_manager.route_specifier {
+                RouteSpecifier::Inline(rc) => Arc::clone(rc),
+                RouteSpecifier::Rds { .. } => panic!("inline routes expected"),
+            }
+        })
+        .collect()
     })
 }
 
@@ -87,13 +106,21 @@ fuzz_target!(|data: &[u8]| {
         .filter_map(|l| l.split_once(':'))
         .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim()))
         .collect();
-    let req = Req { host, method, path, headers };
+    let req = Req {
+        host,
+        method,
+        path,
+        headers,
+    };
     for rc in tables() {
         let Some(vh) = rc.select_virtual_host(host) else {
             continue;
         };
         let indexed = vh.select_route(&req).map(|r| r as *const _);
         let linear = vh.select_route_linear(&req).map(|r| r as *const _);
-        assert_eq!(indexed, linear, "index and linear scan disagree for {host:?} {method} {path:?}");
+        assert_eq!(
+            indexed, linear,
+            "index and linear scan disagree for {host:?} {method} {path:?}"
+        );
     }
 });

@@ -230,7 +230,8 @@ where
             Poll::Pending => {
                 if this.idle_timeout.is_some() || this.deadline.is_some() {
                     let first = this.idle_timeout.map(|t| Instant::now() + t);
-                    let first = first.map_or_else(|| this.earliest_deadline(), |f| this.earliest(f));
+                    let first =
+                        first.map_or_else(|| this.earliest_deadline(), |f| this.earliest(f));
                     let idle = this
                         .idle
                         .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(first)));

@@ -52,8 +52,9 @@ impl Http1Harness {
     /// Loads `yaml` (a bootstrap whose first listener has an HTTP connection
     /// manager; clusters it routes to should have no reachable endpoints).
     pub fn new(yaml: &str) -> Result<Self, String> {
-        let bootstrap = courier_config::bootstrap_from_str(yaml, courier_config::load::Format::Yaml)
-            .map_err(|e| e.to_string())?;
+        let bootstrap =
+            courier_config::bootstrap_from_str(yaml, courier_config::load::Format::Yaml)
+                .map_err(|e| e.to_string())?;
         crate::serve_check::check(&bootstrap).map_err(|p| p.join("; "))?;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -135,7 +136,11 @@ impl Http1Harness {
             let both = async { tokio::join!(writing, reading) };
             let ended = tokio::time::timeout(STALL, both).await.is_ok();
             served.abort();
-            if ended { Ok(out) } else { Err(Stalled { output: out }) }
+            if ended {
+                Ok(out)
+            } else {
+                Err(Stalled { output: out })
+            }
         })
     }
 }
@@ -153,12 +158,14 @@ mod tests {
         let text = String::from_utf8_lossy(&out);
         assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
         assert!(text.ends_with("direct"), "{text}");
-        let out = h.serve(b"GET /up HTTP/1.1\r\nhost: a\r\n\r\nGET abc HTTP/1.1\r\n\r\n").unwrap();
+        let out = h
+            .serve(b"GET /up HTTP/1.1\r\nhost: a\r\n\r\nGET abc HTTP/1.1\r\n\r\n")
+            .unwrap();
         let text = String::from_utf8_lossy(&out);
         assert!(text.starts_with("HTTP/1.1 503"), "{text}");
         assert!(text.contains("HTTP/1.1 400"), "{text}");
-        for seed in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/http1"))
-            .unwrap()
+        for seed in
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../fuzz/corpus/http1")).unwrap()
         {
             let path = seed.unwrap().path();
             let out = h.serve(&std::fs::read(&path).unwrap()).unwrap();

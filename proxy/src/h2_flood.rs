@@ -13,9 +13,11 @@
 //! h2 writes, and a queue over a limit is a flood. The read side is untouched;
 //! an HTTP/1 connection (its first write is `HTTP/1.x ...`) passes through.
 
+use crate::conn_idle::Activity;
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -90,11 +92,13 @@ pub struct FloodGuard<S> {
     control: usize,
     /// The highest stream id we sent HEADERS on: the GOAWAY's last stream.
     last_stream: u32,
+    /// Told when the connection turns out to be HTTP/2.
+    activity: Option<Arc<Activity>>,
 }
 
 impl<S> FloodGuard<S> {
-    /// Wraps a downstream socket.
-    pub fn new(inner: S) -> Self {
+    /// Wraps a downstream socket; `activity` learns whether it speaks HTTP/2.
+    pub fn new(inner: S, activity: Option<Arc<Activity>>) -> Self {
         FloodGuard {
             inner,
             mode: Mode::Unknown,
@@ -108,6 +112,7 @@ impl<S> FloodGuard<S> {
             frames: VecDeque::new(),
             control: 0,
             last_stream: 0,
+            activity,
         }
     }
 
@@ -146,8 +151,8 @@ impl<S> FloodGuard<S> {
             }
             self.frame_end = self.accepted + len;
             if self.frame_end > self.written {
-                let control = matches!(kind, PING | SETTINGS) && flags & ACK != 0
-                    || kind == RST_STREAM;
+                let control =
+                    matches!(kind, PING | SETTINGS) && flags & ACK != 0 || kind == RST_STREAM;
                 self.frames.push_back((self.frame_end, control));
                 self.control += usize::from(control);
             }
@@ -181,8 +186,7 @@ impl<S: AsyncWrite + Unpin> FloodGuard<S> {
     /// Writes queued bytes until the socket stops taking them.
     fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         while self.queued() > 0 {
-            let n = match Pin::new(&mut self.inner).poll_write(cx, &self.queue[self.queue_head..])
-            {
+            let n = match Pin::new(&mut self.inner).poll_write(cx, &self.queue[self.queue_head..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -265,6 +269,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
                 };
                 if this.mode == Mode::Http1 {
                     return Pin::new(&mut this.inner).poll_write(cx, buf);
+                }
+                if let Some(a) = this.activity.take() {
+                    a.saw_http2();
                 }
             }
             Mode::Http2 => {}

@@ -15,7 +15,7 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
     let (near, mut far) = duplex(1024);
-    let mut guard = FloodGuard::new(near);
+    let mut guard = FloodGuard::new(near, None);
     let before = CONTROL_FLOODS.load(Ordering::Relaxed);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     guard.write_all(&frame(HEADERS, 4, 7, b"x")).await.unwrap();
@@ -29,7 +29,10 @@ async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
         }
     }
     let at = failed.expect("the flood is detected");
-    assert!(at > MAX_OUTBOUND_CONTROL_FRAMES, "not before the limit: {at}");
+    assert!(
+        at > MAX_OUTBOUND_CONTROL_FRAMES,
+        "not before the limit: {at}"
+    );
     assert!(CONTROL_FLOODS.load(Ordering::Relaxed) > before);
     // Reads fail from now on, and the peer finds whole frames then a GOAWAY
     // (ENHANCE_YOUR_CALM, last stream 7) once it reads.
@@ -62,7 +65,7 @@ async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
 #[tokio::test]
 async fn a_reading_peer_never_queues() {
     let (near, mut far) = duplex(64 * 1024);
-    let mut guard = FloodGuard::new(near);
+    let mut guard = FloodGuard::new(near, None);
     let reader = tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         let mut total = 0usize;
@@ -87,7 +90,7 @@ async fn a_reading_peer_never_queues() {
 #[tokio::test]
 async fn http1_passes_through() {
     let (near, mut far) = duplex(16);
-    let mut guard = FloodGuard::new(near);
+    let mut guard = FloodGuard::new(near, None);
     let w = tokio::spawn(async move {
         for _ in 0..100 {
             guard.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
@@ -103,7 +106,7 @@ async fn http1_passes_through() {
 async fn queued_output_drains_once_the_peer_reads() {
     let (near, far) = duplex(1024);
     let (mut far_rd, _far_wr) = tokio::io::split(far);
-    let mut guard = FloodGuard::new(near);
+    let mut guard = FloodGuard::new(near, None);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     let data = frame(0, 0, 1, &[7; 1000]);
     for _ in 0..50 {

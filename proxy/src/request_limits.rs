@@ -205,10 +205,18 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
             // was read whole, else 408 (and the HTTP/1 connection closes).
             stats.rq_max_duration_reached.inc();
             let mut resp = if progress.done() {
-                local_reply(to, StatusCode::GATEWAY_TIMEOUT, "downstream duration timeout")
-                    .map(ResponseBody::from)
+                local_reply(
+                    to,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "downstream duration timeout",
+                )
+                .map(ResponseBody::from)
             } else {
-                closing(to, StatusCode::REQUEST_TIMEOUT, "downstream duration timeout")
+                closing(
+                    to,
+                    StatusCode::REQUEST_TIMEOUT,
+                    "downstream duration timeout",
+                )
             };
             resp.extensions_mut().insert(ResponseFlag("DT"));
             return resp;

@@ -220,7 +220,6 @@ fn keepalive_off(h1: bool, activity: &Activity) -> bool {
     h1 && (crate::overload::get().keepalive_disabled() || activity.draining())
 }
 
-
 /// What serving a connection needs besides its socket.
 pub(crate) struct Conn {
     /// The connection's facts and filter chain.
@@ -264,9 +263,6 @@ where
         let max_stream = limits.max_stream_duration;
         service_fn(move |req| {
             let h1 = req.version() != http::Version::HTTP_2;
-            if !h1 {
-                activity.saw_http2();
-            }
             let stream = activity.stream();
             let started = tokio::time::Instant::now();
             let snapshot = snapshot.load_full();
@@ -301,7 +297,7 @@ where
         })
     };
     let io = TokioIo::new(CodecErrors::new(
-        crate::h2_flood::FloodGuard::new(stream),
+        crate::h2_flood::FloodGuard::new(stream, Some(Arc::clone(&activity))),
         &limits.server_name,
         &activity,
         limits.request_headers_timeout,
@@ -331,7 +327,6 @@ where
             );
         }
         Codec::Http2 => {
-            activity.saw_http2();
             let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
             limits.h2(&mut builder);
             serve_until_drained!(

@@ -107,7 +107,9 @@ async fn max_stream_duration_resets_a_response_already_started() {
     )
     .await;
     let mut s = TcpStream::connect(c.listener).await.unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
     // The connection ends (the HTTP/1 form of a reset) before the 100 bytes.
     let resp = read_all(&mut s).await;
     assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
@@ -128,7 +130,9 @@ async fn max_connection_duration_closes_http1_after_the_next_response() {
     .await;
     let mut s = TcpStream::connect(c.listener).await.unwrap();
     let mut buf = vec![0u8; 8192];
-    s.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /one HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
     let n = s.read(&mut buf).await.unwrap();
     let first = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(first.starts_with("HTTP/1.1 200"), "{first}");
@@ -136,7 +140,9 @@ async fn max_connection_duration_closes_http1_after_the_next_response() {
     tokio::time::sleep(Duration::from_millis(800)).await;
     // Draining (within drain_timeout, 5 s): answered, with `connection: close`,
     // then closed.
-    s.write_all(b"GET /two HTTP/1.1\r\nhost: a\r\n\r\n").await.unwrap();
+    s.write_all(b"GET /two HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
     let second = read_all(&mut s).await;
     assert!(second.starts_with("HTTP/1.1 200"), "{second}");
     assert!(second.contains("connection: close\r\n"), "{second}");
