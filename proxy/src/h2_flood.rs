@@ -196,9 +196,13 @@ impl<S: AsyncWrite + Unpin> FloodGuard<S> {
             self.written += n as u64;
             self.retire();
         }
-        // All out: the allocation goes too (a stall is rare).
+        // All out: the allocations go too (a stall is rare); the frame list
+        // keeps a small one (a frame split over writes passes through it).
         self.queue = Vec::new();
         self.queue_head = 0;
+        if self.frames.capacity() > 64 && self.frames.is_empty() {
+            self.frames = VecDeque::new();
+        }
         Poll::Ready(Ok(()))
     }
 
@@ -277,7 +281,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
             Mode::Http2 => {}
         }
         // Earlier bytes go first.
-        if let Poll::Ready(Err(e)) = this.poll_drain(cx) {
+        if this.queued() > 0
+            && let Poll::Ready(Err(e)) = this.poll_drain(cx)
+        {
             return Poll::Ready(Err(e));
         }
         let n = if this.queued() == 0 {
@@ -310,6 +316,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
+        if this.queued() == 0 {
+            return Pin::new(&mut this.inner).poll_flush(cx);
+        }
         match this.poll_drain(cx) {
             Poll::Ready(Ok(())) => Pin::new(&mut this.inner).poll_flush(cx),
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
