@@ -127,3 +127,30 @@ async fn queued_output_drains_once_the_peer_reads() {
     let got = reader.await.unwrap();
     assert!(got.ends_with(&data));
 }
+
+#[tokio::test]
+async fn settings_acks_and_resets_count_as_control_frames_and_data_as_frames() {
+    for (kind, flags, payload, counter) in [
+        (SETTINGS, ACK, &[][..], &CONTROL_FLOODS),
+        (RST_STREAM, 0, &[0, 0, 0, 8][..], &CONTROL_FLOODS),
+        (0, 0, &[1][..], &FLOODS),
+    ] {
+        let (near, _far) = duplex(64);
+        let mut guard = FloodGuard::new(near, None);
+        guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        let before = counter.load(Ordering::Relaxed);
+        let f = frame(kind, flags, 1, payload);
+        let mut written = 0;
+        for _ in 0..MAX_OUTBOUND_FRAMES + 10 {
+            if guard.write_all(&f).await.is_err() {
+                break;
+            }
+            written += 1;
+        }
+        assert!(
+            written < MAX_OUTBOUND_FRAMES + 10,
+            "kind {kind}: never flooded"
+        );
+        assert!(counter.load(Ordering::Relaxed) > before, "kind {kind}");
+    }
+}
