@@ -1,9 +1,14 @@
 //! Downstream `max_stream_duration` and `max_connection_duration`, and an HTTP/2
-//! PING flood that is never read, against real Envoy and courier from one
-//! bootstrap: the replies, how the connection ends and the stats must agree.
+//! PING flood that is never read and a run of empty DATA frames, against real
+//! Envoy and courier from one bootstrap: the replies, how the connection ends
+//! and the stats must agree.
 
 // A test that cannot proceed should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[allow(dead_code)]
+#[path = "hostile/h2.rs"]
+mod h2;
 
 use courier_tests::client;
 use courier_tests::differential::{bootstrap, hcm_listener};
@@ -147,6 +152,8 @@ struct Observed {
     cx_max_duration: u64,
     flood_closed: bool,
     flood_counted: bool,
+    empty_frames_closed: bool,
+    empty_frames_flood: u64,
 }
 
 fn observe(p: &Proxy) -> Observed {
@@ -218,6 +225,25 @@ fn observe(p: &Proxy) -> Observed {
             Ok(_) => {}
         }
     }
+    // Empty DATA frames without END_STREAM, one after another.
+    let mut bytes = h2::start();
+    bytes.extend(h2::frame(
+        h2::HEADERS,
+        h2::END_HEADERS,
+        1,
+        &h2::request("empty", &[]),
+    ));
+    for _ in 0..3 {
+        bytes.extend(h2::frame(h2::DATA, 0, 1, &[]));
+    }
+    let mut e = TcpStream::connect(plain).unwrap();
+    e.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    e.write_all(&bytes).unwrap();
+    let mut out = Vec::new();
+    let empty_frames_closed = match e.read_to_end(&mut out) {
+        Ok(_) => true,
+        Err(err) => err.kind() == std::io::ErrorKind::ConnectionReset,
+    };
     std::thread::sleep(Duration::from_millis(300));
     Observed {
         slow_upstream: status_and_body(&slow),
@@ -228,6 +254,8 @@ fn observe(p: &Proxy) -> Observed {
         cx_max_duration: stat(p, "http.conn.downstream_cx_max_duration_reached"),
         flood_closed,
         flood_counted: stat(p, "http2.outbound_control_flood") > 0,
+        empty_frames_closed,
+        empty_frames_flood: stat(p, "http2.inbound_empty_frames_flood"),
     }
 }
 
@@ -255,6 +283,7 @@ fn duration_limits_and_ping_flood_match_envoy() {
     // `downstream_cx_destroy_local` and no flood stat; courier counts
     // `http2.outbound_control_flood`, the stat Envoy documents for it.
     assert!(c.flood_counted);
+    assert!(e.empty_frames_closed && e.empty_frames_flood == 1, "{e:?}");
     assert_eq!(
         Observed {
             flood_counted: false,

@@ -10,8 +10,15 @@
 //! wrapper gives h2 Envoy's shape of output buffer: writes the socket does not
 //! take are queued here (up to [`QUEUE_CAP`] bytes, then backpressure), the
 //! frames in the queue are counted by walking the 9-byte frame headers of what
-//! h2 writes, and a queue over a limit is a flood. The read side is untouched;
-//! an HTTP/1 connection (its first write is `HTTP/1.x ...`) passes through.
+//! h2 writes, and a queue over a limit is a flood. An HTTP/1 connection (its
+//! first write is `HTTP/1.x ...`) passes through.
+//!
+//! On the read side, once the client's preface is seen, the frame headers of
+//! what it sends are walked for Envoy's inbound limits: more than one
+//! consecutive empty HEADERS/CONTINUATION/DATA frame without END_STREAM
+//! (`http2.inbound_empty_frames_flood`), PRIORITY frames over 100 per stream
+//! opened (`inbound_priority_frames_flood`), WINDOW_UPDATE frames over
+//! `1 + 2 * (streams + 10 * DATA frames sent)` (`inbound_window_update_frames_flood`).
 
 use crate::conn_idle::Activity;
 use std::collections::VecDeque;
@@ -36,15 +43,43 @@ const SETTINGS: u8 = 4;
 const PING: u8 = 6;
 const RST_STREAM: u8 = 3;
 const HEADERS: u8 = 1;
+const DATA: u8 = 0;
+const PRIORITY: u8 = 2;
+const WINDOW_UPDATE: u8 = 8;
+const CONTINUATION: u8 = 9;
 const ACK: u8 = 1;
+const END_STREAM: u8 = 1;
+/// Envoy's default `max_consecutive_inbound_frames_with_empty_payload`.
+pub const MAX_CONSECUTIVE_EMPTY_FRAMES: u32 = 1;
+/// Envoy's default `max_inbound_priority_frames_per_stream`.
+pub const MAX_PRIORITY_FRAMES_PER_STREAM: u64 = 100;
+/// Envoy's default `max_inbound_window_update_frames_per_data_frame_sent`.
+pub const MAX_WINDOW_UPDATES_PER_DATA_FRAME: u64 = 10;
+/// What a client sends first on an HTTP/2 connection.
+const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 static CONTROL_FLOODS: AtomicU64 = AtomicU64::new(0);
 static FLOODS: AtomicU64 = AtomicU64::new(0);
+static EMPTY_FLOODS: AtomicU64 = AtomicU64::new(0);
+static PRIORITY_FLOODS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_UPDATE_FLOODS: AtomicU64 = AtomicU64::new(0);
 
 /// The process's flood counters by Envoy's names.
-pub fn samples() -> [(String, u64); 2] {
+pub fn samples() -> [(String, u64); 5] {
     [
+        (
+            "http2.inbound_empty_frames_flood".to_string(),
+            EMPTY_FLOODS.load(Ordering::Relaxed),
+        ),
+        (
+            "http2.inbound_priority_frames_flood".to_string(),
+            PRIORITY_FLOODS.load(Ordering::Relaxed),
+        ),
+        (
+            "http2.inbound_window_update_frames_flood".to_string(),
+            WINDOW_UPDATE_FLOODS.load(Ordering::Relaxed),
+        ),
         (
             "http2.outbound_control_flood".to_string(),
             CONTROL_FLOODS.load(Ordering::Relaxed),
@@ -94,6 +129,123 @@ pub struct FloodGuard<S> {
     last_stream: u32,
     /// Told when the connection turns out to be HTTP/2.
     activity: Option<Arc<Activity>>,
+    /// DATA frames written (WINDOW_UPDATEs are allowed in proportion).
+    data_frames: u64,
+    /// What the client sends, walked frame by frame once its preface is seen.
+    inbound: Inbound,
+}
+
+/// Envoy's inbound frame limits: consecutive empty HEADERS/CONTINUATION/DATA
+/// frames without END_STREAM, PRIORITY frames per stream opened, and
+/// WINDOW_UPDATE frames per stream opened and DATA frame sent.
+#[derive(Default)]
+struct Inbound {
+    /// Bytes of the client preface matched so far; `PREFACE.len()` once it is
+    /// HTTP/2, and [`NOT_HTTP2`] once it is not.
+    preface: usize,
+    header: [u8; FRAME_HEADER],
+    header_len: usize,
+    /// Payload bytes of the current frame still to skip.
+    skip: u64,
+    empty_run: u32,
+    streams: u64,
+    last_stream: u32,
+    priority: u64,
+    window_updates: u64,
+}
+
+/// [`Inbound::preface`] of a connection that is not HTTP/2.
+const NOT_HTTP2: usize = usize::MAX;
+
+impl Inbound {
+    /// Walks `bytes` (the next bytes read); the flood counter of the first
+    /// limit crossed, if any.
+    fn walk(&mut self, mut bytes: &[u8], data_frames: u64) -> Option<&'static AtomicU64> {
+        while self.preface < PREFACE.len() {
+            let Some((&b, rest)) = bytes.split_first() else {
+                return None;
+            };
+            if PREFACE.get(self.preface) != Some(&b) {
+                self.preface = NOT_HTTP2;
+                return None;
+            }
+            self.preface += 1;
+            bytes = rest;
+        }
+        if self.preface == NOT_HTTP2 {
+            return None;
+        }
+        while !bytes.is_empty() {
+            if self.skip > 0 {
+                let n = usize::try_from(self.skip)
+                    .unwrap_or(usize::MAX)
+                    .min(bytes.len());
+                self.skip -= n as u64;
+                bytes = &bytes[n..];
+                continue;
+            }
+            let take = (FRAME_HEADER - self.header_len).min(bytes.len());
+            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
+            self.header_len += take;
+            bytes = &bytes[take..];
+            if self.header_len < FRAME_HEADER {
+                return None;
+            }
+            self.header_len = 0;
+            let h = self.header;
+            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+            let (kind, flags) = (h[3], h[4]);
+            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
+            self.skip = u64::from(len);
+            if let Some(flood) = self.frame(kind, flags, stream, len == 0, data_frames) {
+                return Some(flood);
+            }
+        }
+        None
+    }
+
+    fn frame(
+        &mut self,
+        kind: u8,
+        flags: u8,
+        stream: u32,
+        empty: bool,
+        data_frames: u64,
+    ) -> Option<&'static AtomicU64> {
+        match kind {
+            DATA | HEADERS | CONTINUATION => {
+                if kind == HEADERS && stream > self.last_stream {
+                    self.last_stream = stream;
+                    self.streams += 1;
+                }
+                let end_stream = kind != CONTINUATION && flags & END_STREAM != 0;
+                if empty && !end_stream {
+                    self.empty_run += 1;
+                    if self.empty_run > MAX_CONSECUTIVE_EMPTY_FRAMES {
+                        return Some(&EMPTY_FLOODS);
+                    }
+                } else {
+                    self.empty_run = 0;
+                }
+            }
+            PRIORITY => {
+                self.priority += 1;
+                if self.priority > MAX_PRIORITY_FRAMES_PER_STREAM * (1 + self.streams) {
+                    return Some(&PRIORITY_FLOODS);
+                }
+            }
+            WINDOW_UPDATE => {
+                self.window_updates += 1;
+                let allowed =
+                    1 + 2 * (self.streams + MAX_WINDOW_UPDATES_PER_DATA_FRAME * data_frames);
+                if self.window_updates > allowed {
+                    return Some(&WINDOW_UPDATE_FLOODS);
+                }
+            }
+            _ => {}
+        }
+        None
+    }
 }
 
 impl<S> FloodGuard<S> {
@@ -113,6 +265,8 @@ impl<S> FloodGuard<S> {
             control: 0,
             last_stream: 0,
             activity,
+            data_frames: 0,
+            inbound: Inbound::default(),
         }
     }
 
@@ -148,6 +302,8 @@ impl<S> FloodGuard<S> {
             let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
             if kind == HEADERS {
                 self.last_stream = self.last_stream.max(stream);
+            } else if kind == DATA {
+                self.data_frames += 1;
             }
             self.frame_end = self.accepted + len;
             if self.frame_end > self.written {
@@ -246,7 +402,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for FloodGuard<S> {
         if this.queued() > 0 {
             let _ = this.poll_drain(cx);
         }
-        Pin::new(&mut this.inner).poll_read(cx, buf)
+        let before = buf.filled().len();
+        std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+        if this.inbound.preface != NOT_HTTP2
+            && let Some(counter) = this.inbound.walk(&buf.filled()[before..], this.data_frames)
+        {
+            // What was just read is not handed on: the connection ends here.
+            buf.set_filled(before);
+            return Poll::Ready(Err(this.flood(cx, counter)));
+        }
+        Poll::Ready(Ok(()))
     }
 }
 

@@ -154,3 +154,93 @@ async fn settings_acks_and_resets_count_as_control_frames_and_data_as_frames() {
         assert!(counter.load(Ordering::Relaxed) > before, "kind {kind}");
     }
 }
+
+/// Reads from the guard until it fails or 1 MiB has been read; whether it failed.
+async fn read_fails(guard: &mut FloodGuard<tokio::io::DuplexStream>) -> bool {
+    let mut buf = vec![0u8; 4096];
+    let mut total = 0;
+    while total < 1 << 20 {
+        match guard.read(&mut buf).await {
+            Err(_) => return true,
+            Ok(0) => return false,
+            Ok(n) => total += n,
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn inbound_floods_close_the_connection() {
+    let headers = frame(HEADERS, 4, 1, b"\x82");
+    let cases: [(Vec<u8>, &AtomicU64); 3] = [
+        // Two empty DATA frames in a row without END_STREAM.
+        (
+            [
+                headers.clone(),
+                frame(DATA, 0, 1, &[]),
+                frame(DATA, 0, 1, &[]),
+            ]
+            .concat(),
+            &EMPTY_FLOODS,
+        ),
+        // 201 PRIORITY frames with one stream opened.
+        (
+            [headers.clone()]
+                .into_iter()
+                .chain((0..201).map(|_| frame(PRIORITY, 0, 3, &[0, 0, 0, 0, 16])))
+                .collect::<Vec<_>>()
+                .concat(),
+            &PRIORITY_FLOODS,
+        ),
+        // 4 WINDOW_UPDATEs with one stream opened and no DATA sent (3 allowed).
+        (
+            [headers.clone()]
+                .into_iter()
+                .chain((0..4).map(|_| frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0])))
+                .collect::<Vec<_>>()
+                .concat(),
+            &WINDOW_UPDATE_FLOODS,
+        ),
+    ];
+    for (frames, counter) in cases {
+        let (near, mut far) = duplex(64 * 1024);
+        let mut guard = FloodGuard::new(near, None);
+        let before = counter.load(Ordering::Relaxed);
+        far.write_all(PREFACE).await.unwrap();
+        far.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+        far.write_all(&frames).await.unwrap();
+        drop(far);
+        assert!(read_fails(&mut guard).await);
+        assert!(counter.load(Ordering::Relaxed) > before);
+    }
+}
+
+#[tokio::test]
+async fn ordinary_http2_and_http1_input_passes() {
+    // Empty DATA with END_STREAM, WINDOW_UPDATEs within what DATA sent allows,
+    // a PRIORITY per stream: all fine.
+    let (near, mut far) = duplex(64 * 1024);
+    let mut guard = FloodGuard::new(near, None);
+    guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    for _ in 0..3 {
+        guard.write_all(&frame(DATA, 0, 1, b"abc")).await.unwrap();
+    }
+    let mut input = PREFACE.to_vec();
+    for id in (1..40u32).step_by(2) {
+        input.extend(frame(HEADERS, 4, id, b"\x82"));
+        input.extend(frame(PRIORITY, 0, id, &[0, 0, 0, 0, 16]));
+        input.extend(frame(DATA, END_STREAM, id, &[]));
+        input.extend(frame(WINDOW_UPDATE, 0, 0, &[0, 0, 1, 0]));
+    }
+    far.write_all(&input).await.unwrap();
+    drop(far);
+    assert!(!read_fails(&mut guard).await);
+    // HTTP/1 is never walked.
+    let (near, mut far) = duplex(64 * 1024);
+    let mut guard = FloodGuard::new(near, None);
+    far.write_all(b"POST / HTTP/1.1\r\n\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0")
+        .await
+        .unwrap();
+    drop(far);
+    assert!(!read_fails(&mut guard).await);
+}
