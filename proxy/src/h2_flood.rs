@@ -162,9 +162,7 @@ impl Inbound {
     /// limit crossed, if any.
     fn walk(&mut self, mut bytes: &[u8], data_frames: u64) -> Option<&'static AtomicU64> {
         while self.preface < PREFACE.len() {
-            let Some((&b, rest)) = bytes.split_first() else {
-                return None;
-            };
+            let (&b, rest) = bytes.split_first()?;
             if PREFACE.get(self.preface) != Some(&b) {
                 self.preface = NOT_HTTP2;
                 return None;
