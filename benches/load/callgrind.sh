@@ -9,7 +9,8 @@
 # shutdown cancel out. Needs valgrind and h2load (nghttp2-client); builds nothing:
 # run `cargo build --release -p courier -p courier-benches --bins` first.
 # CALLGRIND_KEEP=1 keeps the two profiles (callgrind_annotate them, or diff
-# per function).
+# per function). CALLGRIND_H2C=1 sends the GETs as h2c (prior knowledge, one
+# stream at a time) instead of HTTP/1.1.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N="${1:-10000}"
@@ -54,7 +55,9 @@ YAML
     "$BIN/courier" -c "$work/courier.yaml" --concurrency 1 --drain-time-s 1 >/dev/null 2>"$work/courier.$requests.log" &
   local vg=$!
   for _ in $(seq 1 120); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.5; done
-  h2load --h1 -n "$requests" -c 1 -t 1 "http://127.0.0.1:$port/" | grep -E '^requests:' >&2
+  local proto=(--h1)
+  [ -z "${CALLGRIND_H2C:-}" ] || proto=(-m 1)
+  h2load "${proto[@]}" -n "$requests" -c 1 -t 1 "http://127.0.0.1:$port/" | grep -E '^requests:' >&2
   kill -INT $vg; wait $vg || true
   callgrind_annotate "$work/cg.$requests" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'
 }

@@ -6,12 +6,13 @@
 //! when the response headers are already out).
 
 use crate::router::body::Progress;
+use crate::stats::HcmStats;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::time::{Instant, Sleep};
@@ -25,7 +26,15 @@ pub struct Activity {
     heads: AtomicU64,
     /// Milliseconds from `start` to when the connection last became idle.
     idle_since_ms: AtomicU64,
+    /// [`HTTP2`] and [`DRAINING`].
+    flags: AtomicU8,
 }
+
+/// The connection speaks HTTP/2.
+const HTTP2: u8 = 1;
+/// The connection is draining (`max_connection_duration`): HTTP/1 responses
+/// close it.
+const DRAINING: u8 = 2;
 
 impl Activity {
     /// A connection just opened (idle until its first request).
@@ -35,7 +44,28 @@ impl Activity {
             active: AtomicUsize::new(0),
             heads: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(0),
+            flags: AtomicU8::new(0),
         })
+    }
+
+    /// Notes that the connection speaks HTTP/2.
+    pub fn saw_http2(&self) {
+        self.flags.fetch_or(HTTP2, Ordering::Relaxed);
+    }
+
+    /// Whether the connection has been seen speaking HTTP/2.
+    pub fn http2(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & HTTP2 != 0
+    }
+
+    /// The connection starts draining.
+    pub fn start_draining(&self) {
+        self.flags.fetch_or(DRAINING, Ordering::Relaxed);
+    }
+
+    /// Whether the connection is draining.
+    pub fn draining(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & DRAINING != 0
     }
 
     /// A stream starts; it ends when the guard drops.
@@ -102,6 +132,9 @@ pub struct Tracked<B> {
     /// The request's progress: its events keep the stream alive too (a
     /// bidirectional stream where only the client talks).
     request: Option<Arc<Progress>>,
+    /// `max_stream_duration`: when the stream must have ended, and the
+    /// connection manager's stats to count it in.
+    deadline: Option<(Instant, Arc<HcmStats>)>,
 }
 
 impl<B> Tracked<B> {
@@ -112,6 +145,7 @@ impl<B> Tracked<B> {
         guard: StreamGuard,
         idle_timeout: Option<Duration>,
         request: Option<Arc<Progress>>,
+        deadline: Option<(Instant, Arc<HcmStats>)>,
     ) -> Self {
         // The route's `idle_timeout`, when it set one, replaces the connection manager's.
         let idle_timeout = match &request {
@@ -124,6 +158,7 @@ impl<B> Tracked<B> {
             idle_timeout,
             idle: None,
             request,
+            deadline,
         }
     }
 }
@@ -140,7 +175,33 @@ impl std::fmt::Display for StreamIdleTimeout {
 
 impl std::error::Error for StreamIdleTimeout {}
 
+/// A response body cut short by `max_stream_duration`.
+#[derive(Debug)]
+pub struct MaxStreamDuration;
+
+impl std::fmt::Display for MaxStreamDuration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("max stream duration reached")
+    }
+}
+
+impl std::error::Error for MaxStreamDuration {}
+
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl<B> Tracked<B> {
+    /// `at`, or the stream's deadline when that is sooner.
+    fn earliest(&self, at: Instant) -> Instant {
+        self.deadline.as_ref().map_or(at, |(d, _)| at.min(*d))
+    }
+
+    /// The stream's deadline (far off when there is none).
+    fn earliest_deadline(&self) -> Instant {
+        self.deadline
+            .as_ref()
+            .map_or_else(|| Instant::now() + Duration::from_secs(86_400), |(d, _)| *d)
+    }
+}
 
 impl<B> Body for Tracked<B>
 where
@@ -159,22 +220,45 @@ where
         match &polled {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guard = None,
             Poll::Ready(Some(Ok(_))) => {
-                if let (Some(t), Some(idle)) = (this.idle_timeout, this.idle.as_mut()) {
-                    idle.as_mut().reset(Instant::now() + t);
+                if let Some(t) = this.idle_timeout {
+                    let at = this.earliest(Instant::now() + t);
+                    if let Some(idle) = this.idle.as_mut() {
+                        idle.as_mut().reset(at);
+                    }
                 }
             }
             Poll::Pending => {
-                if let Some(t) = this.idle_timeout {
+                if this.idle_timeout.is_some() || this.deadline.is_some() {
+                    let first = this.idle_timeout.map(|t| Instant::now() + t);
+                    let first =
+                        first.map_or_else(|| this.earliest_deadline(), |f| this.earliest(f));
                     let idle = this
                         .idle
-                        .get_or_insert_with(|| Box::pin(tokio::time::sleep(t)));
+                        .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(first)));
                     if idle.as_mut().poll(cx).is_ready() {
-                        let moved = this.request.as_ref().map(|p| p.last_activity() + t);
+                        let now = Instant::now();
+                        if let Some((at, stats)) = &this.deadline
+                            && *at <= now
+                        {
+                            // Envoy resets a stream whose response has started.
+                            stats.edge.rq_max_duration_reached.inc();
+                            this.guard = None;
+                            return Poll::Ready(Some(Err(Box::new(MaxStreamDuration))));
+                        }
+                        let moved = match (this.idle_timeout, this.request.as_ref()) {
+                            (Some(t), Some(p)) => Some(p.last_activity() + t),
+                            (Some(_), None) => None,
+                            // Only the deadline is armed (and has not passed).
+                            (None, _) => Some(this.earliest_deadline()),
+                        };
                         match moved {
-                            Some(later) if later > Instant::now() => {
-                                idle.as_mut().reset(later);
-                                // Registers the waker for the new deadline.
-                                let _ = idle.as_mut().poll(cx);
+                            Some(later) if later > now => {
+                                let later = this.earliest(later);
+                                if let Some(idle) = this.idle.as_mut() {
+                                    idle.as_mut().reset(later);
+                                    // Registers the waker for the new deadline.
+                                    let _ = idle.as_mut().poll(cx);
+                                }
                             }
                             _ => {
                                 this.guard = None;

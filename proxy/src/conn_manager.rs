@@ -212,7 +212,8 @@ pub async fn handle(
                 remote,
                 &route_progress
             ));
-            let mut resp = request_limits::timed(answer, Arc::clone(&progress), hcm, to).await;
+            let mut resp =
+                request_limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall, and skip the allocation.
             if matches!(resp.body(), ResponseBody::Upstream { .. }) {

@@ -14,6 +14,9 @@ mod conn_manager;
 mod ext_authz_client;
 mod filter_body;
 mod filter_chain;
+#[doc(hidden)]
+pub mod fuzzing;
+mod h2_flood;
 mod http_filters;
 mod jwks_fetch;
 mod listener;
@@ -25,6 +28,7 @@ mod request_limits;
 mod router;
 mod sanitize;
 mod serve_check;
+mod serve_conn;
 mod server;
 mod stats;
 mod tls;

@@ -157,7 +157,8 @@ pub fn upgrade_type<B>(req: &Request<B>) -> Option<&str> {
 /// Runs `respond` under `request_timeout` (until the whole request has been
 /// read: 408 `request timeout`) and `stream_idle_timeout` (no request event for
 /// that long before the response: 408 `stream timeout` while the request is
-/// still arriving, 504 once it has been forwarded whole), as Envoy.
+/// still arriving, 504 once it has been forwarded whole) and `max_stream_duration`
+/// (408/504 `downstream duration timeout`), as Envoy.
 ///
 /// `respond` is borrowed pinned, not moved in: the caller's future holds the (large)
 /// answering future once, and this one only a pointer to it — a future taken by value
@@ -168,6 +169,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     progress: Arc<Progress>,
     hcm: &HttpConnectionManager,
     to: ReplyTo,
+    stats: &crate::sanitize::EdgeStats,
 ) -> Response<ResponseBody> {
     // Local replies are ready at once: no timer for them. The first poll also
     // selects the route, whose `idle_timeout` overrides the stream idle timeout.
@@ -177,14 +179,16 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     }
     let request = hcm.request_timeout;
     let idle = progress.idle_timeout(hcm.stream_idle_timeout);
-    if request.is_none() && idle.is_none() {
+    let max_stream = hcm.common_http_protocol_options.max_stream_duration;
+    if request.is_none() && idle.is_none() && max_stream.is_none() {
         return respond.await;
     }
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);
+    let stream_deadline = max_stream.map(|t| start + t);
     loop {
         let idle_deadline = idle.map(|t| progress.last_activity() + t);
-        let next = [request_deadline, idle_deadline]
+        let next = [request_deadline, idle_deadline, stream_deadline]
             .into_iter()
             .flatten()
             .min();
@@ -196,6 +200,27 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
             () = sleep_until(next) => {}
         }
         let now = Instant::now();
+        if stream_deadline.is_some_and(|d| d <= now) {
+            // `max_stream_duration`, Envoy's local reply: 504 once the request
+            // was read whole, else 408 (and the HTTP/1 connection closes).
+            stats.rq_max_duration_reached.inc();
+            let mut resp = if progress.done() {
+                local_reply(
+                    to,
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "downstream duration timeout",
+                )
+                .map(ResponseBody::from)
+            } else {
+                closing(
+                    to,
+                    StatusCode::REQUEST_TIMEOUT,
+                    "downstream duration timeout",
+                )
+            };
+            resp.extensions_mut().insert(ResponseFlag("DT"));
+            return resp;
+        }
         if request_deadline.is_some_and(|d| d <= now) {
             if progress.done() {
                 // Disarmed: the whole request has gone upstream.

@@ -26,11 +26,15 @@ pub struct EdgeStats {
     pub rejected_underscores: Counter,
     /// `dropped_headers_with_underscores`.
     pub dropped_underscores: Counter,
+    /// `downstream_cx_max_duration_reached`.
+    pub cx_max_duration_reached: Counter,
+    /// `downstream_rq_max_duration_reached`.
+    pub rq_max_duration_reached: Counter,
 }
 
 impl EdgeStats {
     /// Samples by Envoy's names (relative to `http.<prefix>.`).
-    pub fn samples(&self) -> [(&'static str, u64); 5] {
+    pub fn samples(&self) -> [(&'static str, u64); 7] {
         [
             ("downstream_rq_overload_close", self.overload_close.get()),
             (
@@ -48,6 +52,14 @@ impl EdgeStats {
             (
                 "dropped_headers_with_underscores",
                 self.dropped_underscores.get(),
+            ),
+            (
+                "downstream_cx_max_duration_reached",
+                self.cx_max_duration_reached.get(),
+            ),
+            (
+                "downstream_rq_max_duration_reached",
+                self.rq_max_duration_reached.get(),
             ),
         ]
     }

@@ -92,19 +92,8 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     // Every HTTP filter the config accepts (jwt_authn, rbac, ext_authz, router) is served.
     // Served: path normalisation (crate::sanitize), listener filters
     // (tls_inspector), overload_manager and the runtime keys config/ accepts.
-    let common = &h.common_http_protocol_options;
-    if common.max_connection_duration.is_some() {
-        refuse(
-            "common_http_protocol_options.max_connection_duration",
-            "a downstream connection duration limit",
-        );
-    }
-    if common.max_stream_duration.is_some() {
-        refuse(
-            "common_http_protocol_options.max_stream_duration",
-            "a downstream stream duration limit",
-        );
-    }
+    // `common_http_protocol_options.max_connection_duration` and
+    // `max_stream_duration` are served (crate::serve_conn, crate::request_limits).
     if h.strip_port != StripPort::None {
         refuse("strip_matching_host_port", "host port stripping");
     }

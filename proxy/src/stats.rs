@@ -299,6 +299,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
         }
     }
     out.extend(crate::overload::get().samples());
+    out.extend(crate::h2_flood::samples());
     out.into_iter().collect()
 }
 

@@ -400,32 +400,3 @@ async fn route_idle_timeout_overrides_stream_idle_timeout() {
     assert!(resp.starts_with("HTTP/1.1 504"), "{resp}");
     assert!(resp.ends_with("stream timeout"), "{resp}");
 }
-
-#[tokio::test]
-async fn unserved_duration_limits_are_refused_in_serve_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let up = support::echo_upstream("up").await;
-    let config = plain_bootstrap_with(
-        dir.path(),
-        up,
-        "",
-        "common_http_protocol_options: {max_stream_duration: 5s, max_connection_duration: 60s}",
-        "",
-    );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_courier"))
-        .current_dir(dir.path())
-        .arg("-c")
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("common_http_protocol_options.max_stream_duration"),
-        "{err}"
-    );
-    assert!(
-        err.contains("common_http_protocol_options.max_connection_duration"),
-        "{err}"
-    );
-}

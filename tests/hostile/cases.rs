@@ -384,6 +384,18 @@ pub fn all() -> Vec<Case> {
         frames.extend(h2::frame(h2::PING, 0, 0, &i.to_be_bytes()));
     }
     c.push(Case::h2("h2_ping_flood", frames, Bounded(0)));
+    // Empty DATA frames without END_STREAM (CVE-2019-9518): Envoy's limit is one
+    // in a row; the connection is closed (`http2.inbound_empty_frames_flood`).
+    let mut frames = h2::frame(
+        h2::HEADERS,
+        h2::END_HEADERS,
+        1,
+        &h2::request("h2_empty_data_flood", &[]),
+    );
+    for _ in 0..100 {
+        frames.extend(h2::frame(h2::DATA, 0, 1, &[]));
+    }
+    c.push(Case::h2("h2_empty_data_flood", frames, Bounded(1)));
     // A request body that never ends must not reach the upstream as a whole request.
     c.push(Case::h2(
         "h2_body_never_ends",

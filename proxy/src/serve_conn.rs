@@ -1,0 +1,342 @@
+//! Serving one downstream connection once its filter chain is known: hyper's
+//! HTTP/1.1 and HTTP/2 codecs configured from the connection manager, the
+//! codec-error and flood wrappers on the socket, and the connection's end
+//! (drain, idle timeout, `max_connection_duration`).
+
+use crate::codec_error::CodecErrors;
+use crate::conn_idle::{Activity, Tracked};
+use crate::conn_manager::{self, ConnInfo};
+use crate::filter_chain::Codec;
+use crate::request_limits::ResetStream;
+use crate::router::Upstream;
+use crate::router::body::Progress;
+use crate::stats::WorkerStats;
+use crate::upstream::ClusterManager;
+use crate::worker::Phase;
+use arc_swap::ArcSwap;
+use courier_config::listener::hcm::HttpConnectionManager;
+use courier_config::snapshot::Snapshot;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::watch;
+
+/// The connection manager's limits and timeouts that hyper enforces, per connection.
+#[derive(Debug, Clone)]
+pub(crate) struct Limits {
+    max_headers_bytes: usize,
+    max_headers_count: usize,
+    idle_timeout: Option<Duration>,
+    request_headers_timeout: Option<Duration>,
+    stream_idle_timeout: Option<Duration>,
+    h2_max_streams: u32,
+    h2_stream_window: u32,
+    h2_connection_window: u32,
+    server_name: String,
+    max_connection_duration: Option<Duration>,
+    max_stream_duration: Option<Duration>,
+    drain_timeout: Duration,
+    half_close: bool,
+}
+
+/// hyper's smallest HTTP/1.1 read buffer.
+const MIN_H1_BUFFER: usize = 8192;
+
+impl Limits {
+    pub(crate) fn of(hcm: Option<&HttpConnectionManager>) -> Self {
+        let Some(h) = hcm else {
+            // No connection manager (the chain vanished): Envoy's defaults.
+            use courier_config::listener::http_options::{CommonHttpOptions, Http2Options};
+            let (common, h2) = (CommonHttpOptions::default(), Http2Options::default());
+            return Limits {
+                max_headers_bytes: courier_config::listener::hcm::DEFAULT_MAX_REQUEST_HEADERS_KB
+                    as usize
+                    * 1024,
+                max_headers_count: common.max_headers_count as usize,
+                idle_timeout: common.idle_timeout,
+                request_headers_timeout: None,
+                stream_idle_timeout: Some(
+                    courier_config::listener::hcm::DEFAULT_STREAM_IDLE_TIMEOUT,
+                ),
+                h2_max_streams: h2.max_concurrent_streams,
+                h2_stream_window: h2.initial_stream_window_size,
+                h2_connection_window: h2.initial_connection_window_size,
+                server_name: "envoy".to_string(),
+                max_connection_duration: None,
+                max_stream_duration: None,
+                half_close: false,
+                drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
+            };
+        };
+        Limits {
+            max_headers_bytes: h.max_request_headers_kb as usize * 1024,
+            max_headers_count: h.common_http_protocol_options.max_headers_count as usize,
+            idle_timeout: h.common_http_protocol_options.idle_timeout,
+            request_headers_timeout: h.request_headers_timeout,
+            stream_idle_timeout: h.stream_idle_timeout,
+            h2_max_streams: h.http2_protocol_options.max_concurrent_streams,
+            h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
+            h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
+            server_name: h.server_name.clone(),
+            max_connection_duration: h.common_http_protocol_options.max_connection_duration,
+            max_stream_duration: h.common_http_protocol_options.max_stream_duration,
+            half_close: false,
+            drain_timeout: h.drain_timeout,
+        }
+    }
+
+    /// The head (request line and headers) must fit hyper's read buffer: room
+    /// for the limit plus the request line; the exact limit is the connection
+    /// manager's (hyper's buffer cannot be smaller than 8 KiB).
+    fn h1_buffer(&self) -> usize {
+        (self.max_headers_bytes + MIN_H1_BUFFER).max(MIN_H1_BUFFER)
+    }
+
+    /// Envoy resets an HTTP/2 stream over the limit, as the connection manager
+    /// does; h2 itself answers 431 past its list size, so that is set well
+    /// above the limit (still bounding what a peer can make us hold).
+    fn h2_header_list(&self) -> u32 {
+        u32::try_from(self.max_headers_bytes * 2 + 16 * 1024).unwrap_or(u32::MAX)
+    }
+
+    /// hyper parses at most 100 headers (Envoy's default count too) on the
+    /// stack; a configured count makes it allocate and fill that many slots per
+    /// request (a third of the throughput of a direct response), so it is set
+    /// only above 100. Below, the connection manager enforces the count.
+    fn hyper_max_headers(&self) -> Option<usize> {
+        (self.max_headers_count > 100).then_some(self.max_headers_count)
+    }
+
+    fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
+        b.max_buf_size(self.h1_buffer())
+            .timer(TokioTimer::new())
+            // hyper's default is 30 s once a timer is set; Envoy's is none, and
+            // the socket wrapper keeps `request_headers_timeout` Envoy's way.
+            .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            b.max_headers(n);
+        }
+        if self.half_close {
+            b.half_close(true);
+        }
+    }
+
+    /// Answers what was read before the client closed its side (the fuzz
+    /// harness's in-memory client sends everything, then closes).
+    pub(crate) fn with_half_close(mut self) -> Self {
+        self.half_close = true;
+        self
+    }
+
+    fn h2(&self, b: &mut hyper::server::conn::http2::Builder<TokioExecutor>) {
+        b.max_header_list_size(self.h2_header_list())
+            .max_concurrent_streams(self.h2_max_streams)
+            .initial_stream_window_size(self.h2_stream_window)
+            .initial_connection_window_size(self.h2_connection_window)
+            .timer(TokioTimer::new());
+    }
+
+    fn auto(&self) -> auto::Builder<TokioExecutor> {
+        let mut b = auto::Builder::new(TokioExecutor::new());
+        let mut h1 = b.http1();
+        h1.max_buf_size(self.h1_buffer())
+            .timer(TokioTimer::new())
+            .header_read_timeout(None);
+        if let Some(n) = self.hyper_max_headers() {
+            h1.max_headers(n);
+        }
+        b.http2()
+            .max_header_list_size(self.h2_header_list())
+            .max_concurrent_streams(self.h2_max_streams)
+            .initial_stream_window_size(self.h2_stream_window)
+            .initial_connection_window_size(self.h2_connection_window)
+            .timer(TokioTimer::new());
+        b
+    }
+}
+
+/// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
+/// end; once the server drains, or the connection has been idle for
+/// `$limits.idle_timeout`, shuts it down gracefully and lets it finish. At
+/// `max_connection_duration` it drains as Envoy: HTTP/2 at once (GOAWAY, streams
+/// in flight finish); HTTP/1 answers `connection: close` from then on and is
+/// closed once idle after `drain_timeout`.
+macro_rules! serve_until_drained {
+    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr) => {{
+        let conn = $conn;
+        tokio::pin!(conn);
+        let drain = async {
+            // The watch guard must not live across the await below.
+            let _ = $shutdown
+                .wait_for(|p| *p >= Phase::ConnectionsDraining)
+                .await;
+        };
+        let idle = async {
+            match $limits.idle_timeout {
+                Some(t) => $activity.idle_for(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lifetime = async {
+            match $limits.max_connection_duration {
+                Some(t) => tokio::time::sleep(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = conn.as_mut() => {}
+            () = idle => {
+                // Connection: close on an idle HTTP/1.1 connection, GOAWAY on HTTP/2.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+            () = drain => {
+                // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+            () = lifetime => {
+                $stats.edge.cx_max_duration_reached.inc();
+                $activity.start_draining();
+                if !$activity.http2() {
+                    // HTTP/1: the next responses say `connection: close`
+                    // (ending the connection); an idle one is closed after
+                    // `drain_timeout`, as Envoy's drain sequence does.
+                    let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
+                }
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+            }
+        }
+    }};
+}
+
+/// Whether a response of an HTTP/1 stream closes its connection:
+/// `disable_http_keepalive`, or the connection is draining (`max_connection_duration`).
+fn keepalive_off(h1: bool, activity: &Activity) -> bool {
+    h1 && (crate::overload::get().keepalive_disabled() || activity.draining())
+}
+
+/// What serving a connection needs besides its socket.
+pub(crate) struct Conn {
+    /// The connection's facts and filter chain.
+    pub info: Arc<ConnInfo>,
+    /// HTTP/1.1, HTTP/2 or detected.
+    pub codec: Codec,
+    /// The connection manager's limits.
+    pub limits: Limits,
+    /// The config in force.
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The worker's stats.
+    pub worker_stats: Arc<WorkerStats>,
+    /// The upstream clusters.
+    pub clusters: Arc<ClusterManager>,
+    /// The server's phase.
+    pub shutdown: watch::Receiver<Phase>,
+}
+
+/// Serves HTTP on `stream` until the connection ends.
+pub(crate) async fn serve<S>(stream: S, conn: Conn)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Conn {
+        info,
+        codec,
+        limits,
+        snapshot,
+        worker_stats,
+        clusters,
+        mut shutdown,
+    } = conn;
+    let activity = Activity::new();
+    let stats = worker_stats.hcm(info.listener_index, info.filter_chain_index);
+    stats.cx_total.inc();
+    stats.cx_active.inc();
+    let service = {
+        let stats = Arc::clone(&stats);
+        let activity = Arc::clone(&activity);
+        let stream_idle = limits.stream_idle_timeout;
+        let max_stream = limits.max_stream_duration;
+        service_fn(move |req| {
+            let h1 = req.version() != http::Version::HTTP_2;
+            let stream = activity.stream();
+            let started = tokio::time::Instant::now();
+            let snapshot = snapshot.load_full();
+            let info = Arc::clone(&info);
+            let stats = Arc::clone(&stats);
+            let worker_stats = Arc::clone(&worker_stats);
+            let clusters = Arc::clone(&clusters);
+            let activity = Arc::clone(&activity);
+            async move {
+                let up = Upstream {
+                    clusters: &clusters,
+                    stats: &worker_stats,
+                };
+                let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                // An HTTP/2 stream the connection manager refuses is reset:
+                // hyper resets the stream of a service error.
+                if resp.extensions().get::<ResetStream>().is_some() {
+                    return Err(ResetStream);
+                }
+                // hyper closes an HTTP/1.1 connection after a response saying so.
+                if keepalive_off(h1, &activity) {
+                    resp.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                // `max_stream_duration` goes on while the response body streams.
+                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+            }
+        })
+    };
+    let io = TokioIo::new(CodecErrors::new(
+        crate::h2_flood::FloodGuard::new(stream, Some(Arc::clone(&activity))),
+        &limits.server_name,
+        &activity,
+        limits.request_headers_timeout,
+    ));
+    // The fixed codecs use hyper's own builders: hyper-util's `auto`
+    // ignores `http1_only`/`http2_only` when serving with upgrades.
+    match codec {
+        Codec::Auto => {
+            let builder = limits.auto();
+            serve_until_drained!(
+                builder.serve_connection_with_upgrades(io, service),
+                shutdown,
+                activity,
+                limits,
+                stats
+            );
+        }
+        Codec::Http1 => {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            limits.h1(&mut builder);
+            serve_until_drained!(
+                builder.serve_connection(io, service).with_upgrades(),
+                shutdown,
+                activity,
+                limits,
+                stats
+            );
+        }
+        Codec::Http2 => {
+            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+            limits.h2(&mut builder);
+            serve_until_drained!(
+                builder.serve_connection(io, service),
+                shutdown,
+                activity,
+                limits,
+                stats
+            );
+        }
+    }
+    stats.cx_active.dec();
+}
