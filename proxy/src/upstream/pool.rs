@@ -116,10 +116,20 @@ pub fn sweep(clusters: &super::ClusterManager) {
         let Ok(mut p) = p.try_borrow_mut() else {
             return;
         };
+        // Each cluster's live index and host addresses, looked up once per sweep:
+        // a scan of the host set per pool would cost pools x hosts each second.
+        let mut live: HashMap<Arc<str>, Option<(usize, std::collections::HashSet<SocketAddr>)>> =
+            HashMap::new();
         p.retain(|&(index, addr, _), pool| {
-            clusters
-                .get(&pool.cluster)
-                .is_some_and(|c| c.index == index && c.hosts().hosts().any(|h| h.address == addr))
+            let cluster = live.entry(Arc::clone(&pool.cluster)).or_insert_with(|| {
+                clusters.get(&pool.cluster).map(|c| {
+                    let hosts = c.hosts().hosts().map(|h| h.address).collect();
+                    (c.index, hosts)
+                })
+            });
+            cluster
+                .as_ref()
+                .is_some_and(|(i, hosts)| *i == index && hosts.contains(&addr))
         });
     });
 }
