@@ -76,6 +76,11 @@ fn config(up: SocketAddr) -> String {
             VHOSTS,
         ),
         hcm_listener("plain", "", VHOSTS),
+        hcm_listener(
+            "lenient",
+            "http2_protocol_options: {max_consecutive_inbound_frames_with_empty_payload: 5}",
+            VHOSTS,
+        ),
     ]);
     yaml.push_str(&format!(
         "  clusters:
@@ -154,6 +159,8 @@ struct Observed {
     flood_counted: bool,
     empty_frames_closed: bool,
     empty_frames_flood: u64,
+    /// With `max_consecutive_inbound_frames_with_empty_payload: 5`.
+    lenient_empty_frames_closed: bool,
 }
 
 fn observe(p: &Proxy) -> Observed {
@@ -244,6 +251,18 @@ fn observe(p: &Proxy) -> Observed {
         Ok(_) => true,
         Err(err) => err.kind() == std::io::ErrorKind::ConnectionReset,
     };
+    // The same three empty frames where five are allowed, then the body's
+    // end: the connection stays open (the read times out).
+    bytes.extend(h2::frame(h2::DATA, h2::END_STREAM, 1, b"x"));
+    let lenient: SocketAddr = p.listener("lenient").unwrap().parse().unwrap();
+    let mut l = TcpStream::connect(lenient).unwrap();
+    l.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    l.write_all(&bytes).unwrap();
+    let mut out = Vec::new();
+    let lenient_empty_frames_closed = match l.read_to_end(&mut out) {
+        Ok(_) => true,
+        Err(err) => err.kind() == std::io::ErrorKind::ConnectionReset,
+    };
     std::thread::sleep(Duration::from_millis(300));
     Observed {
         slow_upstream: status_and_body(&slow),
@@ -256,6 +275,7 @@ fn observe(p: &Proxy) -> Observed {
         flood_counted: stat(p, "http2.outbound_control_flood") > 0,
         empty_frames_closed,
         empty_frames_flood: stat(p, "http2.inbound_empty_frames_flood"),
+        lenient_empty_frames_closed,
     }
 }
 
@@ -266,7 +286,7 @@ fn duration_limits_and_ping_flood_match_envoy() {
         return;
     };
     let yaml = config(upstream());
-    let names = ["stream", "conn", "plain"];
+    let names = ["stream", "conn", "plain", "lenient"];
     let e = observe(&Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap());
     let c = observe(&Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap());
     println!("envoy:   {e:?}\ncourier: {c:?}");
@@ -284,6 +304,7 @@ fn duration_limits_and_ping_flood_match_envoy() {
     // `http2.outbound_control_flood`, the stat Envoy documents for it.
     assert!(c.flood_counted);
     assert!(e.empty_frames_closed && e.empty_frames_flood == 1, "{e:?}");
+    assert!(!e.lenient_empty_frames_closed, "{e:?}");
     assert_eq!(
         Observed {
             flood_counted: false,

@@ -21,6 +21,7 @@
 //! `1 + 2 * (streams + 10 * DATA frames sent)` (`inbound_window_update_frames_flood`).
 
 use crate::conn_idle::Activity;
+use courier_config::listener::http_options::H2FloodLimits;
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
@@ -30,12 +31,16 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Envoy's default `max_outbound_control_frames`.
-pub const MAX_OUTBOUND_CONTROL_FRAMES: usize = 1000;
+#[cfg(test)]
+pub const MAX_OUTBOUND_CONTROL_FRAMES: usize =
+    courier_config::listener::http_options::DEFAULT_MAX_OUTBOUND_CONTROL_FRAMES as usize;
 /// Envoy's default `max_outbound_frames`.
-pub const MAX_OUTBOUND_FRAMES: usize = 10_000;
-/// Most bytes queued before h2 is made to wait: room for either limit's worth
-/// of the smallest frames, so a flood trips a limit before backpressure
-/// hides it.
+#[cfg(test)]
+pub const MAX_OUTBOUND_FRAMES: usize =
+    courier_config::listener::http_options::DEFAULT_MAX_OUTBOUND_FRAMES as usize;
+/// Most bytes queued before h2 is made to wait at Envoy's default limits:
+/// room for either limit's worth of the smallest frames, so a flood trips a
+/// limit before backpressure hides it.
 pub const QUEUE_CAP: usize = 128 * 1024;
 
 const FRAME_HEADER: usize = 9;
@@ -49,12 +54,18 @@ const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 const ACK: u8 = 1;
 const END_STREAM: u8 = 1;
-/// Envoy's default `max_consecutive_inbound_frames_with_empty_payload`.
-pub const MAX_CONSECUTIVE_EMPTY_FRAMES: u32 = 1;
-/// Envoy's default `max_inbound_priority_frames_per_stream`.
-pub const MAX_PRIORITY_FRAMES_PER_STREAM: u64 = 100;
-/// Envoy's default `max_inbound_window_update_frames_per_data_frame_sent`.
-pub const MAX_WINDOW_UPDATES_PER_DATA_FRAME: u64 = 10;
+/// The smallest frame h2 answers a peer with (a PING ACK is 17 bytes, a
+/// RST_STREAM 13): the queue must hold a limit's worth of them.
+const SMALLEST_FRAME: usize = 13;
+/// The queue never grows past this, whatever the limits: 16 MiB.
+const MAX_QUEUE_CAP: usize = 16 * 1024 * 1024;
+
+/// Room for `frames` + 1 of the smallest frames, so a flood trips its limit
+/// before backpressure hides it ([`QUEUE_CAP`] at Envoy's defaults).
+fn queue_cap(frames: usize) -> usize {
+    (frames.saturating_add(1).saturating_mul(SMALLEST_FRAME)).clamp(QUEUE_CAP, MAX_QUEUE_CAP)
+}
+
 /// What a client sends first on an HTTP/2 connection.
 const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const ENHANCE_YOUR_CALM: u32 = 0xb;
@@ -133,12 +144,16 @@ pub struct FloodGuard<S> {
     data_frames: u64,
     /// What the client sends, walked frame by frame once its preface is seen.
     inbound: Inbound,
+    /// Outbound frames allowed in the queue, of any kind and control frames.
+    max_frames: usize,
+    max_control: usize,
+    /// Bytes queued before h2 is made to wait.
+    queue_cap: usize,
 }
 
 /// Envoy's inbound frame limits: consecutive empty HEADERS/CONTINUATION/DATA
 /// frames without END_STREAM, PRIORITY frames per stream opened, and
 /// WINDOW_UPDATE frames per stream opened and DATA frame sent.
-#[derive(Default)]
 struct Inbound {
     /// Bytes of the client preface matched so far; `PREFACE.len()` once it is
     /// HTTP/2, and [`NOT_HTTP2`] once it is not.
@@ -152,6 +167,10 @@ struct Inbound {
     last_stream: u32,
     priority: u64,
     window_updates: u64,
+    /// The limits (Envoy's defaults unless configured).
+    max_empty_run: u32,
+    max_priority_per_stream: u64,
+    max_window_updates_per_data_frame: u64,
 }
 
 /// [`Inbound::preface`] of a connection that is not HTTP/2.
@@ -219,7 +238,7 @@ impl Inbound {
                 let end_stream = kind != CONTINUATION && flags & END_STREAM != 0;
                 if empty && !end_stream {
                     self.empty_run += 1;
-                    if self.empty_run > MAX_CONSECUTIVE_EMPTY_FRAMES {
+                    if self.empty_run > self.max_empty_run {
                         return Some(&EMPTY_FLOODS);
                     }
                 } else {
@@ -228,14 +247,14 @@ impl Inbound {
             }
             PRIORITY => {
                 self.priority += 1;
-                if self.priority > MAX_PRIORITY_FRAMES_PER_STREAM * (1 + self.streams) {
+                if self.priority > self.max_priority_per_stream * (1 + self.streams) {
                     return Some(&PRIORITY_FLOODS);
                 }
             }
             WINDOW_UPDATE => {
                 self.window_updates += 1;
                 let allowed =
-                    1 + 2 * (self.streams + MAX_WINDOW_UPDATES_PER_DATA_FRAME * data_frames);
+                    1 + 2 * (self.streams + self.max_window_updates_per_data_frame * data_frames);
                 if self.window_updates > allowed {
                     return Some(&WINDOW_UPDATE_FLOODS);
                 }
@@ -247,8 +266,17 @@ impl Inbound {
 }
 
 impl<S> FloodGuard<S> {
-    /// Wraps a downstream socket; `activity` learns whether it speaks HTTP/2.
+    /// Wraps a downstream socket with Envoy's default limits; `activity`
+    /// learns whether it speaks HTTP/2.
+    #[cfg(test)]
     pub fn new(inner: S, activity: Option<Arc<Activity>>) -> Self {
+        Self::with_limits(inner, activity, &H2FloodLimits::default())
+    }
+
+    /// Wraps a downstream socket with the connection manager's limits.
+    pub fn with_limits(inner: S, activity: Option<Arc<Activity>>, limits: &H2FloodLimits) -> Self {
+        let max_frames = limits.outbound_frames as usize;
+        let max_control = limits.outbound_control_frames as usize;
         FloodGuard {
             inner,
             mode: Mode::Unknown,
@@ -264,7 +292,23 @@ impl<S> FloodGuard<S> {
             last_stream: 0,
             activity,
             data_frames: 0,
-            inbound: Inbound::default(),
+            inbound: Inbound {
+                preface: 0,
+                header: [0; FRAME_HEADER],
+                header_len: 0,
+                skip: 0,
+                empty_run: 0,
+                streams: 0,
+                last_stream: 0,
+                priority: 0,
+                window_updates: 0,
+                max_empty_run: limits.consecutive_empty_frames,
+                max_priority_per_stream: u64::from(limits.priority_frames_per_stream),
+                max_window_updates_per_data_frame: u64::from(limits.window_updates_per_data_frame),
+            },
+            max_frames,
+            max_control,
+            queue_cap: queue_cap(max_frames.max(max_control)),
         }
     }
 
@@ -326,9 +370,9 @@ impl<S> FloodGuard<S> {
 
     /// The flood limit the queue is over, if any.
     fn flooded(&self) -> Option<&'static AtomicU64> {
-        if self.control > MAX_OUTBOUND_CONTROL_FRAMES {
+        if self.control > self.max_control {
             Some(&CONTROL_FLOODS)
-        } else if self.frames.len() > MAX_OUTBOUND_FRAMES {
+        } else if self.frames.len() > self.max_frames {
             Some(&FLOODS)
         } else {
             None
@@ -459,10 +503,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 // The socket is full: queue it, as Envoy's output buffer does.
-                Poll::Pending => buf.len().min(QUEUE_CAP),
+                Poll::Pending => buf.len().min(this.queue_cap),
             }
         } else {
-            let room = QUEUE_CAP.saturating_sub(this.queued());
+            let room = this.queue_cap.saturating_sub(this.queued());
             if room == 0 {
                 // Backpressure; the drain above registered the waker.
                 return Poll::Pending;

@@ -244,3 +244,43 @@ async fn ordinary_http2_and_http1_input_passes() {
     drop(far);
     assert!(!read_fails(&mut guard).await);
 }
+
+#[tokio::test]
+async fn configured_limits_replace_envoys_defaults() {
+    let limits = H2FloodLimits {
+        outbound_control_frames: 20,
+        consecutive_empty_frames: 3,
+        priority_frames_per_stream: 2,
+        ..H2FloodLimits::default()
+    };
+    // 21 queued PING ACKs the peer does not read are a flood (the default allows 1 000).
+    let (near, _far) = duplex(64);
+    let mut guard = FloodGuard::with_limits(near, None, &limits);
+    guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
+    let ack = frame(PING, ACK, 0, &[0; 8]);
+    let mut written = 0;
+    while written < 100 && guard.write_all(&ack).await.is_ok() {
+        written += 1;
+    }
+    // (the 64-byte socket takes the first three, 17 bytes each)
+    assert!((20..=24).contains(&written), "flooded after {written}");
+    // Three empty DATA frames in a row pass where the default closes at two;
+    // the fourth closes; a fifth PRIORITY frame with one stream open closes.
+    let headers = frame(HEADERS, 4, 1, b"\x82");
+    for (n, kind, payload, fails) in [
+        (3, DATA, &[][..], false),
+        (4, DATA, &[][..], true),
+        (4, PRIORITY, &[0, 0, 0, 0, 16][..], false),
+        (5, PRIORITY, &[0, 0, 0, 0, 16][..], true),
+    ] {
+        let (near, mut far) = duplex(64 * 1024);
+        let mut guard = FloodGuard::with_limits(near, None, &limits);
+        far.write_all(PREFACE).await.unwrap();
+        far.write_all(&headers).await.unwrap();
+        for _ in 0..n {
+            far.write_all(&frame(kind, 0, 1, payload)).await.unwrap();
+        }
+        drop(far);
+        assert_eq!(read_fails(&mut guard).await, fails, "{n} of kind {kind}");
+    }
+}

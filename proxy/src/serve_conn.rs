@@ -15,6 +15,7 @@ use crate::upstream::ClusterManager;
 use crate::worker::Phase;
 use arc_swap::ArcSwap;
 use courier_config::listener::hcm::HttpConnectionManager;
+use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -35,6 +36,7 @@ pub(crate) struct Limits {
     h2_max_streams: u32,
     h2_stream_window: u32,
     h2_connection_window: u32,
+    h2_flood: H2FloodLimits,
     server_name: String,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
@@ -64,6 +66,7 @@ impl Limits {
                 h2_max_streams: h2.max_concurrent_streams,
                 h2_stream_window: h2.initial_stream_window_size,
                 h2_connection_window: h2.initial_connection_window_size,
+                h2_flood: h2.flood,
                 server_name: "envoy".to_string(),
                 max_connection_duration: None,
                 max_stream_duration: None,
@@ -80,6 +83,7 @@ impl Limits {
             h2_max_streams: h.http2_protocol_options.max_concurrent_streams,
             h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
             h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
+            h2_flood: h.http2_protocol_options.flood,
             server_name: h.server_name.clone(),
             max_connection_duration: h.common_http_protocol_options.max_connection_duration,
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
@@ -297,7 +301,11 @@ where
         })
     };
     let io = TokioIo::new(CodecErrors::new(
-        crate::h2_flood::FloodGuard::new(stream, Some(Arc::clone(&activity))),
+        crate::h2_flood::FloodGuard::with_limits(
+            stream,
+            Some(Arc::clone(&activity)),
+            &limits.h2_flood,
+        ),
         &limits.server_name,
         &activity,
         limits.request_headers_timeout,

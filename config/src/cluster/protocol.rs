@@ -342,6 +342,33 @@ fn optional_http2(
 
 fn http2(o: &cpb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2Options {
     const MAX: u32 = 2_147_483_647;
+    // The support table accepts these for a connection manager (the same
+    // message); upstream connections do not enforce them.
+    for (set, field) in [
+        (o.max_outbound_frames.is_some(), "max_outbound_frames"),
+        (
+            o.max_outbound_control_frames.is_some(),
+            "max_outbound_control_frames",
+        ),
+        (
+            o.max_consecutive_inbound_frames_with_empty_payload
+                .is_some(),
+            "max_consecutive_inbound_frames_with_empty_payload",
+        ),
+        (
+            o.max_inbound_priority_frames_per_stream.is_some(),
+            "max_inbound_priority_frames_per_stream",
+        ),
+        (
+            o.max_inbound_window_update_frames_per_data_frame_sent
+                .is_some(),
+            "max_inbound_window_update_frames_per_data_frame_sent",
+        ),
+    ] {
+        if set {
+            ctx.unsupported(&path.field(field), field);
+        }
+    }
     Http2Options {
         max_concurrent_streams: values::u32_in(
             o.max_concurrent_streams.as_ref(),

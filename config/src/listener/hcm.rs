@@ -99,6 +99,12 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_concurrent_streams",
             "initial_stream_window_size",
             "initial_connection_window_size",
+            // Downstream only: a cluster's are refused by the cluster translation.
+            "max_outbound_frames",
+            "max_outbound_control_frames",
+            "max_consecutive_inbound_frames_with_empty_payload",
+            "max_inbound_priority_frames_per_stream",
+            "max_inbound_window_update_frames_per_data_frame_sent",
         ],
     ),
 ];

@@ -18,6 +18,16 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 1024;
 pub const DEFAULT_STREAM_WINDOW: u32 = 16 * 1024 * 1024;
 /// Envoy's default HTTP/2 connection window (24 MiB).
 pub const DEFAULT_CONNECTION_WINDOW: u32 = 24 * 1024 * 1024;
+/// Envoy's default `max_outbound_frames`.
+pub const DEFAULT_MAX_OUTBOUND_FRAMES: u32 = 10_000;
+/// Envoy's default `max_outbound_control_frames`.
+pub const DEFAULT_MAX_OUTBOUND_CONTROL_FRAMES: u32 = 1000;
+/// Envoy's default `max_consecutive_inbound_frames_with_empty_payload`.
+pub const DEFAULT_MAX_CONSECUTIVE_EMPTY_FRAMES: u32 = 1;
+/// Envoy's default `max_inbound_priority_frames_per_stream`.
+pub const DEFAULT_MAX_PRIORITY_FRAMES_PER_STREAM: u32 = 100;
+/// Envoy's default `max_inbound_window_update_frames_per_data_frame_sent`.
+pub const DEFAULT_MAX_WINDOW_UPDATES_PER_DATA_FRAME: u32 = 10;
 
 /// What to do with request headers whose names contain `_`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +90,8 @@ pub struct Http2Options {
     pub initial_stream_window_size: u32,
     /// Initial connection flow-control window (default 24 MiB).
     pub initial_connection_window_size: u32,
+    /// Envoy's HTTP/2 flood limits.
+    pub flood: H2FloodLimits,
 }
 
 impl Default for Http2Options {
@@ -88,6 +100,36 @@ impl Default for Http2Options {
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             initial_stream_window_size: DEFAULT_STREAM_WINDOW,
             initial_connection_window_size: DEFAULT_CONNECTION_WINDOW,
+            flood: H2FloodLimits::default(),
+        }
+    }
+}
+
+/// The flood limits of `http2_protocol_options` (Envoy's defaults when unset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct H2FloodLimits {
+    /// Frames of every kind queued for the peer (`max_outbound_frames`).
+    pub outbound_frames: u32,
+    /// PING/SETTINGS ACKs and RST_STREAMs queued (`max_outbound_control_frames`).
+    pub outbound_control_frames: u32,
+    /// Empty HEADERS/CONTINUATION/DATA frames in a row without END_STREAM
+    /// (`max_consecutive_inbound_frames_with_empty_payload`).
+    pub consecutive_empty_frames: u32,
+    /// PRIORITY frames per stream opened (`max_inbound_priority_frames_per_stream`).
+    pub priority_frames_per_stream: u32,
+    /// WINDOW_UPDATE frames per DATA frame sent
+    /// (`max_inbound_window_update_frames_per_data_frame_sent`).
+    pub window_updates_per_data_frame: u32,
+}
+
+impl Default for H2FloodLimits {
+    fn default() -> Self {
+        Self {
+            outbound_frames: DEFAULT_MAX_OUTBOUND_FRAMES,
+            outbound_control_frames: DEFAULT_MAX_OUTBOUND_CONTROL_FRAMES,
+            consecutive_empty_frames: DEFAULT_MAX_CONSECUTIVE_EMPTY_FRAMES,
+            priority_frames_per_stream: DEFAULT_MAX_PRIORITY_FRAMES_PER_STREAM,
+            window_updates_per_data_frame: DEFAULT_MAX_WINDOW_UPDATES_PER_DATA_FRAME,
         }
     }
 }
@@ -180,5 +222,33 @@ pub fn http2(o: &pb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Ht
             65_535,
             "initial_connection_window_size",
         ),
+        flood: H2FloodLimits {
+            // PGV: both outbound limits are at least 1; the inbound ones may be 0.
+            outbound_frames: ranged(
+                o.max_outbound_frames.as_ref(),
+                DEFAULT_MAX_OUTBOUND_FRAMES,
+                1,
+                "max_outbound_frames",
+            ),
+            outbound_control_frames: ranged(
+                o.max_outbound_control_frames.as_ref(),
+                DEFAULT_MAX_OUTBOUND_CONTROL_FRAMES,
+                1,
+                "max_outbound_control_frames",
+            ),
+            consecutive_empty_frames: core::u32_or(
+                o.max_consecutive_inbound_frames_with_empty_payload.as_ref(),
+                DEFAULT_MAX_CONSECUTIVE_EMPTY_FRAMES,
+            ),
+            priority_frames_per_stream: core::u32_or(
+                o.max_inbound_priority_frames_per_stream.as_ref(),
+                DEFAULT_MAX_PRIORITY_FRAMES_PER_STREAM,
+            ),
+            window_updates_per_data_frame: core::u32_or(
+                o.max_inbound_window_update_frames_per_data_frame_sent
+                    .as_ref(),
+                DEFAULT_MAX_WINDOW_UPDATES_PER_DATA_FRAME,
+            ),
+        },
     }
 }

@@ -482,3 +482,43 @@ fn access_log_errors() {
         ]
     );
 }
+
+#[test]
+fn http2_flood_limits_with_defaults_and_ranges() {
+    let h = only_hcm(&hcm(json!({})));
+    assert_eq!(
+        h.http2_protocol_options.flood,
+        super::http_options::H2FloodLimits {
+            outbound_frames: 10_000,
+            outbound_control_frames: 1000,
+            consecutive_empty_frames: 1,
+            priority_frames_per_stream: 100,
+            window_updates_per_data_frame: 10,
+        }
+    );
+    let h = only_hcm(&hcm(json!({"http2_protocol_options": {
+        "max_outbound_frames": 50, "max_outbound_control_frames": 5,
+        "max_consecutive_inbound_frames_with_empty_payload": 0,
+        "max_inbound_priority_frames_per_stream": 7,
+        "max_inbound_window_update_frames_per_data_frame_sent": 3,
+    }})));
+    let f = h.http2_protocol_options.flood;
+    assert_eq!(
+        (
+            f.outbound_frames,
+            f.outbound_control_frames,
+            f.consecutive_empty_frames,
+            f.priority_frames_per_stream,
+            f.window_updates_per_data_frame
+        ),
+        (50, 5, 0, 7, 3)
+    );
+    let e = errors(&hcm(
+        json!({"http2_protocol_options": {"max_outbound_frames": 0}}),
+    ));
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(
+        e[0].contains("http2_protocol_options.max_outbound_frames: 0 is out of range"),
+        "{e:?}"
+    );
+}

@@ -230,3 +230,22 @@ fn upstream_http_protocol() {
         )]
     );
 }
+
+#[test]
+fn upstream_http2_flood_limits_are_refused() {
+    // Accepted on a connection manager (the same message), not enforced upstream.
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(
+            "  http2_protocol_options: {max_outbound_frames: 5, max_inbound_priority_frames_per_stream: 1}\n",
+        )),
+        [
+            format!(
+                "{p}.http2_protocol_options.max_outbound_frames: max_outbound_frames is not supported"
+            ),
+            format!(
+                "{p}.http2_protocol_options.max_inbound_priority_frames_per_stream: max_inbound_priority_frames_per_stream is not supported"
+            ),
+        ]
+    );
+}
