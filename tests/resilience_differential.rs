@@ -14,7 +14,7 @@
 
 use courier_tests::differential::{Bootstrap, Case, bootstrap, hcm_listener, indent, run};
 use courier_tests::{courier_bin, envoy_bin};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::time::Duration;
 
@@ -34,12 +34,22 @@ fn upstream() -> SocketAddr {
                     return;
                 }
                 let path = line.split(' ').nth(1).unwrap_or("/").to_string();
-                // Headers (bounded).
+                // Headers (bounded), then the body, so no unread bytes reset the close.
+                let mut length = 0usize;
                 for _ in 0..200 {
                     let mut h = String::new();
                     if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
                         break;
                     }
+                    if let Some((name, value)) = h.split_once(':') {
+                        if name.eq_ignore_ascii_case("content-length") {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                }
+                let mut body = vec![0u8; length.min(1 << 20)];
+                if r.read_exact(&mut body).is_err() {
+                    return;
                 }
                 let (status, extra, body) = answer(&path);
                 let mut s = s;
@@ -286,10 +296,17 @@ fn resilience_bootstrap(up: SocketAddr) -> Bootstrap {
             bootstrap(&[
                 hcm_listener("res", "", &vhosts()),
                 hcm_listener("resint", INTERNAL, &vhosts()),
+                // Envoy holds at most the listener's buffer limit of a request
+                // body for a retry when the route sets none.
+                hcm_listener("small", "", &vhosts()).replacen(
+                    "  filter_chains:",
+                    "  per_connection_buffer_limit_bytes: 1024\n  filter_chains:",
+                    1,
+                ),
             ]),
             indent(&clusters, 2)
         ),
-        listeners: vec!["res", "resint"],
+        listeners: vec!["res", "resint", "small"],
     }
 }
 
@@ -403,6 +420,25 @@ fn cases() -> Vec<Case> {
             "/onepool/x",
         ),
         g("max_connection_pools: the first host again", "/onepool/x"),
+        g("a body within the buffer limit is retried", "/5xx/s/503")
+            .method("POST")
+            .body(&"b".repeat(4096)),
+        Case::get(
+            "a body over the listener's buffer limit is not retried",
+            "small",
+            "example.com",
+            "/5xx/s/503",
+        )
+        .method("POST")
+        .body(&"b".repeat(4096)),
+        Case::get(
+            "a body within the listener's buffer limit is retried",
+            "small",
+            "example.com",
+            "/5xx/s/503",
+        )
+        .method("POST")
+        .body(&"b".repeat(512)),
     ]
 }
 

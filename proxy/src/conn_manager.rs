@@ -55,6 +55,9 @@ pub struct ConnInfo {
     pub facts: courier_filters::ConnFacts,
     /// The connection manager's HTTP filter chain, when it has filters to run.
     pub http_filters: Option<Arc<courier_filters::FilterChain>>,
+    /// The listener's `per_connection_buffer_limit_bytes`: as in Envoy, the
+    /// most request body held for retries when the route sets no limit.
+    pub buffer_limit: u64,
 }
 
 /// The next connection id (one relaxed increment per connection, not per request).

@@ -86,6 +86,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                         None,
                     ),
                     http_filters: None,
+                    buffer_limit: 1 << 20,
                 };
                 let up = Upstream {
                     clusters: &clusters,

@@ -90,6 +90,12 @@ impl Http1Harness {
             tls: false,
             facts: crate::http_filters::conn_facts(peer, local, None, None),
             http_filters: self.http_filters.chain(0, 0),
+            buffer_limit: self
+                .snapshot
+                .load()
+                .listeners
+                .first()
+                .map_or(1 << 20, |l| u64::from(l.per_connection_buffer_limit_bytes)),
             server_name: None,
             id: conn_manager::next_connection_id(),
         });

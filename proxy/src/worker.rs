@@ -276,6 +276,7 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                         accepted.server_name.as_deref(),
                     ),
                     http_filters: filters,
+                    buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
                     server_name: accepted.server_name,
                     id: conn_manager::next_connection_id(),
                 });

@@ -25,10 +25,6 @@ use tokio::time::Instant;
 /// `x-envoy-attempt-count`.
 pub const ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-envoy-attempt-count");
 
-/// Envoy's default request buffer limit (the listener's
-/// `per_connection_buffer_limit_bytes`, 1 MiB).
-pub const DEFAULT_BUFFER_LIMIT: u64 = 1024 * 1024;
-
 /// What the attempts need.
 pub struct Attempts<'a> {
     /// The cluster.

@@ -307,7 +307,7 @@ pub async fn forward(
                 .route
                 .request_body_buffer_limit
                 .or(m.vhost.request_body_buffer_limit)
-                .unwrap_or(attempt::DEFAULT_BUFFER_LIMIT),
+                .unwrap_or(conn.buffer_limit),
             started,
             hedge: action
                 .hedge_policy
