@@ -41,10 +41,10 @@ fn upstream() -> SocketAddr {
                     if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
                         break;
                     }
-                    if let Some((name, value)) = h.split_once(':') {
-                        if name.eq_ignore_ascii_case("content-length") {
-                            length = value.trim().parse().unwrap_or(0);
-                        }
+                    if let Some((name, value)) = h.split_once(':')
+                        && name.eq_ignore_ascii_case("content-length")
+                    {
+                        length = value.trim().parse().unwrap_or(0);
                     }
                 }
                 let mut body = vec![0u8; length.min(1 << 20)];

@@ -33,10 +33,10 @@ fn read_head(r: &mut BufReader<TcpStream>) -> u64 {
         if r.read_line(&mut line).unwrap() == 0 || line == "\r\n" {
             break;
         }
-        if let Some((n, v)) = line.split_once(':') {
-            if n.eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().unwrap();
-            }
+        if let Some((n, v)) = line.split_once(':')
+            && n.eq_ignore_ascii_case("content-length")
+        {
+            length = v.trim().parse().unwrap();
         }
     }
     length
