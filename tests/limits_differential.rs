@@ -24,6 +24,19 @@ const VHOSTS: &str = r#"
   routes: [{ match: { prefix: "/" }, route: { cluster: up, timeout: 10s } }]
 "#;
 
+/// Routes with their own `max_stream_duration` (the upstream's `slow` paths take 2 s).
+const ROUTED_VHOSTS: &str = r#"
+- name: all
+  domains: ["*"]
+  routes:
+  - { match: { prefix: "/r/" }, route: { cluster: up, timeout: 10s, max_stream_duration: { max_stream_duration: 0.3s } } }
+  - { match: { prefix: "/off/" }, route: { cluster: up, timeout: 10s, max_stream_duration: { max_stream_duration: 0s } } }
+  - { match: { prefix: "/grpc/" }, route: { cluster: up, timeout: 10s, max_stream_duration: { grpc_timeout_header_max: 0s } } }
+  - { match: { prefix: "/grpccap/" }, route: { cluster: up, timeout: 10s, max_stream_duration: { grpc_timeout_header_max: 0.3s } } }
+  - { match: { prefix: "/grpcoff/" }, route: { cluster: up, timeout: 10s, max_stream_duration: { grpc_timeout_header_max: 0s, grpc_timeout_header_offset: 5s } } }
+  - { match: { prefix: "/" }, route: { cluster: up, timeout: 10s } }
+"#;
+
 /// An HTTP/1.1 upstream: `200 ok` at once, or after 2 s for paths with `slow`.
 fn upstream() -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -76,6 +89,12 @@ fn config(up: SocketAddr) -> String {
             VHOSTS,
         ),
         hcm_listener("plain", "", VHOSTS),
+        hcm_listener("routed", "", ROUTED_VHOSTS),
+        hcm_listener(
+            "routed_hcm",
+            "common_http_protocol_options: {max_stream_duration: 0.5s}",
+            ROUTED_VHOSTS,
+        ),
         hcm_listener(
             "lenient",
             "http2_protocol_options: {max_consecutive_inbound_frames_with_empty_payload: 5}",
@@ -161,6 +180,47 @@ struct Observed {
     empty_frames_flood: u64,
     /// With `max_consecutive_inbound_frames_with_empty_payload: 5`.
     lenient_empty_frames_closed: bool,
+    /// Routes' `max_stream_duration`: (listener, path, grpc-timeout) → status and body.
+    route_limits: Vec<(&'static str, &'static str, &'static str, (String, String))>,
+}
+
+/// Each request to a route with its own `max_stream_duration`, at once (each
+/// slow one takes up to 2 s).
+fn route_limits(p: &Proxy) -> Vec<(&'static str, &'static str, &'static str, (String, String))> {
+    let cases: [(&str, &str, &str); 9] = [
+        ("routed", "/r/slow", ""),
+        ("routed", "/grpc/slow", "300m"),
+        ("routed", "/grpc/slow", ""),
+        ("routed", "/grpccap/slow", "10S"),
+        ("routed", "/grpcoff/slow", "3S"),
+        ("routed", "/grpc/slow", "bogus"),
+        ("routed", "/grpc/slow", "0S"),
+        // The route's 0s lifts the connection manager's 0.5 s.
+        ("routed_hcm", "/off/slow", ""),
+        ("routed_hcm", "/r/slow", ""),
+    ];
+    let handles: Vec<_> = cases
+        .into_iter()
+        .map(|(listener, path, grpc)| {
+            let addr = p.listener(listener).unwrap().to_string();
+            std::thread::spawn(move || {
+                let header = if grpc.is_empty() {
+                    String::new()
+                } else {
+                    format!("grpc-timeout: {grpc}\r\n")
+                };
+                let req =
+                    format!("GET {path} HTTP/1.1\r\nhost: a\r\n{header}connection: close\r\n\r\n");
+                (
+                    listener,
+                    path,
+                    grpc,
+                    status_and_body(&exchange(&addr, req.as_bytes())),
+                )
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
 fn observe(p: &Proxy) -> Observed {
@@ -276,6 +336,7 @@ fn observe(p: &Proxy) -> Observed {
         empty_frames_closed,
         empty_frames_flood: stat(p, "http2.inbound_empty_frames_flood"),
         lenient_empty_frames_closed,
+        route_limits: route_limits(p),
     }
 }
 
@@ -286,7 +347,7 @@ fn duration_limits_and_ping_flood_match_envoy() {
         return;
     };
     let yaml = config(upstream());
-    let names = ["stream", "conn", "plain", "lenient"];
+    let names = ["stream", "conn", "plain", "lenient", "routed", "routed_hcm"];
     let e = observe(&Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap());
     let c = observe(&Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap());
     println!("envoy:   {e:?}\ncourier: {c:?}");
@@ -305,6 +366,18 @@ fn duration_limits_and_ping_flood_match_envoy() {
     assert!(c.flood_counted);
     assert!(e.empty_frames_closed && e.empty_frames_flood == 1, "{e:?}");
     assert!(!e.lenient_empty_frames_closed, "{e:?}");
+    let timed_out = (
+        "HTTP/1.1 504 Gateway Timeout".to_string(),
+        "downstream duration timeout".to_string(),
+    );
+    let answered = ("HTTP/1.1 200 OK".to_string(), "ok".to_string());
+    let expected = [
+        &timed_out, &timed_out, &answered, &timed_out, &timed_out, &answered, &timed_out,
+        &answered, &timed_out,
+    ];
+    for (got, want) in e.route_limits.iter().zip(expected) {
+        assert_eq!(&got.3, want, "envoy {got:?}");
+    }
     assert_eq!(
         Observed {
             flood_counted: false,

@@ -315,9 +315,15 @@ async fn respond(
     let selected = select(rc, &View::of(&req));
     if let Some((_, route)) = selected
         && let Action::Route(ra) = &route.action
-        && let Some(t) = ra.idle_timeout
     {
-        progress.set_route_idle_timeout(t);
+        if let Some(t) = ra.idle_timeout {
+            progress.set_route_idle_timeout(t);
+        }
+        if let Some(m) = &ra.max_stream_duration
+            && let Some(limit) = m.limit(crate::grpc_timeout::of(req.headers()))
+        {
+            progress.set_route_max_stream_duration(limit);
+        }
     }
     // Envoy's per-stream random value: the weighted cluster the filters see is the one
     // the router takes.

@@ -16,6 +16,7 @@ mod filter_body;
 mod filter_chain;
 #[doc(hidden)]
 pub mod fuzzing;
+mod grpc_timeout;
 mod h2_flood;
 mod http_filters;
 mod jwks_fetch;

@@ -179,13 +179,15 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     }
     let request = hcm.request_timeout;
     let idle = progress.idle_timeout(hcm.stream_idle_timeout);
-    let max_stream = hcm.common_http_protocol_options.max_stream_duration;
+    let max_stream =
+        progress.max_stream_duration(hcm.common_http_protocol_options.max_stream_duration);
     if request.is_none() && idle.is_none() && max_stream.is_none() {
         return respond.await;
     }
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);
-    let stream_deadline = max_stream.map(|t| start + t);
+    // From when the headers arrived, as Envoy's timer.
+    let stream_deadline = max_stream.map(|t| progress.started() + t);
     loop {
         let idle_deadline = idle.map(|t| progress.last_activity() + t);
         let next = [request_deadline, idle_deadline, stream_deadline]

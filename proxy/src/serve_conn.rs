@@ -295,6 +295,9 @@ where
                 }
                 let progress = resp.extensions_mut().remove::<Arc<Progress>>();
                 // `max_stream_duration` goes on while the response body streams.
+                let max_stream = progress
+                    .as_ref()
+                    .map_or(max_stream, |p| p.max_stream_duration(max_stream));
                 let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
                 Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
             }

@@ -112,6 +112,44 @@ pub struct RouteAction {
     pub hedge_policy: Option<HedgePolicy>,
     /// Circuit-breaker priority.
     pub priority: RoutingPriority,
+    /// `max_stream_duration`: replaces the connection manager's for this route.
+    pub max_stream_duration: Option<MaxStreamDuration>,
+}
+
+/// A route's `max_stream_duration`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaxStreamDuration {
+    /// The stream's limit: `None` = the connection manager's,
+    /// `Some(Duration::ZERO)` = none.
+    pub max_stream_duration: Option<Duration>,
+    /// When set and the request carries `grpc-timeout`, that value is the
+    /// stream's limit, capped at this (`ZERO`: not capped).
+    pub grpc_timeout_header_max: Option<Duration>,
+    /// Subtracted from the `grpc-timeout` value (floored at zero).
+    pub grpc_timeout_header_offset: Option<Duration>,
+}
+
+impl MaxStreamDuration {
+    /// The stream's limit for a request whose `grpc-timeout` header is
+    /// `grpc_timeout`: `None` = the connection manager's, `Some(None)` = no
+    /// limit, as Envoy's `refreshDurationTimeout`. A `grpc-timeout` of zero
+    /// (or one the offset uses up) is a limit already reached, not none.
+    pub fn limit(&self, grpc_timeout: Option<Duration>) -> Option<Option<Duration>> {
+        let (Some(max), Some(mut t)) = (self.grpc_timeout_header_max, grpc_timeout) else {
+            return self
+                .max_stream_duration
+                .map(|d| (!d.is_zero()).then_some(d));
+        };
+        if !max.is_zero() && t > max {
+            t = max;
+        }
+        if !t.is_zero()
+            && let Some(offset) = self.grpc_timeout_header_offset
+        {
+            t = t.saturating_sub(offset);
+        }
+        Some(Some(t))
+    }
 }
 
 /// A validated `DirectResponseAction`.
@@ -247,6 +285,26 @@ pub(crate) fn route_action(
         .hedge_policy
         .as_ref()
         .and_then(|h| retry::hedge_policy(h, &path.field("hedge_policy"), ctx));
+    let max_stream_duration = ra.max_stream_duration.as_ref().map(|m| {
+        let p = path.field("max_stream_duration");
+        let field =
+            |d: Option<&envoy_types::pb::google::protobuf::Duration>, name: &str, ctx: &mut Ctx| {
+                d.and_then(|d| core::duration(d, &p.field(name), ctx))
+            };
+        MaxStreamDuration {
+            max_stream_duration: field(m.max_stream_duration.as_ref(), "max_stream_duration", ctx),
+            grpc_timeout_header_max: field(
+                m.grpc_timeout_header_max.as_ref(),
+                "grpc_timeout_header_max",
+                ctx,
+            ),
+            grpc_timeout_header_offset: field(
+                m.grpc_timeout_header_offset.as_ref(),
+                "grpc_timeout_header_offset",
+                ctx,
+            ),
+        }
+    });
     use envoy_types::pb::envoy::config::core::v3::RoutingPriority as Rp;
     let priority = match Rp::try_from(ra.priority) {
         Ok(Rp::Default) => RoutingPriority::Default,
@@ -273,6 +331,7 @@ pub(crate) fn route_action(
         retry_policy,
         hedge_policy,
         priority,
+        max_stream_duration,
     })
 }
 

@@ -17,8 +17,8 @@ mod table;
 pub mod vhost;
 
 pub use action::{
-    ClusterSpecifier, ClusterWeight, DirectResponse, HostRewrite, PathRewrite, RouteAction,
-    RoutingPriority, WeightedClusters,
+    ClusterSpecifier, ClusterWeight, DirectResponse, HostRewrite, MaxStreamDuration, PathRewrite,
+    RouteAction, RoutingPriority, WeightedClusters,
 };
 pub use entry::{Action, Route};
 pub use headers::{AppendAction, HeaderMutations, HeaderToAdd};
@@ -133,6 +133,15 @@ pub(crate) const SUPPORT: &[Support] = &[
             "retry_policy",
             "hedge_policy",
             "priority",
+            "max_stream_duration",
+        ],
+    ),
+    (
+        "envoy.config.route.v3.RouteAction.MaxStreamDuration",
+        &[
+            "max_stream_duration",
+            "grpc_timeout_header_max",
+            "grpc_timeout_header_offset",
         ],
     ),
     (

@@ -247,7 +247,6 @@ virtual_hosts:
       cluster: backend
       hash_policy: [{header: {header_name: x}}]
       request_mirror_policies: [{cluster: backend}]
-      max_stream_duration: {max_stream_duration: 1s}
   - match: {connect_matcher: {}}
     route: {cluster: backend}
   - match: {prefix: /}
@@ -263,7 +262,6 @@ virtual_hosts:
             "virtual_hosts[0].require_tls: require_tls is not supported",
             "virtual_hosts[0].routes[0].match.runtime_fraction: runtime_fraction is not supported",
             "virtual_hosts[0].routes[0].route.hash_policy: hash_policy is not supported",
-            "virtual_hosts[0].routes[0].route.max_stream_duration: max_stream_duration is not supported",
             "virtual_hosts[0].routes[0].route.request_mirror_policies: request_mirror_policies is not supported",
             "virtual_hosts[0].routes[1].match.connect_matcher: connect_matcher is not supported",
             "virtual_hosts[0].routes[2].non_forwarding_action: non_forwarding_action is not supported",
@@ -600,4 +598,60 @@ mod index_property {
             }
         }
     }
+}
+
+#[test]
+fn route_max_stream_duration() {
+    let rc = ok(r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /a}
+    route: {cluster: backend, max_stream_duration: {max_stream_duration: 1s}}
+  - match: {prefix: /g}
+    route: {cluster: backend, max_stream_duration: {grpc_timeout_header_max: 2s, grpc_timeout_header_offset: 0.5s}}
+  - match: {prefix: /z}
+    route: {cluster: backend, max_stream_duration: {max_stream_duration: 0s}}
+  - match: {prefix: /}
+    route: {cluster: backend}
+"#);
+    let vh = &rc.virtual_hosts[0];
+    let m = |i: usize| {
+        vh.routes[i]
+            .route_action()
+            .unwrap()
+            .max_stream_duration
+            .clone()
+    };
+    let secs = Duration::from_secs;
+    let a = m(0).unwrap();
+    assert_eq!(a.limit(None), Some(Some(secs(1))));
+    // Without grpc_timeout_header_max the header changes nothing.
+    assert_eq!(a.limit(Some(secs(9))), Some(Some(secs(1))));
+    let g = m(1).unwrap();
+    assert_eq!(g.limit(None), None, "no header: the connection manager's");
+    assert_eq!(
+        g.limit(Some(secs(1))),
+        Some(Some(Duration::from_millis(500)))
+    );
+    assert_eq!(
+        g.limit(Some(secs(10))),
+        Some(Some(Duration::from_millis(1500)))
+    );
+    assert_eq!(
+        g.limit(Some(Duration::from_millis(300))),
+        Some(Some(Duration::ZERO))
+    );
+    assert_eq!(m(2).unwrap().limit(None), Some(None), "0s: no limit");
+    assert_eq!(m(3), None);
+    assert_eq!(
+        errs(
+            "name: r\nvirtual_hosts: [{name: a, domains: ['*'], routes: [{match: {prefix: /}, route: {cluster: backend, max_stream_duration: {grpc_timeout_header_offset: -1s}}}]}]"
+        ),
+        vec![
+            "virtual_hosts[0].routes[0].route.max_stream_duration.grpc_timeout_header_offset: must not be negative"
+        ]
+    );
 }

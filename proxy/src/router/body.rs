@@ -139,6 +139,9 @@ pub struct Progress {
     /// The route's `idle_timeout` in milliseconds (0: disabled), or
     /// `NO_OVERRIDE` for the connection manager's `stream_idle_timeout`.
     idle_override_ms: std::sync::atomic::AtomicU64,
+    /// The route's `max_stream_duration` in milliseconds (0: none), or
+    /// `NO_OVERRIDE` for the connection manager's.
+    duration_override_ms: std::sync::atomic::AtomicU64,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX;
@@ -151,7 +154,43 @@ impl Progress {
             last_ms: std::sync::atomic::AtomicU64::new(0),
             done: std::sync::atomic::AtomicBool::new(false),
             idle_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+            duration_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
         }
+    }
+
+    /// The route's `max_stream_duration` replaces the connection manager's
+    /// (`None`: no limit for this stream).
+    pub fn set_route_max_stream_duration(&self, t: Option<std::time::Duration>) {
+        let ms = t.map_or(0, |t| {
+            // Zero and below a millisecond: reached at once (Envoy's timer
+            // fires at 0 ms).
+            u64::try_from(t.as_millis())
+                .unwrap_or(NO_OVERRIDE - 1)
+                .clamp(1, NO_OVERRIDE - 1)
+        });
+        self.duration_override_ms
+            .store(ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// The stream's `max_stream_duration`: the route's, else `default` (the
+    /// connection manager's).
+    pub fn max_stream_duration(
+        &self,
+        default: Option<std::time::Duration>,
+    ) -> Option<std::time::Duration> {
+        match self
+            .duration_override_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            NO_OVERRIDE => default,
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(ms)),
+        }
+    }
+
+    /// When the request's headers arrived.
+    pub fn started(&self) -> tokio::time::Instant {
+        self.start
     }
 
     /// The route's `idle_timeout` replaces the stream idle timeout (zero disables it).
