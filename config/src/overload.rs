@@ -5,7 +5,7 @@
 //! equivalent without tcmalloc's heap statistics) and
 //! `global_downstream_max_connections`. Actions: `stop_accepting_requests`,
 //! `stop_accepting_connections`, `disable_http_keepalive` and `shrink_heap`
-//! (accepted: courier's allocator returns freed memory itself), each with a
+//! (glibc's free memory released every 10 s while active), each with a
 //! threshold trigger. Runtime: static layers with
 //! `envoy.resource_limits.listener.<name>.connection_limit` and
 //! `overload.global_downstream_max_connections`.
@@ -65,7 +65,7 @@ pub enum ActionKind {
     StopAcceptingConnections,
     /// HTTP/1.1 responses carry `connection: close`.
     DisableHttpKeepalive,
-    /// Accepted; nothing to do (no tcmalloc page heap to release).
+    /// Free memory is handed back to the system every 10 s while active.
     ShrinkHeap,
 }
 

@@ -18,6 +18,7 @@ mod filter_chain;
 pub mod fuzzing;
 mod grpc_timeout;
 mod h2_flood;
+mod heap_trim;
 mod http_filters;
 mod jwks_fetch;
 mod listener;

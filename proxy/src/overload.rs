@@ -3,6 +3,8 @@
 //! from `/proc/self/status`, the closest equivalent of tcmalloc's heap size)
 //! drives actions whose state workers read from atomics; the global and
 //! per-listener connection limits are counters shared by every worker.
+//! `shrink_heap` hands free memory back to the system (crate::heap_trim), so
+//! the resident set falls when load does.
 
 use courier_config::Bootstrap;
 use courier_config::overload::ActionKind;
@@ -66,6 +68,9 @@ pub struct Overload {
     stop_requests: AtomicBool,
     stop_connections: AtomicBool,
     disable_keepalive: AtomicBool,
+    shrink_heap: AtomicBool,
+    /// Times `shrink_heap` released free memory (`shrink_count`).
+    shrink_count: AtomicU64,
     /// Heap pressure in millionths (a gauge for stats).
     pressure_ppm: AtomicU64,
     /// An `overload_manager` is configured (its stats exist).
@@ -151,12 +156,17 @@ impl Overload {
             ("stop_accepting_requests", &self.stop_requests),
             ("stop_accepting_connections", &self.stop_connections),
             ("disable_http_keepalive", &self.disable_keepalive),
+            ("shrink_heap", &self.shrink_heap),
         ] {
             out.push((
                 format!("overload.envoy.overload_actions.{name}.active"),
                 u64::from(flag.load(Ordering::Relaxed)),
             ));
         }
+        out.push((
+            "overload.envoy.overload_actions.shrink_heap.shrink_count".to_string(),
+            self.shrink_count.load(Ordering::Relaxed),
+        ));
         out
     }
 
@@ -175,10 +185,15 @@ impl Overload {
         );
         self.disable_keepalive
             .store(fired(ActionKind::DisableHttpKeepalive), Ordering::Relaxed);
+        self.shrink_heap
+            .store(fired(ActionKind::ShrinkHeap), Ordering::Relaxed);
         self.pressure_ppm
             .store((pressure * 1e6) as u64, Ordering::Relaxed);
     }
 }
+
+/// How often `shrink_heap` releases memory while active (Envoy's heap shrinker timer).
+const SHRINK_EVERY: Duration = Duration::from_secs(10);
 
 /// The resident set size, from `VmRSS` in `/proc/self/status` (kB, so no page
 /// size is needed).
@@ -204,10 +219,27 @@ pub fn spawn_monitor(bootstrap: &Bootstrap) {
     let period = om.refresh_interval.max(Duration::from_millis(10));
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(period);
+        let mut last_shrink: Option<tokio::time::Instant> = None;
         loop {
             tick.tick().await;
-            if let Some(rss) = resident_bytes() {
-                get().apply(rss as f64 / max as f64, &om.actions);
+            let Some(rss) = resident_bytes() else {
+                continue;
+            };
+            let state = get();
+            state.apply(rss as f64 / max as f64, &om.actions);
+            // Envoy's heap shrinker releases free memory every 10 s while the
+            // action is active.
+            let now = tokio::time::Instant::now();
+            if state.shrink_heap.load(Ordering::Relaxed)
+                && last_shrink.is_none_or(|at| now >= at + SHRINK_EVERY)
+            {
+                last_shrink = Some(now);
+                crate::heap_trim::release_free_memory();
+                state.shrink_count.fetch_add(1, Ordering::Relaxed);
+                // What was released counts at once, not a refresh later.
+                if let Some(rss) = resident_bytes() {
+                    state.apply(rss as f64 / max as f64, &om.actions);
+                }
             }
         }
     });

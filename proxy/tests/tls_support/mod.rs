@@ -48,6 +48,19 @@ impl Drop for Courier {
 }
 
 impl Courier {
+    /// The process's resident set in bytes (`VmRSS`).
+    #[allow(dead_code)]
+    pub fn resident_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        kb * 1024
+    }
+
     /// The bound address of listener `name`.
     pub fn addr(&self, name: &str) -> &str {
         &self
