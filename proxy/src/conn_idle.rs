@@ -85,9 +85,16 @@ impl Activity {
         self.heads.load(Ordering::Relaxed)
     }
 
-    /// Resolves once the connection has had no active stream for `timeout`.
-    pub async fn idle_for(&self, timeout: Duration) {
+    /// Resolves once the connection has had no active stream for `timeout`
+    /// (as the overload manager's `reduce_timeouts` scales it, re-armed when
+    /// that changes).
+    pub async fn idle_for(&self, configured: Duration) {
+        let overload = crate::overload::get();
         loop {
+            let timeout = overload.scaled(
+                courier_config::overload::ScaledTimer::ConnectionIdle,
+                configured,
+            );
             let since =
                 self.start + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
             let deadline = since + timeout;
@@ -101,7 +108,10 @@ impl Activity {
             } else {
                 Instant::now() + timeout
             };
-            tokio::time::sleep_until(next).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(next) => {}
+                () = overload.timers_changed() => {}
+            }
         }
     }
 }
@@ -152,6 +162,10 @@ impl<B> Tracked<B> {
             Some(p) => p.idle_timeout(idle_timeout),
             None => idle_timeout,
         };
+        // As `reduce_timeouts` has it when the response starts.
+        let idle_timeout = idle_timeout.map(|t| {
+            crate::overload::get().scaled(courier_config::overload::ScaledTimer::StreamIdle, t)
+        });
         Tracked {
             body,
             guard: Some(guard),

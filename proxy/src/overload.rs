@@ -7,7 +7,7 @@
 //! the resident set falls when load does.
 
 use courier_config::Bootstrap;
-use courier_config::overload::ActionKind;
+use courier_config::overload::{ActionKind, ScaledTimer, TimerScale};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -71,6 +71,13 @@ pub struct Overload {
     shrink_heap: AtomicBool,
     /// Times `shrink_heap` released free memory (`shrink_count`).
     shrink_count: AtomicU64,
+    /// `reduce_timeouts`' state in millionths (0: timers as configured).
+    reduce_ppm: AtomicU64,
+    /// The timers `reduce_timeouts` scales.
+    timer_scales: Vec<TimerScale>,
+    /// Told when `reduce_timeouts`' state changes, so sleeping idle timers
+    /// re-arm at their new length.
+    timers_changed: tokio::sync::Notify,
     /// Heap pressure in millionths (a gauge for stats).
     pressure_ppm: AtomicU64,
     /// An `overload_manager` is configured (its stats exist).
@@ -102,6 +109,7 @@ pub fn init(bootstrap: &Bootstrap) {
         global,
         listeners,
         configured: om.is_some(),
+        timer_scales: om.map(|o| o.timer_scales.clone()).unwrap_or_default(),
         ..Overload::default()
     });
 }
@@ -137,6 +145,27 @@ impl Overload {
         self.stop_requests.load(Ordering::Relaxed)
     }
 
+    /// `timeout` of `timer` as `reduce_timeouts` has it now.
+    pub fn scaled(&self, timer: ScaledTimer, timeout: Duration) -> Duration {
+        let ppm = self.reduce_ppm.load(Ordering::Relaxed);
+        if ppm == 0 {
+            return timeout;
+        }
+        match self.timer_scales.iter().find(|s| s.timer == timer) {
+            Some(s) => s.scale(timeout, ppm as f64 / 1e6),
+            None => timeout,
+        }
+    }
+
+    /// Resolves when `reduce_timeouts` changes state; never when no timer is
+    /// scaled.
+    pub async fn timers_changed(&self) {
+        if self.timer_scales.is_empty() {
+            return std::future::pending().await;
+        }
+        self.timers_changed.notified().await;
+    }
+
     /// `disable_http_keepalive` is active: HTTP/1.1 responses close the connection.
     pub fn keepalive_disabled(&self) -> bool {
         self.disable_keepalive.load(Ordering::Relaxed)
@@ -152,6 +181,15 @@ impl Overload {
             "overload.envoy.resource_monitors.fixed_heap.pressure".to_string(),
             self.pressure_ppm.load(Ordering::Relaxed) / 10_000,
         )];
+        let reduce = self.reduce_ppm.load(Ordering::Relaxed);
+        out.push((
+            "overload.envoy.overload_actions.reduce_timeouts.scale_percent".to_string(),
+            reduce / 10_000,
+        ));
+        out.push((
+            "overload.envoy.overload_actions.reduce_timeouts.active".to_string(),
+            u64::from(reduce >= 1_000_000),
+        ));
         for (name, flag) in [
             ("stop_accepting_requests", &self.stop_requests),
             ("stop_accepting_connections", &self.stop_connections),
@@ -172,11 +210,20 @@ impl Overload {
 
     /// Applies a heap pressure (resident bytes / max) to the actions.
     fn apply(&self, pressure: f64, actions: &[courier_config::overload::Action]) {
-        let fired = |kind: ActionKind| {
+        // An action's state is its triggers' highest; the on/off actions act
+        // when saturated (state 1), as Envoy's.
+        let state = |kind: ActionKind| {
             actions
                 .iter()
-                .any(|a| a.kind == kind && pressure >= a.threshold)
+                .filter(|a| a.kind == kind)
+                .map(|a| a.trigger.state(pressure))
+                .fold(0.0f64, f64::max)
         };
+        let fired = |kind: ActionKind| state(kind) >= 1.0;
+        let reduce = (state(ActionKind::ReduceTimeouts) * 1e6) as u64;
+        if self.reduce_ppm.swap(reduce, Ordering::Relaxed) != reduce {
+            self.timers_changed.notify_waiters();
+        }
         self.stop_requests
             .store(fired(ActionKind::StopAcceptingRequests), Ordering::Relaxed);
         self.stop_connections.store(
@@ -249,7 +296,7 @@ pub fn spawn_monitor(bootstrap: &Bootstrap) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use courier_config::overload::Action;
+    use courier_config::overload::{Action, TimerMinimum, Trigger};
 
     #[test]
     fn limits_count_and_release() {
@@ -273,11 +320,11 @@ mod tests {
         let actions = [
             Action {
                 kind: ActionKind::DisableHttpKeepalive,
-                threshold: 0.5,
+                trigger: Trigger::Threshold(0.5),
             },
             Action {
                 kind: ActionKind::StopAcceptingRequests,
-                threshold: 0.9,
+                trigger: Trigger::Threshold(0.9),
             },
         ];
         o.apply(0.6, &actions);
@@ -287,5 +334,49 @@ mod tests {
         o.apply(0.1, &actions);
         assert!(!o.keepalive_disabled() && !o.stop_requests());
         assert!(resident_bytes().unwrap() > 0);
+    }
+
+    #[test]
+    fn reduce_timeouts_scales_idle_timers_with_pressure() {
+        let o = Overload {
+            timer_scales: vec![TimerScale {
+                timer: ScaledTimer::ConnectionIdle,
+                min: TimerMinimum::Absolute(Duration::from_secs(10)),
+            }],
+            ..Overload::default()
+        };
+        let actions = [
+            Action {
+                kind: ActionKind::ReduceTimeouts,
+                trigger: Trigger::Scaled {
+                    scaling: 0.5,
+                    saturation: 0.75,
+                },
+            },
+            // A scaled trigger fires an on/off action only once saturated.
+            Action {
+                kind: ActionKind::StopAcceptingRequests,
+                trigger: Trigger::Scaled {
+                    scaling: 0.5,
+                    saturation: 0.75,
+                },
+            },
+        ];
+        let idle = |o: &Overload| o.scaled(ScaledTimer::ConnectionIdle, Duration::from_secs(110));
+        o.apply(0.4, &actions);
+        assert_eq!(idle(&o), Duration::from_secs(110));
+        o.apply(0.625, &actions);
+        assert_eq!(idle(&o), Duration::from_secs(60));
+        assert!(!o.stop_requests());
+        // The stream idle timer is not scaled here.
+        assert_eq!(
+            o.scaled(ScaledTimer::StreamIdle, Duration::from_secs(110)),
+            Duration::from_secs(110)
+        );
+        o.apply(0.95, &actions);
+        assert_eq!(idle(&o), Duration::from_secs(10));
+        assert!(o.stop_requests());
+        o.apply(0.1, &actions);
+        assert_eq!(idle(&o), Duration::from_secs(110));
     }
 }

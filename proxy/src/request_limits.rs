@@ -184,12 +184,17 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     if request.is_none() && idle.is_none() && max_stream.is_none() {
         return respond.await;
     }
+    let overload = crate::overload::get();
+    // `reduce_timeouts` shortens the stream idle timer under memory pressure.
+    let scaled = |t: std::time::Duration| {
+        overload.scaled(courier_config::overload::ScaledTimer::StreamIdle, t)
+    };
     let start = Instant::now();
     let mut request_deadline = request.map(|t| start + t);
     // From when the headers arrived, as Envoy's timer.
     let stream_deadline = max_stream.map(|t| progress.started() + t);
     loop {
-        let idle_deadline = idle.map(|t| progress.last_activity() + t);
+        let idle_deadline = idle.map(|t| progress.last_activity() + scaled(t));
         let next = [request_deadline, idle_deadline, stream_deadline]
             .into_iter()
             .flatten()
@@ -200,6 +205,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
         tokio::select! {
             resp = respond.as_mut() => return resp,
             () = sleep_until(next) => {}
+            () = overload.timers_changed() => continue,
         }
         let now = Instant::now();
         if stream_deadline.is_some_and(|d| d <= now) {
@@ -232,7 +238,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
             }
         }
         if let Some(t) = idle
-            && progress.last_activity() + t <= now
+            && progress.last_activity() + scaled(t) <= now
         {
             let mut resp = if progress.done() {
                 local_reply(to, StatusCode::GATEWAY_TIMEOUT, "stream timeout")

@@ -163,8 +163,9 @@ impl Limits {
 }
 
 /// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
-/// end; once the server drains, or the connection has been idle for
-/// `$limits.idle_timeout`, shuts it down gracefully and lets it finish. At
+/// end; once the server drains it shuts it down gracefully and lets it finish;
+/// once idle for `$limits.idle_timeout` it drains as Envoy (HTTP/1.1: closed
+/// after `drain_timeout`). At
 /// `max_connection_duration` it drains as Envoy: HTTP/2 at once (GOAWAY, streams
 /// in flight finish); HTTP/1 answers `connection: close` from then on and is
 /// closed once idle after `drain_timeout`.
@@ -193,7 +194,13 @@ macro_rules! serve_until_drained {
         tokio::select! {
             _ = conn.as_mut() => {}
             () = idle => {
-                // Connection: close on an idle HTTP/1.1 connection, GOAWAY on HTTP/2.
+                // Envoy's drain sequence: GOAWAY on HTTP/2; an HTTP/1.1
+                // connection gets `drain_timeout` more, a request in it is
+                // answered with `connection: close`.
+                $activity.start_draining();
+                if !$activity.http2() {
+                    let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
+                }
                 conn.as_mut().graceful_shutdown();
                 let _ = conn.await;
             }

@@ -44,26 +44,65 @@ fn heap_monitor_and_actions() {
     assert_eq!(om.max_heap_bytes, Some(1000));
     assert_eq!(om.actions.len(), 4);
     assert_eq!(om.actions[1].kind, ActionKind::StopAcceptingRequests);
-    assert_eq!(om.actions[1].threshold, 0.98);
+    assert_eq!(om.actions[1].trigger, Trigger::Threshold(0.98));
 }
 
 #[test]
-fn unknown_actions_monitors_and_scaled_triggers_refused_with_paths() {
+fn unknown_actions_and_timers_refused_with_paths() {
     let err = load(
         listener(json!({})),
         heap_om(json!([
+            action("envoy.overload_actions.reset_high_memory_stream", 0.9),
+            {"name": "envoy.overload_actions.reduce_timeouts",
+             "triggers": [{"name": FIXED_HEAP, "scaled": {"scaling_threshold": 0.9, "saturation_threshold": 0.5}}],
+             "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.overload.v3.ScaleTimersOverloadActionConfig",
+                "timer_scale_factors": [{"timer": "TRANSPORT_SOCKET_CONNECT", "min_timeout": "1s"}]}},
             action("envoy.overload_actions.reduce_timeouts", 0.9),
-            {"name": "envoy.overload_actions.stop_accepting_requests",
-             "triggers": [{"name": FIXED_HEAP, "scaled": {"scaling_threshold": 0.5, "saturation_threshold": 0.9}}]},
         ])),
     )
     .unwrap_err()
     .to_string();
-    assert!(err.contains("overload_manager.actions[0].name"), "{err}");
-    assert!(
-        err.contains("overload_manager.actions[1].triggers[0]"),
-        "{err}"
-    );
+    for want in [
+        "overload_manager.actions[0].name: overload action envoy.overload_actions.reset_high_memory_stream is not supported",
+        "overload_manager.actions[1].triggers[0].scaled.scaling_threshold: must be less than saturation_threshold",
+        "overload_manager.actions[1].typed_config.timer_scale_factors[0].timer: scaling TRANSPORT_SOCKET_CONNECT is not supported",
+        "overload_manager.actions[2].typed_config: is required for reduce_timeouts",
+    ] {
+        assert!(err.contains(want), "{want}\n{err}");
+    }
+}
+
+#[test]
+fn reduce_timeouts_with_scaled_triggers() {
+    let b = load(
+        listener(json!({})),
+        heap_om(json!([
+            {"name": "envoy.overload_actions.reduce_timeouts",
+             "triggers": [{"name": FIXED_HEAP, "scaled": {"scaling_threshold": 0.8, "saturation_threshold": 0.9}}],
+             "typed_config": {
+                "@type": "type.googleapis.com/envoy.config.overload.v3.ScaleTimersOverloadActionConfig",
+                "timer_scale_factors": [
+                    {"timer": "HTTP_DOWNSTREAM_CONNECTION_IDLE", "min_timeout": "2s"},
+                    {"timer": "HTTP_DOWNSTREAM_STREAM_IDLE", "min_scale": {"value": 10}},
+                ]}},
+        ])),
+    )
+    .unwrap();
+    let om = b.overload_manager.unwrap();
+    let t = om.actions[0].trigger;
+    assert_eq!(t.state(0.5), 0.0);
+    assert!((t.state(0.85) - 0.5).abs() < 1e-9);
+    assert_eq!(t.state(0.95), 1.0);
+    let [idle, stream] = om.timer_scales[..] else {
+        panic!("{:?}", om.timer_scales)
+    };
+    assert_eq!(idle.timer, ScaledTimer::ConnectionIdle);
+    let s = Duration::from_secs;
+    assert_eq!(idle.scale(s(60), 0.0), s(60));
+    assert_eq!(idle.scale(s(60), 1.0), s(2));
+    assert_eq!(idle.scale(s(60), 0.5), s(31));
+    assert_eq!(stream.scale(s(300), 1.0), s(30));
 }
 
 #[test]
