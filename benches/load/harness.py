@@ -16,7 +16,8 @@ the fixed-rate latency runs, default 5000), CONNS (idle connections of the memor
 run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
 (comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
 only the authorization-chain comparison; ONLY=resilience: issue 6's scenarios in
-resilience.py), AUTHZ_ROUNDS (its alternating rounds, 2).
+resilience.py; ONLY=edge: edge best-practices settings against the baseline, edge.py),
+AUTHZ_ROUNDS (its alternating rounds, 2), EDGE_ROUNDS (3).
 
 The authorization-chain comparison (issue 4): courier (and Envoy) on envoy-authz.yaml
 (jwt_authn ES256 with jwt_cache_config -> rbac with 50 policies -> router) against the
@@ -39,6 +40,7 @@ import tempfile
 import time
 
 import authz  # benches/load/authz.py: the authorization-chain comparison
+import edge  # benches/load/edge.py: edge best-practices settings against the baseline
 import resilience  # benches/load/resilience.py: issue 6's scenarios (ONLY=resilience)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -452,8 +454,8 @@ def main():
                 stop(p.proc)
         return rows, courier_serves
 
-    if os.environ.get("ONLY") in ("authz", "resilience"):
-        scenario = authz if os.environ["ONLY"] == "authz" else resilience
+    if os.environ.get("ONLY") in ("authz", "resilience", "edge"):
+        scenario = {"authz": authz, "resilience": resilience, "edge": edge}[os.environ["ONLY"]]
         section = scenario.run(sys.modules[__name__], uport)
         print(section, flush=True)
         report.append(section)

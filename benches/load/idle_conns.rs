@@ -1,9 +1,10 @@
 //! Opens many idle HTTP/1.1 keep-alive connections to a proxy, for the load
 //! harness's memory figure (RSS growth per downstream connection).
 //!
-//! Usage: `bench-idle-conns ADDR COUNT HOLD_SECONDS`. Each connection sends one
+//! Usage: `bench-idle-conns ADDR COUNT HOLD_SECONDS [h2c]`. Each connection sends one
 //! `GET /` and reads the whole response, so the proxy has set up its per-connection
-//! HTTP state, then stays open and idle. Prints `open N` (N connections that got a
+//! HTTP state, then stays open and idle (with `h2c`: an HTTP/2 prior-knowledge
+//! connection, kept with its client state). Prints `open N` (N connections that got a
 //! response) once all are done, holds them for `HOLD_SECONDS`, then exits
 //! (closing them). Connections are opened 200 at a time and each step has a timeout,
 //! so the run is bounded.
@@ -55,14 +56,47 @@ async fn open(addr: String) -> Option<TcpStream> {
     matches!(done, Ok(Some(()))).then_some(stream)
 }
 
+/// An HTTP/2 (prior knowledge) connection that has completed one request; the
+/// client half that keeps it open.
+async fn open_h2(
+    addr: String,
+) -> Option<hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>> {
+    let stream = tokio::time::timeout(STEP_TIMEOUT, TcpStream::connect(addr.as_str()))
+        .await
+        .ok()?
+        .ok()?;
+    let (mut send, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .ok()?;
+    tokio::spawn(conn);
+    let req = http::Request::get("http://bench.local/")
+        .body(http_body_util::Empty::new())
+        .ok()?;
+    let resp = tokio::time::timeout(STEP_TIMEOUT, send.send_request(req))
+        .await
+        .ok()?
+        .ok()?;
+    use http_body_util::BodyExt;
+    tokio::time::timeout(STEP_TIMEOUT, resp.into_body().collect())
+        .await
+        .ok()?
+        .ok()?;
+    Some(send)
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn main() -> Result<(), Error> {
     let args: Vec<String> = std::env::args().collect();
-    let [_, addr, count, hold] = args.as_slice() else {
-        return Err("usage: bench-idle-conns ADDR COUNT HOLD_SECONDS".into());
+    let (addr, count, hold, h2) = match args.as_slice() {
+        [_, addr, count, hold] => (addr, count, hold, false),
+        [_, addr, count, hold, p] if p == "h2c" => (addr, count, hold, true),
+        _ => return Err("usage: bench-idle-conns ADDR COUNT HOLD_SECONDS [h2c]".into()),
     };
     let count: usize = count.parse()?;
     let hold = Duration::from_secs(hold.parse()?);
@@ -71,9 +105,22 @@ fn main() -> Result<(), Error> {
         .build()?;
     rt.block_on(async move {
         let mut conns = Vec::with_capacity(count);
+        let mut h2_conns = Vec::new();
         let mut failed = 0usize;
         for start in (0..count).step_by(BATCH) {
             let batch = BATCH.min(count - start);
+            if h2 {
+                let tasks: Vec<_> = (0..batch)
+                    .map(|_| tokio::spawn(open_h2(addr.clone())))
+                    .collect();
+                for t in tasks {
+                    match t.await {
+                        Ok(Some(s)) => h2_conns.push(s),
+                        _ => failed += 1,
+                    }
+                }
+                continue;
+            }
             let tasks: Vec<_> = (0..batch)
                 .map(|_| tokio::spawn(open(addr.clone())))
                 .collect();
@@ -84,9 +131,10 @@ fn main() -> Result<(), Error> {
                 }
             }
         }
-        println!("open {} failed {failed}", conns.len());
+        println!("open {} failed {failed}", conns.len() + h2_conns.len());
         tokio::time::sleep(hold).await;
         drop(conns);
+        drop(h2_conns);
         Ok(())
     })
 }
