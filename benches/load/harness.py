@@ -16,7 +16,9 @@ the fixed-rate latency runs, default 5000), CONNS (idle connections of the memor
 run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
 (comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
 only the authorization-chain comparison; ONLY=resilience: issue 6's scenarios in
-resilience.py; ONLY=edge: edge best-practices settings against the baseline, edge.py),
+resilience.py; ONLY=edge: edge best-practices settings against the baseline, edge.py;
+ONLY=slowloris: normal clients beside SLOW_CONNS slow-loris connections, slowloris.py;
+ONLY=memory: the memory runs alone, HTTP/1.1 and h2c),
 AUTHZ_ROUNDS (its alternating rounds, 2), EDGE_ROUNDS (3).
 
 The authorization-chain comparison (issue 4): courier (and Envoy) on envoy-authz.yaml
@@ -41,6 +43,7 @@ import time
 
 import authz  # benches/load/authz.py: the authorization-chain comparison
 import edge  # benches/load/edge.py: edge best-practices settings against the baseline
+import slowloris  # benches/load/slowloris.py: normal clients beside slow-loris connections
 import resilience  # benches/load/resilience.py: issue 6's scenarios (ONLY=resilience)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -360,17 +363,19 @@ def tables(title, rows):
     return "\n".join(lines) + "\n"
 
 
-def memory(kind, mode, upstream_port):
-    """Idle RSS and RSS growth per idle keep-alive connection over CONNS connections."""
+def memory(kind, mode, upstream_port, proto="h1"):
+    """Idle RSS and RSS growth per idle keep-alive connection over CONNS connections
+    (HTTP/1.1, or h2c prior knowledge with `proto="h2c"`)."""
     p = start_proxy(kind, mode, upstream_port)
     if not p.proc:
         return (p.label, p.reason)
     try:
         time.sleep(1)
         idle = rss_kb(p.proc.pid)
-        port = int(p.h1.rsplit(":", 1)[1].strip("/"))
+        port = int((p.h1 if proto == "h1" else p.h2).rsplit(":", 1)[1].strip("/"))
         client = spawn(["taskset", "-c", "1", os.path.join(BIN, "bench-idle-conns"),
-                        f"127.0.0.1:{port}", str(CONNS), "30"], f"{kind}-idle-conns")
+                        f"127.0.0.1:{port}", str(CONNS), "30"] + ([proto] if proto != "h1" else []),
+                       f"{kind}-idle-conns")
         opened, deadline = None, time.monotonic() + 90
         path = os.path.join(RUN, f"{kind}-idle-conns.out")
         while time.monotonic() < deadline and client.poll() is None:
@@ -392,9 +397,9 @@ def memory(kind, mode, upstream_port):
         stop(p.proc)
 
 
-def memory_table(rows, mode):
+def memory_table(rows, mode, proto="HTTP/1.1"):
     lines = [f"### Memory ({mode} config): RSS of the proxy process tree", "",
-             f"| proxy | idle RSS | RSS with {CONNS:,} idle keep-alive connections | growth per connection |",
+             f"| proxy | idle RSS | RSS with {CONNS:,} idle {proto} connections | growth per connection |",
              "|---|---|---|---|"]
     for label, r in rows:
         if isinstance(r, str):
@@ -454,8 +459,26 @@ def main():
                 stop(p.proc)
         return rows, courier_serves
 
-    if os.environ.get("ONLY") in ("authz", "resilience", "edge"):
-        scenario = {"authz": authz, "resilience": resilience, "edge": edge}[os.environ["ONLY"]]
+    if os.environ.get("ONLY") == "memory":
+        # Idle RSS and per-connection growth, HTTP/1.1 and h2c.
+        for proto, name in (("h1", "HTTP/1.1"), ("h2c", "h2c")):
+            mem = []
+            for kind in [k for k in ("courier", "envoy", "nginx", "haproxy") if k in PROXIES]:
+                if out_of_time():
+                    mem.append((kind, "skipped: harness time budget spent"))
+                    continue
+                log(f"memory {name}: {kind}")
+                mem.append(memory(kind, "proxy", uport, proto))
+            section = memory_table(mem, "proxy", name)
+            print(section, flush=True)
+            report.append(section)
+        with open(os.path.join(RUN, "report.md"), "w") as f:
+            f.write("\n".join(report))
+        stop(upstream)
+        return
+    scenarios = {"authz": authz, "resilience": resilience, "edge": edge, "slowloris": slowloris}
+    if os.environ.get("ONLY") in scenarios:
+        scenario = scenarios[os.environ["ONLY"]]
         section = scenario.run(sys.modules[__name__], uport)
         print(section, flush=True)
         report.append(section)

@@ -1,22 +1,43 @@
 //! Envoy's proto descriptors, for reading JSON/YAML through the proto3 JSON mapping.
 
+use arc_swap::ArcSwapOption;
 use prost_reflect::{DescriptorPool, MessageDescriptor};
-use std::sync::LazyLock;
+use std::sync::Arc;
 
 static ENVOY_DESCRIPTORS: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/envoy_descriptors.bin"));
 
-static POOL: LazyLock<Result<DescriptorPool, String>> = LazyLock::new(|| {
-    DescriptorPool::decode(ENVOY_DESCRIPTORS).map_err(|e| format!("Envoy descriptor set: {e}"))
-});
+/// The decoded pool, while something may need it. Decoded it takes several
+/// MB; a proxy with a static config needs it only to load that config, so
+/// the server lets it go once serving ([`release`]) and xDS decodes it again
+/// at its first resource.
+static POOL: ArcSwapOption<DescriptorPool> = ArcSwapOption::const_empty();
 
 /// The pool of the Envoy v3 messages courier reads (and their dependencies), with
 /// a field-less stand-in for every other message `envoy-types` knows.
 ///
-/// Decoded once per process; the set is the one `envoy-types` was generated from, so
-/// a `DynamicMessage` built from it transcodes exactly into the typed structs.
-pub fn pool() -> Result<&'static DescriptorPool, String> {
-    POOL.as_ref().map_err(Clone::clone)
+/// Decoded on first use (and again after [`release`]); the set is the one
+/// `envoy-types` was generated from, so a `DynamicMessage` built from it
+/// transcodes exactly into the typed structs. Descriptors and messages keep
+/// the pool they came from alive.
+pub fn pool() -> Result<DescriptorPool, String> {
+    if let Some(p) = POOL.load_full() {
+        return Ok((*p).clone());
+    }
+    let decoded = DescriptorPool::decode(ENVOY_DESCRIPTORS)
+        .map_err(|e| format!("Envoy descriptor set: {e}"))?;
+    // Two threads decoding at once both succeed; the first stored wins.
+    let previous = POOL.compare_and_swap(
+        &None::<Arc<DescriptorPool>>,
+        Some(Arc::new(decoded.clone())),
+    );
+    Ok(previous.as_ref().map_or(decoded, |p| (**p).clone()))
+}
+
+/// Lets the decoded pool go: its memory is freed once no descriptor or
+/// message made from it is left. The next [`pool`] call decodes it again.
+pub fn release() {
+    POOL.store(None);
 }
 
 /// Whether `desc` is a field-less stand-in for an Envoy message courier does

@@ -104,7 +104,7 @@ impl Cli {
             workers: self.workers(),
             drain_time: std::time::Duration::from_secs(self.drain_time_s),
             admin_address_path: self.admin_address_path.clone(),
-            bootstrap_proto: None,
+            bootstrap_dump: None,
             log_control: None,
         }
     }

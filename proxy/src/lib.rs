@@ -50,10 +50,19 @@ pub struct ServeOptions {
     pub drain_time: Duration,
     /// Where to write admin's bound address (`--admin-address-path`).
     pub admin_address_path: Option<std::path::PathBuf>,
-    /// The bootstrap as loaded, for admin's `/config_dump`.
-    pub bootstrap_proto: Option<prost_reflect::DynamicMessage>,
+    /// The bootstrap as loaded, in `/config_dump`'s shape ([`bootstrap_dump`]).
+    pub bootstrap_dump: Option<serde_json::Value>,
     /// Changes the process's log level at run time (admin's `/logging`).
     pub log_control: Option<LogControl>,
+}
+
+/// The bootstrap's part of admin's `/config_dump` (Envoy's `ConfigDump` of
+/// the static resources, secrets redacted), built once at start so the proto
+/// and its descriptors need not be kept.
+pub fn bootstrap_dump(
+    bootstrap: &prost_reflect::DynamicMessage,
+) -> Result<serde_json::Value, String> {
+    admin::config_dump::dump(bootstrap)
 }
 
 /// Sets the log level (a `tracing` filter directive such as `debug`); the binary

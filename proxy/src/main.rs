@@ -51,7 +51,9 @@ fn main() -> ExitCode {
             opts.log_control = log_control;
             // The same sources again, untranslated, for /config_dump (the first
             // load succeeded, so this one does too).
-            opts.bootstrap_proto = courier_config::load_bootstrap_proto(&cli.load_options()).ok();
+            opts.bootstrap_dump = courier_config::load_bootstrap_proto(&cli.load_options())
+                .ok()
+                .and_then(|p| courier::bootstrap_dump(&p).ok());
             courier::serve(bootstrap, &opts)
         }
     }

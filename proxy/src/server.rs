@@ -49,8 +49,8 @@ pub struct Shared {
     pub phase: watch::Sender<Phase>,
     /// The upstream clusters (`/clusters`).
     pub clusters: Arc<ClusterManager>,
-    /// The bootstrap as loaded (`/config_dump`).
-    pub bootstrap_proto: Option<prost_reflect::DynamicMessage>,
+    /// The bootstrap's part of `/config_dump`.
+    pub bootstrap_dump: Option<serde_json::Value>,
     /// Changes the log level (`/logging`).
     pub log_control: Option<crate::LogControl>,
     /// Admin's own access logs.
@@ -223,7 +223,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         concurrency: opts.workers,
         phase: shutdown_tx,
         clusters: Arc::clone(&clusters),
-        bootstrap_proto: opts.bootstrap_proto.clone(),
+        bootstrap_dump: opts.bootstrap_dump.clone(),
         log_control: opts.log_control.clone(),
         admin_logs: bootstrap
             .admin
@@ -235,6 +235,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     for (name, addr) in &shared.listeners {
         tracing::info!(listener = %name, %addr, "listening");
     }
+    // The config is loaded: the decoded descriptors (several MB) go until xDS
+    // needs them, and the memory loading took goes back to the system.
+    courier_config::descriptors::release();
+    crate::heap_trim::release_free_memory();
 
     runtime.block_on(async {
         clusters.spawn_dns_refresh();

@@ -4,7 +4,7 @@
 //! `/reset_counters`, `/quitquitquit`. Requests are logged to `admin.access_log`.
 
 mod clusters;
-mod config_dump;
+pub(crate) mod config_dump;
 
 use crate::access_log::body::LoggedBody;
 use crate::access_log::{Logs, Pending, RequestProgress, ResponseSide};
@@ -136,18 +136,16 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 reply(StatusCode::OK, clusters::text(&shared.clusters))
             }
         }
-        "/config_dump" => match &shared.bootstrap_proto {
-            Some(b) => match config_dump::dump(b) {
-                Ok(mut v) => {
-                    if let Some(x) = &shared.xds
-                        && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
-                    {
-                        crate::xds::merge_dump(x, &shared.clusters, configs);
-                    }
-                    json(v)
+        "/config_dump" => match &shared.bootstrap_dump {
+            Some(b) => {
+                let mut v = b.clone();
+                if let Some(x) = &shared.xds
+                    && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
+                {
+                    crate::xds::merge_dump(x, &shared.clusters, configs);
                 }
-                Err(e) => reply(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
-            },
+                json(v)
+            }
             None => reply(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "the bootstrap was not kept\n",

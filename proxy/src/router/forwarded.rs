@@ -100,11 +100,8 @@ pub fn mutate_request(
             headers.remove(h.as_str());
         }
     }
-    if edge
-        && let Some(addr) = final_remote
-        && let Ok(v) = HeaderValue::from_str(&addr.to_string())
-    {
-        headers.insert(EXTERNAL_ADDRESS, v);
+    if edge && let Some(addr) = final_remote {
+        headers.insert(EXTERNAL_ADDRESS, ip_text(addr));
     }
     if hcm.generate_request_id
         && ((edge && !hcm.preserve_external_request_id) || !headers.contains_key(&REQUEST_ID))
@@ -133,11 +130,34 @@ fn xff_entry(headers: &HeaderMap, skip: usize) -> (Option<IpAddr>, bool) {
 fn append_xff(headers: &mut HeaderMap, ip: IpAddr) {
     let value = match headers.get(&XFF).and_then(|v| v.to_str().ok()) {
         Some(old) if !old.is_empty() => format!("{old},{ip}"),
-        _ => ip.to_string(),
+        _ => {
+            headers.insert(XFF, ip_text(ip));
+            return;
+        }
     };
     if let Ok(v) = HeaderValue::from_str(&value) {
         headers.insert(XFF, v);
     }
+}
+
+/// `ip` as a header value. A connection's requests carry the same peer (and
+/// every request the same local address): the text of the last two addresses
+/// is kept per thread instead of formatted per request.
+fn ip_text(ip: IpAddr) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<[Option<(IpAddr, HeaderValue)>; 2]> =
+            const { std::cell::RefCell::new([None, None]) };
+    }
+    LAST.with_borrow_mut(|last| {
+        if let Some((_, v)) = last.iter().flatten().find(|(a, _)| *a == ip) {
+            return v.clone();
+        }
+        let v =
+            HeaderValue::from_str(&ip.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""));
+        last.swap(0, 1);
+        last[0] = Some((ip, v.clone()));
+        v
+    })
 }
 
 /// Envoy 1.40 treats no address as internal unless `internal_address_config`
@@ -183,6 +203,16 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_texts_are_kept_for_the_last_two_addresses() {
+        let a: IpAddr = "10.0.0.1".parse().unwrap();
+        let b: IpAddr = "::1".parse().unwrap();
+        let c: IpAddr = "192.0.2.7".parse().unwrap();
+        for ip in [a, b, a, c, b, c, a] {
+            assert_eq!(ip_text(ip), ip.to_string().as_str());
+        }
+    }
 
     #[test]
     fn uuids_are_version_4() {

@@ -114,9 +114,22 @@ pub fn plan<'a>(
     let policy: Option<&RetryPolicy> = action.retry_policy.as_ref().or(vhost.retry_policy.as_ref());
     // Envoy honours the headers only on internal requests (the connection
     // manager marks them `x-envoy-internal: true`); they are consumed either way.
-    // One pass over the names first: most requests carry no `x-envoy-*` header, and
-    // each lookup by name below parses and hashes that name.
-    let any = headers.keys().any(|k| k.as_str().starts_with("x-envoy-"));
+    // One pass over the names first: most requests carry none of these headers
+    // (an edge request does carry `x-envoy-external-address`), and each lookup
+    // by name below parses and hashes that name.
+    let any = headers.keys().any(|k| {
+        matches!(
+            k.as_str(),
+            RETRY_ON
+                | RETRY_GRPC_ON
+                | MAX_RETRIES
+                | RETRIABLE_CODES
+                | RETRIABLE_HEADER_NAMES
+                | PER_TRY_TIMEOUT
+                | RQ_TIMEOUT
+                | HEDGE
+        )
+    });
     let trusted = any
         && headers
             .get("x-envoy-internal")
