@@ -26,8 +26,8 @@ pub enum Resource {
     Listener(Listener),
     /// RDS.
     RouteConfig(RouteConfig),
-    /// CDS.
-    Cluster(Box<Cluster>),
+    /// CDS (shared: the running cluster keeps the store's translation).
+    Cluster(std::sync::Arc<Cluster>),
     /// EDS.
     LoadAssignment(LoadAssignment),
 }
@@ -56,7 +56,7 @@ pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
         route::translate(&m, &root, ctx).map(Resource::RouteConfig)
     } else if url == ClusterProto::type_url() {
         let m = decode::<ClusterProto>(any, ctx)?;
-        cluster::translate(&m, &root, ctx).map(|c| Resource::Cluster(Box::new(c)))
+        cluster::translate(&m, &root, ctx).map(|c| Resource::Cluster(std::sync::Arc::new(c)))
     } else if url == ClaProto::type_url() {
         let m = decode::<ClaProto>(any, ctx)?;
         cluster::load_assignment(&m, &root, ctx).map(Resource::LoadAssignment)

@@ -144,7 +144,7 @@ impl Cds {
     fn upsert(
         self: &Arc<Self>,
         st: &mut State,
-        c: &courier_config::cluster::Cluster,
+        c: &Arc<courier_config::cluster::Cluster>,
     ) -> Result<Option<Arc<UpstreamCluster>>, String> {
         if self.static_names.contains(&c.name) {
             return Err("a static cluster of the same name is in force".into());
@@ -177,7 +177,7 @@ impl Cds {
             _ => None,
         };
         let previous = self.clusters.get(&c.name);
-        let prepared = self.clusters.prepare(Arc::new(c.clone()))?;
+        let prepared = self.clusters.prepare(Arc::clone(c))?;
         st.warming.remove(&c.name);
         forget_service(st, &c.name);
         let Some((service, timeout)) = eds else {
