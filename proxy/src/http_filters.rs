@@ -7,6 +7,7 @@ use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
+use courier_config::listener::Listener;
 use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::ext_authz::AuthzTransport;
@@ -28,10 +29,18 @@ pub struct HttpFilters {
 impl HttpFilters {
     /// Builds the chains of every listener; remote JWKS are fetched through `client`.
     pub fn build(bootstrap: &Bootstrap, client: &ClusterClient) -> Result<Self, String> {
+        Self::build_listeners(bootstrap.listeners.iter().map(AsRef::as_ref), client)
+    }
+
+    /// Builds the chains of `listeners` (row `i` for the `i`th).
+    pub fn build_listeners<'a>(
+        listeners: impl IntoIterator<Item = &'a Listener>,
+        client: &ClusterClient,
+    ) -> Result<Self, String> {
         let mut out = Self::default();
         let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
         let authz: Arc<dyn AuthzTransport> = Arc::new(ClusterAuthz(client.clone()));
-        for l in &bootstrap.listeners {
+        for l in listeners {
             let mut chains = Vec::new();
             for fc in l.all_filter_chains() {
                 let (chain, stats) = courier_filters::build_chain_with(
@@ -48,6 +57,19 @@ impl HttpFilters {
             out.chains.push(chains);
         }
         Ok(out)
+    }
+
+    /// Spawns the chains' background work (JWKS refreshes) on the current
+    /// runtime, for a listener added at run time; the handles stop it.
+    pub fn spawn_background(&self) -> Vec<tokio::task::AbortHandle> {
+        self.chains
+            .iter()
+            .flatten()
+            .map(|chain| {
+                let background = Arc::clone(chain);
+                tokio::spawn(async move { background.background().await }).abort_handle()
+            })
+            .collect()
     }
 
     /// Starts the filters' work on the main thread's `runtime`: background work (JWKS

@@ -20,6 +20,7 @@ mod h2_flood;
 mod http_filters;
 mod jwks_fetch;
 mod listener;
+mod listeners;
 mod local_reply;
 mod maybe_tls;
 mod overload;

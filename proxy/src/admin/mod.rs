@@ -124,8 +124,8 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
-            for (name, addr) in &shared.listeners {
-                s.push_str(&format!("{name}::{addr}\n"));
+            for l in &shared.listeners.current().listeners {
+                s.push_str(&format!("{}::{}\n", l.name(), l.address));
             }
             reply(StatusCode::OK, s)
         }
@@ -142,7 +142,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                     if let Some(x) = &shared.xds
                         && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
                     {
-                        crate::xds::merge_dump(x, &shared.clusters, configs);
+                        crate::xds::merge_dump(x, &shared.clusters, &shared.listeners, configs);
                     }
                     json(v)
                 }
@@ -240,6 +240,7 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
 fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
+    shared.listeners.samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);

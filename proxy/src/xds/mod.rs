@@ -5,6 +5,7 @@
 //! store; workers pick it up at their next request). Runs on the main thread.
 
 mod cds;
+mod lds;
 
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -34,6 +35,7 @@ const FILE_POLL: Duration = Duration::from_millis(200);
 struct Apply {
     snapshot: Arc<ArcSwap<Snapshot>>,
     cds: Arc<cds::Cds>,
+    lds: Arc<lds::Lds>,
 }
 
 impl Consumer for Apply {
@@ -41,19 +43,13 @@ impl Consumer for Apply {
         match u.type_ {
             ResourceType::Endpoints => self.cds.endpoints(u),
             ResourceType::Cluster => self.cds.clusters(u),
-            ResourceType::RouteConfig => self.routes(u),
-            other => Verdict {
-                rejected: u
-                    .upserts
-                    .iter()
-                    .map(|up| {
-                        (
-                            up.name.clone(),
-                            format!("{other} over xDS is not served yet"),
-                        )
-                    })
-                    .collect(),
-            },
+            ResourceType::RouteConfig => {
+                let verdict = self.routes(u);
+                // Listeners waiting for these routes may go into force.
+                self.lds.routes_changed();
+                verdict
+            }
+            ResourceType::Listener => self.lds.listeners(u),
         }
     }
 }
@@ -241,6 +237,7 @@ pub fn start(
     bootstrap: &Bootstrap,
     snapshot: &Arc<ArcSwap<Snapshot>>,
     clusters: &Arc<ClusterManager>,
+    registry: &Arc<crate::listeners::Registry>,
 ) -> Result<Option<Xds>, String> {
     let resolve = Clusters(Arc::clone(clusters));
     let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
@@ -292,6 +289,32 @@ pub fn start(
                 ConfigSource {
                     kind: ConfigSourceKind::Ads,
                     initial_fetch_timeout: cs.initial_fetch_timeout,
+                },
+            ));
+        }
+    }
+    let lds_config = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .and_then(|d| d.lds_config.clone());
+    if let Some(ls) = &lds_config {
+        sources.push((ResourceType::Listener, ls.clone()));
+        // Listeners arriving over LDS get their routes over ADS when the
+        // bootstrap has it (streams are set up here, once), as CDS's endpoints.
+        let has_ads = bootstrap
+            .dynamic_resources
+            .as_ref()
+            .is_some_and(|d| d.ads_config.is_some());
+        if has_ads
+            && !sources
+                .iter()
+                .any(|(t, s)| *t == ResourceType::RouteConfig && s.kind == ConfigSourceKind::Ads)
+        {
+            sources.push((
+                ResourceType::RouteConfig,
+                ConfigSource {
+                    kind: ConfigSourceKind::Ads,
+                    initial_fetch_timeout: ls.initial_fetch_timeout,
                 },
             ));
         }
@@ -354,14 +377,24 @@ pub fn start(
             ResourceType::Endpoints,
             Interest::Names(cds.initial_eds_interest()),
         ),
-        (ResourceType::RouteConfig, Interest::Names(rds)),
+        (ResourceType::RouteConfig, Interest::Names(rds.clone())),
     ];
+    let lds = Arc::new(lds::Lds::new(
+        Arc::clone(registry),
+        Arc::clone(snapshot),
+        crate::upstream::client::ClusterClient::new(Arc::clone(clusters)),
+        bootstrap.listeners.iter().map(|l| l.name.clone()).collect(),
+        rds.clone(),
+        config_sources_of(&distinct_kinds, ResourceType::RouteConfig),
+    ));
     let consumer = Apply {
         snapshot: Arc::clone(snapshot),
         cds: Arc::clone(&cds),
+        lds: Arc::clone(&lds),
     };
     let client = Client::start(config, Arc::new(consumer));
     cds.handle.store(Some(Arc::new(client.handle())));
+    lds.handle.store(Some(Arc::new(client.handle())));
     Ok(Some(Xds {
         client,
         initial_fetch_timeout,
@@ -396,7 +429,11 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
 
 /// `/config_dump`'s dynamic parts: RDS route configurations and EDS
 /// assignments in force, each with its version and when it was applied.
-fn dump(handle: &courier_xds::XdsHandle, clusters: &ClusterManager) -> Vec<serde_json::Value> {
+fn dump(
+    handle: &courier_xds::XdsHandle,
+    clusters: &ClusterManager,
+    listeners: &crate::listeners::Registry,
+) -> Vec<serde_json::Value> {
     let warming = clusters.warming();
     // `keep` picks the resources (by name) that go in this list.
     let list =
@@ -439,6 +476,12 @@ fn dump(handle: &courier_xds::XdsHandle, clusters: &ClusterManager) -> Vec<serde
         }
         out.push(dump);
     }
+    if handle.delivers(ResourceType::Listener) {
+        out.push(serde_json::json!({
+            "@type": format!("{TYPE}ListenersConfigDump"),
+            "dynamic_listeners": listeners_dump(handle, listeners),
+        }));
+    }
     if handle.delivers(ResourceType::Endpoints) {
         out.push(serde_json::json!({
             "@type": format!("{TYPE}EndpointsConfigDump"),
@@ -454,9 +497,10 @@ fn dump(handle: &courier_xds::XdsHandle, clusters: &ClusterManager) -> Vec<serde
 pub fn merge_dump(
     handle: &courier_xds::XdsHandle,
     clusters: &ClusterManager,
+    listeners: &crate::listeners::Registry,
     configs: &mut Vec<serde_json::Value>,
 ) {
-    for extra in dump(handle, clusters) {
+    for extra in dump(handle, clusters, listeners) {
         let ty = extra.get("@type").cloned();
         let existing = configs
             .iter_mut()
@@ -467,6 +511,55 @@ pub fn merge_dump(
             (_, extra) => configs.push(extra),
         }
     }
+}
+
+/// `dynamic_listeners`: each LDS listener's version in force
+/// (`active_state`) and the one warming (`warming_state`), as Envoy.
+fn listeners_dump(
+    handle: &courier_xds::XdsHandle,
+    registry: &crate::listeners::Registry,
+) -> Vec<serde_json::Value> {
+    let st = handle.store().get(ResourceType::Listener);
+    let state = |l: &crate::listeners::ActiveListener| {
+        let d = l.dynamic.as_ref()?;
+        let mut when = String::new();
+        crate::access_log::time::default_format(d.last_updated, &mut when);
+        // The store holds the newest accepted version of each name.
+        let listener = st
+            .resources
+            .get(l.name())
+            .map_or(serde_json::Value::Null, |e| any_json(&e.raw));
+        Some(serde_json::json!({
+            "version_info": d.version_info,
+            "listener": listener,
+            "last_updated": when,
+        }))
+    };
+    let mut out: Vec<(String, serde_json::Value)> = Vec::new();
+    for l in &registry.current().listeners {
+        if let Some(s) = state(l) {
+            out.push((
+                l.name().to_string(),
+                serde_json::json!({"name": l.name(), "active_state": s}),
+            ));
+        }
+    }
+    for l in registry.warming.load().iter() {
+        let Some(s) = state(l) else { continue };
+        match out.iter_mut().find(|(n, _)| n == l.name()) {
+            Some((_, entry)) => {
+                if let Some(m) = entry.as_object_mut() {
+                    m.insert("warming_state".into(), s);
+                }
+            }
+            None => out.push((
+                l.name().to_string(),
+                serde_json::json!({"name": l.name(), "warming_state": s}),
+            )),
+        }
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.into_iter().map(|(_, v)| v).collect()
 }
 
 /// A resource in proto3 JSON with its `@type`.

@@ -1,0 +1,266 @@
+//! LDS applied to the listener registry: listeners added, changed and removed
+//! over xDS. A listener is checked and built (TLS, HTTP filters, address) on
+//! arrival; one naming RDS route configurations not in force yet warms until
+//! they arrive (or their source's `initial_fetch_timeout`), while the version
+//! in force, if any, keeps serving. Runs on the main thread.
+
+use crate::http_filters::HttpFilters;
+use crate::listeners::{ActiveListener, Dynamic, Parts, Registry};
+use crate::tls::ServerConfigs;
+use crate::upstream::client::ClusterClient;
+use arc_swap::{ArcSwap, ArcSwapOption};
+use courier_config::config_source::ConfigSourceKind;
+use courier_config::listener::Listener;
+use courier_config::listener::hcm::RouteSpecifier;
+use courier_config::resource::Resource;
+use courier_config::snapshot::Snapshot;
+use courier_xds::{Interest, ResourceType, Update, Verdict, XdsHandle};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+/// The listener side of the xDS consumer.
+pub(super) struct Lds {
+    registry: Arc<Registry>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    client: ClusterClient,
+    /// Bootstrap listeners: LDS does not replace or remove them.
+    static_names: HashSet<String>,
+    /// Route configurations the bootstrap's listeners name.
+    static_rds: BTreeSet<String>,
+    /// The config sources that deliver RDS (streams are set up at start).
+    rds_kinds: Vec<ConfigSourceKind>,
+    /// Main-thread state. `apply` and the warming timers run on the same
+    /// current-thread runtime and never hold it across an await, so `try_lock`
+    /// always succeeds there.
+    state: tokio::sync::Mutex<State>,
+    /// Set once the client runs (RDS interest follows the listeners).
+    pub(super) handle: ArcSwapOption<XdsHandle>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Listeners waiting for their route configurations, by name.
+    warming: HashMap<String, Arc<ActiveListener>>,
+}
+
+/// The RDS names of `l`'s connection managers, with the longest
+/// `initial_fetch_timeout` of their sources (`None`: wait for ever).
+fn rds_of(l: &Listener) -> (BTreeSet<String>, Option<Duration>) {
+    let mut names = BTreeSet::new();
+    let mut timeout = Some(Duration::ZERO);
+    for fc in l.all_filter_chains() {
+        if let RouteSpecifier::Rds {
+            route_config_name,
+            config_source,
+        } = &fc.http_connection_manager.route_specifier
+        {
+            names.insert(route_config_name.clone());
+            timeout = match (timeout, config_source.initial_fetch_timeout) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                _ => None,
+            };
+        }
+    }
+    (names, timeout)
+}
+
+impl Lds {
+    pub(super) fn new(
+        registry: Arc<Registry>,
+        snapshot: Arc<ArcSwap<Snapshot>>,
+        client: ClusterClient,
+        static_names: HashSet<String>,
+        static_rds: BTreeSet<String>,
+        rds_kinds: Vec<ConfigSourceKind>,
+    ) -> Self {
+        Self {
+            registry,
+            snapshot,
+            client,
+            static_names,
+            static_rds,
+            rds_kinds,
+            state: tokio::sync::Mutex::new(State::default()),
+            handle: ArcSwapOption::empty(),
+        }
+    }
+
+    /// Applies accepted listeners and removals; rejects listeners this data
+    /// plane cannot run (with the field path), the others apply.
+    pub(super) fn listeners(self: &Arc<Self>, u: &Update) -> Verdict {
+        let Ok(mut st) = self.state.try_lock() else {
+            return busy(u);
+        };
+        let mut verdict = Verdict::accept();
+        let mut ready = Vec::new();
+        for up in &u.upserts {
+            let Resource::Listener(l) = &*up.resource else {
+                continue;
+            };
+            match self.prepare(l, &up.version) {
+                Ok(active) => {
+                    // A newer version replaces one still warming.
+                    st.warming.remove(&l.name);
+                    let (names, timeout) = rds_of(l);
+                    if self.missing(&names) {
+                        st.warming.insert(l.name.clone(), Arc::clone(&active));
+                        self.warm_timeout(active, timeout);
+                    } else {
+                        ready.push(active);
+                    }
+                }
+                Err(why) => verdict.rejected.push((up.name.clone(), why)),
+            }
+        }
+        let mut removed = Vec::new();
+        for name in &u.removed {
+            if self.static_names.contains(name) {
+                continue;
+            }
+            st.warming.remove(name);
+            if self.registry.get(name).is_some() {
+                removed.push(name.clone());
+            }
+        }
+        self.registry.publish(ready, &removed);
+        self.publish_warming(&st);
+        self.set_rds_interest(&st);
+        verdict
+    }
+
+    /// Route configurations changed: warming listeners whose routes are all
+    /// in force now go into force.
+    pub(super) fn routes_changed(&self) {
+        let Ok(mut st) = self.state.try_lock() else {
+            return;
+        };
+        let warmed: Vec<String> = st
+            .warming
+            .iter()
+            .filter(|(_, l)| !self.missing(&rds_of(&l.config).0))
+            .map(|(n, _)| n.clone())
+            .collect();
+        if warmed.is_empty() {
+            return;
+        }
+        let ready = warmed.iter().filter_map(|n| st.warming.remove(n)).collect();
+        self.registry.publish(ready, &[]);
+        self.publish_warming(&st);
+    }
+
+    /// Whether some of `names` has no route configuration in force.
+    fn missing(&self, names: &BTreeSet<String>) -> bool {
+        let snap = self.snapshot.load();
+        names.iter().any(|n| !snap.route_configs.contains_key(n))
+    }
+
+    /// Puts a warming listener in force at `timeout` if its routes have not
+    /// arrived by then (as Envoy: it then serves without them).
+    fn warm_timeout(self: &Arc<Self>, active: Arc<ActiveListener>, timeout: Option<Duration>) {
+        let Some(t) = timeout else {
+            return;
+        };
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(t).await;
+            let mut st = me.state.lock().await;
+            let name = active.name().to_string();
+            if st
+                .warming
+                .get(&name)
+                .is_some_and(|w| Arc::ptr_eq(w, &active))
+            {
+                st.warming.remove(&name);
+                tracing::warn!(listener = %name, "RDS initial fetch timed out; listener in force without its routes");
+                me.registry.publish(vec![active], &[]);
+                me.publish_warming(&st);
+            }
+        });
+    }
+
+    fn publish_warming(&self, st: &State) {
+        self.registry
+            .warming
+            .store(Arc::new(st.warming.values().cloned().collect()));
+    }
+
+    /// RDS interest: the bootstrap's names and those of every LDS listener in
+    /// force or warming.
+    fn set_rds_interest(&self, st: &State) {
+        let Some(handle) = self.handle.load_full() else {
+            return;
+        };
+        let mut names = self.static_rds.clone();
+        for l in &self.registry.current().listeners {
+            if l.dynamic.is_some() {
+                names.extend(rds_of(&l.config).0);
+            }
+        }
+        for l in st.warming.values() {
+            names.extend(rds_of(&l.config).0);
+        }
+        handle.set_interest(ResourceType::RouteConfig, Interest::Names(names));
+    }
+
+    /// Checks and builds listener `l`.
+    fn prepare(&self, l: &Listener, version: &str) -> Result<Arc<ActiveListener>, String> {
+        if self.static_names.contains(&l.name) {
+            return Err("a static listener of the same name is in force".into());
+        }
+        let mut problems = Vec::new();
+        crate::serve_check::listener(l, "", &mut problems);
+        for fc in l.all_filter_chains() {
+            let hcm = &fc.http_connection_manager;
+            if let RouteSpecifier::Rds { config_source, .. } = &hcm.route_specifier
+                && !self.rds_kinds.contains(&config_source.kind)
+            {
+                problems.push(format!(
+                    "{}.rds.config_source: an RDS source not in the bootstrap is not served yet",
+                    fc.hcm_config_path
+                ));
+            }
+            for log in &hcm.access_log {
+                if let courier_config::listener::access_log::Sink::File(path) = &log.sink
+                    && let Err(e) = crate::access_log::writer::open(path)
+                {
+                    problems.push(format!("{}.access_log: {path}: {e}", fc.hcm_config_path));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            let problems: Vec<&str> = problems
+                .iter()
+                .map(|p| p.strip_prefix('.').unwrap_or(p))
+                .collect();
+            return Err(problems.join("; "));
+        }
+        let tls = ServerConfigs::build(std::iter::once(l))?;
+        let filters = HttpFilters::build_listeners(std::iter::once(l), &self.client)?;
+        let background = filters.spawn_background();
+        let aborts: Vec<tokio::task::AbortHandle> = background.clone();
+        self.registry
+            .build(Parts {
+                config: Arc::new(l.clone()),
+                tls: Arc::new(tls),
+                http_filters: (Arc::new(filters), 0),
+                background,
+                dynamic: Some(Dynamic {
+                    version_info: version.to_string(),
+                    last_updated: SystemTime::now(),
+                }),
+            })
+            .inspect_err(|_| aborts.iter().for_each(tokio::task::AbortHandle::abort))
+    }
+}
+
+/// Unreachable in practice (see [`Lds::state`]): rejects rather than block.
+fn busy(u: &Update) -> Verdict {
+    Verdict {
+        rejected: u
+            .upserts
+            .iter()
+            .map(|up| (up.name.clone(), "listener manager busy; retry".to_string()))
+            .collect(),
+    }
+}

@@ -1,0 +1,456 @@
+//! courier's LDS over ADS, end to end (SotW and Delta): the real binary, the
+//! in-repo tonic control plane and an echo upstream. courier boots from ADS
+//! alone (the bootstrap has only admin and the xDS cluster): a listener with
+//! RDS warms until its routes arrive (`/ready` 503 until then), then serves
+//! through a CDS+EDS cluster; a listener added later serves; an updated
+//! listener serves new connections with the new config while an open
+//! keep-alive connection gets `connection: close` and is closed; an RDS-only
+//! change leaves open connections open; a bad listener is NACKed by name and
+//! path while its valid sibling in the same response applies and the bad
+//! one's old version keeps serving; a removed listener stops accepting while
+//! the others serve.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+mod xds_support;
+
+use envoy_types::pb::envoy::config::cluster::v3::{Cluster, cluster};
+use envoy_types::pb::envoy::config::core::v3::{
+    Address, AggregatedConfigSource, ConfigSource, SocketAddress, address, config_source,
+    socket_address,
+};
+use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+use envoy_types::pb::envoy::config::listener::v3::{Filter, FilterChain, Listener, filter};
+use envoy_types::pb::envoy::config::route::v3::{
+    Route, RouteAction, RouteConfiguration, RouteMatch, VirtualHost, route, route_action,
+    route_match,
+};
+use envoy_types::pb::envoy::extensions::filters::http::router::v3::Router;
+use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::{
+    HttpConnectionManager, HttpFilter, Rds, http_connection_manager, http_filter,
+};
+use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher;
+use prost::Name;
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+use support::*;
+use xds_support::*;
+
+fn ads() -> ConfigSource {
+    ConfigSource {
+        config_source_specifier: Some(config_source::ConfigSourceSpecifier::Ads(
+            AggregatedConfigSource {},
+        )),
+        resource_api_version: 2,
+        ..Default::default()
+    }
+}
+
+fn to(cluster: &str) -> route::Action {
+    route::Action::Route(RouteAction {
+        cluster_specifier: Some(route_action::ClusterSpecifier::Cluster(cluster.into())),
+        ..Default::default()
+    })
+}
+
+fn eds_cluster(name: &str, service: &str) -> Cluster {
+    Cluster {
+        name: name.into(),
+        connect_timeout: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        cluster_discovery_type: Some(cluster::ClusterDiscoveryType::Type(
+            cluster::DiscoveryType::Eds as i32,
+        )),
+        eds_cluster_config: Some(cluster::EdsClusterConfig {
+            eds_config: Some(ads()),
+            service_name: service.into(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A listener on 127.0.0.1:0 with one connection manager (`stat_prefix` = name).
+fn listener(name: &str, routes: http_connection_manager::RouteSpecifier) -> Listener {
+    let hcm = HttpConnectionManager {
+        stat_prefix: name.into(),
+        route_specifier: Some(routes),
+        http_filters: vec![HttpFilter {
+            name: "envoy.filters.http.router".into(),
+            config_type: Some(http_filter::ConfigType::TypedConfig(
+                any(&Router::default()),
+            )),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    Listener {
+        name: name.into(),
+        address: Some(Address {
+            address: Some(address::Address::SocketAddress(SocketAddress {
+                address: "127.0.0.1".into(),
+                port_specifier: Some(socket_address::PortSpecifier::PortValue(0)),
+                ..Default::default()
+            })),
+        }),
+        filter_chains: vec![FilterChain {
+            filters: vec![Filter {
+                name: "envoy.filters.network.http_connection_manager".into(),
+                config_type: Some(filter::ConfigType::TypedConfig(any(&hcm))),
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+fn rds_listener(name: &str, route_config: &str) -> Listener {
+    listener(
+        name,
+        http_connection_manager::RouteSpecifier::Rds(Rds {
+            config_source: Some(ads()),
+            route_config_name: route_config.into(),
+        }),
+    )
+}
+
+fn inline_listener(name: &str, body: &str) -> Listener {
+    let mut rc = routes(direct(body));
+    rc.name = format!("{name}-inline");
+    listener(
+        name,
+        http_connection_manager::RouteSpecifier::RouteConfig(rc),
+    )
+}
+
+/// A listener whose inline route has a regex that does not compile.
+fn bad_listener(name: &str) -> Listener {
+    let rc = RouteConfiguration {
+        name: "bad".into(),
+        virtual_hosts: vec![VirtualHost {
+            name: "all".into(),
+            domains: vec!["*".into()],
+            routes: vec![Route {
+                r#match: Some(RouteMatch {
+                    path_specifier: Some(route_match::PathSpecifier::SafeRegex(RegexMatcher {
+                        regex: "(".into(),
+                        ..Default::default()
+                    })),
+                    ..Default::default()
+                }),
+                action: Some(direct("never")),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    listener(
+        name,
+        http_connection_manager::RouteSpecifier::RouteConfig(rc),
+    )
+}
+
+/// Admin and the xDS cluster only: listeners, routes, clusters and endpoints
+/// all come over ADS.
+fn lds_bootstrap(cp: SocketAddr, api_type: &str) -> String {
+    format!(
+        r#"
+node: {{id: courier-1, cluster: test}}
+admin:
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+dynamic_resources:
+  lds_config: {{ads: {{}}, resource_api_version: V3}}
+  cds_config: {{ads: {{}}, resource_api_version: V3}}
+  ads_config:
+    api_type: {api_type}
+    transport_api_version: V3
+    set_node_on_first_message_only: true
+    grpc_services:
+    - envoy_grpc: {{cluster_name: xds}}
+static_resources:
+  clusters:
+  - name: xds
+    connect_timeout: 1s
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        explicit_http_config: {{http2_protocol_options: {{}}}}
+    load_assignment:
+      cluster_name: xds
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}
+"#,
+        port = cp.port()
+    )
+}
+
+/// A courier process and its admin address (no listener at start).
+async fn start(config: &str) -> Proc {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("courier.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let admin_path = dir.path().join("admin");
+    let child = Command::new(env!("CARGO_BIN_EXE_courier"))
+        .args(["--concurrency", "2", "--drain-time-s", "1", "-c"])
+        .arg(&config_path)
+        .arg("--admin-address-path")
+        .arg(&admin_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut p = Proc {
+        child,
+        admin: String::new(),
+        listener: "127.0.0.1:0".parse().unwrap(),
+        _dir: dir,
+    };
+    for _ in 0..500 {
+        if let Ok(a) = std::fs::read_to_string(&admin_path)
+            && !a.is_empty()
+        {
+            p.admin = a;
+            return p;
+        }
+        if let Ok(Some(status)) = p.child.try_wait() {
+            panic!("courier exited with {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("courier did not start");
+}
+
+/// The address admin's `/listeners` gives listener `name`, if listed.
+async fn listed(admin: &str, name: &str) -> Option<SocketAddr> {
+    let prefix = format!("{name}::");
+    get_text(admin, "/listeners")
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).map(str::to_string))
+        .map(|a| a.parse().unwrap())
+}
+
+/// Waits until listener `name` is listed by admin (bounded).
+async fn port_of(admin: &str, name: &str) -> SocketAddr {
+    for _ in 0..250 {
+        if let Some(a) = listed(admin, name).await {
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("listener {name} never listed");
+}
+
+async fn ready_status(admin: &str) -> u16 {
+    H1::connect(admin.parse().unwrap())
+        .await
+        .get("/ready", &[])
+        .await
+        .status
+}
+
+async fn stat_of(admin: &str, name: &str) -> u64 {
+    get_text(admin, "/stats")
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Waits until connecting to `addr` is refused (bounded).
+async fn until_refused(addr: SocketAddr) {
+    for _ in 0..250 {
+        if tokio::net::TcpStream::connect(addr).await.is_err() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{addr} still accepts");
+}
+
+/// Waits until the server has closed `c` (bounded).
+async fn until_closed(c: &mut H1) {
+    for _ in 0..250 {
+        if c.0.is_closed() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("connection still open");
+}
+
+async fn lds_lifecycle(api_type: &str) {
+    let a = echo_upstream("a").await;
+    let (lds_url, rds_url, cds_url, cla_url) = (
+        Listener::type_url(),
+        RouteConfiguration::type_url(),
+        Cluster::type_url(),
+        ClusterLoadAssignment::type_url(),
+    );
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    cp.set(cds_url.clone(), "dyn", any(&eds_cluster("dyn", "svc")));
+    cp.set(cla_url.clone(), "svc", any(&cla("svc", a)));
+    cp.set(
+        lds_url.clone(),
+        "ingress",
+        any(&rds_listener("ingress", "routes")),
+    );
+    let c = start(&lds_bootstrap(cp.addr, api_type)).await;
+
+    // The listener warms until its route configuration arrives: not served,
+    // `/ready` not LIVE, and RDS asked for its routes.
+    cp.saw("RouteConfiguration").await;
+    assert_eq!(ready_status(&c.admin).await, 503);
+    assert_eq!(listed(&c.admin, "ingress").await, None);
+    let dump: serde_json::Value =
+        serde_json::from_str(&get_text(&c.admin, "/config_dump").await).unwrap();
+    let listeners = dump["configs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.ListenersConfigDump")
+        .unwrap()
+        .clone();
+    let warming = &listeners["dynamic_listeners"][0];
+    assert_eq!(warming["name"], "ingress", "{listeners}");
+    assert_eq!(
+        warming["warming_state"]["listener"]["name"], "ingress",
+        "{listeners}"
+    );
+    assert_eq!(
+        stat_of(&c.admin, "listener_manager.total_listeners_warming").await,
+        1
+    );
+
+    // Routes arrive: the listener goes into force, `/ready` turns LIVE and
+    // traffic reaches the upstream through the CDS+EDS cluster.
+    cp.set(rds_url.clone(), "routes", any(&routes(to("dyn"))));
+    let ingress = port_of(&c.admin, "ingress").await;
+    until(ingress, |r| r.header("x-upstream") == Some("a")).await;
+    for _ in 0..100 {
+        if ready_status(&c.admin).await == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready_status(&c.admin).await, 200);
+    assert_eq!(
+        stat_of(&c.admin, "listener_manager.total_listeners_warming").await,
+        0
+    );
+    assert_eq!(
+        stat_of(&c.admin, "listener_manager.total_listeners_active").await,
+        1
+    );
+    assert!(stat_of(&c.admin, "http.ingress.downstream_rq_total").await >= 1);
+
+    // A listener added later serves.
+    cp.set(
+        lds_url.clone(),
+        "second",
+        any(&inline_listener("second", "second-v1")),
+    );
+    let second = port_of(&c.admin, "second").await;
+    until(second, |r| r.body == "second-v1").await;
+    assert!(stat_of(&c.admin, "listener_manager.listener_added").await >= 2);
+
+    // An RDS-only change: the open connection on the LDS listener stays open
+    // and follows the new routes.
+    let mut on_ingress = H1::connect(ingress).await;
+    assert_eq!(
+        on_ingress.get("/", &[]).await.header("x-upstream"),
+        Some("a")
+    );
+    cp.set(rds_url.clone(), "routes", any(&routes(direct("routes-v2"))));
+    until(ingress, |r| r.body == "routes-v2").await;
+    for _ in 0..3 {
+        let r = on_ingress.get("/", &[]).await;
+        assert_eq!(r.body, "routes-v2");
+        assert_eq!(r.header("connection"), None, "{r:?}");
+    }
+    assert!(!on_ingress.0.is_closed());
+
+    // A listener update: new connections get the new config; the keep-alive
+    // connection opened before gets its next response with `connection:
+    // close` and is closed.
+    let mut on_second = H1::connect(second).await;
+    assert_eq!(on_second.get("/", &[]).await.body, "second-v1");
+    let modified = stat_of(&c.admin, "listener_manager.listener_modified").await;
+    cp.set(
+        lds_url.clone(),
+        "second",
+        any(&inline_listener("second", "second-v2")),
+    );
+    until(second, |r| r.body == "second-v2").await;
+    assert_eq!(listed(&c.admin, "second").await, Some(second));
+    let r = on_second.get("/", &[]).await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.header("connection"), Some("close"), "{r:?}");
+    until_closed(&mut on_second).await;
+    assert_eq!(
+        stat_of(&c.admin, "listener_manager.listener_modified").await,
+        modified + 1
+    );
+
+    // A bad listener and a valid sibling in one response: the sibling
+    // applies, the bad one is NACKed by name and field path, and its old
+    // version keeps serving.
+    cp.state.send_modify(|(v, r)| {
+        *v += 1;
+        let mut next = Resources::clone(r);
+        let l = next.entry(lds_url.clone()).or_default();
+        l.insert("second".into(), any(&bad_listener("second")));
+        l.insert("third".into(), any(&inline_listener("third", "third-v1")));
+        *r = Arc::new(next);
+    });
+    let mut nack = String::new();
+    for _ in 0..50 {
+        nack = cp.saw("Listener node=").await;
+        if !nack.ends_with("error=-") {
+            break;
+        }
+    }
+    assert!(nack.contains("'second'"), "{nack}");
+    assert!(nack.contains("virtual_hosts[0].routes[0]"), "{nack}");
+    assert!(!nack.contains("third"), "{nack}");
+    let third = port_of(&c.admin, "third").await;
+    until(third, |r| r.body == "third-v1").await;
+    let r = H1::connect(second).await.get("/", &[]).await;
+    assert_eq!(r.body, "second-v2");
+    assert!(stat_of(&c.admin, "listener_manager.lds.update_rejected").await >= 1);
+
+    // A removed listener stops accepting; the others serve.
+    cp.remove(&lds_url, "third");
+    until_refused(third).await;
+    assert_eq!(listed(&c.admin, "third").await, None);
+    assert_eq!(
+        H1::connect(second).await.get("/", &[]).await.body,
+        "second-v2"
+    );
+    assert_eq!(
+        H1::connect(ingress).await.get("/", &[]).await.body,
+        "routes-v2"
+    );
+    assert!(stat_of(&c.admin, "listener_manager.listener_removed").await >= 1);
+}
+
+#[tokio::test]
+async fn lds_over_sotw_ads() {
+    tokio::time::timeout(Duration::from_secs(60), lds_lifecycle("GRPC"))
+        .await
+        .expect("in time");
+}
+
+#[tokio::test]
+async fn lds_over_delta_ads() {
+    tokio::time::timeout(Duration::from_secs(60), lds_lifecycle("DELTA_GRPC"))
+        .await
+        .expect("in time");
+}
