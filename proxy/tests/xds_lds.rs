@@ -382,6 +382,13 @@ async fn lds_lifecycle(api_type: &str) {
     // close` and is closed.
     let mut on_second = H1::connect(second).await;
     assert_eq!(on_second.get("/", &[]).await.body, "second-v1");
+    let mut h2_on_second = H2::connect(second).await;
+    let h2_get = || {
+        http::Request::get("http://example.com/")
+            .body(http_body_util::Full::default())
+            .unwrap()
+    };
+    assert_eq!(h2_on_second.send(h2_get()).await.body, "second-v1");
     let modified = stat_of(&c.admin, "listener_manager.listener_modified").await;
     cp.set(
         lds_url.clone(),
@@ -394,6 +401,14 @@ async fn lds_lifecycle(api_type: &str) {
     assert_eq!(r.status, 200, "{r:?}");
     assert_eq!(r.header("connection"), Some("close"), "{r:?}");
     until_closed(&mut on_second).await;
+    // HTTP/2 gets GOAWAY and is closed once its streams are done.
+    for _ in 0..250 {
+        if h2_on_second.0.is_closed() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(h2_on_second.0.is_closed());
     assert_eq!(
         stat_of(&c.admin, "listener_manager.listener_modified").await,
         modified + 1
@@ -453,4 +468,89 @@ async fn lds_over_delta_ads() {
     tokio::time::timeout(Duration::from_secs(60), lds_lifecycle("DELTA_GRPC"))
         .await
         .expect("in time");
+}
+
+/// The bootstrap of [`lds_bootstrap`] without CDS (listeners with inline routes).
+fn lds_only_bootstrap(cp: SocketAddr, api_type: &str) -> String {
+    lds_bootstrap(cp, api_type).replace("  cds_config: {ads: {}, resource_api_version: V3}\n", "")
+}
+
+#[tokio::test]
+async fn listener_updates_under_traffic_fail_no_request() {
+    use http_body_util::{BodyExt, Full};
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let lds_url = Listener::type_url();
+        let cp = ControlPlane::start(Resources::new()).await;
+        cp.set(lds_url.clone(), "edge", any(&inline_listener("edge", "v0")));
+        let c = start(&lds_only_bootstrap(cp.addr, "DELTA_GRPC")).await;
+        let addr = port_of(&c.admin, "edge").await;
+        until(addr, |r| r.body == "v0").await;
+
+        // Keep-alive clients send back to back, reconnecting when courier
+        // closes a drained connection, while the listener changes 30 times.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut clients = Vec::new();
+        for _ in 0..2 {
+            let stop = Arc::clone(&stop);
+            clients.push(tokio::spawn(async move {
+                let (mut ok, mut closes, mut bad) = (0u32, 0u32, Vec::new());
+                let mut h = H1::connect(addr).await;
+                for _ in 0..100_000 {
+                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        break;
+                    }
+                    // A connection courier closed after `connection: close`.
+                    if h.0.ready().await.is_err() {
+                        h = H1::connect(addr).await;
+                        continue;
+                    }
+                    let req = http::Request::get("/")
+                        .header("host", "example.com")
+                        .body(Full::default())
+                        .unwrap();
+                    match h.0.send_request(req).await {
+                        Ok(resp) => {
+                            let status = resp.status().as_u16();
+                            closes += u32::from(resp.headers().get("connection").is_some());
+                            let body = resp.into_body().collect().await;
+                            if status == 200 && body.is_ok() {
+                                ok += 1;
+                            } else {
+                                bad.push(format!("{status} {:?}", body.err()));
+                            }
+                        }
+                        Err(e) => bad.push(e.to_string()),
+                    }
+                }
+                (ok, closes, bad)
+            }));
+        }
+        for i in 1..=30 {
+            let body = format!("v{i}");
+            cp.set(
+                lds_url.clone(),
+                "edge",
+                any(&inline_listener("edge", &body)),
+            );
+            until(addr, |r| r.body == body).await;
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut drained = 0;
+        for client in clients {
+            let (ok, closes, bad) = client.await.unwrap();
+            assert!(ok > 0);
+            assert!(bad.is_empty(), "failed requests: {bad:?}");
+            drained += closes;
+        }
+        // Connections of replaced versions were drained, not left behind.
+        assert!(drained > 0);
+        // The socket stayed: same address throughout.
+        assert_eq!(listed(&c.admin, "edge").await, Some(addr));
+        assert_eq!(
+            stat_of(&c.admin, "listener_manager.listener_modified").await,
+            30
+        );
+    })
+    .await
+    .expect("in time");
 }
