@@ -192,12 +192,23 @@ static_resources:
 
 /// A courier process and its admin address (no listener at start).
 async fn start(config: &str) -> Proc {
+    start_bin(
+        env!("CARGO_BIN_EXE_courier"),
+        &["--concurrency", "2", "--drain-time-s", "1"],
+        config,
+    )
+    .await
+}
+
+/// A proxy process (courier or Envoy) and its admin address.
+async fn start_bin(bin: &str, args: &[&str], config: &str) -> Proc {
     let dir = tempfile::tempdir().unwrap();
     let config_path = dir.path().join("courier.yaml");
     std::fs::write(&config_path, config).unwrap();
     let admin_path = dir.path().join("admin");
-    let child = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .args(["--concurrency", "2", "--drain-time-s", "1", "-c"])
+    let child = Command::new(bin)
+        .args(args)
+        .arg("-c")
         .arg(&config_path)
         .arg("--admin-address-path")
         .arg(&admin_path)
@@ -549,6 +560,116 @@ async fn listener_updates_under_traffic_fail_no_request() {
         assert_eq!(
             stat_of(&c.admin, "listener_manager.listener_modified").await,
             30
+        );
+    })
+    .await
+    .expect("in time");
+}
+
+/// Real Envoy, when installed (`COURIER_ENVOY`, else /work/venv/bin/envoy).
+fn envoy() -> Option<String> {
+    let path = std::env::var("COURIER_ENVOY").unwrap_or_else(|_| "/work/venv/bin/envoy".into());
+    if std::path::Path::new(&path).exists() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var_os("COURIER_REQUIRE_ENVOY").is_none(),
+        "no envoy at {path}"
+    );
+    eprintln!("SKIPPED: no envoy binary at {path}");
+    None
+}
+
+/// Waits for the next LDS request and says whether it ACKs or NACKs (with the
+/// NACK's detail).
+async fn lds_verdict(cp: &mut ControlPlane) -> String {
+    let line = cp.saw("Listener node=").await;
+    if line.ends_with("error=-") {
+        "ack".into()
+    } else {
+        line
+    }
+}
+
+/// One LDS scenario against one proxy: what it answered and served at each step.
+async fn lds_scenario(bin: &str, args: &[&str]) -> Vec<String> {
+    let lds_url = Listener::type_url();
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    cp.set(lds_url.clone(), "edge", any(&inline_listener("edge", "v1")));
+    let p = start_bin(bin, args, &lds_only_bootstrap(cp.addr, "GRPC")).await;
+    let edge = port_of(&p.admin, "edge").await;
+    until(edge, |r| r.body == "v1").await;
+    let mut seen = Vec::new();
+    // A bad version of `edge` beside a new valid listener, in one response.
+    cp.state.send_modify(|(v, r)| {
+        *v += 1;
+        let mut next = Resources::clone(r);
+        let l = next.entry(lds_url.clone()).or_default();
+        l.insert("edge".into(), any(&bad_listener("edge")));
+        l.insert("other".into(), any(&inline_listener("other", "other-v1")));
+        *r = Arc::new(next);
+    });
+    let mut verdict = lds_verdict(&mut cp).await;
+    for _ in 0..20 {
+        if verdict != "ack" {
+            break;
+        }
+        verdict = lds_verdict(&mut cp).await;
+    }
+    // The detail's wording differs (Envoy: "Error adding/updating listener(s)
+    // edge: ..."); both name the bad listener only.
+    seen.push(if verdict.contains("edge") && !verdict.contains("other") {
+        "nack edge".to_string()
+    } else {
+        verdict
+    });
+    let other = port_of(&p.admin, "other").await;
+    seen.push(until(other, |r| r.status == 200).await.body);
+    seen.push(H1::connect(edge).await.get("/", &[]).await.body);
+    // A valid update of `edge`, then `other` removed.
+    cp.set(lds_url.clone(), "edge", any(&inline_listener("edge", "v2")));
+    seen.push(until(edge, |r| r.body == "v2").await.body);
+    cp.remove(&lds_url, "other");
+    until_refused(other).await;
+    seen.push(format!(
+        "other listed: {}",
+        listed(&p.admin, "other").await.is_some()
+    ));
+    seen.push(H1::connect(edge).await.get("/", &[]).await.body);
+    seen
+}
+
+#[tokio::test]
+async fn envoy_and_courier_agree_on_lds() {
+    let Some(envoy) = envoy() else { return };
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let courier = lds_scenario(
+            env!("CARGO_BIN_EXE_courier"),
+            &["--concurrency", "1", "--drain-time-s", "1"],
+        )
+        .await;
+        let envoy = lds_scenario(
+            &envoy,
+            &[
+                "--concurrency",
+                "1",
+                "--drain-time-s",
+                "1",
+                "--use-dynamic-base-id",
+            ],
+        )
+        .await;
+        assert_eq!(courier, envoy);
+        assert_eq!(
+            courier,
+            [
+                "nack edge",
+                "other-v1",
+                "v1",
+                "v2",
+                "other listed: false",
+                "v2"
+            ]
         );
     })
     .await
