@@ -59,6 +59,17 @@ impl HttpFilters {
         Ok(out)
     }
 
+    /// Runs every chain's start-up work (remote JWKS `async_fetch` without
+    /// `fast_listener`) one after the other; whether all of it succeeded. An LDS
+    /// listener warms until it is done, as Envoy's init manager holds it.
+    pub async fn init_all(&self) -> bool {
+        let mut ok = true;
+        for chain in self.chains.iter().flatten() {
+            ok &= chain.init().await;
+        }
+        ok
+    }
+
     /// Spawns the chains' background work (JWKS refreshes) on the current
     /// runtime, for a listener added at run time; the handles stop it.
     pub fn spawn_background(&self) -> Vec<tokio::task::AbortHandle> {

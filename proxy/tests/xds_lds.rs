@@ -8,10 +8,12 @@
 //! change leaves open connections open; a bad listener is NACKed by name and
 //! path while its valid sibling in the same response applies and the bad
 //! one's old version keeps serving; a removed listener stops accepting while
-//! the others serve.
+//! the others serve. A listener whose jwt_authn fetches its JWKS at start-up
+//! warms until the fetch is done. Envoy and courier agree on an LDS scenario.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod jwt_support;
 mod support;
 mod xds_support;
 
@@ -671,6 +673,83 @@ async fn envoy_and_courier_agree_on_lds() {
                 "v2"
             ]
         );
+    })
+    .await
+    .expect("in time");
+}
+
+/// A listener (given as proto3 JSON) as an `Any`.
+fn listener_from_json(json: serde_json::Value) -> envoy_types::pb::google::protobuf::Any {
+    use prost::Message;
+    let desc = courier_config::descriptors::message_for_type_url(&Listener::type_url()).unwrap();
+    let msg = prost_reflect::DynamicMessage::deserialize(desc, json).unwrap();
+    envoy_types::pb::google::protobuf::Any {
+        type_url: Listener::type_url(),
+        value: msg.encode_to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn a_listener_warms_until_its_jwks_start_up_fetch_is_done() {
+    use jwt_support::{ISS, Key, jwks, jwks_server};
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let key = Key::rsa("k");
+        let (jwks_addr, state) = jwks_server(jwks(&[&key])).await;
+        state.set_open(false);
+        let listener = listener_from_json(serde_json::json!({
+            "name": "authed",
+            "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+            "filter_chains": [{"filters": [{
+                "name": "envoy.filters.network.http_connection_manager",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                    "stat_prefix": "authed",
+                    "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                        {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": "ok"}}}
+                    ]}]},
+                    "http_filters": [
+                        {"name": "envoy.filters.http.jwt_authn", "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+                            "providers": {"remote": {"issuer": ISS, "remote_jwks": {
+                                "http_uri": {"uri": "http://jwks.test/keys", "cluster": "jwks", "timeout": "5s"},
+                                "async_fetch": {}
+                            }}},
+                            "rules": [{"match": {"prefix": "/"}, "requires": {"provider_name": "remote"}}]
+                        }},
+                        {"name": "envoy.filters.http.router", "typed_config": {
+                            "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                        }}
+                    ]
+                }
+            }]}]
+        }));
+        let cp = ControlPlane::start(Resources::new()).await;
+        cp.set(Listener::type_url(), "authed", listener);
+        let bootstrap = format!(
+            "{}  - name: jwks\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: jwks\n      endpoints:\n      - lb_endpoints:\n        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n",
+            lds_only_bootstrap(cp.addr, "GRPC"),
+            jwks_addr.port()
+        );
+        let c = start(&bootstrap).await;
+        // The fetch starts when the listener arrives; the listener warms meanwhile.
+        state.arrived.notified().await;
+        assert_eq!(listed(&c.admin, "authed").await, None);
+        assert_eq!(
+            stat_of(&c.admin, "listener_manager.total_listeners_warming").await,
+            1
+        );
+        state.set_open(true);
+        let addr = port_of(&c.admin, "authed").await;
+        let token = key.token("a");
+        let r = H1::connect(addr)
+            .await
+            .get("/", &[("authorization", &format!("Bearer {token}"))])
+            .await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.body, "ok");
+        // The request found the keys at hand.
+        assert_eq!(state.fetches(), 1);
+        assert_eq!(H1::connect(addr).await.get("/", &[]).await.status, 401);
     })
     .await
     .expect("in time");

@@ -1,8 +1,9 @@
 //! LDS applied to the listener registry: listeners added, changed and removed
 //! over xDS. A listener is checked and built (TLS, HTTP filters, address) on
-//! arrival; one naming RDS route configurations not in force yet warms until
-//! they arrive (or their source's `initial_fetch_timeout`), while the version
-//! in force, if any, keeps serving. Runs on the main thread.
+//! arrival; one naming RDS route configurations not in force yet, or whose
+//! filters have start-up work (remote JWKS `async_fetch`), warms until they
+//! arrive and it is done (or its RDS source's `initial_fetch_timeout`), while
+//! the version in force, if any, keeps serving. Runs on the main thread.
 
 use crate::http_filters::HttpFilters;
 use crate::listeners::{ActiveListener, Dynamic, Parts, Registry};
@@ -40,12 +41,27 @@ pub(super) struct Lds {
 
 #[derive(Default)]
 struct State {
-    /// Listeners waiting for their route configurations, by name.
-    warming: HashMap<String, Arc<ActiveListener>>,
+    /// Listeners waiting for their route configurations or their filters'
+    /// start-up work, by name.
+    warming: HashMap<String, Warming>,
+}
+
+struct Warming {
+    active: Arc<ActiveListener>,
+    /// Whether the filters' start-up work (remote JWKS fetches) is done.
+    inited: bool,
+}
+
+/// The filters' start-up work of `active`, owning what it needs.
+type Init = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
+
+fn init_of(active: &Arc<ActiveListener>) -> Init {
+    let filters = Arc::clone(&active.http_filters);
+    Box::pin(async move { filters.init_all().await })
 }
 
 /// The RDS names of `l`'s connection managers, with the longest
-/// `initial_fetch_timeout` of their sources (`None`: wait for ever).
+/// `initial_fetch_timeout` of their sources (`None`: wait for ever, or no RDS).
 fn rds_of(l: &Listener) -> (BTreeSet<String>, Option<Duration>) {
     let mut names = BTreeSet::new();
     let mut timeout = Some(Duration::ZERO);
@@ -61,6 +77,11 @@ fn rds_of(l: &Listener) -> (BTreeSet<String>, Option<Duration>) {
                 _ => None,
             };
         }
+    }
+    // Without RDS nothing bounds the wait (the filters' fetches have their own
+    // timeouts).
+    if names.is_empty() {
+        timeout = None;
     }
     (names, timeout)
 }
@@ -103,12 +124,26 @@ impl Lds {
                     // A newer version replaces one still warming.
                     st.warming.remove(&l.name);
                     let (names, timeout) = rds_of(l);
-                    if self.missing(&names) {
-                        st.warming.insert(l.name.clone(), Arc::clone(&active));
-                        self.warm_timeout(active, timeout);
-                    } else {
+                    // Start-up work that is done at once (no remote fetch)
+                    // does not make the listener warm.
+                    let mut init = init_of(&active);
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    let inited = init.as_mut().poll(&mut cx).is_ready();
+                    if inited && !self.missing(&names) {
                         ready.push(active);
+                        continue;
                     }
+                    st.warming.insert(
+                        l.name.clone(),
+                        Warming {
+                            active: Arc::clone(&active),
+                            inited,
+                        },
+                    );
+                    if !inited {
+                        self.spawn_init(Arc::clone(&active), init);
+                    }
+                    self.warm_timeout(active, timeout);
                 }
                 Err(why) => verdict.rejected.push((up.name.clone(), why)),
             }
@@ -135,18 +170,47 @@ impl Lds {
         let Ok(mut st) = self.state.try_lock() else {
             return;
         };
+        self.publish_warmed(&mut st);
+    }
+
+    /// Puts warming listeners that are ready (start-up work done, routes in
+    /// force) into force.
+    fn publish_warmed(&self, st: &mut State) {
         let warmed: Vec<String> = st
             .warming
             .iter()
-            .filter(|(_, l)| !self.missing(&rds_of(&l.config).0))
+            .filter(|(_, w)| w.inited && !self.missing(&rds_of(&w.active.config).0))
             .map(|(n, _)| n.clone())
             .collect();
         if warmed.is_empty() {
             return;
         }
-        let ready = warmed.iter().filter_map(|n| st.warming.remove(n)).collect();
+        let ready = warmed
+            .iter()
+            .filter_map(|n| st.warming.remove(n))
+            .map(|w| w.active)
+            .collect();
         self.registry.publish(ready, &[]);
-        self.publish_warming(&st);
+        self.publish_warming(st);
+    }
+
+    /// Runs the filters' start-up work of warming `active`, then puts it in
+    /// force if its routes are there (Envoy's init manager: a failed fetch
+    /// does not hold the listener either).
+    fn spawn_init(self: &Arc<Self>, active: Arc<ActiveListener>, init: Init) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            if !init.await {
+                tracing::warn!(listener = %active.name(), "a filter's start-up work failed (remote JWKS fetch)");
+            }
+            let mut st = me.state.lock().await;
+            if let Some(w) = st.warming.get_mut(active.name())
+                && Arc::ptr_eq(&w.active, &active)
+            {
+                w.inited = true;
+                me.publish_warmed(&mut st);
+            }
+        });
     }
 
     /// Whether some of `names` has no route configuration in force.
@@ -169,10 +233,10 @@ impl Lds {
             if st
                 .warming
                 .get(&name)
-                .is_some_and(|w| Arc::ptr_eq(w, &active))
+                .is_some_and(|w| Arc::ptr_eq(&w.active, &active))
             {
                 st.warming.remove(&name);
-                tracing::warn!(listener = %name, "RDS initial fetch timed out; listener in force without its routes");
+                tracing::warn!(listener = %name, "listener warming timed out (RDS initial fetch); in force without what it waited for");
                 me.registry.publish(vec![active], &[]);
                 me.publish_warming(&st);
             }
@@ -180,9 +244,9 @@ impl Lds {
     }
 
     fn publish_warming(&self, st: &State) {
-        self.registry
-            .warming
-            .store(Arc::new(st.warming.values().cloned().collect()));
+        self.registry.warming.store(Arc::new(
+            st.warming.values().map(|w| Arc::clone(&w.active)).collect(),
+        ));
     }
 
     /// RDS interest: the bootstrap's names and those of every LDS listener in
@@ -197,8 +261,8 @@ impl Lds {
                 names.extend(rds_of(&l.config).0);
             }
         }
-        for l in st.warming.values() {
-            names.extend(rds_of(&l.config).0);
+        for w in st.warming.values() {
+            names.extend(rds_of(&w.active.config).0);
         }
         handle.set_interest(ResourceType::RouteConfig, Interest::Names(names));
     }
