@@ -117,8 +117,10 @@ pub struct Registry {
     added: AtomicU64,
     modified: AtomicU64,
     removed: AtomicU64,
-    /// LDS listeners warming (kept by the LDS side; `total_listeners_warming`).
-    pub warming: ArcSwap<Vec<Arc<ActiveListener>>>,
+    /// LDS listeners warming (`total_listeners_warming`, `/config_dump`).
+    warming: ArcSwap<Vec<Arc<ActiveListener>>>,
+    /// Woken when the warming set changes.
+    warming_changed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Registry {
@@ -151,6 +153,30 @@ impl Registry {
             modified: AtomicU64::new(0),
             removed: AtomicU64::new(0),
             warming: ArcSwap::default(),
+            warming_changed: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The LDS listeners warming.
+    pub fn warming(&self) -> Arc<Vec<Arc<ActiveListener>>> {
+        self.warming.load_full()
+    }
+
+    /// Replaces the set of warming listeners (the LDS side keeps it).
+    pub fn set_warming(&self, warming: Vec<Arc<ActiveListener>>) {
+        self.warming.store(Arc::new(warming));
+        self.warming_changed.notify_waiters();
+    }
+
+    /// Resolves once no listener warms (`/ready` waits for it at start, as
+    /// Envoy's server init waits for its listeners).
+    pub async fn warmed(&self) {
+        loop {
+            let changed = self.warming_changed.notified();
+            if self.warming.load().is_empty() {
+                return;
+            }
+            changed.await;
         }
     }
 

@@ -216,7 +216,18 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             let (handle, timeout) = (x.client.handle(), x.initial_fetch_timeout);
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                if !handle.initial_fetch(timeout).await {
+                // The initial resources, then the listeners they brought
+                // warm (routes, filters' start-up fetches), within one timeout.
+                let initial = async {
+                    let fetched = handle.initial_fetch(None).await;
+                    shared.listeners.warmed().await;
+                    fetched
+                };
+                let done = match timeout {
+                    Some(t) => tokio::time::timeout(t, initial).await.unwrap_or(false),
+                    None => initial.await,
+                };
+                if !done {
                     tracing::warn!("xDS initial fetch timed out; serving what arrived");
                 }
                 if shared.state() == State::Initializing {

@@ -738,8 +738,17 @@ async fn a_listener_warms_until_its_jwks_start_up_fetch_is_done() {
             stat_of(&c.admin, "listener_manager.total_listeners_warming").await,
             1
         );
+        // `/ready` waits for the listeners the initial resources brought.
+        assert_eq!(ready_status(&c.admin).await, 503);
         state.set_open(true);
         let addr = port_of(&c.admin, "authed").await;
+        for _ in 0..100 {
+            if ready_status(&c.admin).await == 200 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(ready_status(&c.admin).await, 200);
         let token = key.token("a");
         let r = H1::connect(addr)
             .await

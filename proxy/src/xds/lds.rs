@@ -244,9 +244,8 @@ impl Lds {
     }
 
     fn publish_warming(&self, st: &State) {
-        self.registry.warming.store(Arc::new(
-            st.warming.values().map(|w| Arc::clone(&w.active)).collect(),
-        ));
+        self.registry
+            .set_warming(st.warming.values().map(|w| Arc::clone(&w.active)).collect());
     }
 
     /// RDS interest: the bootstrap's names and those of every LDS listener in

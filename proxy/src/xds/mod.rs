@@ -544,7 +544,7 @@ fn listeners_dump(
             ));
         }
     }
-    for l in registry.warming.load().iter() {
+    for l in registry.warming().iter() {
         let Some(s) = state(l) else { continue };
         match out.iter_mut().find(|(n, _)| n == l.name()) {
             Some((_, entry)) => {
