@@ -342,3 +342,7 @@ impl Registry {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "listeners_tests.rs"]
+mod tests;
