@@ -763,3 +763,76 @@ async fn a_listener_warms_until_its_jwks_start_up_fetch_is_done() {
     .await
     .expect("in time");
 }
+
+/// A listener (inline route answering `body`) in a `DiscoveryResponse`'s YAML.
+fn listener_yaml(name: &str, body: &str) -> String {
+    format!(
+        r#"- "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+  name: {name}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+  filter_chains:
+  - filters:
+    - name: envoy.filters.network.http_connection_manager
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        stat_prefix: {name}
+        route_config:
+          virtual_hosts:
+          - name: all
+            domains: ["*"]
+            routes:
+            - match: {{prefix: "/"}}
+              direct_response: {{status: 200, body: {{inline_string: {body}}}}}
+        http_filters:
+        - name: envoy.filters.http.router
+          typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn listeners_from_a_watched_file_are_added_updated_and_removed() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let files = tempfile::tempdir().unwrap();
+        let lds = files.path().join("lds.yaml");
+        let write = |version: &str, listeners: &[String]| {
+            let tmp = files.path().join("lds.tmp");
+            std::fs::write(
+                &tmp,
+                format!("version_info: \"{version}\"\nresources:\n{}", listeners.concat()),
+            )
+            .unwrap();
+            // Atomic replace, as config pushers do.
+            std::fs::rename(&tmp, &lds).unwrap();
+        };
+        write("1", &[listener_yaml("one", "one-v1")]);
+        let config = format!(
+            "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\ndynamic_resources:\n  lds_config: {{path_config_source: {{path: {}}}, resource_api_version: V3}}\n",
+            lds.display()
+        );
+        let c = start(&config).await;
+        let one = port_of(&c.admin, "one").await;
+        until(one, |r| r.body == "one-v1").await;
+
+        write(
+            "2",
+            &[listener_yaml("one", "one-v2"), listener_yaml("two", "two-v1")],
+        );
+        let two = port_of(&c.admin, "two").await;
+        until(two, |r| r.body == "two-v1").await;
+        until(one, |r| r.body == "one-v2").await;
+        assert_eq!(listed(&c.admin, "one").await, Some(one));
+
+        // The file is the complete set: a listener left out is removed.
+        write("3", &[listener_yaml("two", "two-v1")]);
+        until_refused(one).await;
+        assert_eq!(listed(&c.admin, "one").await, None);
+        assert_eq!(H1::connect(two).await.get("/", &[]).await.body, "two-v1");
+        assert_eq!(
+            stat_of(&c.admin, "listener_manager.lds.update_success").await,
+            3
+        );
+    })
+    .await
+    .expect("in time");
+}

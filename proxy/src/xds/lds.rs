@@ -44,6 +44,9 @@ struct State {
     /// Listeners waiting for their route configurations or their filters'
     /// start-up work, by name.
     warming: HashMap<String, Warming>,
+    /// The RDS names last subscribed (a subscription is sent only on change:
+    /// each one makes streams and file sources re-request).
+    rds_interest: Option<BTreeSet<String>>,
 }
 
 struct Warming {
@@ -100,9 +103,13 @@ impl Lds {
             snapshot,
             client,
             static_names,
-            static_rds,
+            static_rds: static_rds.clone(),
             rds_kinds,
-            state: tokio::sync::Mutex::new(State::default()),
+            // The client starts with the bootstrap's names.
+            state: tokio::sync::Mutex::new(State {
+                rds_interest: Some(static_rds),
+                ..State::default()
+            }),
             handle: ArcSwapOption::empty(),
         }
     }
@@ -160,7 +167,7 @@ impl Lds {
         }
         self.registry.publish(ready, &removed);
         self.publish_warming(&st);
-        self.set_rds_interest(&st);
+        self.set_rds_interest(&mut st);
         verdict
     }
 
@@ -250,7 +257,7 @@ impl Lds {
 
     /// RDS interest: the bootstrap's names and those of every LDS listener in
     /// force or warming.
-    fn set_rds_interest(&self, st: &State) {
+    fn set_rds_interest(&self, st: &mut State) {
         let Some(handle) = self.handle.load_full() else {
             return;
         };
@@ -263,6 +270,10 @@ impl Lds {
         for w in st.warming.values() {
             names.extend(rds_of(&w.active.config).0);
         }
+        if st.rds_interest.as_ref() == Some(&names) {
+            return;
+        }
+        st.rds_interest = Some(names.clone());
         handle.set_interest(ResourceType::RouteConfig, Interest::Names(names));
     }
 
