@@ -54,7 +54,7 @@ pub struct Shared {
     pub log_control: Option<crate::LogControl>,
     /// Admin's own access logs.
     pub admin_logs: Arc<[courier_config::listener::access_log::AccessLog]>,
-    /// The xDS client, when EDS or RDS is configured (stats, `/config_dump`).
+    /// The xDS client, when some xDS source is configured (stats, `/config_dump`).
     pub xds: Option<courier_xds::XdsHandle>,
 }
 
