@@ -14,6 +14,8 @@ use arc_swap::ArcSwap;
 use courier_config::core::SocketAddress;
 use courier_config::listener::Listener;
 use courier_config::snapshot::Snapshot;
+use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerProto;
+use envoy_types::pb::google::protobuf::Any;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +29,9 @@ pub struct Dynamic {
     pub version_info: String,
     /// When it was accepted.
     pub last_updated: SystemTime,
+    /// The listener as received (`/config_dump`; which filter chains an
+    /// update leaves unchanged).
+    pub raw: Any,
 }
 
 /// One version of a listener, as the workers serve it. Connections keep the
@@ -51,8 +56,11 @@ pub struct ActiveListener {
     pub connection_limit: Option<Arc<Limit>>,
     /// Set for LDS listeners.
     pub dynamic: Option<Dynamic>,
-    /// Turns true once this version is replaced or removed.
-    drain: watch::Sender<bool>,
+    /// Per filter chain (`chain_at` order): turns true once the chain is gone
+    /// (the listener removed, or replaced by a version without an identical
+    /// chain). A chain kept unchanged by the next version shares its sender,
+    /// so its connections carry on until a later version changes it.
+    drain: Vec<Arc<watch::Sender<bool>>>,
     /// Keeps port 0 resolved (and the port held) while some version uses it.
     _reserved: Arc<socket2::Socket>,
     /// The filters' background work (JWKS refreshes), stopped with the listener.
@@ -78,14 +86,59 @@ impl ActiveListener {
         self.hcm_stats.get(chain).copied().unwrap_or(usize::MAX)
     }
 
-    /// What a connection of this version waits on to drain.
-    pub fn drain_signal(&self) -> watch::Receiver<bool> {
-        self.drain.subscribe()
+    /// What a connection of this version on filter chain `chain` waits on
+    /// to drain.
+    pub fn drain_signal(&self, chain: usize) -> watch::Receiver<bool> {
+        match self.drain.get(chain) {
+            Some(d) => d.subscribe(),
+            // No such chain (not expected): drained with the listener's first.
+            None => watch::channel(true).1,
+        }
     }
 
-    fn start_drain(&self) {
-        self.drain.send_replace(true);
+    /// Tells this version's connections to drain: all of them, or (`next`
+    /// given) those on chains the next version does not keep.
+    fn start_drain(&self, next: Option<&ActiveListener>) {
+        for d in &self.drain {
+            let kept = next.is_some_and(|n| n.drain.iter().any(|k| Arc::ptr_eq(k, d)));
+            if !kept {
+                d.send_replace(true);
+            }
+        }
     }
+}
+
+/// For each filter chain (`chain_at` order) of listener version `new`, the
+/// index of an identical chain in version `old`; `None` when something besides
+/// the filter chains changed. As Envoy's in-place filter chain update:
+/// connections on chains the new version keeps carry on, the others drain; any
+/// other change drains every connection.
+fn kept_chains(old: &Any, new: &Any) -> Option<Vec<Option<usize>>> {
+    use prost::Message;
+    let old = ListenerProto::decode(old.value.as_slice()).ok()?;
+    let new = ListenerProto::decode(new.value.as_slice()).ok()?;
+    let rest = |l: &ListenerProto| ListenerProto {
+        filter_chains: Vec::new(),
+        default_filter_chain: None,
+        ..l.clone()
+    };
+    if rest(&old) != rest(&new) {
+        return None;
+    }
+    let chains = |l: &ListenerProto| {
+        l.filter_chains
+            .iter()
+            .chain(l.default_filter_chain.as_ref())
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    let before = chains(&old);
+    Some(
+        chains(&new)
+            .iter()
+            .map(|c| before.iter().position(|b| b == c))
+            .collect(),
+    )
 }
 
 /// What the workers serve: every listener in force.
@@ -227,7 +280,26 @@ impl Registry {
             .all_filter_chains()
             .map(|fc| self.slot(|w| &w.listeners, &fc.http_connection_manager.stat_prefix))
             .collect();
-        let (drain, _) = watch::channel(false);
+        // Chains identical to one of the version in force keep its drain
+        // signal (and so its connections).
+        let kept = match (self.get(&l.name), &parts.dynamic) {
+            (Some(old), Some(new)) => old
+                .dynamic
+                .as_ref()
+                .and_then(|o| kept_chains(&o.raw, &new.raw))
+                .map(|k| (old, k)),
+            _ => None,
+        };
+        let drain = l
+            .all_filter_chains()
+            .enumerate()
+            .map(|(j, _)| {
+                kept.as_ref()
+                    .and_then(|(old, k)| old.drain.get((*k.get(j)?)?))
+                    .cloned()
+                    .unwrap_or_else(|| Arc::new(watch::channel(false).0))
+            })
+            .collect();
         Ok(Arc::new(ActiveListener {
             connection_limit: crate::overload::get().listener_limit(&l.name),
             config: parts.config,
@@ -281,10 +353,10 @@ impl Registry {
         for l in &current.listeners {
             if removed.iter().any(|r| r == l.name()) {
                 self.removed.fetch_add(1, Ordering::Relaxed);
-                retired.push(Arc::clone(l));
+                retired.push((Arc::clone(l), None));
             } else if let Some(new) = upserts.iter().find(|u| u.name() == l.name()) {
                 self.modified.fetch_add(1, Ordering::Relaxed);
-                retired.push(Arc::clone(l));
+                retired.push((Arc::clone(l), Some(Arc::clone(new))));
                 next.push(Arc::clone(new));
             } else {
                 next.push(Arc::clone(l));
@@ -296,6 +368,13 @@ impl Registry {
                 next.push(u);
             }
         }
+        // Connections of the retired versions are told first: once a worker
+        // accepts under a new version, the old one's connections already drain
+        // (one accepted in between drains at once; its request is answered).
+        for (l, next) in retired {
+            tracing::info!(listener = %l.name(), "listener version retired; draining the connections of its changed filter chains");
+            l.start_drain(next.as_deref());
+        }
         // The snapshot's listeners follow what is served.
         let snap = self.snapshot.load_full();
         let mut s = Snapshot::clone(&snap);
@@ -304,10 +383,6 @@ impl Registry {
         self.snapshot.store(Arc::new(s));
         self.set
             .send_replace(Arc::new(ListenerSet { listeners: next }));
-        for l in retired {
-            tracing::info!(listener = %l.name(), "listener version retired; draining its connections");
-            l.start_drain();
-        }
     }
 
     /// `listener_manager.*` stats (Envoy's names).

@@ -38,6 +38,7 @@ fn parts(config: Arc<Listener>) -> Parts {
         dynamic: Some(Dynamic {
             version_info: "1".into(),
             last_updated: SystemTime::now(),
+            raw: Any::default(),
         }),
     }
 }
@@ -78,18 +79,18 @@ fn versions_replace_by_name_keep_their_port_and_stats_and_drain_the_old() {
 
     // A new version of `a` at the same config address: same port, same slots;
     // the old version is told to drain, the new one is not.
-    let old_drain = a1.drain_signal();
+    let old_drain = a1.drain_signal(0);
     let a2 = r.build(parts(listener("a", 0, "ing"))).unwrap();
     assert_eq!(a2.address, a1.address);
     assert_eq!(a2.listener_stats, a1.listener_stats);
     r.publish(vec![Arc::clone(&a2)], &[]);
     assert!(*old_drain.borrow());
-    assert!(!*a2.drain_signal().borrow());
+    assert!(!*a2.drain_signal(0).borrow());
     assert!(Arc::ptr_eq(&r.get("a").unwrap(), &a2));
     assert_eq!(r.current().listeners[0].name(), "a", "in place");
 
     // Removed: gone from the set and the snapshot, and drained.
-    let b_drain = b1.drain_signal();
+    let b_drain = b1.drain_signal(0);
     r.publish(Vec::new(), &["b".to_string()]);
     assert!(r.get("b").is_none());
     assert!(*b_drain.borrow());

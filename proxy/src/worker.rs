@@ -337,7 +337,7 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 clusters,
                 shutdown,
                 listener_drain: Some(serve_conn::ListenerDrain {
-                    signal: active.drain_signal(),
+                    signal: active.drain_signal(accepted.filter_chain_index),
                     drain_time,
                 }),
             };

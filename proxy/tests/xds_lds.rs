@@ -290,3 +290,86 @@ async fn listener_updates_under_traffic_fail_no_request() {
     .await
     .expect("in time");
 }
+
+/// A listener with a chain for TLS clients naming `tls.test` (answering
+/// `sni_body`) and a default chain answering `plain_body`.
+fn two_chain_listener(sni_body: &str, plain_body: &str) -> envoy_types::pb::google::protobuf::Any {
+    let chain = |body: &str| {
+        serde_json::json!({"filters": [{
+            "name": "envoy.filters.network.http_connection_manager",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": "chains",
+                "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": body}}}
+                ]}]},
+                "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                }}]
+            }
+        }]})
+    };
+    let mut sni = chain(sni_body);
+    sni["filter_chain_match"] = serde_json::json!({"server_names": ["tls.test"]});
+    listener_from_json(serde_json::json!({
+        "name": "chains",
+        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+        "filter_chains": [sni],
+        "default_filter_chain": chain(plain_body),
+    }))
+}
+
+#[tokio::test]
+async fn an_update_drains_only_connections_of_changed_filter_chains() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let lds_url = Listener::type_url();
+        let cp = ControlPlane::start(Resources::new()).await;
+        cp.set(
+            lds_url.clone(),
+            "chains",
+            two_chain_listener("sni-v1", "plain-v1"),
+        );
+        let c = start(&lds_only_bootstrap(cp.addr, "GRPC")).await;
+        let addr = port_of(&c.admin, "chains").await;
+        until(addr, |r| r.body == "plain-v1").await;
+        let mut open = H1::connect(addr).await;
+        assert_eq!(open.get("/", &[]).await.body, "plain-v1");
+
+        // Only the TLS chain changes: the plaintext connection on the default
+        // chain carries on (Envoy's in-place filter chain update).
+        cp.set(
+            lds_url.clone(),
+            "chains",
+            two_chain_listener("sni-v2", "plain-v1"),
+        );
+        for _ in 0..250 {
+            if stat_of(&c.admin, "listener_manager.listener_modified").await == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            stat_of(&c.admin, "listener_manager.listener_modified").await,
+            1
+        );
+        for _ in 0..3 {
+            let r = open.get("/", &[]).await;
+            assert_eq!(r.body, "plain-v1");
+            assert_eq!(r.header("connection"), None, "{r:?}");
+        }
+        assert!(!open.0.is_closed());
+
+        // The default chain changes: its connection drains.
+        cp.set(
+            lds_url.clone(),
+            "chains",
+            two_chain_listener("sni-v2", "plain-v3"),
+        );
+        until(addr, |r| r.body == "plain-v3").await;
+        let r = open.get("/", &[]).await;
+        assert_eq!(r.header("connection"), Some("close"), "{r:?}");
+        until_closed(&mut open).await;
+    })
+    .await
+    .expect("in time");
+}

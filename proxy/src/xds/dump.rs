@@ -58,7 +58,7 @@ fn dump(
     if handle.delivers(ResourceType::Listener) {
         out.push(serde_json::json!({
             "@type": format!("{TYPE}ListenersConfigDump"),
-            "dynamic_listeners": listeners_dump(handle, listeners),
+            "dynamic_listeners": listeners_dump(listeners),
         }));
     }
     if handle.delivers(ResourceType::Endpoints) {
@@ -94,17 +94,12 @@ pub fn merge_dump(
 
 /// `dynamic_listeners`: each LDS listener's version in force
 /// (`active_state`) and the one warming (`warming_state`), as Envoy.
-fn listeners_dump(handle: &courier_xds::XdsHandle, registry: &Registry) -> Vec<serde_json::Value> {
-    let st = handle.store().get(ResourceType::Listener);
+fn listeners_dump(registry: &Registry) -> Vec<serde_json::Value> {
     let state = |l: &crate::listeners::ActiveListener| {
         let d = l.dynamic.as_ref()?;
         let mut when = String::new();
         crate::access_log::time::default_format(d.last_updated, &mut when);
-        // The store holds the newest accepted version of each name.
-        let listener = st
-            .resources
-            .get(l.name())
-            .map_or(serde_json::Value::Null, |e| any_json(&e.raw));
+        let listener = any_json(&d.raw);
         Some(serde_json::json!({
             "version_info": d.version_info,
             "listener": listener,

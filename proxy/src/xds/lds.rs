@@ -15,7 +15,7 @@ use courier_config::listener::Listener;
 use courier_config::listener::hcm::RouteSpecifier;
 use courier_config::resource::Resource;
 use courier_config::snapshot::Snapshot;
-use courier_xds::{Interest, ResourceType, Update, Verdict, XdsHandle};
+use courier_xds::{Interest, ResourceType, Update, Upsert, Verdict, XdsHandle};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -126,7 +126,7 @@ impl Lds {
             let Resource::Listener(l) = &*up.resource else {
                 continue;
             };
-            match self.prepare(l, &up.version) {
+            match self.prepare(l, up) {
                 Ok(active) => {
                     // A newer version replaces one still warming.
                     st.warming.remove(&l.name);
@@ -278,7 +278,7 @@ impl Lds {
     }
 
     /// Checks and builds listener `l`.
-    fn prepare(&self, l: &Listener, version: &str) -> Result<Arc<ActiveListener>, String> {
+    fn prepare(&self, l: &Listener, up: &Upsert) -> Result<Arc<ActiveListener>, String> {
         if self.static_names.contains(&l.name) {
             return Err("a static listener of the same name is in force".into());
         }
@@ -320,8 +320,9 @@ impl Lds {
                 http_filters: (Arc::new(filters), 0),
                 background,
                 dynamic: Some(Dynamic {
-                    version_info: version.to_string(),
+                    version_info: up.version.clone(),
                     last_updated: SystemTime::now(),
+                    raw: up.raw.clone(),
                 }),
             })
             .inspect_err(|_| aborts.iter().for_each(tokio::task::AbortHandle::abort))
