@@ -291,34 +291,6 @@ async fn listener_updates_under_traffic_fail_no_request() {
     .expect("in time");
 }
 
-/// A listener with a chain for TLS clients naming `tls.test` (answering
-/// `sni_body`) and a default chain answering `plain_body`.
-fn two_chain_listener(sni_body: &str, plain_body: &str) -> envoy_types::pb::google::protobuf::Any {
-    let chain = |body: &str| {
-        serde_json::json!({"filters": [{
-            "name": "envoy.filters.network.http_connection_manager",
-            "typed_config": {
-                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-                "stat_prefix": "chains",
-                "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
-                    {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": body}}}
-                ]}]},
-                "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                }}]
-            }
-        }]})
-    };
-    let mut sni = chain(sni_body);
-    sni["filter_chain_match"] = serde_json::json!({"server_names": ["tls.test"]});
-    listener_from_json(serde_json::json!({
-        "name": "chains",
-        "address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
-        "filter_chains": [sni],
-        "default_filter_chain": chain(plain_body),
-    }))
-}
-
 #[tokio::test]
 async fn an_update_drains_only_connections_of_changed_filter_chains() {
     tokio::time::timeout(Duration::from_secs(60), async {

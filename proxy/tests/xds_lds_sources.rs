@@ -1,7 +1,8 @@
 //! courier's LDS beyond the ADS lifecycle (xds_lds.rs): listeners from a
 //! watched `path_config_source` file; a listener whose jwt_authn fetches its
 //! JWKS at start-up warms until the fetch is done (and `/ready` waits); Envoy
-//! and courier agree on an LDS scenario (partial NACK, update, removal).
+//! and courier agree on an LDS scenario (partial NACK, update, removal) and on
+//! in-place filter chain updates (only the changed chain's connections drain).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -217,6 +218,94 @@ async fn envoy_and_courier_agree_on_lds() {
                 "v2",
                 "other listed: false",
                 "v2"
+            ]
+        );
+    })
+    .await
+    .expect("in time");
+}
+
+/// One in-place filter chain update scenario against one proxy: whether an
+/// open plaintext connection's next response closes it after an update of
+/// another chain, then after an update of its own chain.
+async fn chains_scenario(bin: &str, args: &[&str]) -> Vec<String> {
+    let lds_url = Listener::type_url();
+    let cp = ControlPlane::start(Resources::new()).await;
+    cp.set(
+        lds_url.clone(),
+        "chains",
+        two_chain_listener("sni-v1", "plain-v1"),
+    );
+    let p = start_bin(bin, args, &lds_only_bootstrap(cp.addr, "GRPC")).await;
+    let addr = port_of(&p.admin, "chains").await;
+    until(addr, |r| r.body == "plain-v1").await;
+    let mut open = H1::connect(addr).await;
+    let mut seen = Vec::new();
+    let get = async |open: &mut H1| {
+        let r = open.get("/", &[]).await;
+        format!("{} connection={:?}", r.body, r.header("connection"))
+    };
+    seen.push(get(&mut open).await);
+    cp.set(
+        lds_url.clone(),
+        "chains",
+        two_chain_listener("sni-v2", "plain-v1"),
+    );
+    // The update is in force once admin's config dump shows it.
+    for _ in 0..250 {
+        if get_text(&p.admin, "/config_dump").await.contains("sni-v2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        get_text(&p.admin, "/config_dump").await.contains("sni-v2"),
+        "{bin}"
+    );
+    seen.push(get(&mut open).await);
+    seen.push(get(&mut open).await);
+    cp.set(
+        lds_url.clone(),
+        "chains",
+        two_chain_listener("sni-v2", "plain-v3"),
+    );
+    until(addr, |r| r.body == "plain-v3").await;
+    seen.push(get(&mut open).await);
+    seen
+}
+
+#[tokio::test]
+async fn envoy_and_courier_agree_on_in_place_filter_chain_updates() {
+    let Some(envoy) = envoy() else { return };
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let courier = chains_scenario(
+            env!("CARGO_BIN_EXE_courier"),
+            &["--concurrency", "1", "--drain-time-s", "1"],
+        )
+        .await;
+        // Envoy's default drain strategy closes connections gradually over
+        // the drain time; courier's listener drain is immediate.
+        let envoy = chains_scenario(
+            &envoy,
+            &[
+                "--concurrency",
+                "1",
+                "--drain-time-s",
+                "1",
+                "--drain-strategy",
+                "immediate",
+                "--use-dynamic-base-id",
+            ],
+        )
+        .await;
+        assert_eq!(courier, envoy);
+        assert_eq!(
+            courier,
+            [
+                "plain-v1 connection=None",
+                "plain-v1 connection=None",
+                "plain-v1 connection=None",
+                "plain-v1 connection=Some(\"close\")",
             ]
         );
     })
