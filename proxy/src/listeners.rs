@@ -56,6 +56,9 @@ pub struct ActiveListener {
     pub connection_limit: Option<Arc<Limit>>,
     /// Set for LDS listeners.
     pub dynamic: Option<Dynamic>,
+    /// Whether it differs from the version in force when built only in its
+    /// filter chains (Envoy's in-place filter chain update).
+    in_place: bool,
     /// Per filter chain (`chain_at` order): turns true once the chain is gone
     /// (the listener removed, or replaced by a version without an identical
     /// chain). A chain kept unchanged by the next version shares its sender,
@@ -169,6 +172,7 @@ pub struct Registry {
     snapshot: Arc<ArcSwap<Snapshot>>,
     added: AtomicU64,
     modified: AtomicU64,
+    in_place_updated: AtomicU64,
     removed: AtomicU64,
     /// LDS listeners warming (`total_listeners_warming`, `/config_dump`).
     warming: ArcSwap<Vec<Arc<ActiveListener>>>,
@@ -204,6 +208,7 @@ impl Registry {
             snapshot,
             added: AtomicU64::new(0),
             modified: AtomicU64::new(0),
+            in_place_updated: AtomicU64::new(0),
             removed: AtomicU64::new(0),
             warming: ArcSwap::default(),
             warming_changed: tokio::sync::Notify::new(),
@@ -309,6 +314,7 @@ impl Registry {
             filters_index: parts.http_filters.1,
             listener_stats,
             hcm_stats,
+            in_place: kept.is_some(),
             dynamic: parts.dynamic,
             drain,
             _reserved: reserved,
@@ -356,6 +362,9 @@ impl Registry {
                 retired.push((Arc::clone(l), None));
             } else if let Some(new) = upserts.iter().find(|u| u.name() == l.name()) {
                 self.modified.fetch_add(1, Ordering::Relaxed);
+                if new.in_place {
+                    self.in_place_updated.fetch_add(1, Ordering::Relaxed);
+                }
                 retired.push((Arc::clone(l), Some(Arc::clone(new))));
                 next.push(Arc::clone(new));
             } else {
@@ -396,6 +405,10 @@ impl Registry {
         out.push((
             format!("{p}.listener_modified"),
             self.modified.load(Ordering::Relaxed),
+        ));
+        out.push((
+            format!("{p}.listener_in_place_updated"),
+            self.in_place_updated.load(Ordering::Relaxed),
         ));
         out.push((
             format!("{p}.listener_removed"),

@@ -271,6 +271,10 @@ async fn chains_scenario(bin: &str, args: &[&str]) -> Vec<String> {
     );
     until(addr, |r| r.body == "plain-v3").await;
     seen.push(get(&mut open).await);
+    for stat in ["listener_modified", "listener_in_place_updated"] {
+        let name = format!("listener_manager.{stat}");
+        seen.push(format!("{name}: {}", stat_of(&p.admin, &name).await));
+    }
     seen
 }
 
@@ -306,6 +310,8 @@ async fn envoy_and_courier_agree_on_in_place_filter_chain_updates() {
                 "plain-v1 connection=None",
                 "plain-v1 connection=None",
                 "plain-v1 connection=Some(\"close\")",
+                "listener_manager.listener_modified: 2",
+                "listener_manager.listener_in_place_updated: 2",
             ]
         );
     })
