@@ -2,7 +2,8 @@
 //! watched `path_config_source` file; a listener whose jwt_authn fetches its
 //! JWKS at start-up warms until the fetch is done (and `/ready` waits); Envoy
 //! and courier agree on an LDS scenario (partial NACK, update, removal) and on
-//! in-place filter chain updates (only the changed chain's connections drain).
+//! in-place filter chain updates (only the changed chain's connections drain)
+//! and on `/ready` while a listener warms at boot.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -314,6 +315,60 @@ async fn envoy_and_courier_agree_on_in_place_filter_chain_updates() {
                 "listener_manager.listener_in_place_updated: 2",
             ]
         );
+    })
+    .await
+    .expect("in time");
+}
+
+/// Boot from LDS with an RDS listener: what `/ready`, `/listeners` and traffic
+/// show while the listener warms and once its routes arrive.
+async fn warming_scenario(bin: &str, args: &[&str]) -> Vec<String> {
+    let (lds_url, rds_url) = (
+        Listener::type_url(),
+        envoy_types::pb::envoy::config::route::v3::RouteConfiguration::type_url(),
+    );
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    cp.set(lds_url, "ingress", any(&rds_listener("ingress", "routes")));
+    let p = start_bin(bin, args, &lds_only_bootstrap(cp.addr, "GRPC")).await;
+    cp.saw("RouteConfiguration").await;
+    // Envoy lists a listener warming during server init in `/listeners`
+    // (courier lists listeners in force only): not compared.
+    let mut seen = vec![format!("ready {}", ready_status(&p.admin).await)];
+    cp.set(rds_url, "routes", any(&routes(direct("r1"))));
+    let addr = port_of(&p.admin, "ingress").await;
+    seen.push(until(addr, |r| r.status == 200).await.body);
+    for _ in 0..100 {
+        if ready_status(&p.admin).await == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    seen.push(format!("ready {}", ready_status(&p.admin).await));
+    seen
+}
+
+#[tokio::test]
+async fn envoy_and_courier_agree_on_warming_at_boot() {
+    let Some(envoy) = envoy() else { return };
+    tokio::time::timeout(Duration::from_secs(90), async {
+        let courier = warming_scenario(
+            env!("CARGO_BIN_EXE_courier"),
+            &["--concurrency", "1", "--drain-time-s", "1"],
+        )
+        .await;
+        let envoy = warming_scenario(
+            &envoy,
+            &[
+                "--concurrency",
+                "1",
+                "--drain-time-s",
+                "1",
+                "--use-dynamic-base-id",
+            ],
+        )
+        .await;
+        assert_eq!(courier, envoy);
+        assert_eq!(courier, ["ready 503", "r1", "ready 200"]);
     })
     .await
     .expect("in time");
