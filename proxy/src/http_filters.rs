@@ -21,9 +21,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub struct HttpFilters {
     chains: Vec<Vec<Arc<FilterChain>>>,
-    /// Every chain's filter counters, with the HCM's stat prefix. One set per filter,
-    /// shared by all workers (relaxed atomics, not per worker).
-    stats: Vec<(String, FilterStats)>,
+    /// Every chain's filter counters, with the chain's (listener row, chain) and the
+    /// HCM's stat prefix. One set per filter, shared by all workers (relaxed
+    /// atomics, not per worker).
+    stats: Vec<((usize, usize), String, FilterStats)>,
 }
 
 impl HttpFilters {
@@ -40,9 +41,9 @@ impl HttpFilters {
         let mut out = Self::default();
         let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
         let authz: Arc<dyn AuthzTransport> = Arc::new(ClusterAuthz(client.clone()));
-        for l in listeners {
+        for (row, l) in listeners.into_iter().enumerate() {
             let mut chains = Vec::new();
-            for fc in l.all_filter_chains() {
+            for (index, fc) in l.all_filter_chains().enumerate() {
                 let (chain, stats) = courier_filters::build_chain_with(
                     &fc.http_connection_manager.http_filters,
                     Some(Arc::clone(&fetcher)),
@@ -51,12 +52,33 @@ impl HttpFilters {
                 .map_err(|e| format!("listener {}: {e}", l.name))?;
                 let prefix = &fc.http_connection_manager.stat_prefix;
                 out.stats
-                    .extend(stats.into_iter().map(|s| (prefix.clone(), s)));
+                    .extend(stats.into_iter().map(|s| ((row, index), prefix.clone(), s)));
                 chains.push(Arc::new(chain));
             }
             out.chains.push(chains);
         }
         Ok(out)
+    }
+
+    /// Puts chain `from` of `other` (row, chain) in place of chain `at` of this
+    /// table, with its counters: a filter chain a listener update leaves
+    /// unchanged keeps its filters (their JWKS caches) and counters.
+    pub fn keep_chain(&mut self, at: (usize, usize), other: &HttpFilters, from: (usize, usize)) {
+        let Some(chain) = other.chains.get(from.0).and_then(|r| r.get(from.1)) else {
+            return;
+        };
+        let Some(slot) = self.chains.get_mut(at.0).and_then(|r| r.get_mut(at.1)) else {
+            return;
+        };
+        *slot = Arc::clone(chain);
+        self.stats.retain(|(c, _, _)| *c != at);
+        self.stats.extend(
+            other
+                .stats
+                .iter()
+                .filter(|(c, _, _)| *c == from)
+                .map(|(_, prefix, s)| (at, prefix.clone(), s.clone())),
+        );
     }
 
     /// Runs every chain's start-up work (remote JWKS `async_fetch` without
@@ -152,7 +174,7 @@ impl HttpFilters {
 
     /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
     fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
-        for (_, s) in &self.stats {
+        for (_, _, s) in &self.stats {
             if let FilterStats::ExtAuthz { stat_prefix, stats } = s {
                 let p = if stat_prefix.is_empty() {
                     "ext_authz.".to_string()
@@ -173,7 +195,7 @@ impl HttpFilters {
     }
 
     fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
-        for (hcm, s) in &self.stats {
+        for (_, hcm, s) in &self.stats {
             match s {
                 FilterStats::JwtAuthn { stat_prefix, stats } => {
                     let p = if stat_prefix.is_empty() {

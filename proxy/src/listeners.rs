@@ -116,7 +116,7 @@ impl ActiveListener {
 /// the filter chains changed. As Envoy's in-place filter chain update:
 /// connections on chains the new version keeps carry on, the others drain; any
 /// other change drains every connection.
-fn kept_chains(old: &Any, new: &Any) -> Option<Vec<Option<usize>>> {
+pub(crate) fn kept_chains(old: &Any, new: &Any) -> Option<Vec<Option<usize>>> {
     use prost::Message;
     let old = ListenerProto::decode(old.value.as_slice()).ok()?;
     let new = ListenerProto::decode(new.value.as_slice()).ok()?;
@@ -426,6 +426,15 @@ impl Registry {
         for l in &set.listeners {
             if l.dynamic.is_some() {
                 l.http_filters.samples(out);
+            }
+        }
+    }
+
+    /// Zeroes the filter counters of LDS listeners (`/reset_counters`).
+    pub fn reset_counters(&self) {
+        for l in &self.current().listeners {
+            if l.dynamic.is_some() {
+                l.http_filters.reset_counters();
             }
         }
     }

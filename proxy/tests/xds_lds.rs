@@ -324,12 +324,19 @@ async fn an_update_drains_only_connections_of_changed_filter_chains() {
             stat_of(&c.admin, "listener_manager.listener_modified").await,
             1
         );
+        // The kept chain keeps its filters and their counters.
+        let allowed = stat_of(&c.admin, "http.chains.rbac.allowed").await;
+        assert!(allowed >= 2, "{allowed}");
         for _ in 0..3 {
             let r = open.get("/", &[]).await;
             assert_eq!(r.body, "plain-v1");
             assert_eq!(r.header("connection"), None, "{r:?}");
         }
         assert!(!open.0.is_closed());
+        assert_eq!(
+            stat_of(&c.admin, "http.chains.rbac.allowed").await,
+            allowed + 3
+        );
 
         // The default chain changes: its connection drains.
         cp.set(

@@ -171,6 +171,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/reset_counters" => {
             stats::reset_counters(&shared.stats);
             shared.http_filters.reset_counters();
+            shared.listeners.reset_counters();
             for c in shared.clusters.clusters() {
                 for level in &c.hosts().priorities {
                     for h in &level.all {
@@ -248,6 +249,15 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
         crate::xds::samples(x, &mut samples);
     }
     samples.sort();
+    // Filters of connection managers sharing a stat prefix count under the same
+    // names: one counter each, as in Envoy's store.
+    samples.dedup_by(|next, kept| {
+        let same = next.0 == kept.0;
+        if same {
+            kept.1 += next.1;
+        }
+        same
+    });
     samples
 }
 

@@ -310,7 +310,19 @@ impl Lds {
             return Err(problems.join("; "));
         }
         let tls = ServerConfigs::build(std::iter::once(l))?;
-        let filters = HttpFilters::build_listeners(std::iter::once(l), &self.client)?;
+        let mut filters = HttpFilters::build_listeners(std::iter::once(l), &self.client)?;
+        // Chains the version in force has unchanged keep their filters (caches,
+        // counters), as their connections do.
+        if let Some(old) = self.registry.get(&l.name)
+            && let Some(d) = &old.dynamic
+            && let Some(kept) = crate::listeners::kept_chains(&d.raw, &up.raw)
+        {
+            for (j, i) in kept.iter().enumerate() {
+                if let Some(i) = i {
+                    filters.keep_chain((0, j), &old.http_filters, (old.filters_index, *i));
+                }
+            }
+        }
         let background = filters.spawn_background();
         let aborts: Vec<tokio::task::AbortHandle> = background.clone();
         self.registry

@@ -350,7 +350,8 @@ pub fn listener_yaml(name: &str, body: &str) -> String {
 }
 
 /// A listener with a chain for TLS clients naming `tls.test` (answering
-/// `sni_body`) and a default chain answering `plain_body`.
+/// `sni_body`) and a default chain answering `plain_body`; both with an
+/// allow-all RBAC filter (`http.chains.rbac.allowed`).
 pub fn two_chain_listener(
     sni_body: &str,
     plain_body: &str,
@@ -364,9 +365,17 @@ pub fn two_chain_listener(
                 "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
                     {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": body}}}
                 ]}]},
-                "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-                }}]
+                "http_filters": [
+                    {"name": "envoy.filters.http.rbac", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC",
+                        "rules": {"action": "ALLOW", "policies": {"all": {
+                            "permissions": [{"any": true}], "principals": [{"any": true}]
+                        }}}
+                    }},
+                    {"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
+                    }}
+                ]
             }
         }]})
     };
