@@ -9,7 +9,8 @@
 //! is NACKed by name and path while its valid sibling in the same response
 //! applies and the bad one's old version keeps serving; a removed listener
 //! stops accepting while the others serve. Listener updates under traffic fail
-//! no request.
+//! no request. LDS listeners serve beside static ones (an LDS listener named
+//! as a static one is NACKed).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -348,6 +349,55 @@ async fn an_update_drains_only_connections_of_changed_filter_chains() {
         let r = open.get("/", &[]).await;
         assert_eq!(r.header("connection"), Some("close"), "{r:?}");
         until_closed(&mut open).await;
+    })
+    .await
+    .expect("in time");
+}
+
+#[tokio::test]
+async fn lds_listeners_beside_static_ones() {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        let (lds_url, rds_url) = (Listener::type_url(), RouteConfiguration::type_url());
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url, "routes", any(&routes(direct("static"))));
+        // One response: a listener named as the static one, and a new one.
+        cp.state.send_modify(|(v, r)| {
+            *v += 1;
+            let mut next = Resources::clone(r);
+            let l = next.entry(lds_url.clone()).or_default();
+            l.insert("ingress".into(), any(&inline_listener("ingress", "clash")));
+            l.insert("extra".into(), any(&inline_listener("extra", "extra-v1")));
+            *r = Arc::new(next);
+        });
+        let config = ads_bootstrap(cp.addr, "GRPC").replace(
+            "dynamic_resources:\n",
+            "dynamic_resources:\n  lds_config: {ads: {}, resource_api_version: V3}\n",
+        );
+        let c = start(&config).await;
+        let mut nack = String::new();
+        for _ in 0..50 {
+            nack = lds_verdict(&mut cp).await;
+            if nack != "ack" {
+                break;
+            }
+        }
+        assert!(nack.contains("'ingress'"), "{nack}");
+        assert!(nack.contains("static listener"), "{nack}");
+        assert!(!nack.contains("extra"), "{nack}");
+        let ingress = port_of(&c.admin, "ingress").await;
+        let extra = port_of(&c.admin, "extra").await;
+        until(ingress, |r| r.body == "static").await;
+        until(extra, |r| r.body == "extra-v1").await;
+        // Static listeners first, then LDS ones; each address has its stats.
+        let listeners = get_text(&c.admin, "/listeners").await;
+        assert!(listeners.starts_with("ingress::"), "{listeners}");
+        for addr in [ingress, extra] {
+            let name = format!(
+                "listener.{}.downstream_cx_total",
+                addr.to_string().replace(':', "_")
+            );
+            assert!(stat_of(&c.admin, &name).await >= 1, "{name}");
+        }
     })
     .await
     .expect("in time");
