@@ -65,7 +65,7 @@ pub struct ActiveListener {
     /// so its connections carry on until a later version changes it.
     drain: Vec<Arc<watch::Sender<bool>>>,
     /// Keeps port 0 resolved (and the port held) while some version uses it.
-    _reserved: Arc<socket2::Socket>,
+    reserved: Arc<socket2::Socket>,
     /// The filters' background work (JWKS refreshes), stopped with the listener.
     background: Vec<tokio::task::AbortHandle>,
 }
@@ -266,7 +266,7 @@ impl Registry {
         let l = &parts.config;
         let (address, reserved) = match self.get(&l.name) {
             Some(old) if old.config.address == l.address => {
-                (old.address, Arc::clone(&old._reserved))
+                (old.address, Arc::clone(&old.reserved))
             }
             _ => {
                 let addr = resolve(&l.address)?;
@@ -317,7 +317,7 @@ impl Registry {
             in_place: kept.is_some(),
             dynamic: parts.dynamic,
             drain,
-            _reserved: reserved,
+            reserved,
             background: parts.background,
         }))
     }
