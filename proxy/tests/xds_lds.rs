@@ -9,8 +9,10 @@
 //! is NACKed by name and path while its valid sibling in the same response
 //! applies and the bad one's old version keeps serving; a removed listener
 //! stops accepting while the others serve. Listener updates under traffic fail
-//! no request. LDS listeners serve beside static ones (an LDS listener named
-//! as a static one is NACKed).
+//! no request. An update changing one filter chain drains only that chain's
+//! connections, and the chain it keeps keeps its filters' counters. LDS
+//! listeners serve beside static ones (an LDS listener named as a static one
+//! is NACKed).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
