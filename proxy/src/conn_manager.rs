@@ -36,8 +36,8 @@ const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-reques
 /// Facts about a downstream connection that requests on it need.
 #[derive(Debug)]
 pub struct ConnInfo {
-    /// Index of the listener in the snapshot.
-    pub listener_index: usize,
+    /// The listener (the version the connection was accepted under).
+    pub listener: Arc<courier_config::listener::Listener>,
     /// The peer's address.
     pub peer: SocketAddr,
     /// Our address on the connection.
@@ -154,7 +154,7 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
         .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
 }
 
-/// Handles one request on a connection of listener `info.listener_index`, with
+/// Handles one request on a connection of listener `info.listener`, with
 /// the connection manager of filter chain `info.filter_chain_index`.
 pub async fn handle(
     mut req: Request<Incoming>,
@@ -164,10 +164,7 @@ pub async fn handle(
     up: &Upstream<'_>,
 ) -> Response<LoggedBody<ResponseBody>> {
     stats.rq_total.inc();
-    let hcm = snapshot
-        .listeners
-        .get(info.listener_index)
-        .and_then(|l| crate::filter_chain::chain_at(l, info.filter_chain_index))
+    let hcm = crate::filter_chain::chain_at(&info.listener, info.filter_chain_index)
         .map(|fc| &fc.http_connection_manager);
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
     let mut guard = Guard(None);
@@ -189,7 +186,7 @@ pub async fn handle(
             let to = ReplyTo::of(&req);
             // The log sees the request as the connection manager passed it on.
             let log_progress = logging.then(|| {
-                let pending = pending(&req, snapshot, info);
+                let pending = pending(&req, info);
                 let progress = (Arc::clone(&pending.request), pending.started);
                 guard.0 = Some(pending);
                 progress
@@ -227,7 +224,7 @@ pub async fn handle(
             }
             resp
         }
-        // The listener vanished from the snapshot while the connection stayed open.
+        // The connection's filter chain index names no chain (not expected).
         None => reply(StatusCode::SERVICE_UNAVAILABLE, "").map(ResponseBody::from),
     };
     if let Some(hcm) = hcm
@@ -258,12 +255,11 @@ pub async fn handle(
 }
 
 /// The request side of the log entry of `req`.
-fn pending(req: &Request<Incoming>, snapshot: &Arc<Snapshot>, info: &ConnInfo) -> Pending {
+fn pending(req: &Request<Incoming>, info: &ConnInfo) -> Pending {
     use http_body::Body as _;
     Pending {
         logs: Logs::Hcm {
-            snapshot: Arc::clone(snapshot),
-            listener_index: info.listener_index,
+            listener: Arc::clone(&info.listener),
             filter_chain_index: info.filter_chain_index,
         },
         start: SystemTime::now(),

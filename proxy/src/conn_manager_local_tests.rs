@@ -72,7 +72,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
             let (snapshot, clusters, stats) = (snapshot.clone(), clusters.clone(), stats.clone());
             async move {
                 let info = ConnInfo {
-                    listener_index: 0,
+                    listener: std::sync::Arc::clone(&snapshot.listeners[0]),
                     filter_chain_index: 0,
                     peer: "127.0.0.1:1000".parse().unwrap(),
                     local: "127.0.0.1:2000".parse().unwrap(),

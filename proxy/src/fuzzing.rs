@@ -82,8 +82,15 @@ impl Http1Harness {
     pub fn serve(&self, input: &[u8]) -> Result<Vec<u8>, Stalled> {
         let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
         let local = SocketAddr::from(([127, 0, 0, 1], 10000));
+        let listener = self
+            .snapshot
+            .load()
+            .listeners
+            .first()
+            .cloned()
+            .ok_or(Stalled { output: Vec::new() })?;
         let info = Arc::new(ConnInfo {
-            listener_index: 0,
+            listener,
             filter_chain_index: 0,
             peer,
             local,
@@ -114,6 +121,8 @@ impl Http1Harness {
             limits,
             snapshot: Arc::clone(&self.snapshot),
             worker_stats: Arc::new(WorkerStats::default()),
+            hcm_stats: Arc::default(),
+            listener_drain: None,
             clusters: Arc::clone(&self.clusters),
             shutdown: self.shutdown.clone(),
         };

@@ -7,6 +7,7 @@ use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;
 use courier_config::Bootstrap;
+use courier_config::listener::Listener;
 use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::ext_authz::AuthzTransport;
@@ -20,20 +21,29 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Debug, Default)]
 pub struct HttpFilters {
     chains: Vec<Vec<Arc<FilterChain>>>,
-    /// Every chain's filter counters, with the HCM's stat prefix. One set per filter,
-    /// shared by all workers (relaxed atomics, not per worker).
-    stats: Vec<(String, FilterStats)>,
+    /// Every chain's filter counters, with the chain's (listener row, chain) and the
+    /// HCM's stat prefix. One set per filter, shared by all workers (relaxed
+    /// atomics, not per worker).
+    stats: Vec<((usize, usize), String, FilterStats)>,
 }
 
 impl HttpFilters {
     /// Builds the chains of every listener; remote JWKS are fetched through `client`.
     pub fn build(bootstrap: &Bootstrap, client: &ClusterClient) -> Result<Self, String> {
+        Self::build_listeners(bootstrap.listeners.iter().map(AsRef::as_ref), client)
+    }
+
+    /// Builds the chains of `listeners` (row `i` for the `i`th).
+    pub fn build_listeners<'a>(
+        listeners: impl IntoIterator<Item = &'a Listener>,
+        client: &ClusterClient,
+    ) -> Result<Self, String> {
         let mut out = Self::default();
         let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
         let authz: Arc<dyn AuthzTransport> = Arc::new(ClusterAuthz(client.clone()));
-        for l in &bootstrap.listeners {
+        for (row, l) in listeners.into_iter().enumerate() {
             let mut chains = Vec::new();
-            for fc in l.all_filter_chains() {
+            for (index, fc) in l.all_filter_chains().enumerate() {
                 let (chain, stats) = courier_filters::build_chain_with(
                     &fc.http_connection_manager.http_filters,
                     Some(Arc::clone(&fetcher)),
@@ -42,12 +52,57 @@ impl HttpFilters {
                 .map_err(|e| format!("listener {}: {e}", l.name))?;
                 let prefix = &fc.http_connection_manager.stat_prefix;
                 out.stats
-                    .extend(stats.into_iter().map(|s| (prefix.clone(), s)));
+                    .extend(stats.into_iter().map(|s| ((row, index), prefix.clone(), s)));
                 chains.push(Arc::new(chain));
             }
             out.chains.push(chains);
         }
         Ok(out)
+    }
+
+    /// Puts chain `from` of `other` (row, chain) in place of chain `at` of this
+    /// table, with its counters: a filter chain a listener update leaves
+    /// unchanged keeps its filters (their JWKS caches) and counters.
+    pub fn keep_chain(&mut self, at: (usize, usize), other: &HttpFilters, from: (usize, usize)) {
+        let Some(chain) = other.chains.get(from.0).and_then(|r| r.get(from.1)) else {
+            return;
+        };
+        let Some(slot) = self.chains.get_mut(at.0).and_then(|r| r.get_mut(at.1)) else {
+            return;
+        };
+        *slot = Arc::clone(chain);
+        self.stats.retain(|(c, _, _)| *c != at);
+        self.stats.extend(
+            other
+                .stats
+                .iter()
+                .filter(|(c, _, _)| *c == from)
+                .map(|(_, prefix, s)| (at, prefix.clone(), s.clone())),
+        );
+    }
+
+    /// Runs every chain's start-up work (remote JWKS `async_fetch` without
+    /// `fast_listener`) one after the other; whether all of it succeeded. An LDS
+    /// listener warms until it is done, as Envoy's init manager holds it.
+    pub async fn init_all(&self) -> bool {
+        let mut ok = true;
+        for chain in self.chains.iter().flatten() {
+            ok &= chain.init().await;
+        }
+        ok
+    }
+
+    /// Spawns the chains' background work (JWKS refreshes) on the current
+    /// runtime, for a listener added at run time; the handles stop it.
+    pub fn spawn_background(&self) -> Vec<tokio::task::AbortHandle> {
+        self.chains
+            .iter()
+            .flatten()
+            .map(|chain| {
+                let background = Arc::clone(chain);
+                tokio::spawn(async move { background.background().await }).abort_handle()
+            })
+            .collect()
     }
 
     /// Starts the filters' work on the main thread's `runtime`: background work (JWKS
@@ -119,7 +174,7 @@ impl HttpFilters {
 
     /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
     fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
-        for (_, s) in &self.stats {
+        for (_, _, s) in &self.stats {
             if let FilterStats::ExtAuthz { stat_prefix, stats } = s {
                 let p = if stat_prefix.is_empty() {
                     "ext_authz.".to_string()
@@ -140,7 +195,7 @@ impl HttpFilters {
     }
 
     fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
-        for (hcm, s) in &self.stats {
+        for (_, hcm, s) in &self.stats {
             match s {
                 FilterStats::JwtAuthn { stat_prefix, stats } => {
                     let p = if stat_prefix.is_empty() {

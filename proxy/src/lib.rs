@@ -22,6 +22,7 @@ mod heap_trim;
 mod http_filters;
 mod jwks_fetch;
 mod listener;
+mod listeners;
 mod local_reply;
 mod maybe_tls;
 mod overload;

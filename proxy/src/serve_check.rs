@@ -18,9 +18,14 @@ use courier_config::route::{Action, HeaderMutations, RouteConfig};
 pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     let mut problems = Vec::new();
     if let Some(d) = &bootstrap.dynamic_resources {
-        // ads_config feeds CDS, EDS and RDS (crate::xds); LDS is not served yet.
-        if d.lds_config.is_some() {
-            problems.push("dynamic_resources.lds_config: LDS is not served yet".to_string());
+        // ads_config feeds CDS, EDS, RDS and LDS (crate::xds).
+        if let Some(lds) = &d.lds_config {
+            let mut refuse = |_: &str, what: &str| {
+                problems.push(format!(
+                    "dynamic_resources.lds_config: {what} is not served yet"
+                ));
+            };
+            config_source(lds, "", &mut refuse);
         }
         if let Some(cds) = &d.cds_config {
             let mut refuse = |_: &str, what: &str| {
@@ -73,7 +78,7 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     }
 }
 
-fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
+pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
     // Filter chain matching (server names, transport protocol, ALPN), the
     // default chain and TLS termination are served: every chain's connection
     // manager is checked.

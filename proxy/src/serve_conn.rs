@@ -10,7 +10,7 @@ use crate::filter_chain::Codec;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
 use crate::router::body::Progress;
-use crate::stats::WorkerStats;
+use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::worker::Phase;
 use arc_swap::ArcSwap;
@@ -170,9 +170,10 @@ impl Limits {
 /// in flight finish); HTTP/1 answers `connection: close` from then on and is
 /// closed once idle after `drain_timeout`.
 macro_rules! serve_until_drained {
-    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr) => {{
+    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr) => {{
         let conn = $conn;
         tokio::pin!(conn);
+        let retired = listener_retired($retired);
         let drain = async {
             // The watch guard must not live across the await below.
             let _ = $shutdown
@@ -209,6 +210,16 @@ macro_rules! serve_until_drained {
                 conn.as_mut().graceful_shutdown();
                 let _ = conn.await;
             }
+            drain_time = retired => {
+                // The listener version was replaced or removed: HTTP/1
+                // responses say `connection: close` from now on, HTTP/2 gets
+                // GOAWAY; whatever is still open after the drain time is closed.
+                $activity.start_draining();
+                if $activity.http2() {
+                    conn.as_mut().graceful_shutdown();
+                }
+                let _ = tokio::time::timeout(drain_time, conn.as_mut()).await;
+            }
             () = lifetime => {
                 $stats.edge.cx_max_duration_reached.inc();
                 $activity.start_draining();
@@ -223,6 +234,28 @@ macro_rules! serve_until_drained {
             }
         }
     }};
+}
+
+/// What tells a connection its listener version is retired (LDS update or
+/// removal), and how long it then gets.
+pub(crate) struct ListenerDrain {
+    /// Turns true when the version is retired.
+    pub signal: watch::Receiver<bool>,
+    /// The server's `--drain-time-s`.
+    pub drain_time: Duration,
+}
+
+/// Resolves to the drain time once the connection's listener version is retired.
+async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
+    let Some(mut d) = drain else {
+        return std::future::pending().await;
+    };
+    let retired = d.signal.wait_for(|retired| *retired).await.is_ok();
+    if !retired {
+        // Never retired (the server is stopping): the server's drain applies.
+        std::future::pending::<()>().await;
+    }
+    d.drain_time
 }
 
 /// Whether a response of an HTTP/1 stream closes its connection:
@@ -243,6 +276,10 @@ pub(crate) struct Conn {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The worker's stats.
     pub worker_stats: Arc<WorkerStats>,
+    /// The connection manager's stats.
+    pub hcm_stats: Arc<HcmStats>,
+    /// The listener version's drain signal (none in harnesses).
+    pub listener_drain: Option<ListenerDrain>,
     /// The upstream clusters.
     pub clusters: Arc<ClusterManager>,
     /// The server's phase.
@@ -260,11 +297,12 @@ where
         limits,
         snapshot,
         worker_stats,
+        hcm_stats: stats,
+        listener_drain,
         clusters,
         mut shutdown,
     } = conn;
     let activity = Activity::new();
-    let stats = worker_stats.hcm(info.listener_index, info.filter_chain_index);
     stats.cx_total.inc();
     stats.cx_active.inc();
     let service = {
@@ -330,7 +368,8 @@ where
                 shutdown,
                 activity,
                 limits,
-                stats
+                stats,
+                listener_drain
             );
         }
         Codec::Http1 => {
@@ -341,7 +380,8 @@ where
                 shutdown,
                 activity,
                 limits,
-                stats
+                stats,
+                listener_drain
             );
         }
         Codec::Http2 => {
@@ -352,7 +392,8 @@ where
                 shutdown,
                 activity,
                 limits,
-                stats
+                stats,
+                listener_drain
             );
         }
     }

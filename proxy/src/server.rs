@@ -2,8 +2,8 @@
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
 use crate::http_filters::HttpFilters;
-use crate::listener;
-use crate::stats::{self, ClusterStats, HcmStats, WorkerStats};
+use crate::listeners::{Parts, Registry};
+use crate::stats::{ClusterStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use crate::worker::{self, Phase, WorkerSetup};
@@ -11,7 +11,6 @@ use crate::{ServeOptions, admin};
 use arc_swap::ArcSwap;
 use courier_config::Bootstrap;
 use courier_config::snapshot::Snapshot;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::SystemTime;
@@ -39,8 +38,8 @@ pub struct Shared {
     pub stats: Vec<Arc<WorkerStats>>,
     /// The HTTP filter chains (their counters are shared by the workers).
     pub http_filters: Arc<HttpFilters>,
-    /// Listener names and the addresses they are bound to (port 0 resolved).
-    pub listeners: Vec<(String, SocketAddr)>,
+    /// The listeners in force (static and LDS).
+    pub listeners: Arc<Registry>,
     /// Woken by `/quitquitquit`.
     pub quit: Notify,
     /// Worker count.
@@ -55,7 +54,7 @@ pub struct Shared {
     pub log_control: Option<crate::LogControl>,
     /// Admin's own access logs.
     pub admin_logs: Arc<[courier_config::listener::access_log::AccessLog]>,
-    /// The xDS client, when EDS or RDS is configured (stats, `/config_dump`).
+    /// The xDS client, when some xDS source is configured (stats, `/config_dump`).
     pub xds: Option<courier_xds::XdsHandle>,
 }
 
@@ -72,17 +71,6 @@ impl Shared {
     fn set_state(&self, s: State) {
         self.state.store(s as u8, Ordering::Release);
     }
-}
-
-fn resolve(addr: &courier_config::core::SocketAddress) -> Result<SocketAddr, String> {
-    if let Some(ip) = addr.ip {
-        return Ok(SocketAddr::new(ip, addr.port));
-    }
-    (addr.host.as_str(), addr.port)
-        .to_socket_addrs()
-        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
 /// Runs the server until shutdown.
@@ -104,32 +92,31 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("main runtime: {e}"))?;
-    // EDS and RDS (their streams run once the main loop below runs).
+    // Every worker's stats; listener and connection manager slots are added
+    // by the registry as listeners come.
+    let stats: Vec<Arc<WorkerStats>> = (0..opts.workers)
+        .map(|_| {
+            Arc::new(WorkerStats {
+                clusters: clusters
+                    .clusters()
+                    .iter()
+                    .map(|c| {
+                        (
+                            c.config.stat_name().to_string(),
+                            Arc::new(ClusterStats::default()),
+                        )
+                    })
+                    .collect(),
+                ..WorkerStats::default()
+            })
+        })
+        .collect();
+    let registry = Arc::new(Registry::new(stats.clone(), Arc::clone(&snapshot)));
+    // EDS, RDS, CDS and LDS (their streams run once the main loop below runs).
     let xds = {
         let _enter = runtime.enter();
-        crate::xds::start(&bootstrap, &snapshot, &clusters)?
+        crate::xds::start(&bootstrap, &snapshot, &clusters, &registry)?
     };
-
-    // Port 0 is resolved once here; the reserving sockets live until shutdown.
-    let mut reserved = Vec::new();
-    let mut addrs = Vec::new();
-    for l in &bootstrap.listeners {
-        let addr = resolve(&l.address)?;
-        let addr = if addr.port() == 0 {
-            let socket = listener::bind(addr, false)
-                .map_err(|e| format!("listener {}: bind {addr}: {e}", l.name))?;
-            let local = socket
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_socket())
-                .ok_or_else(|| format!("listener {}: no local address", l.name))?;
-            reserved.push(socket);
-            local
-        } else {
-            addr
-        };
-        addrs.push((l.name.clone(), addr));
-    }
 
     // One chain per connection manager, shared by every worker (the filters' caches are
     // lock-free).
@@ -142,47 +129,31 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     http_filters.start(&runtime);
     // Connection limits and overload actions, read by every worker.
     crate::overload::init(&bootstrap);
+    // Static listeners go through the registry as LDS ones do; port 0 is
+    // resolved once here, and the reserving sockets live as long as the listener.
+    let mut statics = Vec::with_capacity(bootstrap.listeners.len());
+    for (i, l) in bootstrap.listeners.iter().enumerate() {
+        let built = registry
+            .build(Parts {
+                config: Arc::clone(l),
+                tls: Arc::clone(&tls),
+                http_filters: (Arc::clone(&http_filters), i),
+                background: Vec::new(),
+                dynamic: None,
+            })
+            .map_err(|e| format!("listener {}: {e}", l.name))?;
+        statics.push(built);
+    }
+    registry.publish(statics, &[]);
     let (shutdown_tx, shutdown_rx) = watch::channel(Phase::Serving);
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let mut stats = Vec::with_capacity(opts.workers);
     let mut handles = Vec::with_capacity(opts.workers);
-    for index in 0..opts.workers {
-        let worker_stats = Arc::new(WorkerStats {
-            listener_cx: addrs
-                .iter()
-                .map(|(_, a)| (stats::listener_stat_name(*a), Arc::default()))
-                .collect(),
-            listeners: bootstrap
-                .listeners
-                .iter()
-                .map(|l| {
-                    l.all_filter_chains()
-                        .map(|fc| {
-                            let prefix = fc.http_connection_manager.stat_prefix.clone();
-                            (prefix, Arc::new(HcmStats::default()))
-                        })
-                        .collect()
-                })
-                .collect(),
-            clusters: clusters
-                .clusters()
-                .iter()
-                .map(|c| {
-                    (
-                        c.config.stat_name().to_string(),
-                        Arc::new(ClusterStats::default()),
-                    )
-                })
-                .collect(),
-        });
-        stats.push(Arc::clone(&worker_stats));
+    for (index, worker_stats) in stats.iter().enumerate() {
         let setup = WorkerSetup {
             index,
-            addresses: addrs.iter().map(|(_, a)| *a).collect(),
+            listeners: registry.subscribe(),
             snapshot: Arc::clone(&snapshot),
-            tls: Arc::clone(&tls),
-            stats: worker_stats,
-            http_filters: Arc::clone(&http_filters),
+            stats: Arc::clone(worker_stats),
             clusters: Arc::clone(&clusters),
             shutdown: shutdown_rx.clone(),
             drain_time: opts.drain_time,
@@ -218,7 +189,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         started: SystemTime::now(),
         stats,
         http_filters,
-        listeners: addrs,
+        listeners: Arc::clone(&registry),
         quit: Notify::new(),
         concurrency: opts.workers,
         phase: shutdown_tx,
@@ -232,8 +203,8 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .unwrap_or_default()
             .into(),
     });
-    for (name, addr) in &shared.listeners {
-        tracing::info!(listener = %name, %addr, "listening");
+    for l in &registry.current().listeners {
+        tracing::info!(listener = %l.name(), addr = %l.address, "listening");
     }
     // The config is loaded: the decoded descriptors (several MB) go until xDS
     // needs them, and the memory loading took goes back to the system.
@@ -249,7 +220,18 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             let (handle, timeout) = (x.client.handle(), x.initial_fetch_timeout);
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                if !handle.initial_fetch(timeout).await {
+                // The initial resources, then the listeners they brought
+                // warm (routes, filters' start-up fetches), within one timeout.
+                let initial = async {
+                    let fetched = handle.initial_fetch(None).await;
+                    shared.listeners.warmed().await;
+                    fetched
+                };
+                let done = match timeout {
+                    Some(t) => tokio::time::timeout(t, initial).await.unwrap_or(false),
+                    None => initial.await,
+                };
+                if !done {
                     tracing::warn!("xDS initial fetch timed out; serving what arrived");
                 }
                 if shared.state() == State::Initializing {
@@ -258,7 +240,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             });
         }
         if let Some(a) = &bootstrap.admin {
-            let addr = resolve(&a.address)?;
+            let addr = crate::listeners::resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))
                 .await
                 .map_err(|e| format!("admin: bind {addr}: {e}"))?;
@@ -278,7 +260,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     for h in handles {
         let _ = h.join();
     }
-    drop(reserved);
+    drop(registry);
     // Admin's access log lines, buffered on this thread.
     crate::access_log::writer::flush();
     Ok(())

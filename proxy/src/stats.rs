@@ -1,6 +1,7 @@
 //! Stats: counters per worker, written only by their worker (relaxed atomics, so
 //! no contention), summed across workers when admin is scraped. Names follow Envoy.
 
+use arc_swap::ArcSwap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -220,35 +221,38 @@ pub fn listener_stat_name(addr: std::net::SocketAddr) -> String {
     addr.to_string().replace(':', "_")
 }
 
-/// One worker's stats: one [`HcmStats`] per filter chain of each listener, and
-/// one [`ClusterStats`] per cluster, by the cluster manager's index.
+/// One worker's stats: one [`ListenerStats`] per listener address and one
+/// [`HcmStats`] per connection manager stat prefix, each in a slot the listener
+/// registry (main thread) hands out and never takes back (listeners come and go
+/// over LDS; their counters stay, as Envoy's named stats do), and one
+/// [`ClusterStats`] per cluster, by the cluster manager's index.
 #[derive(Debug, Default)]
 pub struct WorkerStats {
-    /// Per listener (by index), with its address's stat name.
-    pub listener_cx: Vec<(String, Arc<ListenerStats>)>,
-    /// By listener index, then by filter chain (`filter_chain::chain_at` order,
-    /// the default chain last), with the chain's HCM stat prefix. Chains sharing
-    /// a prefix share their stat names, summed on scrape, as in Envoy.
-    pub listeners: Vec<Vec<(String, Arc<HcmStats>)>>,
+    /// By slot, with the listener address's stat name. Only the main thread
+    /// appends (one store per new address); workers load it per connection.
+    pub listener_cx: ArcSwap<Vec<(String, Arc<ListenerStats>)>>,
+    /// By slot, with the connection manager's stat prefix (chains sharing a
+    /// prefix share their counters, as in Envoy).
+    pub listeners: ArcSwap<Vec<(String, Arc<HcmStats>)>>,
     /// Per cluster, with its stat name.
     pub clusters: Vec<(String, Arc<ClusterStats>)>,
 }
 
 impl WorkerStats {
-    /// A listener's connection counts (detached ones for an unknown index).
-    pub fn listener(&self, listener: usize) -> Arc<ListenerStats> {
+    /// A listener's connection counts (detached ones for an unknown slot).
+    pub fn listener(&self, slot: usize) -> Arc<ListenerStats> {
         self.listener_cx
-            .get(listener)
+            .load()
+            .get(slot)
             .map(|(_, s)| Arc::clone(s))
             .unwrap_or_default()
     }
 
-    /// The stats of a listener's filter chain (detached ones if the config
-    /// changed under the connection).
-    pub fn hcm(&self, listener: usize, chain: usize) -> Arc<HcmStats> {
+    /// The stats of a connection manager (detached ones for an unknown slot).
+    pub fn hcm(&self, slot: usize) -> Arc<HcmStats> {
         self.listeners
-            .get(listener)
-            .and_then(|chains| chains.get(chain))
+            .load()
+            .get(slot)
             .map(|(_, s)| Arc::clone(s))
             .unwrap_or_default()
     }
@@ -261,7 +265,7 @@ pub type Sample = (String, u64);
 pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     let mut out: std::collections::BTreeMap<String, u64> = Default::default();
     for (index, w) in workers.iter().enumerate() {
-        for (addr, s) in &w.listener_cx {
+        for (addr, s) in w.listener_cx.load().iter() {
             // The worker's index is its position: the server creates them in order.
             for scope in [
                 format!("listener.{addr}"),
@@ -276,7 +280,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
                 add("downstream_cx_overload_reject", s.cx_overload_reject.get());
             }
         }
-        for (prefix, s) in w.listeners.iter().flatten() {
+        for (prefix, s) in w.listeners.load().iter() {
             let mut add =
                 |name: &str, v: u64| *out.entry(format!("http.{prefix}.{name}")).or_default() += v;
             add("downstream_cx_total", s.cx_total.get());
@@ -338,7 +342,7 @@ fn cluster_values(c: &ClusterStats, add: &mut dyn FnMut(&str, u64)) {
 /// (`downstream_cx_active`) keep their values, as in Envoy.
 pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
     for w in workers {
-        for (_, s) in w.listeners.iter().flatten() {
+        for (_, s) in w.listeners.load().iter() {
             let counters = [&s.cx_total, &s.rq_total, &s.no_route, &s.rq_direct_response];
             counters.into_iter().for_each(Counter::reset);
             s.rq_redirect.reset();
@@ -507,18 +511,18 @@ mod tests {
         let mk = || {
             let s = Arc::new(HcmStats::default());
             Arc::new(WorkerStats {
-                listener_cx: vec![("127.0.0.1_80".into(), Arc::default())],
-                listeners: vec![vec![("ingress".into(), s)]],
+                listener_cx: ArcSwap::from_pointee(vec![("127.0.0.1_80".into(), Arc::default())]),
+                listeners: ArcSwap::from_pointee(vec![("ingress".into(), s)]),
                 clusters: vec![("echo".into(), Arc::new(ClusterStats::default()))],
             })
         };
         let (a, b) = (mk(), mk());
-        a.hcm(0, 0).rq_total.inc();
-        b.hcm(0, 0).rq_total.inc();
+        a.hcm(0).rq_total.inc();
+        b.hcm(0).rq_total.inc();
         a.listener(0).cx_total.inc();
         b.listener(0).cx_total.inc();
         b.listener(0).cx_total.inc();
-        b.hcm(0, 0).response(204);
+        b.hcm(0).response(204);
         a.clusters[0].1.rq_total.inc();
         a.clusters[0].1.response(200);
         b.clusters[0].1.response(200);

@@ -3,14 +3,15 @@
 
 use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::{self, Codec};
-use crate::http_filters::{self, HttpFilters};
+use crate::http_filters;
 use crate::listener;
+use crate::listeners::{ActiveListener, ListenerSet};
 use crate::serve_conn;
 use crate::stats::{ListenerStats, WorkerStats};
-use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,16 +37,12 @@ pub enum Phase {
 pub struct WorkerSetup {
     /// Worker number.
     pub index: usize,
-    /// Address of each listener, by listener index.
-    pub addresses: Vec<SocketAddr>,
+    /// The listeners in force (the registry's publications).
+    pub listeners: watch::Receiver<Arc<ListenerSet>>,
     /// The config in force.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
-    /// TLS server configs of the filter chains.
-    pub tls: Arc<ServerConfigs>,
     /// This worker's stats.
     pub stats: Arc<WorkerStats>,
-    /// The HTTP filter chains, shared by every worker.
-    pub http_filters: Arc<HttpFilters>,
     /// The upstream clusters (host sets published by the main thread; pools and
     /// balancer cursors are this worker's own, thread-local).
     pub clusters: Arc<ClusterManager>,
@@ -91,19 +88,85 @@ pub fn run(setup: WorkerSetup) {
     runtime.block_on(serve(setup));
 }
 
-async fn serve(setup: WorkerSetup) {
-    let mut listeners = Vec::with_capacity(setup.addresses.len());
-    for addr in &setup.addresses {
-        let bound = listener::bind(*addr, true).and_then(|s| TcpListener::from_std(s.into()));
+/// A listener this worker accepts on: its socket's accept task and the
+/// version new connections are accepted under (swapped in place on update).
+struct Running {
+    address: SocketAddr,
+    current: Arc<ArcSwap<ActiveListener>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// Brings this worker's sockets in line with `set`: binds added listeners,
+/// closes removed ones (and ones whose address changed, which are bound
+/// anew), and swaps changed versions in on the socket they already have.
+/// Returns the binds that failed.
+fn reconcile(
+    set: &ListenerSet,
+    running: &mut HashMap<String, Running>,
+    ctx: &AcceptCtx,
+) -> Vec<String> {
+    running.retain(|name, r| {
+        let keep = set
+            .listeners
+            .iter()
+            .any(|l| l.name() == name && l.address == r.address);
+        if !keep {
+            // Dropping the task closes this worker's socket.
+            r.task.abort();
+        }
+        keep
+    });
+    let mut failed = Vec::new();
+    for l in &set.listeners {
+        if let Some(r) = running.get(l.name()) {
+            if !Arc::ptr_eq(&r.current.load(), l) {
+                r.current.store(Arc::clone(l));
+            }
+            continue;
+        }
+        let addr = l.address;
+        let bound = listener::bind(addr, true).and_then(|s| TcpListener::from_std(s.into()));
         match bound {
-            Ok(l) => listeners.push(l),
+            Ok(socket) => {
+                let current = Arc::new(ArcSwap::new(Arc::clone(l)));
+                let task = tokio::spawn(accept_loop(socket, Arc::clone(&current), ctx.clone()));
+                running.insert(
+                    l.name().to_string(),
+                    Running {
+                        address: addr,
+                        current,
+                        task,
+                    },
+                );
+            }
             Err(e) => {
-                let _ = setup
-                    .ready
-                    .send(Err(format!("worker {}: bind {addr}: {e}", setup.index)));
-                return;
+                tracing::warn!(listener = %l.name(), %addr, error = %e, "bind failed");
+                failed.push(format!("bind {addr}: {e}"));
             }
         }
+    }
+    failed
+}
+
+async fn serve(setup: WorkerSetup) {
+    let tracker = Arc::new(Tracker::default());
+    let ctx = AcceptCtx {
+        snapshot: Arc::clone(&setup.snapshot),
+        stats: Arc::clone(&setup.stats),
+        clusters: Arc::clone(&setup.clusters),
+        shutdown: setup.shutdown.clone(),
+        tracker: Arc::clone(&tracker),
+        drain_time: setup.drain_time,
+    };
+    let mut set = setup.listeners.clone();
+    let mut running = HashMap::new();
+    let initial = Arc::clone(&set.borrow_and_update());
+    let failed = reconcile(&initial, &mut running, &ctx);
+    if let Some(e) = failed.first() {
+        let _ = setup
+            .ready
+            .send(Err(format!("worker {}: {e}", setup.index)));
+        return;
     }
     let _ = setup.ready.send(Ok(()));
 
@@ -119,30 +182,26 @@ async fn serve(setup: WorkerSetup) {
             }
         })
     };
-    let tracker = Arc::new(Tracker::default());
-    let mut accept_tasks = Vec::with_capacity(listeners.len());
-    for (index, l) in listeners.into_iter().enumerate() {
-        let ctx = AcceptCtx {
-            listener_index: index,
-            snapshot: Arc::clone(&setup.snapshot),
-            tls: Arc::clone(&setup.tls),
-            stats: Arc::clone(&setup.stats),
-            http_filters: Arc::clone(&setup.http_filters),
-            clusters: Arc::clone(&setup.clusters),
-            shutdown: setup.shutdown.clone(),
-            tracker: Arc::clone(&tracker),
-        };
-        accept_tasks.push(tokio::spawn(accept_loop(l, ctx)));
-    }
 
     let mut shutdown = setup.shutdown.clone();
-    let _ = shutdown
-        .wait_for(|p| *p == Phase::Shutdown)
-        .await
-        .map(|_| ());
+    loop {
+        let changed = async {
+            if set.changed().await.is_err() {
+                // The registry is gone: the server is stopping.
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = shutdown.wait_for(|p| *p == Phase::Shutdown) => break,
+            () = changed => {
+                let next = Arc::clone(&set.borrow_and_update());
+                reconcile(&next, &mut running, &ctx);
+            }
+        }
+    }
     // Stop accepting: dropping the accept tasks closes this worker's sockets.
-    for t in &accept_tasks {
-        t.abort();
+    for r in running.values() {
+        r.task.abort();
     }
     sweeper.abort();
     let drained = async {
@@ -159,15 +218,14 @@ async fn serve(setup: WorkerSetup) {
     crate::access_log::writer::flush();
 }
 
+#[derive(Clone)]
 struct AcceptCtx {
-    listener_index: usize,
     snapshot: Arc<ArcSwap<Snapshot>>,
-    tls: Arc<ServerConfigs>,
     stats: Arc<WorkerStats>,
-    http_filters: Arc<HttpFilters>,
     clusters: Arc<ClusterManager>,
     shutdown: watch::Receiver<Phase>,
     tracker: Arc<Tracker>,
+    drain_time: Duration,
 }
 
 /// A connection counted in its listener's `downstream_cx_active` until dropped.
@@ -179,16 +237,8 @@ impl Drop for ActiveCx {
     }
 }
 
-async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
-    let listener_stats = ctx.stats.listener(ctx.listener_index);
+async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
     let overload = crate::overload::get();
-    // The runtime's `envoy.resource_limits.listener.<name>.connection_limit`.
-    let connection_limit = ctx
-        .snapshot
-        .load()
-        .listeners
-        .get(ctx.listener_index)
-        .and_then(|l| overload.listener_limit(&l.name));
     let mut phase = ctx.shutdown.clone();
     loop {
         let accepted = tokio::select! {
@@ -206,8 +256,11 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
                 continue;
             }
         };
+        // The version in force now serves this connection to its end.
+        let active = current.load_full();
+        let listener_stats = ctx.stats.listener(active.listener_stats);
         // Over a connection limit or overloaded: closed at once, and counted.
-        let slots = match overload.admit(connection_limit.as_ref()) {
+        let slots = match overload.admit(active.connection_limit.as_ref()) {
             Ok(slots) => slots,
             Err(refused) => {
                 use crate::overload::Refused;
@@ -223,75 +276,76 @@ async fn accept_loop(listener: TcpListener, ctx: AcceptCtx) {
         let _ = stream.set_nodelay(true);
         listener_stats.cx_total.inc();
         listener_stats.cx_active.inc();
-        let active = ActiveCx(Arc::clone(&listener_stats));
+        let active_cx = ActiveCx(Arc::clone(&listener_stats));
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
-        let listener_index = ctx.listener_index;
         let local = stream.local_addr().unwrap_or(peer);
         let clusters = Arc::clone(&ctx.clusters);
         let snapshot = Arc::clone(&ctx.snapshot);
-        let tls = Arc::clone(&ctx.tls);
         let worker_stats = Arc::clone(&ctx.stats);
-        let http_filters = Arc::clone(&ctx.http_filters);
         let shutdown = ctx.shutdown.clone();
+        let drain_time = ctx.drain_time;
         tokio::spawn(async move {
             let _slots = slots;
             let _open = open;
-            let _active = active;
+            let _active = active_cx;
+            let l = &active.config;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
-            let (stream, info, codec, limits) = {
-                // An owned snapshot: a guard must not be held across the handshake.
-                let current = snapshot.load_full();
-                let Some(l) = current.listeners.get(listener_index) else {
+            let accepted = match filter_chain::accept(stream, l, &active.tls).await {
+                Ok(a) => a,
+                Err(e @ filter_chain::Refused::Config(_)) => {
+                    tracing::warn!(error = %e, "connection closed before HTTP");
                     return;
-                };
-                let accepted = match filter_chain::accept(stream, l, &tls).await {
-                    Ok(a) => a,
-                    Err(e @ filter_chain::Refused::Config(_)) => {
-                        tracing::warn!(error = %e, "connection closed before HTTP");
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "connection closed before HTTP");
-                        return;
-                    }
-                };
-                let chain = filter_chain::chain_at(l, accepted.filter_chain_index);
-                let codec = chain.map_or(Codec::Auto, |fc| {
-                    let codec_type = fc.http_connection_manager.codec_type;
-                    filter_chain::codec(codec_type, accepted.alpn.as_deref())
-                });
-                let limits = serve_conn::Limits::of(chain.map(|fc| &*fc.http_connection_manager));
-                let filters = http_filters.chain(listener_index, accepted.filter_chain_index);
-                let info = Arc::new(ConnInfo {
-                    listener_index,
-                    filter_chain_index: accepted.filter_chain_index,
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "connection closed before HTTP");
+                    return;
+                }
+            };
+            let chain = filter_chain::chain_at(l, accepted.filter_chain_index);
+            let codec = chain.map_or(Codec::Auto, |fc| {
+                let codec_type = fc.http_connection_manager.codec_type;
+                filter_chain::codec(codec_type, accepted.alpn.as_deref())
+            });
+            let limits = serve_conn::Limits::of(chain.map(|fc| &*fc.http_connection_manager));
+            let filters = active
+                .http_filters
+                .chain(active.filters_index, accepted.filter_chain_index);
+            let info = Arc::new(ConnInfo {
+                listener: Arc::clone(l),
+                filter_chain_index: accepted.filter_chain_index,
+                peer,
+                local,
+                tls: accepted.stream.is_tls(),
+                facts: http_filters::conn_facts(
                     peer,
                     local,
-                    tls: accepted.stream.is_tls(),
-                    facts: http_filters::conn_facts(
-                        peer,
-                        local,
-                        filters.as_ref().map(|_| &accepted.stream),
-                        accepted.server_name.as_deref(),
-                    ),
-                    http_filters: filters,
-                    buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
-                    server_name: accepted.server_name,
-                    id: conn_manager::next_connection_id(),
-                });
-                (accepted.stream, info, codec, limits)
-            };
+                    filters.as_ref().map(|_| &accepted.stream),
+                    accepted.server_name.as_deref(),
+                ),
+                http_filters: filters,
+                buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
+                server_name: accepted.server_name,
+                id: conn_manager::next_connection_id(),
+            });
             let conn = serve_conn::Conn {
                 info,
                 codec,
                 limits,
                 snapshot,
+                hcm_stats: worker_stats.hcm(active.hcm_slot(accepted.filter_chain_index)),
                 worker_stats,
                 clusters,
                 shutdown,
+                listener_drain: Some(serve_conn::ListenerDrain {
+                    signal: active.drain_signal(accepted.filter_chain_index),
+                    drain_time,
+                }),
             };
-            serve_conn::serve(stream, conn).await;
+            // The version's `Arc` is not held by the connection: a retired
+            // version's TLS and filters go once its last handshake is done.
+            drop(active);
+            serve_conn::serve(accepted.stream, conn).await;
         });
     }
 }

@@ -1,6 +1,5 @@
 //! courier's other xDS sources, end to end: EDS from a watched
-//! `path_config_source` file and over REST-JSON polling through a cluster; and
-//! what serve mode still refuses (LDS, CDS).
+//! `path_config_source` file and over REST-JSON polling through a cluster.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,7 +11,6 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::process::Command;
 use support::*;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -99,25 +97,6 @@ static_resources:
         update_time <= now && now - update_time < 60_000,
         "{update_time}"
     );
-}
-
-#[test]
-fn serve_still_refuses_lds() {
-    // CDS, EDS and RDS are served over ADS; listeners over xDS are not yet.
-    let example = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/xds.yaml");
-    let out = Command::new(env!("CARGO_BIN_EXE_courier"))
-        .arg("-c")
-        .arg(example)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("dynamic_resources.lds_config: LDS is not served yet"),
-        "{err}"
-    );
-    assert!(!err.contains("cds_config"), "{err}");
-    assert!(!err.contains("ads_config"), "{err}");
 }
 
 #[tokio::test]

@@ -81,6 +81,7 @@ impl Shared {
                 name: c.name.clone(),
                 version: c.version.clone(),
                 resource: Arc::clone(&resource),
+                raw: c.raw.clone(),
             });
             entries.insert(
                 c.name,

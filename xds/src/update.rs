@@ -13,6 +13,8 @@ pub struct Upsert {
     pub version: String,
     /// The translated resource.
     pub resource: Arc<Resource>,
+    /// The resource as received (LDS compares filter chains of versions with it).
+    pub raw: envoy_types::pb::google::protobuf::Any,
 }
 
 /// The accepted changes of one response (or one file read), for one type.

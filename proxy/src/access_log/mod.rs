@@ -12,7 +12,6 @@ pub mod time;
 pub mod writer;
 
 use courier_config::listener::access_log::AccessLog;
-use courier_config::snapshot::Snapshot;
 use http::{HeaderMap, Method, Uri, Version};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,10 +24,8 @@ use tokio::time::Instant;
 pub enum Logs {
     /// A connection manager's `access_log`.
     Hcm {
-        /// The config the request was served with.
-        snapshot: Arc<Snapshot>,
-        /// The listener's index.
-        listener_index: usize,
+        /// The listener the request was served by.
+        listener: Arc<courier_config::listener::Listener>,
         /// The filter chain's index (see `filter_chain::chain_at`).
         filter_chain_index: usize,
     },
@@ -40,13 +37,9 @@ impl Logs {
     fn get(&self) -> &[AccessLog] {
         match self {
             Logs::Hcm {
-                snapshot,
-                listener_index,
+                listener,
                 filter_chain_index,
-            } => snapshot
-                .listeners
-                .get(*listener_index)
-                .and_then(|l| crate::filter_chain::chain_at(l, *filter_chain_index))
+            } => crate::filter_chain::chain_at(listener, *filter_chain_index)
                 .map_or(&[], |fc| &fc.http_connection_manager.access_log[..]),
             Logs::Admin(logs) => logs,
         }

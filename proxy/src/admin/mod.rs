@@ -124,8 +124,8 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
-            for (name, addr) in &shared.listeners {
-                s.push_str(&format!("{name}::{addr}\n"));
+            for l in &shared.listeners.current().listeners {
+                s.push_str(&format!("{}::{}\n", l.name(), l.address));
             }
             reply(StatusCode::OK, s)
         }
@@ -142,7 +142,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 if let Some(x) = &shared.xds
                     && let Some(configs) = v.get_mut("configs").and_then(|c| c.as_array_mut())
                 {
-                    crate::xds::merge_dump(x, &shared.clusters, configs);
+                    crate::xds::merge_dump(x, &shared.clusters, &shared.listeners, configs);
                 }
                 json(v)
             }
@@ -169,6 +169,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/reset_counters" => {
             stats::reset_counters(&shared.stats);
             shared.http_filters.reset_counters();
+            shared.listeners.reset_counters();
             for c in shared.clusters.clusters() {
                 for level in &c.hosts().priorities {
                     for h in &level.all {
@@ -238,6 +239,7 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
 fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
+    shared.listeners.samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);
@@ -245,6 +247,15 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
         crate::xds::samples(x, &mut samples);
     }
     samples.sort();
+    // Filters of connection managers sharing a stat prefix count under the same
+    // names: one counter each, as in Envoy's store.
+    samples.dedup_by(|next, kept| {
+        let same = next.0 == kept.0;
+        if same {
+            kept.1 += next.1;
+        }
+        same
+    });
     samples
 }
 

@@ -2,9 +2,14 @@
 //! cluster manager ([`cds`]: clusters published with one `ArcSwap` store, EDS
 //! hosts in each cluster's `ArcSwap<HostSet>`) and RDS for connection managers
 //! with `rds` (a new snapshot sharing every unchanged part, swapped in with one
-//! store; workers pick it up at their next request). Runs on the main thread.
+//! store; workers pick it up at their next request), and LDS into the listener
+//! registry ([`lds`]: listeners built, warmed until their routes arrive, then
+//! published to the workers, which bind, swap or close sockets). Runs on the
+//! main thread.
 
 mod cds;
+mod dump;
+mod lds;
 
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -19,6 +24,7 @@ use courier_xds::{
     Client, ClientConfig, Connector, Consumer, Interest, ResourceType, RestTransport, Source,
     Update, UriConnector, Verdict, XdsError,
 };
+pub use dump::merge_dump;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use std::collections::{BTreeSet, HashMap};
 use std::future::Future;
@@ -30,10 +36,11 @@ use tonic::transport::Channel;
 /// How often `path_config_source` files are checked for a change.
 const FILE_POLL: Duration = Duration::from_millis(200);
 
-/// Applies accepted CDS, EDS and RDS updates to the running data plane.
+/// Applies accepted CDS, EDS, RDS and LDS updates to the running data plane.
 struct Apply {
     snapshot: Arc<ArcSwap<Snapshot>>,
     cds: Arc<cds::Cds>,
+    lds: Arc<lds::Lds>,
 }
 
 impl Consumer for Apply {
@@ -41,19 +48,13 @@ impl Consumer for Apply {
         match u.type_ {
             ResourceType::Endpoints => self.cds.endpoints(u),
             ResourceType::Cluster => self.cds.clusters(u),
-            ResourceType::RouteConfig => self.routes(u),
-            other => Verdict {
-                rejected: u
-                    .upserts
-                    .iter()
-                    .map(|up| {
-                        (
-                            up.name.clone(),
-                            format!("{other} over xDS is not served yet"),
-                        )
-                    })
-                    .collect(),
-            },
+            ResourceType::RouteConfig => {
+                let verdict = self.routes(u);
+                // Listeners waiting for these routes may go into force.
+                self.lds.routes_changed();
+                verdict
+            }
+            ResourceType::Listener => self.lds.listeners(u),
         }
     }
 }
@@ -235,12 +236,13 @@ pub struct Xds {
     pub initial_fetch_timeout: Option<Duration>,
 }
 
-/// Starts the xDS client when the bootstrap has CDS, EDS clusters or RDS
+/// Starts the xDS client when the bootstrap has LDS, CDS, EDS clusters or RDS
 /// connection managers; `None` when it has none. Call within the main thread's runtime.
 pub fn start(
     bootstrap: &Bootstrap,
     snapshot: &Arc<ArcSwap<Snapshot>>,
     clusters: &Arc<ClusterManager>,
+    registry: &Arc<crate::listeners::Registry>,
 ) -> Result<Option<Xds>, String> {
     let resolve = Clusters(Arc::clone(clusters));
     let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
@@ -292,6 +294,32 @@ pub fn start(
                 ConfigSource {
                     kind: ConfigSourceKind::Ads,
                     initial_fetch_timeout: cs.initial_fetch_timeout,
+                },
+            ));
+        }
+    }
+    let lds_config = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .and_then(|d| d.lds_config.clone());
+    if let Some(ls) = &lds_config {
+        sources.push((ResourceType::Listener, ls.clone()));
+        // Listeners arriving over LDS get their routes over ADS when the
+        // bootstrap has it (streams are set up here, once), as CDS's endpoints.
+        let has_ads = bootstrap
+            .dynamic_resources
+            .as_ref()
+            .is_some_and(|d| d.ads_config.is_some());
+        if has_ads
+            && !sources
+                .iter()
+                .any(|(t, s)| *t == ResourceType::RouteConfig && s.kind == ConfigSourceKind::Ads)
+        {
+            sources.push((
+                ResourceType::RouteConfig,
+                ConfigSource {
+                    kind: ConfigSourceKind::Ads,
+                    initial_fetch_timeout: ls.initial_fetch_timeout,
                 },
             ));
         }
@@ -354,14 +382,24 @@ pub fn start(
             ResourceType::Endpoints,
             Interest::Names(cds.initial_eds_interest()),
         ),
-        (ResourceType::RouteConfig, Interest::Names(rds)),
+        (ResourceType::RouteConfig, Interest::Names(rds.clone())),
     ];
+    let lds = Arc::new(lds::Lds::new(
+        Arc::clone(registry),
+        Arc::clone(snapshot),
+        crate::upstream::client::ClusterClient::new(Arc::clone(clusters)),
+        bootstrap.listeners.iter().map(|l| l.name.clone()).collect(),
+        rds.clone(),
+        config_sources_of(&distinct_kinds, ResourceType::RouteConfig),
+    ));
     let consumer = Apply {
         snapshot: Arc::clone(snapshot),
         cds: Arc::clone(&cds),
+        lds: Arc::clone(&lds),
     };
     let client = Client::start(config, Arc::new(consumer));
     cds.handle.store(Some(Arc::new(client.handle())));
+    lds.handle.store(Some(Arc::new(client.handle())));
     Ok(Some(Xds {
         client,
         initial_fetch_timeout,
@@ -392,97 +430,4 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
             out.push((format!("{scope}.{name}"), v));
         }
     }
-}
-
-/// `/config_dump`'s dynamic parts: RDS route configurations and EDS
-/// assignments in force, each with its version and when it was applied.
-fn dump(handle: &courier_xds::XdsHandle, clusters: &ClusterManager) -> Vec<serde_json::Value> {
-    let warming = clusters.warming();
-    // `keep` picks the resources (by name) that go in this list.
-    let list =
-        |t: ResourceType, field: &str, keep: &dyn Fn(&str) -> bool| -> Vec<serde_json::Value> {
-            let st = handle.store().get(t);
-            st.resources
-                .iter()
-                .filter(|(name, _)| keep(name))
-                .map(|(_, e)| {
-                    let mut when = String::new();
-                    crate::access_log::time::default_format(e.last_updated, &mut when);
-                    serde_json::json!({
-                        "version_info": e.version,
-                        field: any_json(&e.raw),
-                        "last_updated": when,
-                    })
-                })
-                .collect()
-        };
-    let entries = |t: ResourceType, field: &str| list(t, field, &|_| true);
-    const TYPE: &str = "type.googleapis.com/envoy.admin.v3.";
-    let mut out = Vec::new();
-    if handle.delivers(ResourceType::RouteConfig) {
-        out.push(serde_json::json!({
-            "@type": format!("{TYPE}RoutesConfigDump"),
-            "dynamic_route_configs": entries(ResourceType::RouteConfig, "route_config"),
-        }));
-    }
-    if handle.delivers(ResourceType::Cluster) {
-        let is_warming = |name: &str| warming.iter().any(|w| w == name);
-        let mut dump = serde_json::json!({
-            "@type": format!("{TYPE}ClustersConfigDump"),
-            "dynamic_active_clusters":
-                list(ResourceType::Cluster, "cluster", &|n| !is_warming(n)),
-        });
-        // As Envoy, the list is left out when no cluster warms.
-        let warming = list(ResourceType::Cluster, "cluster", &is_warming);
-        if let (false, Some(m)) = (warming.is_empty(), dump.as_object_mut()) {
-            m.insert("dynamic_warming_clusters".into(), warming.into());
-        }
-        out.push(dump);
-    }
-    if handle.delivers(ResourceType::Endpoints) {
-        out.push(serde_json::json!({
-            "@type": format!("{TYPE}EndpointsConfigDump"),
-            "dynamic_endpoint_configs": entries(ResourceType::Endpoints, "endpoint_config"),
-        }));
-    }
-    out
-}
-
-/// Adds [`dump`]'s dynamic parts to the static dump's `configs`: into the config
-/// of the same `@type` (RoutesConfigDump gets `dynamic_route_configs` beside
-/// its static ones), or as a new config.
-pub fn merge_dump(
-    handle: &courier_xds::XdsHandle,
-    clusters: &ClusterManager,
-    configs: &mut Vec<serde_json::Value>,
-) {
-    for extra in dump(handle, clusters) {
-        let ty = extra.get("@type").cloned();
-        let existing = configs
-            .iter_mut()
-            .find(|c| c.get("@type") == ty.as_ref())
-            .and_then(|c| c.as_object_mut());
-        match (existing, extra) {
-            (Some(into), serde_json::Value::Object(fields)) => into.extend(fields),
-            (_, extra) => configs.push(extra),
-        }
-    }
-}
-
-/// A resource in proto3 JSON with its `@type`.
-fn any_json(any: &envoy_types::pb::google::protobuf::Any) -> serde_json::Value {
-    let Some(desc) = courier_config::descriptors::message_for_type_url(&any.type_url) else {
-        return serde_json::Value::Null;
-    };
-    let Ok(msg) = prost_reflect::DynamicMessage::decode(desc, any.value.as_slice()) else {
-        return serde_json::Value::Null;
-    };
-    let opts = prost_reflect::SerializeOptions::new().use_proto_field_name(true);
-    let mut v = msg
-        .serialize_with_options(serde_json::value::Serializer, &opts)
-        .unwrap_or(serde_json::Value::Null);
-    if let serde_json::Value::Object(m) = &mut v {
-        m.insert("@type".into(), any.type_url.clone().into());
-    }
-    v
 }

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod lds;
+
 use crate::support::*;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
 use envoy_types::pb::envoy::config::core::v3::{DataSource, data_source};
