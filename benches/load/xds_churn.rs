@@ -14,6 +14,12 @@
 //! each type's whole set; over Delta only the changed resource goes out. Prints requests/s and
 //! p50/p99/p99.9 latency of both phases, and exits non-zero on any non-2xx
 //! response or connection error.
+//!
+//! With `RATE=N` in the environment the clients send N requests a second in all
+//! (each on its own schedule) instead of back to back, and a latency runs from
+//! when the request was due, so a stall counts for every request it delays: the
+//! tail then shows what the updates cost rather than a saturated machine's
+//! scheduling.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
@@ -50,10 +56,17 @@ struct Phase {
 
 /// One closed-loop client on a keep-alive connection until `stop`; reconnects
 /// after an error (counted).
-async fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Phase {
+async fn client(
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    pace: Option<Duration>,
+    offset: f64,
+) -> Phase {
     let mut out = Phase::default();
     let req = b"GET / HTTP/1.1\r\nhost: bench\r\nx-cluster: c0\r\n\r\n";
     let mut buf = vec![0u8; 4096];
+    // Paced: when the next request is due (the clients' starts spread over one period).
+    let mut due = pace.map(|p| Instant::now() + p.mul_f64(offset));
     // Bounded: the phase ends by `stop`; this caps a runaway loop.
     'conn: for _ in 0..1_000 {
         let Ok(mut s) = TcpStream::connect(addr).await else {
@@ -63,7 +76,15 @@ async fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Phase {
         };
         let _ = s.set_nodelay(true);
         while !stop.load(Ordering::Relaxed) {
-            let t0 = Instant::now();
+            let t0 = match (&mut due, pace) {
+                (Some(at), Some(p)) => {
+                    tokio::time::sleep_until(*at).await;
+                    let t = *at;
+                    *at += p;
+                    t
+                }
+                _ => Instant::now(),
+            };
             if s.write_all(req).await.is_err() {
                 out.errors += 1;
                 continue 'conn;
@@ -116,8 +137,17 @@ async fn client(addr: SocketAddr, stop: Arc<AtomicBool>) -> Phase {
 /// Runs `connections` clients for `seconds`.
 async fn load(addr: SocketAddr, connections: usize, seconds: u64) -> Phase {
     let stop = Arc::new(AtomicBool::new(false));
+    // `RATE` requests a second in all: each client one every connections / RATE s.
+    let pace = std::env::var("RATE")
+        .ok()
+        .and_then(|r| r.parse::<f64>().ok())
+        .filter(|r| *r > 0.0)
+        .map(|r| Duration::from_secs_f64(connections as f64 / r));
     let tasks: Vec<_> = (0..connections)
-        .map(|_| tokio::spawn(client(addr, Arc::clone(&stop))))
+        .map(|i| {
+            let offset = i as f64 / connections as f64;
+            tokio::spawn(client(addr, Arc::clone(&stop), pace, offset))
+        })
         .collect();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     stop.store(true, Ordering::Relaxed);
