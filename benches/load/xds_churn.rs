@@ -15,11 +15,12 @@
 //! p50/p99/p99.9 latency of both phases, and exits non-zero on any non-2xx
 //! response or connection error.
 //!
-//! With `RATE=N` in the environment the clients send N requests a second in all
-//! (each on its own schedule) instead of back to back, and a latency runs from
-//! when the request was due, so a stall counts for every request it delays: the
-//! tail then shows what the updates cost rather than a saturated machine's
-//! scheduling.
+//! `KINDS` (digits of 0 endpoints, 1 routes, 2 cluster; default `012`) limits
+//! the rotation to those kinds. With `RATE=N` in the environment the clients send N requests a second in all
+//! (each on its own schedule) instead of back to back, so the tail shows what
+//! the updates cost rather than a saturated machine's scheduling. A latency
+//! runs from the send (tokio's timers wake up to a millisecond late: timing
+//! from when a request was due would measure them).
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::core::v3::{HeaderValue, HeaderValueOption};
@@ -76,15 +77,11 @@ async fn client(
         };
         let _ = s.set_nodelay(true);
         while !stop.load(Ordering::Relaxed) {
-            let t0 = match (&mut due, pace) {
-                (Some(at), Some(p)) => {
-                    tokio::time::sleep_until(*at).await;
-                    let t = *at;
-                    *at += p;
-                    t
-                }
-                _ => Instant::now(),
-            };
+            if let (Some(at), Some(p)) = (&mut due, pace) {
+                tokio::time::sleep_until(*at).await;
+                *at += p;
+            }
+            let t0 = Instant::now();
             if s.write_all(req).await.is_err() {
                 out.errors += 1;
                 continue 'conn;
@@ -281,10 +278,24 @@ async fn main() -> Result<(), Error> {
             let every = Duration::from_micros(1_000_000 / rate.max(1));
             let mut tick = tokio::time::interval(every);
             let mut current = Arc::clone(&state.borrow().1);
+            // `KINDS` (e.g. `02`): only these of 0 endpoints, 1 routes, 2 cluster.
+            let kinds: Vec<u64> = std::env::var("KINDS")
+                .unwrap_or_else(|_| "012".into())
+                .chars()
+                .filter_map(|c| c.to_digit(10).map(u64::from))
+                .filter(|k| *k < 3)
+                .collect();
+            let kinds = if kinds.is_empty() {
+                vec![0, 1, 2]
+            } else {
+                kinds
+            };
             for k in 0..rate * seconds {
                 tick.tick().await;
                 let v = 2 + k;
                 let mut r = Resources::clone(&current);
+                let kind = kinds[(k % kinds.len() as u64) as usize];
+                let k = k / kinds.len() as u64 * 3 + kind;
                 match k % 3 {
                     0 => {
                         let up = &ups[(k / 3 % 2) as usize..][..1];

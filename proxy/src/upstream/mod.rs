@@ -28,9 +28,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 /// One cluster as the data plane runs it.
 #[derive(Debug)]
 pub struct UpstreamCluster {
-    /// Identifies this cluster object for per-worker state (pools, LB cursors):
-    /// unique within its manager and never reused, so a cluster updated or
-    /// re-added over CDS never shares a worker's pool with its predecessor.
+    /// Identifies this cluster's connections in the workers' pools: new for a
+    /// cluster added or re-added over CDS, and for an update that changes how
+    /// connections are made ([`same_connections`]); an update that does not
+    /// (its connect timeout, balancing, outlier detection, health checks,
+    /// metadata) keeps it, and its circuit breakers, so pooled connections
+    /// carry on. (Envoy drains every pool of an updated cluster: a storm of new
+    /// connections on each CDS update.)
     pub index: usize,
     /// Slot of its per-worker load-balancer cursors: kept across CDS updates
     /// of the same name, so the workers' cursor tables grow with the names
@@ -49,8 +53,9 @@ pub struct UpstreamCluster {
     hosts: ArcSwap<HostSet>,
     /// TLS to its hosts, when its transport socket asks for it.
     pub tls: Option<tls::UpstreamTlsContext>,
-    /// Circuit breakers and retry budget (counts shared by every worker).
-    pub circuit: circuit::Circuit,
+    /// Circuit breakers and retry budget (counts shared by every worker, and
+    /// by the versions of the cluster that share [`Self::index`]).
+    pub circuit: Arc<circuit::Circuit>,
     /// Outlier detection, when configured.
     pub outlier: Option<outlier::Detector>,
     /// Set when CDS removed or replaced it: its background tasks (DNS refresh,
@@ -170,7 +175,14 @@ impl ClusterManager {
             .as_ref()
             .and_then(|p| p.stat_slot)
             .filter(|s| *s < self.stat_slots);
-        let index = self.next_index.fetch_add(1, Ordering::Relaxed);
+        // The same connections: the pools (and the breakers that count them) go on.
+        let same = previous
+            .as_ref()
+            .filter(|p| same_connections(&p.config, &config));
+        let index = same.map_or_else(
+            || self.next_index.fetch_add(1, Ordering::Relaxed),
+            |p| p.index,
+        );
         let keep = previous.as_ref().filter(|p| {
             p.config.discovery == config.discovery
                 && p.config.load_assignment == config.load_assignment
@@ -187,6 +199,9 @@ impl ClusterManager {
         );
         let mut c = build(config, index, stat_slot, hosts, stats)?;
         c.lb_slot = lb_slot;
+        if let Some(p) = same {
+            c.circuit = Arc::clone(&p.circuit);
+        }
         Ok(Arc::new(c))
     }
 
@@ -303,6 +318,17 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
     });
 }
 
+/// Whether connections made for `old` serve `new` as they are: the same
+/// protocol and options, buffer limit and breakers, and no TLS (TLS contexts
+/// are not compared: a TLS cluster's update always starts new pools).
+fn same_connections(old: &Cluster, new: &Cluster) -> bool {
+    old.tls.is_none()
+        && new.tls.is_none()
+        && old.http == new.http
+        && old.per_connection_buffer_limit_bytes == new.per_connection_buffer_limit_bytes
+        && old.circuit_breakers == new.circuit_breakers
+}
+
 fn build(
     config: Arc<Cluster>,
     index: usize,
@@ -325,7 +351,7 @@ fn build(
         stats,
         hosts: ArcSwap::new(hosts),
         tls,
-        circuit: circuit::Circuit::new(config.circuit_breakers.clone()),
+        circuit: Arc::new(circuit::Circuit::new(config.circuit_breakers.clone())),
         outlier: config.outlier_detection.clone().map(outlier::Detector::new),
         config,
         retired: AtomicBool::new(false),

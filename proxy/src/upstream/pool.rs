@@ -42,8 +42,15 @@ struct HostPool {
     /// Its cluster's name: [`sweep`] drains the pool once that name stands for
     /// another cluster (an update) or none, or its host is gone.
     cluster: Arc<str>,
+    /// Sweeps in a row that found its host gone from the cluster.
+    missed: u8,
     _slot: super::circuit::Held,
 }
+
+/// Sweeps in a row a host must be missing before its pool is drained: an
+/// endpoint set that flips back and forth (a control plane moving traffic)
+/// keeps its connections instead of opening them again on each flip.
+const HOST_GONE_SWEEPS: u8 = 3;
 
 /// One connection of a [`HostPool`], open or opening; the pool goes away with
 /// its last one.
@@ -70,6 +77,7 @@ impl PoolConn {
                     h2: Vec::new(),
                     conns: 1,
                     cluster: Arc::from(cluster.config.name.as_str()),
+                    missed: 0,
                     _slot: slot,
                 },
             );
@@ -127,9 +135,19 @@ pub fn sweep(clusters: &super::ClusterManager) {
                     (c.index, hosts)
                 })
             });
-            cluster
-                .as_ref()
-                .is_some_and(|(i, hosts)| *i == index && hosts.contains(&addr))
+            // A replaced or removed cluster's pools go at once; a missing
+            // host's after a few sweeps.
+            match cluster {
+                Some((i, hosts)) if *i == index => {
+                    if hosts.contains(&addr) {
+                        pool.missed = 0;
+                    } else {
+                        pool.missed = pool.missed.saturating_add(1);
+                    }
+                    pool.missed < HOST_GONE_SWEEPS
+                }
+                _ => false,
+            }
         });
     });
 }
