@@ -59,7 +59,7 @@ impl Shared {
                 continue;
             }
             let resource = match c.result {
-                Ok(r) => Arc::new(r),
+                Ok(r) => r,
                 Err(e) => {
                     errors.push(format!("{t} '{}': {e}", c.name));
                     continue;

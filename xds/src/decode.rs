@@ -1,10 +1,12 @@
 //! Turns the resources of a response into named, translated candidates.
 
 use crate::resource_type::ResourceType;
+use crate::store::TypeState;
 use courier_config::Ctx;
 use courier_config::resource::{self, Resource};
 use envoy_types::pb::google::protobuf::Any;
 use std::hash::{DefaultHasher, Hash, Hasher};
+use std::sync::Arc;
 
 /// One resource of a response, translated or not.
 #[derive(Debug)]
@@ -15,7 +17,7 @@ pub(crate) struct Candidate {
     /// The resource as received (for `/config_dump`).
     pub(crate) raw: Any,
     /// The resource, or every error found in it (`path: message`, joined).
-    pub(crate) result: Result<Resource, String>,
+    pub(crate) result: Result<Arc<Resource>, String>,
 }
 
 /// The candidates of a response, and errors that cannot be tied to a name.
@@ -32,7 +34,14 @@ pub(crate) struct Raw<'a> {
     pub(crate) any: &'a Any,
 }
 
-pub(crate) fn decode<'a>(t: ResourceType, items: impl IntoIterator<Item = Raw<'a>>) -> Decoded {
+/// Decodes and translates `items` of type `t`; a resource whose bytes equal the
+/// one in force (`current`) keeps its translation instead of being translated
+/// again (a State-of-the-World response resends every resource of its type).
+pub(crate) fn decode<'a>(
+    t: ResourceType,
+    items: impl IntoIterator<Item = Raw<'a>>,
+    current: &TypeState,
+) -> Decoded {
     let url = t.type_url();
     let mut out = Decoded::default();
     for (i, raw) in items.into_iter().enumerate() {
@@ -57,10 +66,23 @@ pub(crate) fn decode<'a>(t: ResourceType, items: impl IntoIterator<Item = Raw<'a
         };
         let mut h = DefaultHasher::new();
         any.value.hash(&mut h);
+        let digest = h.finish();
+        if let Some(e) = current.resources.get(&name)
+            && e.digest == digest
+        {
+            out.candidates.push(Candidate {
+                name,
+                version: raw.version.to_string(),
+                digest,
+                raw: any.clone(),
+                result: Ok(Arc::clone(&e.resource)),
+            });
+            continue;
+        }
         let mut ctx = Ctx::new();
         let translated = resource::translate(any, &mut ctx);
         let result = match (ctx.finish(()), translated) {
-            (Ok(()), Some(r)) => Ok(r),
+            (Ok(()), Some(r)) => Ok(Arc::new(r)),
             (Err(e), _) => Err(e
                 .errors
                 .iter()
@@ -72,10 +94,69 @@ pub(crate) fn decode<'a>(t: ResourceType, items: impl IntoIterator<Item = Raw<'a
         out.candidates.push(Candidate {
             name,
             version: raw.version.to_string(),
-            digest: h.finish(),
+            digest,
             raw: any.clone(),
             result,
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::store::Entry;
+    use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
+    use prost::{Message, Name};
+
+    fn cla(name: &str) -> Any {
+        Any {
+            type_url: ClusterLoadAssignment::type_url(),
+            value: ClusterLoadAssignment {
+                cluster_name: name.into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        }
+    }
+
+    fn one(any: &Any, current: &TypeState) -> Arc<Resource> {
+        let raw = Raw {
+            name: None,
+            version: "1",
+            any,
+        };
+        let mut d = decode(ResourceType::Endpoints, [raw], current);
+        d.candidates.pop().unwrap().result.unwrap()
+    }
+
+    #[test]
+    fn resent_bytes_keep_their_translation() {
+        let a = cla("a");
+        let first = one(&a, &TypeState::default());
+        let digest = {
+            let mut h = DefaultHasher::new();
+            a.value.hash(&mut h);
+            h.finish()
+        };
+        let mut current = TypeState::default();
+        current.resources.insert(
+            "a".into(),
+            Arc::new(Entry {
+                version: "1".into(),
+                digest,
+                last_updated: std::time::SystemTime::now(),
+                resource: Arc::clone(&first),
+                raw: a.clone(),
+            }),
+        );
+        // The same bytes: the translation in force, not a new one.
+        assert!(Arc::ptr_eq(&one(&a, &current), &first));
+        // Other bytes under the same name: translated.
+        let mut changed = cla("a");
+        changed.value.push(0x12);
+        changed.value.push(0);
+        assert!(!Arc::ptr_eq(&one(&changed, &current), &first));
+    }
 }

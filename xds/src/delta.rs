@@ -154,6 +154,7 @@ async fn respond(
                 any: r.resource.as_ref()?,
             })
         }),
+        &shared.store.get(t),
     );
     let result = shared
         .apply(

@@ -96,6 +96,7 @@ impl FileSource {
                 version: &response.version_info,
                 any,
             }),
+            &shared.store.get(t),
         );
         // Errors are logged and recorded by apply; there is nobody to NACK to.
         let _ = shared

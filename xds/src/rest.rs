@@ -168,6 +168,7 @@ impl RestSource {
                 version: &resp.version_info,
                 any,
             }),
+            &shared.store.get(t),
         );
         let result = shared
             .apply(t, &resp.version_info, decoded, Removal::SotwSet)

@@ -150,6 +150,7 @@ async fn respond(
             version: &resp.version_info,
             any,
         }),
+        &shared.store.get(t),
     );
     let result = shared
         .apply(t, &resp.version_info, decoded, Removal::SotwSet)
