@@ -95,6 +95,34 @@ impl Apply {
     }
 }
 
+/// A type that follows another (endpoints of CDS clusters, routes of LDS
+/// listeners) comes over ADS when the bootstrap has ADS: its stream is set up
+/// at start, once, with the leading type's `initial_fetch_timeout`.
+fn follow_over_ads(
+    bootstrap: &Bootstrap,
+    sources: &mut Vec<(ResourceType, ConfigSource)>,
+    t: ResourceType,
+    leading: &ConfigSource,
+) {
+    let has_ads = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .is_some_and(|d| d.ads_config.is_some());
+    if has_ads
+        && !sources
+            .iter()
+            .any(|(k, s)| *k == t && s.kind == ConfigSourceKind::Ads)
+    {
+        sources.push((
+            t,
+            ConfigSource {
+                kind: ConfigSourceKind::Ads,
+                initial_fetch_timeout: leading.initial_fetch_timeout,
+            },
+        ));
+    }
+}
+
 /// The config source kinds that deliver `t`.
 fn config_sources_of(
     kinds: &[(ResourceType, ConfigSourceKind)],
@@ -280,23 +308,7 @@ pub fn start(
         sources.push((ResourceType::Cluster, cs.clone()));
         // Clusters arriving over CDS get their endpoints over ADS when the
         // bootstrap has it (streams are set up here, once).
-        let has_ads = bootstrap
-            .dynamic_resources
-            .as_ref()
-            .is_some_and(|d| d.ads_config.is_some());
-        if has_ads
-            && !sources
-                .iter()
-                .any(|(t, s)| *t == ResourceType::Endpoints && s.kind == ConfigSourceKind::Ads)
-        {
-            sources.push((
-                ResourceType::Endpoints,
-                ConfigSource {
-                    kind: ConfigSourceKind::Ads,
-                    initial_fetch_timeout: cs.initial_fetch_timeout,
-                },
-            ));
-        }
+        follow_over_ads(bootstrap, &mut sources, ResourceType::Endpoints, cs);
     }
     let lds_config = bootstrap
         .dynamic_resources
@@ -304,25 +316,8 @@ pub fn start(
         .and_then(|d| d.lds_config.clone());
     if let Some(ls) = &lds_config {
         sources.push((ResourceType::Listener, ls.clone()));
-        // Listeners arriving over LDS get their routes over ADS when the
-        // bootstrap has it (streams are set up here, once), as CDS's endpoints.
-        let has_ads = bootstrap
-            .dynamic_resources
-            .as_ref()
-            .is_some_and(|d| d.ads_config.is_some());
-        if has_ads
-            && !sources
-                .iter()
-                .any(|(t, s)| *t == ResourceType::RouteConfig && s.kind == ConfigSourceKind::Ads)
-        {
-            sources.push((
-                ResourceType::RouteConfig,
-                ConfigSource {
-                    kind: ConfigSourceKind::Ads,
-                    initial_fetch_timeout: ls.initial_fetch_timeout,
-                },
-            ));
-        }
+        // Listeners arriving over LDS get their routes over ADS likewise.
+        follow_over_ads(bootstrap, &mut sources, ResourceType::RouteConfig, ls);
     }
     if sources.is_empty() {
         return Ok(None);

@@ -207,7 +207,7 @@ pub async fn start_bin(bin: &str, args: &[&str], config: &str) -> Proc {
         listener: "127.0.0.1:0".parse().unwrap(),
         _dir: dir,
     };
-    for _ in 0..500 {
+    for _ in 0..1000 {
         if let Ok(a) = std::fs::read_to_string(&admin_path)
             && !a.is_empty()
         {

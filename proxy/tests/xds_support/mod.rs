@@ -32,7 +32,7 @@ use prost::{Message, Name};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -495,39 +495,7 @@ pub async fn launch(config: &str) -> Proc {
 }
 
 pub async fn launch_bin(bin: &str, args: &[&str], config: &str) -> Proc {
-    let dir = tempfile::tempdir().unwrap();
-    let config_path = dir.path().join("courier.yaml");
-    std::fs::write(&config_path, config).unwrap();
-    let admin_path = dir.path().join("admin");
-    let child = Command::new(bin)
-        .args(args)
-        .arg("-c")
-        .arg(&config_path)
-        .arg("--admin-address-path")
-        .arg(&admin_path)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut p = Proc {
-        child,
-        admin: String::new(),
-        listener: "127.0.0.1:0".parse().unwrap(),
-        _dir: dir,
-    };
-    for _ in 0..1000 {
-        if let Ok(a) = std::fs::read_to_string(&admin_path)
-            && !a.is_empty()
-        {
-            p.admin = a;
-            break;
-        }
-        if let Ok(Some(status)) = p.child.try_wait() {
-            panic!("courier exited with {status}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(!p.admin.is_empty(), "courier did not start");
+    let mut p = lds::start_bin(bin, args, config).await;
     let listeners = get_text(&p.admin, "/listeners").await;
     p.listener = listeners
         .lines()
