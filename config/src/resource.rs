@@ -22,10 +22,11 @@ use prost::Name;
 /// A validated xDS resource.
 #[derive(Debug, Clone)]
 pub enum Resource {
-    /// LDS.
-    Listener(Listener),
+    /// LDS (boxed, as RDS: the store holds one `Resource` per cluster and
+    /// per assignment, and these two would make every one ≈ 200 bytes).
+    Listener(Box<Listener>),
     /// RDS.
-    RouteConfig(RouteConfig),
+    RouteConfig(Box<RouteConfig>),
     /// CDS (shared: the running cluster keeps the store's translation).
     Cluster(std::sync::Arc<Cluster>),
     /// EDS.
@@ -50,10 +51,10 @@ pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
     let url = any.type_url.as_str();
     if url == ListenerProto::type_url() {
         let m = decode::<ListenerProto>(any, ctx)?;
-        listener::translate(&m, &root, ctx).map(Resource::Listener)
+        listener::translate(&m, &root, ctx).map(|l| Resource::Listener(Box::new(l)))
     } else if url == RouteProto::type_url() {
         let m = decode::<RouteProto>(any, ctx)?;
-        route::translate(&m, &root, ctx).map(Resource::RouteConfig)
+        route::translate(&m, &root, ctx).map(|r| Resource::RouteConfig(Box::new(r)))
     } else if url == ClusterProto::type_url() {
         let m = decode::<ClusterProto>(any, ctx)?;
         cluster::translate(&m, &root, ctx).map(|c| Resource::Cluster(std::sync::Arc::new(c)))

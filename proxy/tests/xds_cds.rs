@@ -375,6 +375,132 @@ async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
         .unwrap();
 }
 
+/// GETs `path` on fresh connections until `ok` holds (bounded).
+async fn until_at(addr: SocketAddr, path: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
+    let mut last = None;
+    for _ in 0..250 {
+        let r = H1::connect(addr).await.get(path, &[]).await;
+        if ok(&r) {
+            return r;
+        }
+        last = Some(r);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("condition not reached on {path}; last reply {last:?}");
+}
+
+fn with_fetch_timeout(mut c: Cluster, ms: i32) -> Cluster {
+    if let Some(cfg) = c
+        .eds_cluster_config
+        .as_mut()
+        .and_then(|e| e.eds_config.as_mut())
+    {
+        cfg.initial_fetch_timeout = Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: 0,
+            nanos: ms * 1_000_000,
+        });
+    }
+    c
+}
+
+/// Two EDS clusters of one CDS response with the same `initial_fetch_timeout`
+/// (courier keeps one timer per response and timeout, not one per cluster):
+/// the one whose assignment arrives in time serves it, and the timeout does
+/// not put an empty version of it in force; the other goes into force without
+/// hosts. A cluster added later for a service whose assignment is in force
+/// starts with its hosts at once, though no new assignment comes (courier
+/// keeps no translation of assignments: it is translated again from the bytes
+/// in force).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warming_timeouts_and_known_assignments() {
+    let run = async {
+        let a = echo_upstream("a").await;
+        let (cds_url, cla_url, rds_url) = (
+            Cluster::type_url(),
+            ClusterLoadAssignment::type_url(),
+            RouteConfiguration::type_url(),
+        );
+        let mut rc = routes(to("dyn"));
+        let fallback = rc.virtual_hosts[0].routes[0].clone();
+        rc.virtual_hosts[0].routes = ["/two", "/three"]
+            .into_iter()
+            .zip(["dyn2", "dyn3"])
+            .map(|(prefix, cluster)| {
+                let mut r = fallback.clone();
+                r.r#match = Some(envoy_types::pb::envoy::config::route::v3::RouteMatch {
+                    path_specifier: Some(
+                        envoy_types::pb::envoy::config::route::v3::route_match::PathSpecifier::Prefix(
+                            prefix.into(),
+                        ),
+                    ),
+                    ..Default::default()
+                });
+                r.action = Some(to(cluster));
+                r
+            })
+            .chain([fallback.clone()])
+            .collect();
+        let mut cp = ControlPlane::start(Resources::new()).await;
+        cp.set(rds_url.clone(), "routes", any(&rc));
+        cp.set(cla_url.clone(), "svc2", any(&cla("svc2", a)));
+        let c = launch(&cds_bootstrap(cp.addr, "GRPC")).await;
+        cp.saw("Cluster ").await;
+        cp.state.send_modify(|(v, r)| {
+            *v += 1;
+            let mut next = Resources::clone(r);
+            let m = next.entry(cds_url.clone()).or_default();
+            m.insert(
+                "dyn".into(),
+                any(&with_fetch_timeout(eds_cluster("dyn", "never"), 300)),
+            );
+            m.insert(
+                "dyn2".into(),
+                any(&with_fetch_timeout(eds_cluster("dyn2", "svc2"), 300)),
+            );
+            *r = std::sync::Arc::new(next);
+        });
+        until_at(c.listener, "/two", |r| r.header("x-upstream") == Some("a")).await;
+        // "dyn" times out: in force with no hosts.
+        let r = until_at(c.listener, "/", |r| r.body == "no healthy upstream").await;
+        assert_eq!(r.status, 503);
+        // The timeout left "dyn2" as its assignment made it.
+        for _ in 0..5 {
+            let r = H1::connect(c.listener).await.get("/two", &[]).await;
+            assert_eq!(r.header("x-upstream"), Some("a"), "{r:?}");
+        }
+        // A new cluster of the known service: served without a new assignment
+        // (its default initial_fetch_timeout is 15 s).
+        cp.set(cds_url.clone(), "dyn3", any(&eds_cluster("dyn3", "svc2")));
+        until_at(c.listener, "/three", |r| {
+            r.header("x-upstream") == Some("a")
+        })
+        .await;
+        // /config_dump still shows the assignment as received.
+        let dump: serde_json::Value =
+            serde_json::from_str(&get_text(&c.admin, "/config_dump?include_eds").await).unwrap();
+        let eds = dump["configs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["@type"] == "type.googleapis.com/envoy.admin.v3.EndpointsConfigDump")
+            .cloned()
+            .unwrap_or_default();
+        let configs = eds["dynamic_endpoint_configs"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            configs
+                .iter()
+                .any(|e| e["endpoint_config"]["cluster_name"] == "svc2"),
+            "{dump}"
+        );
+    };
+    tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap();
+}
+
 /// A keep-alive HTTP/1.1 upstream answering 200; reports how many connections
 /// are open on it.
 async fn counting_upstream() -> (SocketAddr, std::sync::Arc<std::sync::atomic::AtomicI64>) {

@@ -47,7 +47,7 @@ impl Shared {
         let mut errors = decoded.errors;
         let mut seen = HashSet::new();
         let mut upserts = Vec::new();
-        let mut entries: HashMap<String, Entry> = HashMap::new();
+        let mut entries: HashMap<String, Arc<Entry>> = HashMap::new();
         let now = SystemTime::now();
         for c in decoded.candidates {
             if !seen.insert(c.name.clone()) {
@@ -73,26 +73,31 @@ impl Shared {
                 if old.version != c.version {
                     let mut e = Entry::clone(old);
                     e.version = c.version;
-                    entries.insert(c.name, e);
+                    entries.insert(c.name, Arc::new(e));
                 }
                 continue;
             }
-            upserts.push(Upsert {
-                name: c.name.clone(),
-                version: c.version.clone(),
-                resource: Arc::clone(&resource),
-                raw: c.raw.clone(),
-            });
+            // `None` only for unchanged bytes, skipped above.
+            let Some(resource) = resource else {
+                continue;
+            };
+            let kept = t.keeps_translation().then(|| Arc::clone(&resource));
             entries.insert(
-                c.name,
-                Entry {
-                    version: c.version,
+                c.name.clone(),
+                Arc::new(Entry {
+                    version: c.version.clone(),
                     digest: c.digest,
                     last_updated: now,
-                    resource,
-                    raw: c.raw,
-                },
+                    resource: kept,
+                    raw: Arc::from(c.raw.value.as_slice()),
+                }),
             );
+            upserts.push(Upsert {
+                name: c.name,
+                version: c.version,
+                resource,
+                raw: c.raw,
+            });
         }
         let removed: Vec<String> = match removal {
             Removal::SotwSet if t.is_wildcard() => state
@@ -128,7 +133,7 @@ impl Shared {
                 s.resources.remove(*name);
             }
             for (name, e) in &entries {
-                s.resources.insert(name.clone(), Arc::new(e.clone()));
+                s.resources.insert(name.clone(), Arc::clone(e));
             }
             s.resources.retain(|n, _| interest.wants(n));
             if detail.is_none() {

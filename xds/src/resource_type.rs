@@ -53,6 +53,15 @@ impl ResourceType {
         }
     }
 
+    /// Whether the store keeps a resource's translation beside its bytes. Not
+    /// for endpoints: the consumer turns each assignment into host sets, so a
+    /// kept translation would hold every endpoint twice (a cluster manager with
+    /// thousands of clusters pays for it in RSS); it is translated again from
+    /// its bytes in the rare case it is needed ([`crate::Store::resource`]).
+    pub fn keeps_translation(self) -> bool {
+        !matches!(self, ResourceType::Endpoints)
+    }
+
     /// LDS and CDS: subscribed by wildcard, and a SotW response is the complete set.
     pub fn is_wildcard(self) -> bool {
         matches!(self, ResourceType::Listener | ResourceType::Cluster)

@@ -20,10 +20,24 @@ pub struct Entry {
     pub digest: u64,
     /// When it was applied.
     pub last_updated: SystemTime,
-    /// The translated resource.
-    pub resource: Arc<Resource>,
-    /// The resource as received (`/config_dump`).
-    pub raw: Any,
+    /// The translated resource, for the types that keep it
+    /// ([`ResourceType::keeps_translation`]; [`Store::resource`] gives it for
+    /// every type).
+    pub resource: Option<Arc<Resource>>,
+    /// The resource's bytes as received (`/config_dump`); its type URL is its
+    /// type's, not kept per resource. Shared: a State-of-the-World response
+    /// resending it unchanged gives its entry a new version, not a new copy.
+    pub raw: Arc<[u8]>,
+}
+
+impl Entry {
+    /// The resource as received, as an `Any` of type `t`.
+    pub fn any(&self, t: ResourceType) -> Any {
+        Any {
+            type_url: t.type_url(),
+            value: self.raw.to_vec(),
+        }
+    }
 }
 
 /// The state of one type.
@@ -138,6 +152,20 @@ impl Store {
     /// The current state of `t`.
     pub fn get(&self, t: ResourceType) -> Arc<TypeState> {
         self.types[t.index()].load_full()
+    }
+
+    /// The translation of `t`'s resource `name` in force: the kept one, or
+    /// (for types that do not keep it) translated again from its bytes.
+    pub fn resource(&self, t: ResourceType, name: &str) -> Option<Arc<Resource>> {
+        let st = self.get(t);
+        let e = st.resources.get(name)?;
+        if let Some(r) = &e.resource {
+            return Some(Arc::clone(r));
+        }
+        let mut ctx = courier_config::Ctx::new();
+        let r = courier_config::resource::translate(&e.any(t), &mut ctx)?;
+        ctx.finish(()).ok()?;
+        Some(Arc::new(r))
     }
 
     /// `name -> version` of `t`'s resources (Delta `initial_resource_versions`).

@@ -121,6 +121,26 @@ async fn sotw_subscribes_with_node_acks_and_follows_interest() {
     assert_eq!(h.store().get(EDS).version_info, "e1");
     assert!(h.initialized());
     assert!(h.connected());
+
+    // Clusters keep their translation (shared with the running cluster);
+    // assignments are kept as received only (the consumer holds their hosts),
+    // and the store translates them again when asked.
+    assert!(st.resources["a"].resource.is_some());
+    let e = std::sync::Arc::clone(&h.store().get(EDS).resources["e"]);
+    assert!(e.resource.is_none());
+    assert_eq!(e.any(EDS), any(&cla("e", &[2001, 2002])));
+    match h.store().resource(EDS, "e").as_deref() {
+        Some(courier_config::resource::Resource::LoadAssignment(la)) => {
+            let endpoints = la
+                .priorities
+                .iter()
+                .flat_map(|p| &p.localities)
+                .flat_map(|l| &l.endpoints)
+                .count();
+            assert_eq!(endpoints, 2);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]

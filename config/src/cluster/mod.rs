@@ -63,13 +63,13 @@ pub struct Cluster {
     /// Circuit breakers for the DEFAULT and HIGH routing priorities.
     pub circuit_breakers: CircuitBreakers,
     /// Outlier detection, if configured.
-    pub outlier_detection: Option<OutlierDetection>,
+    pub outlier_detection: Option<Box<OutlierDetection>>,
     /// Active health checks.
     pub health_checks: Vec<HealthCheck>,
     /// The HTTP protocol spoken to upstream hosts and its options.
     pub http: UpstreamHttp,
     /// Upstream TLS, when the cluster has a TLS `transport_socket`.
-    pub tls: Option<UpstreamTls>,
+    pub tls: Option<Box<UpstreamTls>>,
     /// `metadata.filter_metadata`.
     pub metadata: MetadataMap,
 }
@@ -92,8 +92,9 @@ pub enum Discovery {
     LogicalDns(Dns),
     /// EDS: endpoints from `ClusterLoadAssignment` resources.
     Eds {
-        /// Where the assignments come from.
-        config: ConfigSource,
+        /// Where the assignments come from (boxed: a cluster manager holds
+        /// thousands of clusters, most without it).
+        config: Box<ConfigSource>,
         /// The resource name to ask for (`service_name`, default the cluster name).
         service_name: String,
     },
@@ -153,14 +154,15 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
     let tls = c
         .transport_socket
         .as_ref()
-        .and_then(|ts| crate::tls::upstream(ts, &path.field("transport_socket"), ctx));
+        .and_then(|ts| crate::tls::upstream(ts, &path.field("transport_socket"), ctx))
+        .map(Box::new);
     let http = protocol::translate(c, path, ctx);
     let lb = lb::translate(c, path, ctx);
     let circuit_breakers = circuit_breaker::translate(c.circuit_breakers.as_ref(), path, ctx);
     let outlier_detection = c
         .outlier_detection
         .as_ref()
-        .map(|o| outlier::translate(o, &path.field("outlier_detection"), ctx));
+        .map(|o| Box::new(outlier::translate(o, &path.field("outlier_detection"), ctx)));
     let hp = path.field("health_checks");
     let health_checks = c
         .health_checks
@@ -235,7 +237,7 @@ fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discover
                 eds.service_name.clone()
             };
             Discovery::Eds {
-                config,
+                config: Box::new(config),
                 service_name,
             }
         }

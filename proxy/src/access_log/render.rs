@@ -154,7 +154,7 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             .as_ref()
             .and_then(|u| u.host.as_ref())
             .map(|_| Value::Number(ms(resp.response_duration))),
-        Command::UpstreamHost => text(&resp.upstream.as_ref()?.host.as_ref()?.address_text),
+        Command::UpstreamHost => text(resp.upstream.as_ref()?.host.as_ref()?.address_text()),
         Command::UpstreamCluster => text(&resp.upstream.as_ref()?.cluster.name),
         Command::UpstreamRequestAttemptCount => Some(Value::Number(u64::from(
             resp.upstream.as_ref().is_some_and(|u| u.host.is_some()),

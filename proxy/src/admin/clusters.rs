@@ -9,17 +9,16 @@ use std::sync::atomic::Ordering;
 
 /// A host's stats as `/clusters` names them: (name, value, is a gauge).
 fn host_stats(h: &Host) -> [(&'static str, u64, bool); 5] {
-    let s = &h.stats;
+    // A host never used has no counters yet: zeros.
+    let read = |c: fn(&crate::upstream::host::HostStats) -> &std::sync::atomic::AtomicU64| {
+        h.stats.get().map_or(0, |s| c(s).load(Ordering::Relaxed))
+    };
     [
-        ("cx_active", s.cx_active.load(Ordering::Relaxed), true),
-        (
-            "cx_connect_fail",
-            s.cx_connect_fail.load(Ordering::Relaxed),
-            false,
-        ),
-        ("cx_total", s.cx_total.load(Ordering::Relaxed), false),
+        ("cx_active", read(|s| &s.cx_active), true),
+        ("cx_connect_fail", read(|s| &s.cx_connect_fail), false),
+        ("cx_total", read(|s| &s.cx_total), false),
         ("rq_active", h.active_requests(), true),
-        ("rq_total", s.rq_total.load(Ordering::Relaxed), false),
+        ("rq_total", read(|s| &s.rq_total), false),
     ]
 }
 
@@ -29,7 +28,12 @@ fn hosts(c: &crate::upstream::UpstreamCluster) -> Vec<(usize, std::sync::Arc<Hos
     set.priorities
         .iter()
         .enumerate()
-        .flat_map(|(p, level)| level.all.iter().map(move |h| (p, std::sync::Arc::clone(h))))
+        .flat_map(|(p, level)| {
+            level
+                .all()
+                .iter()
+                .map(move |h| (p, std::sync::Arc::clone(h)))
+        })
         .collect()
 }
 
@@ -58,11 +62,11 @@ pub fn text(clusters: &ClusterManager) -> String {
         let api = c.stat_slot.is_none();
         let _ = writeln!(out, "{name}::added_via_api::{api}");
         for (priority, h) in hosts(&c) {
-            let addr = &h.address_text;
+            let addr = h.address_text();
             for (stat, v, _) in host_stats(&h) {
                 let _ = writeln!(out, "{name}::{addr}::{stat}::{v}");
             }
-            let _ = writeln!(out, "{name}::{addr}::hostname::{}", h.hostname);
+            let _ = writeln!(out, "{name}::{addr}::hostname::{}", h.hostname());
             let health = if h.healthy {
                 "healthy"
             } else {
@@ -114,8 +118,8 @@ pub fn json(clusters: &ClusterManager) -> serde_json::Value {
                         "weight": h.weight,
                         "locality": {},
                     });
-                    if !h.hostname.is_empty() {
-                        status["hostname"] = json!(h.hostname);
+                    if !h.hostname().is_empty() {
+                        status["hostname"] = json!(h.hostname());
                     }
                     if priority > 0 {
                         status["priority"] = json!(priority);

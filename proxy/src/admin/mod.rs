@@ -172,8 +172,10 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             shared.listeners.reset_counters();
             for c in shared.clusters.clusters() {
                 for level in &c.hosts().priorities {
-                    for h in &level.all {
-                        h.stats.reset_counters();
+                    for h in level.all() {
+                        if let Some(s) = h.stats.get() {
+                            s.reset_counters();
+                        }
                     }
                 }
             }

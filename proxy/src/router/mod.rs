@@ -317,7 +317,7 @@ pub async fn forward(
         };
         attempt::run(a, parts, body, std::sync::Arc::clone(&host)).await
     };
-    let host_text = Some(done.host.address_text.as_str());
+    let host_text = Some(done.host.address_text());
     let urx = done.limit_exceeded;
     let mut resp = match done.last {
         attempt::Final::Timeout => out.local(

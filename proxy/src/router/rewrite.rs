@@ -68,7 +68,7 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
                 response: None,
                 conn: plan.conn,
                 protocol,
-                upstream_host: Some(&plan.host.address_text),
+                upstream_host: Some(plan.host.address_text()),
                 cluster: plan.cluster,
                 route_name: &plan.route.name,
             }
@@ -84,7 +84,7 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         (Some(h), _) => Some(h.to_string()),
         (None, Some(HostRewrite::Literal(h))) => Some(h.clone()),
         (None, Some(HostRewrite::Auto)) => {
-            (!plan.host.hostname.is_empty()).then(|| plan.host.hostname.clone())
+            (!plan.host.hostname().is_empty()).then(|| plan.host.hostname().to_string())
         }
         (None, Some(HostRewrite::Header(h))) => parts
             .headers

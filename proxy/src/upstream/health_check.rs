@@ -37,6 +37,14 @@ impl HostHealth {
     }
 }
 
+impl super::lazy::Lazy<HostHealth> {
+    /// Whether active health checking has marked the host unhealthy (never,
+    /// before any check: only hosts of checked clusters get the state).
+    pub fn failed(&self) -> bool {
+        self.get().is_some_and(HostHealth::failed)
+    }
+}
+
 /// One check's verdict.
 enum Verdict {
     Pass,
@@ -153,10 +161,11 @@ fn jitter(max: Duration) -> Duration {
 }
 
 fn traffic(cluster: &UpstreamCluster) -> bool {
-    cluster
-        .hosts()
-        .hosts()
-        .any(|h| h.stats.rq_total.load(Ordering::Relaxed) > 0)
+    cluster.hosts().hosts().any(|h| {
+        h.stats
+            .get()
+            .is_some_and(|s| s.rq_total.load(Ordering::Relaxed) > 0)
+    })
 }
 
 /// Applies a verdict; returns whether the host's health changed.
@@ -201,8 +210,8 @@ fn endpoint_of<'a>(cluster: &'a UpstreamCluster, host: &Host) -> Option<&'a Endp
                 && match e.address.ip {
                     Some(ip) => ip == host.address.ip(),
                     None => {
-                        e.address.host == host.hostname
-                            || e.hostname.as_deref() == Some(host.hostname.as_str())
+                        e.address.host == host.hostname()
+                            || e.hostname.as_deref() == Some(host.hostname())
                     }
                 }
         })

@@ -2,7 +2,9 @@
 //! main thread (from the config, or from DNS answers) and published whole, so a
 //! worker always sees one consistent set.
 
+use super::lazy::Lazy;
 use courier_config::cluster::{Endpoint, LoadAssignment};
+use once_cell::race::OnceBox;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,11 +15,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Host {
     /// Where to connect.
     pub address: SocketAddr,
-    /// `address` as text (`%UPSTREAM_HOST%`), built once.
-    pub address_text: String,
-    /// The host name `auto_host_rewrite` uses: the endpoint's `hostname`, or the DNS
-    /// name it was resolved from; empty when neither exists.
-    pub hostname: String,
+    /// `address` as text (`%UPSTREAM_HOST%`), built at its first use.
+    address_text: OnceBox<String>,
+    /// The host name ([`Self::hostname`]); none (not an empty string, which
+    /// would take as much room as a name) when there is none. A thin pointer
+    /// on purpose: half a `String`'s room in every host, and most have none.
+    #[allow(clippy::box_collection)]
+    hostname: Option<Box<String>>,
     /// Load-balancing weight (at least 1).
     pub weight: u32,
     /// Whether the control plane's `health_status` lets the balancer pick it.
@@ -25,12 +29,13 @@ pub struct Host {
     /// Requests in flight to this host, over all workers.
     active: AtomicU64,
     /// Per-host stats admin's `/clusters` reports (shared by all workers, as
-    /// Envoy's host stats are).
-    pub stats: HostStats,
-    /// Outlier-detection inputs and ejection state.
-    pub outlier: super::outlier::HostOutlier,
-    /// Active health-check state.
-    pub health: super::health_check::HostHealth,
+    /// Envoy's host stats are), from the host's first connection or request.
+    pub stats: Lazy<HostStats>,
+    /// Outlier-detection inputs and ejection state (hosts of clusters with
+    /// outlier detection only).
+    pub outlier: Lazy<super::outlier::HostOutlier>,
+    /// Active health-check state (hosts of clusters with health checks only).
+    pub health: Lazy<super::health_check::HostHealth>,
 }
 
 /// A host's counters (`/clusters`), summed over workers by being shared.
@@ -60,15 +65,27 @@ impl Host {
     pub fn new(address: SocketAddr, hostname: String, weight: u32, healthy: bool) -> Self {
         Self {
             address,
-            address_text: address.to_string(),
-            hostname,
+            address_text: OnceBox::new(),
+            hostname: (!hostname.is_empty()).then(|| Box::new(hostname)),
             weight: weight.max(1),
             healthy,
             active: AtomicU64::new(0),
-            stats: HostStats::default(),
+            stats: Lazy::default(),
             outlier: Default::default(),
             health: Default::default(),
         }
+    }
+
+    /// The host name `auto_host_rewrite` uses: the endpoint's `hostname`, or
+    /// the DNS name it was resolved from; empty when neither exists.
+    pub fn hostname(&self) -> &str {
+        self.hostname.as_deref().map_or("", String::as_str)
+    }
+
+    /// `address` as text (`%UPSTREAM_HOST%`).
+    pub fn address_text(&self) -> &str {
+        self.address_text
+            .get_or_init(|| Box::new(self.address.to_string()))
     }
 
     /// Requests in flight.
@@ -97,9 +114,19 @@ impl Drop for ActiveRequest {
 /// An order to walk hosts in that respects their weights: host `i` appears
 /// `weight[i]` times, spread out (smooth weighted round robin), so a cursor or a
 /// uniform random index into it picks hosts in proportion to their weights.
-#[derive(Debug, Default)]
-pub struct Schedule {
-    order: Vec<u32>,
+/// Equal weights (the common case) need no table: slot `n` is host `n`.
+#[derive(Debug)]
+pub enum Schedule {
+    /// Every host once, in order.
+    Uniform(usize),
+    /// Host indices, each `weight` times, spread out.
+    Weighted(Box<[u32]>),
+}
+
+impl Default for Schedule {
+    fn default() -> Self {
+        Schedule::Uniform(0)
+    }
 }
 
 /// Above this many slots the weights are scaled down (proportions kept to within a
@@ -110,9 +137,7 @@ impl Schedule {
     fn new(hosts: &[Arc<Host>]) -> Self {
         let equal = hosts.windows(2).all(|w| w[0].weight == w[1].weight);
         if equal {
-            return Self {
-                order: (0..hosts.len() as u32).collect(),
-            };
+            return Schedule::Uniform(hosts.len());
         }
         let total: u64 = hosts.iter().map(|h| u64::from(h.weight)).sum();
         let weights: Vec<i64> = hosts
@@ -141,21 +166,27 @@ impl Schedule {
             current[best] -= sum;
             order.push(best as u32);
         }
-        Self { order }
+        Schedule::Weighted(order.into_boxed_slice())
     }
 
     /// Slots in the schedule.
     pub fn len(&self) -> usize {
-        self.order.len()
+        match self {
+            Schedule::Uniform(n) => *n,
+            Schedule::Weighted(order) => order.len(),
+        }
     }
 
     /// The host index in slot `n % len` (`None` when empty).
     pub fn slot(&self, n: usize) -> Option<usize> {
-        let len = self.order.len();
+        let len = self.len();
         if len == 0 {
             return None;
         }
-        self.order.get(n % len).map(|&i| i as usize)
+        match self {
+            Schedule::Uniform(_) => Some(n % len),
+            Schedule::Weighted(order) => order.get(n % len).map(|&i| i as usize),
+        }
     }
 }
 
@@ -163,13 +194,13 @@ impl Schedule {
 #[derive(Debug, Default)]
 pub struct PriorityHosts {
     /// Every host.
-    pub all: Vec<Arc<Host>>,
-    /// The healthy ones.
-    pub healthy: Vec<Arc<Host>>,
+    all: Box<[Arc<Host>]>,
+    /// The healthy ones and their order, when some host is not: nearly always
+    /// every host is, and one list then serves both (a cluster manager holds
+    /// thousands of these).
+    healthy: Option<(Box<[Arc<Host>]>, Schedule)>,
     /// Weighted order over `all`.
-    pub all_schedule: Schedule,
-    /// Weighted order over `healthy`.
-    pub healthy_schedule: Schedule,
+    all_schedule: Schedule,
     /// `100 x healthy / all` (0 when empty).
     pub healthy_percent: f64,
 }
@@ -177,23 +208,44 @@ pub struct PriorityHosts {
 impl PriorityHosts {
     fn new(all: Vec<Arc<Host>>) -> Self {
         // An ejected or health-check-failed host is unhealthy until it returns.
-        let healthy: Vec<Arc<Host>> = all
-            .iter()
-            .filter(|h| h.healthy && !h.outlier.ejected() && !h.health.failed())
-            .cloned()
-            .collect();
+        let is_healthy = |h: &Arc<Host>| h.healthy && !h.outlier.ejected() && !h.health.failed();
+        let count = all.iter().filter(|h| is_healthy(h)).count();
         let healthy_percent = if all.is_empty() {
             0.0
         } else {
-            100.0 * healthy.len() as f64 / all.len() as f64
+            100.0 * count as f64 / all.len() as f64
         };
+        let healthy = (count < all.len()).then(|| {
+            let healthy: Box<[Arc<Host>]> = all.iter().filter(|h| is_healthy(h)).cloned().collect();
+            let schedule = Schedule::new(&healthy);
+            (healthy, schedule)
+        });
         Self {
             all_schedule: Schedule::new(&all),
-            healthy_schedule: Schedule::new(&healthy),
-            all,
+            all: all.into_boxed_slice(),
             healthy,
             healthy_percent,
         }
+    }
+
+    /// Every host.
+    pub fn all(&self) -> &[Arc<Host>] {
+        &self.all
+    }
+
+    /// Weighted order over [`Self::all`].
+    pub fn all_schedule(&self) -> &Schedule {
+        &self.all_schedule
+    }
+
+    /// The healthy hosts.
+    pub fn healthy(&self) -> &[Arc<Host>] {
+        self.healthy.as_ref().map_or(&self.all, |(h, _)| h)
+    }
+
+    /// Weighted order over [`Self::healthy`].
+    pub fn healthy_schedule(&self) -> &Schedule {
+        self.healthy.as_ref().map_or(&self.all_schedule, |(_, s)| s)
     }
 }
 
@@ -222,7 +274,7 @@ impl HostSet {
                 if p.all.is_empty() {
                     0
                 } else {
-                    let h = u64::from(overprovisioning_factor) * p.healthy.len() as u64
+                    let h = u64::from(overprovisioning_factor) * p.healthy().len() as u64
                         / p.all.len() as u64;
                     h.min(100) as u32
                 }
@@ -310,24 +362,29 @@ pub fn static_hosts_reusing(la: &LoadAssignment, previous: Option<&HostSet>) -> 
         .priorities
         .iter()
         .map(|p| {
-            p.localities
-                .iter()
-                .flat_map(|l| l.endpoints.iter())
-                .filter_map(|e| {
-                    let ip = e.address.ip?;
-                    let address = SocketAddr::new(ip, e.address.port);
-                    let hostname = e.hostname.clone().unwrap_or_default();
-                    let healthy = e.health_status.is_healthy();
-                    if let Some(h) = by_addr.get(&address).filter(|h| {
-                        h.hostname == hostname
-                            && h.weight == e.weight.max(1)
-                            && h.healthy == healthy
-                    }) {
-                        return Some(Arc::clone(h));
-                    }
-                    Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
-                })
-                .collect()
+            // Sized up front: the list is kept for the set's life.
+            let mut hosts =
+                Vec::with_capacity(p.localities.iter().map(|l| l.endpoints.len()).sum());
+            hosts.extend(
+                p.localities
+                    .iter()
+                    .flat_map(|l| l.endpoints.iter())
+                    .filter_map(|e| {
+                        let ip = e.address.ip?;
+                        let address = SocketAddr::new(ip, e.address.port);
+                        let hostname = e.hostname.clone().unwrap_or_default();
+                        let healthy = e.health_status.is_healthy();
+                        if let Some(h) = by_addr.get(&address).filter(|h| {
+                            h.hostname() == hostname
+                                && h.weight == e.weight.max(1)
+                                && h.healthy == healthy
+                        }) {
+                            return Some(Arc::clone(h));
+                        }
+                        Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
+                    }),
+            );
+            hosts
         })
         .collect();
     HostSet::new(priorities, la.overprovisioning_factor)
@@ -348,7 +405,7 @@ pub fn resolved_host(
     if let Some(h) = previous.and_then(|p| {
         p.hosts().find(|h| {
             h.address == address
-                && h.hostname == hostname
+                && h.hostname() == hostname
                 && h.weight == endpoint.weight.max(1)
                 && h.healthy == healthy
         })
@@ -394,6 +451,22 @@ mod tests {
         let s = HostSet::new(vec![hosts(1, 0), hosts(3, 0)], 140);
         assert!(s.total_panic);
         assert_eq!(s.load_ends, vec![25, 100]);
+    }
+
+    #[test]
+    fn a_fully_healthy_level_keeps_one_list() {
+        let all = PriorityHosts::new(hosts(3, 3));
+        assert!(all.healthy.is_none());
+        assert_eq!(all.healthy().len(), 3);
+        assert!(matches!(all.healthy_schedule(), Schedule::Uniform(3)));
+        let some = PriorityHosts::new(hosts(3, 2));
+        assert_eq!(some.healthy().len(), 2);
+        assert!(some.healthy().iter().all(|h| h.healthy));
+        assert!(matches!(some.healthy_schedule(), Schedule::Uniform(2)));
+        assert_eq!(some.all().len(), 3);
+        // No outlier state until outlier detection uses it.
+        assert!(!some.all()[0].outlier.ejected());
+        assert!(some.all()[0].outlier.get().is_none());
     }
 
     #[test]

@@ -21,9 +21,9 @@ pub fn choose(set: &HostSet, lb: &LoadBalancer, cluster: usize) -> Option<Arc<Ho
     let panic = lb.healthy_panic_threshold > 0.0
         && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
     let (hosts, schedule, slot) = if panic {
-        (&level.all, &level.all_schedule, 2 * priority + 1)
+        (level.all(), level.all_schedule(), 2 * priority + 1)
     } else {
-        (&level.healthy, &level.healthy_schedule, 2 * priority)
+        (level.healthy(), level.healthy_schedule(), 2 * priority)
     };
     if hosts.is_empty() {
         return None;
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn least_request_avoids_the_busy_host() {
         let s = set(&[&[true, true]]);
-        let busy = Arc::clone(&s.priorities[0].all[0]);
+        let busy = Arc::clone(&s.priorities[0].all()[0]);
         let _guards: Vec<_> = (0..10).map(|_| busy.start_request()).collect();
         let l = lb(
             LbPolicy::LeastRequest {

@@ -64,6 +64,14 @@ impl Kind {
     }
 }
 
+impl super::lazy::Lazy<HostOutlier> {
+    /// Whether the host is ejected (never, before any outlier state: only
+    /// hosts of clusters with outlier detection get one).
+    pub fn ejected(&self) -> bool {
+        self.get().is_some_and(|o| o.ejected())
+    }
+}
+
 /// A host's outlier-detection inputs (written by workers) and ejection state
 /// (written by the main thread).
 #[derive(Debug, Default)]

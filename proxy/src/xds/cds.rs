@@ -12,6 +12,7 @@ use courier_config::resource::Resource;
 use courier_xds::{Interest, ResourceType, Update, Verdict, XdsHandle};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// The cluster side of the xDS consumer.
 pub(super) struct Cds {
@@ -34,8 +35,10 @@ pub(super) struct Cds {
 
 #[derive(Default)]
 struct State {
-    /// EDS service -> dynamic clusters using it (in force or warming).
-    eds: HashMap<String, BTreeSet<String>>,
+    /// EDS service -> dynamic clusters using it (in force or warming), sorted:
+    /// nearly always one, so a vector (a tree node per service cost 280 bytes
+    /// a cluster).
+    eds: HashMap<String, Vec<String>>,
     /// Dynamic EDS cluster -> its service.
     service_of: HashMap<String, String>,
     /// EDS clusters waiting for their first assignment.
@@ -113,11 +116,12 @@ impl Cds {
         };
         let mut verdict = Verdict::accept();
         let mut ready = Vec::new();
+        let mut timers = Vec::new();
         for up in &u.upserts {
             let Resource::Cluster(c) = &*up.resource else {
                 continue;
             };
-            match self.upsert(&mut st, c) {
+            match self.upsert(&mut st, c, &mut timers) {
                 Ok(Some(c)) => ready.push(c),
                 Ok(None) => {}
                 Err(why) => verdict.rejected.push((up.name.clone(), why)),
@@ -136,15 +140,54 @@ impl Cds {
         self.publish(ready, &removed);
         self.publish_warming(&st);
         self.set_eds_interest(&st);
+        self.spawn_warming_timers(timers);
         verdict
+    }
+
+    /// Puts each warming cluster in force without endpoints once its
+    /// `initial_fetch_timeout` passes (unless its assignment or a newer
+    /// version came first). One task per distinct timeout of the response,
+    /// not one per cluster: a task costs ≈ 400 bytes, and a response of
+    /// thousands of EDS clusters would hold thousands for 15 s.
+    fn spawn_warming_timers(self: &Arc<Self>, mut timers: Vec<(Duration, Arc<UpstreamCluster>)>) {
+        timers.sort_by_key(|(t, _)| *t);
+        while let Some(&(t, _)) = timers.first() {
+            let split = timers.partition_point(|(d, _)| *d == t);
+            let rest = timers.split_off(split);
+            let due: Vec<Arc<UpstreamCluster>> = timers.into_iter().map(|(_, c)| c).collect();
+            timers = rest;
+            let me = Arc::clone(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(t).await;
+                let mut st = me.state.lock().await;
+                let mut timed_out = Vec::new();
+                for prepared in due {
+                    let name = &prepared.config.name;
+                    if st
+                        .warming
+                        .get(name)
+                        .is_some_and(|w| Arc::ptr_eq(w, &prepared))
+                    {
+                        st.warming.remove(name);
+                        tracing::warn!(cluster = %name, "EDS initial fetch timed out; cluster in force without endpoints");
+                        timed_out.push(prepared);
+                    }
+                }
+                if !timed_out.is_empty() {
+                    me.publish(timed_out, &[]);
+                    me.publish_warming(&st);
+                }
+            });
+        }
     }
 
     /// Checks and builds cluster `c`: `Some` when it can go into force now,
     /// `None` when it warms.
     fn upsert(
-        self: &Arc<Self>,
+        &self,
         st: &mut State,
         c: &Arc<courier_config::cluster::Cluster>,
+        timers: &mut Vec<(Duration, Arc<UpstreamCluster>)>,
     ) -> Result<Option<Arc<UpstreamCluster>>, String> {
         if self.static_names.contains(&c.name) {
             return Err("a static cluster of the same name is in force".into());
@@ -183,10 +226,10 @@ impl Cds {
         let Some((service, timeout)) = eds else {
             return Ok(Some(prepared));
         };
-        st.eds
-            .entry(service.clone())
-            .or_default()
-            .insert(c.name.clone());
+        let users = st.eds.entry(service.clone()).or_default();
+        if let Err(at) = users.binary_search(&c.name) {
+            users.insert(at, c.name.clone());
+        }
         st.service_of.insert(c.name.clone(), service.clone());
         // Same endpoints as the cluster in force: its hosts carried over.
         if previous.is_some_and(|p| p.config.discovery == c.discovery) {
@@ -199,22 +242,7 @@ impl Cds {
         }
         st.warming.insert(c.name.clone(), Arc::clone(&prepared));
         if let Some(t) = timeout {
-            let me = Arc::clone(self);
-            tokio::spawn(async move {
-                tokio::time::sleep(t).await;
-                let mut st = me.state.lock().await;
-                let name = &prepared.config.name;
-                if st
-                    .warming
-                    .get(name)
-                    .is_some_and(|w| Arc::ptr_eq(w, &prepared))
-                {
-                    st.warming.remove(name);
-                    tracing::warn!(cluster = %name, "EDS initial fetch timed out; cluster in force without endpoints");
-                    me.publish(vec![prepared], &[]);
-                    me.publish_warming(&st);
-                }
-            });
+            timers.push((t, prepared));
         }
         Ok(None)
     }
@@ -251,8 +279,7 @@ impl Cds {
 
     fn known_assignment(&self, service: &str) -> Option<courier_config::cluster::LoadAssignment> {
         let handle = self.handle.load_full()?;
-        let st = handle.store().get(ResourceType::Endpoints);
-        match &*st.resources.get(service)?.resource {
+        match &*handle.store().resource(ResourceType::Endpoints, service)? {
             Resource::LoadAssignment(la) => Some(la.clone()),
             _ => None,
         }
@@ -272,7 +299,7 @@ fn forget_service(st: &mut State, cluster: &str) {
     if let Some(service) = st.service_of.remove(cluster)
         && let Some(users) = st.eds.get_mut(&service)
     {
-        users.remove(cluster);
+        users.retain(|u| u != cluster);
         if users.is_empty() {
             st.eds.remove(&service);
         }

@@ -26,7 +26,7 @@ fn dump(
                     crate::access_log::time::default_format(e.last_updated, &mut when);
                     serde_json::json!({
                         "version_info": e.version,
-                        field: any_json(&e.raw),
+                        field: any_json(&e.any(t)),
                         "last_updated": when,
                     })
                 })

@@ -43,8 +43,15 @@ struct Apply {
     lds: Arc<lds::Lds>,
 }
 
+/// An update of at least this many resources hands the memory its decode
+/// leaves free back to the system (a handful of changes leaves little).
+const LARGE_UPDATE: usize = 100;
+
 impl Consumer for Apply {
     fn apply(&self, u: &Update) -> Verdict {
+        if u.upserts.len() + u.removed.len() >= LARGE_UPDATE {
+            crate::heap_trim::release_soon();
+        }
         match u.type_ {
             ResourceType::Endpoints => self.cds.endpoints(u),
             ResourceType::Cluster => self.cds.clusters(u),
@@ -73,8 +80,10 @@ impl Apply {
             let mut problems = Vec::new();
             crate::serve_check::routes(rc, "", &mut problems);
             if problems.is_empty() {
-                next.route_configs
-                    .insert(up.name.clone(), Arc::new(rc.clone()));
+                next.route_configs.insert(
+                    up.name.clone(),
+                    Arc::new(courier_config::route::RouteConfig::clone(rc)),
+                );
             } else {
                 // Paths are relative to the resource: drop the empty root's dot.
                 let problems: Vec<&str> = problems
@@ -284,7 +293,7 @@ pub fn start(
             eds.entry(service_name.clone())
                 .or_default()
                 .push(c.name.clone());
-            sources.push((ResourceType::Endpoints, config.clone()));
+            sources.push((ResourceType::Endpoints, ConfigSource::clone(config)));
         }
     }
     let mut rds = BTreeSet::new();

@@ -214,8 +214,11 @@ pub(super) fn republish(cluster: &UpstreamCluster) {
         .load_assignment
         .as_ref()
         .map_or(140, |la| la.overprovisioning_factor);
-    let priorities: Vec<Vec<Arc<Host>>> =
-        current.priorities.iter().map(|p| p.all.clone()).collect();
+    let priorities: Vec<Vec<Arc<Host>>> = current
+        .priorities
+        .iter()
+        .map(|p| p.all().to_vec())
+        .collect();
     cluster
         .hosts
         .store(Arc::new(HostSet::new(priorities, factor)));
