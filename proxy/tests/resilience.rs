@@ -285,7 +285,13 @@ async fn retry_budget_bounds_concurrent_retries() {
     let overflow = stat(&c, "cluster.u.upstream_rq_retry_overflow").await;
     let retries = stat(&c, "cluster.u.upstream_rq_retry").await;
     assert!(overflow > 0, "no retry overflowed");
-    assert_eq!(log.count.load(Ordering::SeqCst), 200 + retries);
+    // Every attempt reached the upstream but those whose connection failed
+    // (on a loaded machine some connects outlast the 1 s connect timeout).
+    let connect_failed = stat(&c, "cluster.u.upstream_cx_connect_fail").await;
+    assert_eq!(
+        log.count.load(Ordering::SeqCst),
+        200 + retries - connect_failed
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
