@@ -41,7 +41,9 @@ pub fn release_soon() {
             }
         }
         SCHEDULED.store(false, Ordering::Release);
-        release_free_memory();
+        // The walk locks each arena in turn (milliseconds for a large heap):
+        // off the runtime's thread, which also serves admin and xDS.
+        let _ = tokio::task::spawn_blocking(release_free_memory).await;
     });
 }
 
