@@ -7,9 +7,11 @@ use crate::codec_error::CodecErrors;
 use crate::conn_idle::{Activity, Tracked};
 use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::Codec;
+use crate::park::Parkable;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
 use crate::router::body::Progress;
+use crate::serve_h1;
 use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::worker::Phase;
@@ -19,7 +21,6 @@ use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -30,7 +31,7 @@ use tokio::sync::watch;
 pub(crate) struct Limits {
     max_headers_bytes: usize,
     max_headers_count: usize,
-    idle_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
     request_headers_timeout: Option<Duration>,
     stream_idle_timeout: Option<Duration>,
     h2_max_streams: u32,
@@ -40,7 +41,7 @@ pub(crate) struct Limits {
     server_name: String,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
-    drain_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
     half_close: bool,
 }
 
@@ -114,7 +115,7 @@ impl Limits {
         (self.max_headers_count > 100).then_some(self.max_headers_count)
     }
 
-    fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
+    pub(crate) fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
         b.max_buf_size(self.h1_buffer())
             .timer(TokioTimer::new())
             // hyper's default is 30 s once a timer is set; Envoy's is none, and
@@ -142,24 +143,6 @@ impl Limits {
             .initial_connection_window_size(self.h2_connection_window)
             .timer(TokioTimer::new());
     }
-
-    fn auto(&self) -> auto::Builder<TokioExecutor> {
-        let mut b = auto::Builder::new(TokioExecutor::new());
-        let mut h1 = b.http1();
-        h1.max_buf_size(self.h1_buffer())
-            .timer(TokioTimer::new())
-            .header_read_timeout(None);
-        if let Some(n) = self.hyper_max_headers() {
-            h1.max_headers(n);
-        }
-        b.http2()
-            .max_header_list_size(self.h2_header_list())
-            .max_concurrent_streams(self.h2_max_streams)
-            .initial_stream_window_size(self.h2_stream_window)
-            .initial_connection_window_size(self.h2_connection_window)
-            .timer(TokioTimer::new());
-        b
-    }
 }
 
 /// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
@@ -170,9 +153,9 @@ impl Limits {
 /// in flight finish); HTTP/1 answers `connection: close` from then on and is
 /// closed once idle after `drain_timeout`.
 macro_rules! serve_until_drained {
-    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr) => {{
-        let conn = $conn;
-        tokio::pin!(conn);
+    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr, $lifetime:expr) => {{
+        // Boxed: hyper's connection is large, and the task's future stays small.
+        let mut conn = Box::pin($conn);
         let retired = listener_retired($retired);
         let drain = async {
             // The watch guard must not live across the await below.
@@ -187,8 +170,8 @@ macro_rules! serve_until_drained {
             }
         };
         let lifetime = async {
-            match $limits.max_connection_duration {
-                Some(t) => tokio::time::sleep(t).await,
+            match $lifetime {
+                Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
@@ -238,6 +221,7 @@ macro_rules! serve_until_drained {
 
 /// What tells a connection its listener version is retired (LDS update or
 /// removal), and how long it then gets.
+#[derive(Clone)]
 pub(crate) struct ListenerDrain {
     /// Turns true when the version is retired.
     pub signal: watch::Receiver<bool>,
@@ -246,7 +230,7 @@ pub(crate) struct ListenerDrain {
 }
 
 /// Resolves to the drain time once the connection's listener version is retired.
-async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
+pub(crate) async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
     let Some(mut d) = drain else {
         return std::future::pending().await;
     };
@@ -298,7 +282,7 @@ where
         snapshot,
         worker_stats,
         hcm_stats: stats,
-        listener_drain,
+        mut listener_drain,
         clusters,
         mut shutdown,
     } = conn;
@@ -348,54 +332,61 @@ where
             }
         })
     };
-    let io = TokioIo::new(CodecErrors::new(
-        crate::h2_flood::FloodGuard::with_limits(
-            stream,
-            Some(Arc::clone(&activity)),
-            &limits.h2_flood,
+    let io = Parkable::new(
+        CodecErrors::new(
+            crate::h2_flood::FloodGuard::with_limits(
+                stream,
+                Some(Arc::clone(&activity)),
+                &limits.h2_flood,
+            ),
+            &limits.server_name,
+            &activity,
+            limits.request_headers_timeout,
         ),
-        &limits.server_name,
-        &activity,
-        limits.request_headers_timeout,
-    ));
-    // The fixed codecs use hyper's own builders: hyper-util's `auto`
-    // ignores `http1_only`/`http2_only` when serving with upgrades.
-    match codec {
-        Codec::Auto => {
-            let builder = limits.auto();
-            serve_until_drained!(
-                builder.serve_connection_with_upgrades(io, service),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
+        Arc::clone(&activity),
+    );
+    let lifetime = limits
+        .max_connection_duration
+        .map(|t| tokio::time::Instant::now() + t);
+    // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
+    // preface shows) parks when idle: see `serve_h1`.
+    let (io, service) = match codec {
+        Codec::Auto | Codec::Http1 => {
+            let h1 = serve_h1::H1 {
+                limits: &limits,
+                activity: &activity,
+                stats: &stats,
+                shutdown: &mut shutdown,
+                // `AUTO` may turn out HTTP/2, served below with its own.
+                listener_drain: if matches!(codec, Codec::Auto) {
+                    listener_drain.clone()
+                } else {
+                    listener_drain.take()
+                },
+                lifetime,
+                auto: matches!(codec, Codec::Auto),
+            };
+            // Boxed: the parked connection's future holds only a pointer.
+            match Box::pin(serve_h1::serve(io, service, h1)).await {
+                serve_h1::Served::Done => {
+                    stats.cx_active.dec();
+                    return;
+                }
+                serve_h1::Served::Http2(io, service) => (io, service),
+            }
         }
-        Codec::Http1 => {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            limits.h1(&mut builder);
-            serve_until_drained!(
-                builder.serve_connection(io, service).with_upgrades(),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
-        }
-        Codec::Http2 => {
-            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            limits.h2(&mut builder);
-            serve_until_drained!(
-                builder.serve_connection(io, service),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
-        }
-    }
+        Codec::Http2 => (io, service),
+    };
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    limits.h2(&mut builder);
+    serve_until_drained!(
+        builder.serve_connection(TokioIo::new(io), service),
+        shutdown,
+        activity,
+        limits,
+        stats,
+        listener_drain,
+        lifetime
+    );
     stats.cx_active.dec();
 }
