@@ -5,6 +5,45 @@
 //! freed around a few long-lived allocations the resident set stays at the
 //! peak, and the heap monitor would keep shedding load that is already gone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// HTTP/1.1 codecs ended by parks (crate::serve_h1), all workers.
+static PARKS: AtomicU64 = AtomicU64::new(0);
+
+/// Parks since the last release that make another worth it: each frees
+/// about 16 KiB (hyper's read and write buffers, its dispatcher), so 64 are
+/// about 1 MiB.
+const PARKS_PER_RELEASE: u64 = 64;
+
+/// How often the parks are looked at (and so at most how often memory is
+/// released for them).
+const PARKS_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// An idle connection parked: its codec's memory is free.
+pub fn note_park() {
+    PARKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Releases free memory (at most once a second) after connections park: the
+/// codec buffers parked connections free sit between the allocations of
+/// live ones, where glibc keeps them resident; returned, an idle
+/// connection costs what it holds, not the peak it once had. The walk runs
+/// on a blocking thread (glibc locks each arena briefly while it walks it).
+pub async fn release_after_parks() {
+    let mut released_at = PARKS.load(Ordering::Relaxed);
+    let mut tick = tokio::time::interval(PARKS_CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let parks = PARKS.load(Ordering::Relaxed);
+        if parks.wrapping_sub(released_at) >= PARKS_PER_RELEASE {
+            released_at = parks;
+            let _ = tokio::task::spawn_blocking(release_free_memory).await;
+        }
+    }
+}
+
 /// Asks glibc to return every arena's free pages; whether anything came back.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]

@@ -21,6 +21,7 @@ use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -271,7 +272,12 @@ pub(crate) struct Conn {
 }
 
 /// Serves HTTP on `stream` until the connection ends.
-pub(crate) async fn serve<S>(stream: S, conn: Conn)
+///
+/// The future is small while an HTTP/1.1 connection is parked (see
+/// `serve_h1`): the socket, service and service state are created inside it
+/// (an `async fn` would keep its arguments beside the locals they move to),
+/// and hyper's HTTP/2 connection is boxed.
+pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -289,94 +295,141 @@ where
     let activity = Activity::new();
     stats.cx_total.inc();
     stats.cx_active.inc();
-    let service = {
-        let stats = Arc::clone(&stats);
-        let activity = Arc::clone(&activity);
-        let stream_idle = limits.stream_idle_timeout;
-        let max_stream = limits.max_stream_duration;
-        service_fn(move |req| {
-            let h1 = req.version() != http::Version::HTTP_2;
-            let stream = activity.stream();
-            let started = tokio::time::Instant::now();
-            let snapshot = snapshot.load_full();
-            let info = Arc::clone(&info);
+    async move {
+        let service = {
             let stats = Arc::clone(&stats);
-            let worker_stats = Arc::clone(&worker_stats);
-            let clusters = Arc::clone(&clusters);
             let activity = Arc::clone(&activity);
-            async move {
-                let up = Upstream {
-                    clusters: &clusters,
-                    stats: &worker_stats,
-                };
-                let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
-                // An HTTP/2 stream the connection manager refuses is reset:
-                // hyper resets the stream of a service error.
-                if resp.extensions().get::<ResetStream>().is_some() {
-                    return Err(ResetStream);
+            let stream_idle = limits.stream_idle_timeout;
+            let max_stream = limits.max_stream_duration;
+            service_fn(move |req| {
+                let h1 = req.version() != http::Version::HTTP_2;
+                let stream = activity.stream();
+                let started = tokio::time::Instant::now();
+                let snapshot = snapshot.load_full();
+                let info = Arc::clone(&info);
+                let stats = Arc::clone(&stats);
+                let worker_stats = Arc::clone(&worker_stats);
+                let clusters = Arc::clone(&clusters);
+                let activity = Arc::clone(&activity);
+                async move {
+                    let up = Upstream {
+                        clusters: &clusters,
+                        stats: &worker_stats,
+                    };
+                    let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                    // An HTTP/2 stream the connection manager refuses is reset:
+                    // hyper resets the stream of a service error.
+                    if resp.extensions().get::<ResetStream>().is_some() {
+                        return Err(ResetStream);
+                    }
+                    // hyper closes an HTTP/1.1 connection after a response saying so.
+                    if keepalive_off(h1, &activity) {
+                        resp.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                    // `max_stream_duration` goes on while the response body streams.
+                    let max_stream = progress
+                        .as_ref()
+                        .map_or(max_stream, |p| p.max_stream_duration(max_stream));
+                    let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                    Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
                 }
-                // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &activity) {
-                    resp.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                }
-                let progress = resp.extensions_mut().remove::<Arc<Progress>>();
-                // `max_stream_duration` goes on while the response body streams.
-                let max_stream = progress
-                    .as_ref()
-                    .map_or(max_stream, |p| p.max_stream_duration(max_stream));
-                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
-                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
-            }
-        })
-    };
-    let io = Parkable::new(
-        CodecErrors::new(
-            crate::h2_flood::FloodGuard::with_limits(
-                stream,
-                Some(Arc::clone(&activity)),
-                &limits.h2_flood,
+            })
+        };
+        let io = Parkable::new(
+            CodecErrors::new(
+                crate::h2_flood::FloodGuard::with_limits(
+                    stream,
+                    Some(Arc::clone(&activity)),
+                    &limits.h2_flood,
+                ),
+                &limits.server_name,
+                &activity,
+                limits.request_headers_timeout,
             ),
-            &limits.server_name,
-            &activity,
-            limits.request_headers_timeout,
-        ),
-        Arc::clone(&activity),
-    );
-    let lifetime = limits
-        .max_connection_duration
-        .map(|t| tokio::time::Instant::now() + t);
-    // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
-    // preface shows) parks when idle: see `serve_h1`.
-    let (io, service) = match codec {
-        Codec::Auto | Codec::Http1 => {
-            let h1 = serve_h1::H1 {
-                limits: &limits,
-                activity: &activity,
-                stats: &stats,
-                shutdown: &mut shutdown,
-                // `AUTO` may turn out HTTP/2, served below with its own.
-                listener_drain: if matches!(codec, Codec::Auto) {
-                    listener_drain.clone()
-                } else {
-                    listener_drain.take()
-                },
-                lifetime,
-                auto: matches!(codec, Codec::Auto),
-            };
-            // Boxed: the parked connection's future holds only a pointer.
-            match Box::pin(serve_h1::serve(io, service, h1)).await {
-                serve_h1::Served::Done => {
-                    stats.cx_active.dec();
-                    return;
-                }
-                serve_h1::Served::Http2(io, service) => (io, service),
+            Arc::clone(&activity),
+        );
+        let lifetime = limits
+            .max_connection_duration
+            .map(|t| tokio::time::Instant::now() + t);
+        // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
+        // preface shows) parks when idle: see `serve_h1`.
+        let served = match codec {
+            Codec::Auto | Codec::Http1 => {
+                let auto = matches!(codec, Codec::Auto);
+                let h1 = serve_h1::H1 {
+                    limits: &limits,
+                    activity: &activity,
+                    stats: &stats,
+                    shutdown: &mut shutdown,
+                    // `AUTO` may turn out HTTP/2, served below with its own.
+                    listener_drain: if auto {
+                        listener_drain.clone()
+                    } else {
+                        listener_drain.take()
+                    },
+                    lifetime,
+                    auto,
+                };
+                serve_h1::serve(io, service, h1).await
             }
+            Codec::Http2 => serve_h1::Served::Http2(io, service),
+        };
+        // `served` is taken apart before the await: its room is not kept.
+        let h2 = match served {
+            serve_h1::Served::Http2(io, service) => {
+                let h2 = H2 {
+                    limits: &limits,
+                    activity: &activity,
+                    stats: &stats,
+                    shutdown: &mut shutdown,
+                    listener_drain,
+                    lifetime,
+                };
+                // Boxed: only HTTP/2 connections carry HTTP/2's state.
+                Some(Box::pin(serve_h2(io, service, h2)))
+            }
+            serve_h1::Served::Done => None,
+        };
+        if let Some(h2) = h2 {
+            h2.await;
         }
-        Codec::Http2 => (io, service),
-    };
+        stats.cx_active.dec();
+    }
+}
+
+/// What an HTTP/2 connection needs besides its socket and service.
+struct H2<'a> {
+    limits: &'a Limits,
+    activity: &'a Arc<Activity>,
+    stats: &'a HcmStats,
+    shutdown: &'a mut watch::Receiver<Phase>,
+    listener_drain: Option<ListenerDrain>,
+    lifetime: Option<tokio::time::Instant>,
+}
+
+/// Serves HTTP/2 on `io` (its preface possibly waiting in the replay buffer).
+async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: H2<'_>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let H2 {
+        limits,
+        activity,
+        stats,
+        shutdown,
+        listener_drain,
+        lifetime,
+    } = h;
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     limits.h2(&mut builder);
     serve_until_drained!(
@@ -388,5 +441,4 @@ where
         listener_drain,
         lifetime
     );
-    stats.cx_active.dec();
 }

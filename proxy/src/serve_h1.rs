@@ -159,11 +159,14 @@ where
 
 /// Serves HTTP/1.1 on `io` with `service` until the connection ends, parking
 /// it whenever it is quiet for [`PARK_AFTER`].
-pub(crate) async fn serve<S, Svc, B>(
+///
+/// Not an `async fn`: that would keep its arguments beside the locals they
+/// move to, and this future is what a parked connection holds.
+pub(crate) fn serve<S, Svc, B>(
     mut io: Parkable<S>,
     mut service: Svc,
     h: H1<'_>,
-) -> Served<S, Svc>
+) -> impl Future<Output = Served<S, Svc>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Svc: HttpService<Incoming, ResBody = B> + Unpin,
@@ -171,124 +174,130 @@ where
     B: Body + 'static,
     B::Error: Into<BoxError>,
 {
-    let H1 {
-        limits,
-        activity,
-        stats,
-        shutdown,
-        listener_drain,
-        lifetime,
-        mut auto,
-    } = h;
-    let drain = async {
-        // The watch guard must not live across the await below.
-        let _ = shutdown
-            .wait_for(|p| *p >= Phase::ConnectionsDraining)
-            .await;
-    };
-    let idle = async {
-        match limits.idle_timeout {
-            Some(t) => activity.idle_for(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    let lifetime = async {
-        match lifetime {
-            Some(at) => tokio::time::sleep_until(at).await,
-            None => std::future::pending().await,
-        }
-    };
-    let retired = listener_retired(listener_drain);
-    tokio::pin!(drain, idle, lifetime, retired);
-    let mut ends = Ends {
-        drain: Some(drain),
-        idle: Some(idle),
-        lifetime: Some(lifetime),
-        retired: Some(retired),
-        deadline: None,
-        activity,
-        stats,
-        drain_timeout: limits.drain_timeout,
-    };
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    limits.h1(&mut builder);
-    loop {
-        // Parked (or not yet sure of the protocol): only the socket wrapper
-        // and the service are held.
-        while io.replay().is_empty() || (auto && io.undecided()) {
-            let woken = tokio::select! {
-                biased;
-                w = io.wait() => w,
-                // Nothing in flight: any end closes a parked connection.
-                _ = ends.next() => Ok(Woken::Closed),
+    async move {
+        let H1 {
+            limits,
+            activity,
+            stats,
+            shutdown,
+            listener_drain,
+            lifetime,
+            mut auto,
+        } = h;
+        let drain = async {
+            // The watch guard must not live across the await below.
+            let _ = shutdown
+                .wait_for(|p| *p >= Phase::ConnectionsDraining)
+                .await;
+        };
+        let idle = async {
+            match limits.idle_timeout {
+                Some(t) => activity.idle_for(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lifetime = async {
+            match lifetime {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let retired = listener_retired(listener_drain);
+        tokio::pin!(drain, idle, lifetime, retired);
+        let mut ends = Ends {
+            drain: Some(drain),
+            idle: Some(idle),
+            lifetime: Some(lifetime),
+            retired: Some(retired),
+            deadline: None,
+            activity,
+            stats,
+            drain_timeout: limits.drain_timeout,
+        };
+        loop {
+            // Parked (or not yet sure of the protocol): only the socket wrapper
+            // and the service are held.
+            while io.replay().is_empty() || (auto && io.undecided()) {
+                let woken = tokio::select! {
+                    biased;
+                    w = io.wait() => w,
+                    // Nothing in flight: any end closes a parked connection.
+                    _ = ends.next() => Ok(Woken::Closed),
+                };
+                if !matches!(woken, Ok(Woken::Bytes)) {
+                    let _ = tokio::time::timeout(PARK_AFTER, io.shutdown()).await;
+                    return Served::Done;
+                }
+            }
+            if auto {
+                if io.is_h2() {
+                    return Served::Http2(io, service);
+                }
+                auto = false;
+            }
+            let heads_at_start = activity.heads();
+            let reads_at_start = activity.reads();
+            let mut reads_at_tick = reads_at_start;
+            let mut conn = {
+                // Built per codec: not kept while parked.
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                limits.h1(&mut builder);
+                Box::new(
+                    builder
+                        .serve_connection(TokioIo::new(io), service)
+                        .with_upgrades(),
+                )
             };
-            if !matches!(woken, Ok(Woken::Bytes)) {
-                let _ = tokio::time::timeout(PARK_AFTER, io.shutdown()).await;
+            let tick = tokio::time::sleep(PARK_AFTER);
+            tokio::pin!(tick);
+            let (mut parking, mut closing) = (false, false);
+            let served = loop {
+                tokio::select! {
+                    biased;
+                    r = Pin::new(&mut *conn) => break r,
+                    () = &mut tick, if !parking && !closing => {
+                        let reads = activity.reads();
+                        // Quiet since the last tick, and hyper's codec is idle:
+                        // a request has completed on it (a partial next head is
+                        // kept), or it has read nothing (a fresh codec that read
+                        // part of a head would answer it `connection: close`).
+                        let quiet = activity.active() == 0 && reads == reads_at_tick;
+                        if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
+                            parking = true;
+                            activity.set_parking(true);
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        } else {
+                            reads_at_tick = reads;
+                            tick.as_mut().reset(Instant::now() + PARK_AFTER);
+                        }
+                    }
+                    end = ends.next(), if !closing => match end {
+                        End::Drain | End::Deadline(true) => {
+                            // Connection: close on a request in flight; an idle
+                            // codec closes at once.
+                            closing = true;
+                            activity.set_parking(false);
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        }
+                        End::Deadline(false) => {
+                            activity.set_parking(false);
+                            return Served::Done;
+                        }
+                    },
+                }
+            };
+            activity.set_parking(false);
+            if !parking || closing || served.is_err() {
                 return Served::Done;
             }
+            // An upgraded connection has no parts: the tunnel owns the socket.
+            let Some(parts) = conn.into_parts() else {
+                return Served::Done;
+            };
+            io = parts.io.into_inner();
+            io.unread(parts.read_buf);
+            service = parts.service;
+            crate::heap_trim::note_park();
         }
-        if auto {
-            if io.is_h2() {
-                return Served::Http2(io, service);
-            }
-            auto = false;
-        }
-        let heads_at_start = activity.heads();
-        let reads_at_start = activity.reads();
-        let mut reads_at_tick = reads_at_start;
-        let mut conn = Box::new(
-            builder
-                .serve_connection(TokioIo::new(io), service)
-                .with_upgrades(),
-        );
-        let tick = tokio::time::sleep(PARK_AFTER);
-        tokio::pin!(tick);
-        let (mut parking, mut closing) = (false, false);
-        let served = loop {
-            tokio::select! {
-                biased;
-                r = Pin::new(&mut *conn) => break r,
-                () = &mut tick, if !parking && !closing => {
-                    let reads = activity.reads();
-                    // Quiet since the last tick, and hyper's codec is idle:
-                    // a request has completed on it (a partial next head is
-                    // kept), or it has read nothing (a fresh codec that read
-                    // part of a head would answer it `connection: close`).
-                    let quiet = activity.active() == 0 && reads == reads_at_tick;
-                    if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
-                        parking = true;
-                        activity.set_parking(true);
-                        Pin::new(&mut *conn).graceful_shutdown();
-                    } else {
-                        reads_at_tick = reads;
-                        tick.as_mut().reset(Instant::now() + PARK_AFTER);
-                    }
-                }
-                end = ends.next(), if !closing => match end {
-                    End::Drain | End::Deadline(true) => {
-                        // Connection: close on a request in flight; an idle
-                        // codec closes at once.
-                        closing = true;
-                        activity.set_parking(false);
-                        Pin::new(&mut *conn).graceful_shutdown();
-                    }
-                    End::Deadline(false) => {
-                        activity.set_parking(false);
-                        return Served::Done;
-                    }
-                },
-            }
-        };
-        activity.set_parking(false);
-        if !parking || closing || served.is_err() {
-            return Served::Done;
-        }
-        // An upgraded connection has no parts: the tunnel owns the socket.
-        let Some(parts) = conn.into_parts() else {
-            return Served::Done;
-        };
-        io = parts.io.into_inner();
-        io.unread(parts.read_buf);
-        service = parts.service;
     }
 }
