@@ -23,6 +23,20 @@ const PARKS_CHECK_EVERY: Duration = Duration::from_secs(1);
 /// An idle connection parked: its codec's memory is free.
 pub fn note_park() {
     PARKS.fetch_add(1, Ordering::Relaxed);
+    #[cfg(test)]
+    TEST_PARKS.with(|p| p.set(p.get() + 1));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Parks on this thread (a test's current-thread runtime).
+    static TEST_PARKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Parks on this thread so far.
+#[cfg(test)]
+pub fn test_parks() -> u64 {
+    TEST_PARKS.with(std::cell::Cell::get)
 }
 
 /// Releases free memory (at most once a second) after connections park: the

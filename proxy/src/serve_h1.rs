@@ -301,3 +301,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "serve_h1_tests.rs"]
+mod tests;
