@@ -155,8 +155,8 @@ impl Limits {
 /// closed once idle after `drain_timeout`.
 macro_rules! serve_until_drained {
     ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr, $lifetime:expr) => {{
-        // Boxed: hyper's connection is large, and the task's future stays small.
-        let mut conn = Box::pin($conn);
+        let conn = $conn;
+        tokio::pin!(conn);
         let retired = listener_retired($retired);
         let drain = async {
             // The watch guard must not live across the await below.
@@ -273,10 +273,11 @@ pub(crate) struct Conn {
 
 /// Serves HTTP on `stream` until the connection ends.
 ///
-/// The future is small while an HTTP/1.1 connection is parked (see
-/// `serve_h1`): the socket, service and service state are created inside it
-/// (an `async fn` would keep its arguments beside the locals they move to),
-/// and hyper's HTTP/2 connection is boxed.
+/// The future is small (an idle connection holds little, see `serve_h1`):
+/// the socket, service and service state are created inside it (an `async
+/// fn` would keep its arguments beside the locals they move to), and the
+/// HTTP/1.1 or HTTP/2 serving future is boxed, so a connection holds the
+/// state of the protocol it speaks only.
 pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -374,7 +375,9 @@ where
                     lifetime,
                     auto,
                 };
-                serve_h1::serve(io, service, h1).await
+                // Boxed (as HTTP/2 below): the task holds the state of the
+                // protocol the connection speaks, not the larger of both.
+                Box::pin(serve_h1::serve(io, service, h1)).await
             }
             Codec::Http2 => serve_h1::Served::Http2(io, service),
         };
@@ -389,7 +392,7 @@ where
                     listener_drain,
                     lifetime,
                 };
-                // Boxed: only HTTP/2 connections carry HTTP/2's state.
+                // Boxed, with hyper's connection inline: one allocation.
                 Some(Box::pin(serve_h2(io, service, h2)))
             }
             serve_h1::Served::Done => None,
