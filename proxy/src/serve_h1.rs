@@ -162,6 +162,7 @@ where
 ///
 /// Not an `async fn`: that would keep its arguments beside the locals they
 /// move to, and this future is what a parked connection holds.
+#[allow(clippy::manual_async_fn)]
 pub(crate) fn serve<S, Svc, B>(
     mut io: Parkable<S>,
     mut service: Svc,
