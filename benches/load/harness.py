@@ -13,7 +13,9 @@ whole harness a time budget after which the remaining steps are skipped.
 
 Environment: DURATION (seconds per load run, default 5), RATE (total requests/s of
 the fixed-rate latency runs, default 5000), CONNS (idle connections of the memory
-run, default 10000), BUDGET (seconds for the whole harness, default 540), PROXIES
+run, default 10000), SETTLE (seconds the idle connections stay quiet before the memory
+run's second reading, default 5: courier parks an HTTP/1.1 connection after 1 s of quiet and
+hands the freed memory back within a second), BUDGET (seconds for the whole harness, default 540), PROXIES
 (comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
 only the authorization-chain comparison; ONLY=resilience: issue 6's scenarios in
 resilience.py; ONLY=edge: edge best-practices settings against the baseline, edge.py;
@@ -53,6 +55,7 @@ ENVOY = os.environ.get("COURIER_ENVOY", os.path.join(ROOT, ".venv", "bin", "envo
 DURATION = int(os.environ.get("DURATION", "5"))
 RATE = int(os.environ.get("RATE", "5000"))
 CONNS = int(os.environ.get("CONNS", "10000"))
+SETTLE = float(os.environ.get("SETTLE", "5"))
 BUDGET = int(os.environ.get("BUDGET", "540"))
 PROXIES = os.environ.get("PROXIES", "courier,envoy,nginx,haproxy").split(",")
 BODY = b"Hello, World!"
@@ -390,25 +393,32 @@ def memory(kind, mode, upstream_port, proto="h1"):
             return (p.label, "idle connections could not be opened")
         time.sleep(1)
         loaded = rss_kb(p.proc.pid)
+        # Idle for a while: what an idle connection costs once the proxy has
+        # settled (courier parks HTTP/1.1 connections after 1 s of quiet).
+        time.sleep(max(SETTLE - 1, 0))
+        settled = rss_kb(p.proc.pid)
         still = probe(port)
         stop(client)
-        return (p.label, {"idle": idle, "loaded": loaded, "opened": opened, "alive": still})
+        return (p.label, {"idle": idle, "loaded": loaded, "settled": settled, "opened": opened,
+                          "alive": still})
     finally:
         stop(p.proc)
 
 
 def memory_table(rows, mode, proto="HTTP/1.1"):
     lines = [f"### Memory ({mode} config): RSS of the proxy process tree", "",
-             f"| proxy | idle RSS | RSS with {CONNS:,} idle {proto} connections | growth per connection |",
-             "|---|---|---|---|"]
+             f"| proxy | idle RSS | RSS with {CONNS:,} idle {proto} connections | growth per connection "
+             f"(after 1 s) | RSS after {SETTLE:g} s | growth per connection (after {SETTLE:g} s) |",
+             "|---|---|---|---|---|---|"]
     for label, r in rows:
         if isinstance(r, str):
             lines.append(f"| {label} | {r} | | |")
             continue
         per = (r["loaded"] - r["idle"]) * 1024 / r["opened"]
+        settled = (r["settled"] - r["idle"]) * 1024 / r["opened"]
         note = "" if r["opened"] == CONNS else f" ({r['opened']} opened)"
         lines.append(f"| {label} | {r['idle'] / 1024:.1f} MiB | {r['loaded'] / 1024:.1f} MiB{note} | "
-                     f"{per / 1024:.1f} KiB |")
+                     f"{per / 1024:.1f} KiB | {r['settled'] / 1024:.1f} MiB | {settled / 1024:.1f} KiB |")
     return "\n".join(lines) + "\n"
 
 

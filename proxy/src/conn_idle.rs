@@ -26,7 +26,9 @@ pub struct Activity {
     heads: AtomicU64,
     /// Milliseconds from `start` to when the connection last became idle.
     idle_since_ms: AtomicU64,
-    /// [`HTTP2`] and [`DRAINING`].
+    /// Reads that returned bytes to the codec, ever (parking looks for none).
+    reads: AtomicU64,
+    /// [`HTTP2`], [`DRAINING`] and [`PARKING`].
     flags: AtomicU8,
 }
 
@@ -35,6 +37,9 @@ const HTTP2: u8 = 1;
 /// The connection is draining (`max_connection_duration`): HTTP/1 responses
 /// close it.
 const DRAINING: u8 = 2;
+/// The HTTP/1.1 codec is being ended to park the connection: its socket must
+/// not be shut down.
+const PARKING: u8 = 4;
 
 impl Activity {
     /// A connection just opened (idle until its first request).
@@ -44,6 +49,7 @@ impl Activity {
             active: AtomicUsize::new(0),
             heads: AtomicU64::new(0),
             idle_since_ms: AtomicU64::new(0),
+            reads: AtomicU64::new(0),
             flags: AtomicU8::new(0),
         })
     }
@@ -66,6 +72,30 @@ impl Activity {
     /// Whether the connection is draining.
     pub fn draining(&self) -> bool {
         self.flags.load(Ordering::Relaxed) & DRAINING != 0
+    }
+
+    /// The codec is being ended to park the connection (`true`), or for good.
+    pub fn set_parking(&self, parking: bool) {
+        if parking {
+            self.flags.fetch_or(PARKING, Ordering::Relaxed);
+        } else {
+            self.flags.fetch_and(!PARKING, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the codec is being ended to park the connection.
+    pub fn parking(&self) -> bool {
+        self.flags.load(Ordering::Relaxed) & PARKING != 0
+    }
+
+    /// The codec read bytes.
+    pub fn note_read(&self) {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads that returned bytes to the codec so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
     }
 
     /// A stream starts; it ends when the guard drops.

@@ -5,11 +5,84 @@
 //! freed around a few long-lived allocations the resident set stays at the
 //! peak, and the heap monitor would keep shedding load that is already gone.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// HTTP/1.1 codecs ended by parks (crate::serve_h1), all workers.
+static PARKS: AtomicU64 = AtomicU64::new(0);
+
+/// Parks since the last release that make another worth it: each frees
+/// about 16 KiB (hyper's read and write buffers, its dispatcher), so 64 are
+/// about 1 MiB.
+const PARKS_PER_RELEASE: u64 = 64;
+
+/// How often the parks are looked at.
+const PARKS_CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// While connections keep parking, how often memory is released at most: a
+/// release walks every free chunk of every arena (one `madvise` each) with
+/// the arena locked, so under steady parking it is paced as Envoy's
+/// `shrink_heap` is.
+const RELEASE_AT_MOST_EVERY: Duration = Duration::from_secs(10);
+
+/// An idle connection parked: its codec's memory is free.
+pub fn note_park() {
+    PARKS.fetch_add(1, Ordering::Relaxed);
+    #[cfg(test)]
+    TEST_PARKS.with(|p| p.set(p.get() + 1));
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Parks on this thread (a test's current-thread runtime).
+    static TEST_PARKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Parks on this thread so far.
+#[cfg(test)]
+pub fn test_parks() -> u64 {
+    TEST_PARKS.with(std::cell::Cell::get)
+}
+
+/// Releases free memory after connections park: the codec buffers parked
+/// connections free sit between the allocations of live ones, where glibc
+/// keeps them resident; returned, an idle connection costs what it holds,
+/// not the peak it once had. Released once a burst of parks is over (a
+/// second without one: a pool of clients gone idle), or every
+/// [`RELEASE_AT_MOST_EVERY`] while connections keep parking. The walk runs on
+/// a blocking thread.
+pub async fn release_after_parks() {
+    let mut released_at = PARKS.load(Ordering::Relaxed);
+    let mut last_seen = released_at;
+    let mut last_release = tokio::time::Instant::now();
+    let mut tick = tokio::time::interval(PARKS_CHECK_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let parks = PARKS.load(Ordering::Relaxed);
+        let burst_over = parks == last_seen;
+        last_seen = parks;
+        let due = burst_over || last_release.elapsed() >= RELEASE_AT_MOST_EVERY;
+        if parks.wrapping_sub(released_at) >= PARKS_PER_RELEASE && due {
+            released_at = parks;
+            let started = tokio::time::Instant::now();
+            let _ = tokio::task::spawn_blocking(release_free_memory).await;
+            last_release = tokio::time::Instant::now();
+            // 10 000 parked connections (≈ 230 MB heap): ≈ 30 ms.
+            tracing::debug!(
+                parks,
+                took_us = (last_release - started).as_micros() as u64,
+                "free memory released after parks"
+            );
+        }
+    }
+}
+
 /// Whether a release is already scheduled ([`release_soon`]).
 static SCHEDULED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Large updates so far ([`release_soon`] waits until they stop coming).
-static UPDATES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static UPDATES: AtomicU64 = AtomicU64::new(0);
 
 /// At most this many waits for a quiet moment (updates arriving back to back
 /// for good still get a release every few seconds).
@@ -25,7 +98,6 @@ const AFTER_UPDATE: std::time::Duration = std::time::Duration::from_millis(200);
 /// arena full of holes (≈ 1.8 KiB a cluster for a response of 1 000 clusters
 /// and their assignments, held for good otherwise). One release at a time.
 pub fn release_soon() {
-    use std::sync::atomic::Ordering;
     UPDATES.fetch_add(1, Ordering::AcqRel);
     if SCHEDULED.swap(true, Ordering::AcqRel) {
         return;

@@ -7,9 +7,11 @@ use crate::codec_error::CodecErrors;
 use crate::conn_idle::{Activity, Tracked};
 use crate::conn_manager::{self, ConnInfo};
 use crate::filter_chain::Codec;
+use crate::park::Parkable;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
 use crate::router::body::Progress;
+use crate::serve_h1;
 use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::worker::Phase;
@@ -19,7 +21,7 @@ use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -30,7 +32,7 @@ use tokio::sync::watch;
 pub(crate) struct Limits {
     max_headers_bytes: usize,
     max_headers_count: usize,
-    idle_timeout: Option<Duration>,
+    pub(crate) idle_timeout: Option<Duration>,
     request_headers_timeout: Option<Duration>,
     stream_idle_timeout: Option<Duration>,
     h2_max_streams: u32,
@@ -40,7 +42,7 @@ pub(crate) struct Limits {
     server_name: String,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
-    drain_timeout: Duration,
+    pub(crate) drain_timeout: Duration,
     half_close: bool,
 }
 
@@ -114,7 +116,7 @@ impl Limits {
         (self.max_headers_count > 100).then_some(self.max_headers_count)
     }
 
-    fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
+    pub(crate) fn h1(&self, b: &mut hyper::server::conn::http1::Builder) {
         b.max_buf_size(self.h1_buffer())
             .timer(TokioTimer::new())
             // hyper's default is 30 s once a timer is set; Envoy's is none, and
@@ -142,24 +144,6 @@ impl Limits {
             .initial_connection_window_size(self.h2_connection_window)
             .timer(TokioTimer::new());
     }
-
-    fn auto(&self) -> auto::Builder<TokioExecutor> {
-        let mut b = auto::Builder::new(TokioExecutor::new());
-        let mut h1 = b.http1();
-        h1.max_buf_size(self.h1_buffer())
-            .timer(TokioTimer::new())
-            .header_read_timeout(None);
-        if let Some(n) = self.hyper_max_headers() {
-            h1.max_headers(n);
-        }
-        b.http2()
-            .max_header_list_size(self.h2_header_list())
-            .max_concurrent_streams(self.h2_max_streams)
-            .initial_stream_window_size(self.h2_stream_window)
-            .initial_connection_window_size(self.h2_connection_window)
-            .timer(TokioTimer::new());
-        b
-    }
 }
 
 /// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
@@ -170,7 +154,7 @@ impl Limits {
 /// in flight finish); HTTP/1 answers `connection: close` from then on and is
 /// closed once idle after `drain_timeout`.
 macro_rules! serve_until_drained {
-    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr) => {{
+    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr, $lifetime:expr) => {{
         let conn = $conn;
         tokio::pin!(conn);
         let retired = listener_retired($retired);
@@ -187,8 +171,8 @@ macro_rules! serve_until_drained {
             }
         };
         let lifetime = async {
-            match $limits.max_connection_duration {
-                Some(t) => tokio::time::sleep(t).await,
+            match $lifetime {
+                Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
         };
@@ -238,6 +222,7 @@ macro_rules! serve_until_drained {
 
 /// What tells a connection its listener version is retired (LDS update or
 /// removal), and how long it then gets.
+#[derive(Clone)]
 pub(crate) struct ListenerDrain {
     /// Turns true when the version is retired.
     pub signal: watch::Receiver<bool>,
@@ -246,7 +231,7 @@ pub(crate) struct ListenerDrain {
 }
 
 /// Resolves to the drain time once the connection's listener version is retired.
-async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
+pub(crate) async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
     let Some(mut d) = drain else {
         return std::future::pending().await;
     };
@@ -287,7 +272,13 @@ pub(crate) struct Conn {
 }
 
 /// Serves HTTP on `stream` until the connection ends.
-pub(crate) async fn serve<S>(stream: S, conn: Conn)
+///
+/// The future is small (an idle connection holds little, see `serve_h1`):
+/// the socket, service and service state are created inside it (an `async
+/// fn` would keep its arguments beside the locals they move to), and the
+/// HTTP/1.1 or HTTP/2 serving future is boxed, so a connection holds the
+/// state of the protocol it speaks only.
+pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -298,104 +289,159 @@ where
         snapshot,
         worker_stats,
         hcm_stats: stats,
-        listener_drain,
+        mut listener_drain,
         clusters,
         mut shutdown,
     } = conn;
     let activity = Activity::new();
     stats.cx_total.inc();
     stats.cx_active.inc();
-    let service = {
-        let stats = Arc::clone(&stats);
-        let activity = Arc::clone(&activity);
-        let stream_idle = limits.stream_idle_timeout;
-        let max_stream = limits.max_stream_duration;
-        service_fn(move |req| {
-            let h1 = req.version() != http::Version::HTTP_2;
-            let stream = activity.stream();
-            let started = tokio::time::Instant::now();
-            let snapshot = snapshot.load_full();
-            let info = Arc::clone(&info);
+    async move {
+        let service = {
             let stats = Arc::clone(&stats);
-            let worker_stats = Arc::clone(&worker_stats);
-            let clusters = Arc::clone(&clusters);
             let activity = Arc::clone(&activity);
-            async move {
-                let up = Upstream {
-                    clusters: &clusters,
-                    stats: &worker_stats,
+            let stream_idle = limits.stream_idle_timeout;
+            let max_stream = limits.max_stream_duration;
+            service_fn(move |req| {
+                let h1 = req.version() != http::Version::HTTP_2;
+                let stream = activity.stream();
+                let started = tokio::time::Instant::now();
+                let snapshot = snapshot.load_full();
+                let info = Arc::clone(&info);
+                let stats = Arc::clone(&stats);
+                let worker_stats = Arc::clone(&worker_stats);
+                let clusters = Arc::clone(&clusters);
+                let activity = Arc::clone(&activity);
+                async move {
+                    let up = Upstream {
+                        clusters: &clusters,
+                        stats: &worker_stats,
+                    };
+                    let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                    // An HTTP/2 stream the connection manager refuses is reset:
+                    // hyper resets the stream of a service error.
+                    if resp.extensions().get::<ResetStream>().is_some() {
+                        return Err(ResetStream);
+                    }
+                    // hyper closes an HTTP/1.1 connection after a response saying so.
+                    if keepalive_off(h1, &activity) {
+                        resp.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                    }
+                    let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                    // `max_stream_duration` goes on while the response body streams.
+                    let max_stream = progress
+                        .as_ref()
+                        .map_or(max_stream, |p| p.max_stream_duration(max_stream));
+                    let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                    Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+                }
+            })
+        };
+        let io = Parkable::new(
+            CodecErrors::new(
+                crate::h2_flood::FloodGuard::with_limits(
+                    stream,
+                    Some(Arc::clone(&activity)),
+                    &limits.h2_flood,
+                ),
+                &limits.server_name,
+                &activity,
+                limits.request_headers_timeout,
+            ),
+            Arc::clone(&activity),
+        );
+        let lifetime = limits
+            .max_connection_duration
+            .map(|t| tokio::time::Instant::now() + t);
+        // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
+        // preface shows) parks when idle: see `serve_h1`.
+        let served = match codec {
+            Codec::Auto | Codec::Http1 => {
+                let auto = matches!(codec, Codec::Auto);
+                let h1 = serve_h1::H1 {
+                    limits: &limits,
+                    activity: &activity,
+                    stats: &stats,
+                    shutdown: &mut shutdown,
+                    // `AUTO` may turn out HTTP/2, served below with its own.
+                    listener_drain: if auto {
+                        listener_drain.clone()
+                    } else {
+                        listener_drain.take()
+                    },
+                    lifetime,
+                    auto,
                 };
-                let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
-                // An HTTP/2 stream the connection manager refuses is reset:
-                // hyper resets the stream of a service error.
-                if resp.extensions().get::<ResetStream>().is_some() {
-                    return Err(ResetStream);
-                }
-                // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &activity) {
-                    resp.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                }
-                let progress = resp.extensions_mut().remove::<Arc<Progress>>();
-                // `max_stream_duration` goes on while the response body streams.
-                let max_stream = progress
-                    .as_ref()
-                    .map_or(max_stream, |p| p.max_stream_duration(max_stream));
-                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
-                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+                // Boxed (as HTTP/2 below): the task holds the state of the
+                // protocol the connection speaks, not the larger of both.
+                Box::pin(serve_h1::serve(io, service, h1)).await
             }
-        })
-    };
-    let io = TokioIo::new(CodecErrors::new(
-        crate::h2_flood::FloodGuard::with_limits(
-            stream,
-            Some(Arc::clone(&activity)),
-            &limits.h2_flood,
-        ),
-        &limits.server_name,
-        &activity,
-        limits.request_headers_timeout,
-    ));
-    // The fixed codecs use hyper's own builders: hyper-util's `auto`
-    // ignores `http1_only`/`http2_only` when serving with upgrades.
-    match codec {
-        Codec::Auto => {
-            let builder = limits.auto();
-            serve_until_drained!(
-                builder.serve_connection_with_upgrades(io, service),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
+            Codec::Http2 => serve_h1::Served::Http2(io, service),
+        };
+        // `served` is taken apart before the await: its room is not kept.
+        let h2 = match served {
+            serve_h1::Served::Http2(io, service) => {
+                let h2 = H2 {
+                    limits: &limits,
+                    activity: &activity,
+                    stats: &stats,
+                    shutdown: &mut shutdown,
+                    listener_drain,
+                    lifetime,
+                };
+                // Boxed, with hyper's connection inline: one allocation.
+                Some(Box::pin(serve_h2(io, service, h2)))
+            }
+            serve_h1::Served::Done => None,
+        };
+        if let Some(h2) = h2 {
+            h2.await;
         }
-        Codec::Http1 => {
-            let mut builder = hyper::server::conn::http1::Builder::new();
-            limits.h1(&mut builder);
-            serve_until_drained!(
-                builder.serve_connection(io, service).with_upgrades(),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
-        }
-        Codec::Http2 => {
-            let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
-            limits.h2(&mut builder);
-            serve_until_drained!(
-                builder.serve_connection(io, service),
-                shutdown,
-                activity,
-                limits,
-                stats,
-                listener_drain
-            );
-        }
+        stats.cx_active.dec();
     }
-    stats.cx_active.dec();
+}
+
+/// What an HTTP/2 connection needs besides its socket and service.
+struct H2<'a> {
+    limits: &'a Limits,
+    activity: &'a Arc<Activity>,
+    stats: &'a HcmStats,
+    shutdown: &'a mut watch::Receiver<Phase>,
+    listener_drain: Option<ListenerDrain>,
+    lifetime: Option<tokio::time::Instant>,
+}
+
+/// Serves HTTP/2 on `io` (its preface possibly waiting in the replay buffer).
+async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: H2<'_>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let H2 {
+        limits,
+        activity,
+        stats,
+        shutdown,
+        listener_drain,
+        lifetime,
+    } = h;
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    limits.h2(&mut builder);
+    serve_until_drained!(
+        builder.serve_connection(TokioIo::new(io), service),
+        shutdown,
+        activity,
+        limits,
+        stats,
+        listener_drain,
+        lifetime
+    );
 }

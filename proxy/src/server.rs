@@ -214,6 +214,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     runtime.block_on(async {
         clusters.spawn_dns_refresh();
         crate::overload::spawn_monitor(&bootstrap);
+        tokio::spawn(crate::heap_trim::release_after_parks());
         crate::upstream::outlier::spawn(&clusters, clusters.outlier_event_log());
         crate::upstream::health_check::spawn(&clusters);
         if let Some(x) = &xds {

@@ -291,7 +291,9 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             let _active = active_cx;
             let l = &active.config;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
-            let accepted = match filter_chain::accept(stream, l, &active.tls).await {
+            // Boxed: the TLS handshake's state is large, and the task's own
+            // future is what an idle connection holds.
+            let accepted = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
                 Ok(a) => a,
                 Err(e @ filter_chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");

@@ -420,3 +420,48 @@ async fn codec_type_is_respected_on_plaintext() {
     let h1_on_h2 = plain_http(c.addr("h2"), "x").unwrap_or_default();
     assert!(!h1_on_h2.starts_with("HTTP/1.1"), "{h1_on_h2}");
 }
+
+#[tokio::test]
+async fn an_http1_tls_connection_serves_again_after_parking() {
+    // Quiet past the park delay (1 s): the codec is ended over the TLS stream
+    // and rebuilt when the next request arrives.
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("ca");
+    let cert = write_pem(dir.path(), "server", &ca.leaf(&["localhost"]));
+    let ts = tls_socket(&cert, &["http/1.1"], json!({}), false);
+    let c = start(
+        dir.path(),
+        vec![listener(
+            "tls",
+            vec![chain(json!({}), Some(ts), "over tls", "AUTO")],
+        )],
+    );
+    let client = Client {
+        ca: &ca,
+        sni: "localhost",
+        alpn: &["http/1.1"],
+        cert: None,
+    };
+    let s = tls_connect(c.addr("tls"), &client).await.unwrap();
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    for round in 0..3 {
+        if round > 0 {
+            tokio::time::sleep(Duration::from_millis(2500)).await;
+        }
+        let req = http::Request::get("/")
+            .header("host", "localhost")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        let resp = tokio::time::timeout(Duration::from_secs(5), send.send_request(req))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(resp.status(), 200, "round {round}");
+        use http_body_util::BodyExt;
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"over tls", "round {round}");
+    }
+}

@@ -160,3 +160,46 @@ async fn upgrades_not_enabled_get_403_and_close() {
         assert!(resp.ends_with("\r\n\r\n"), "{resp}");
     }
 }
+
+#[tokio::test]
+async fn websocket_upgrade_on_a_connection_that_parked() {
+    // A plain request, then quiet past the park delay (1 s): the connection's
+    // HTTP/1.1 codec is ended and rebuilt when the handshake arrives.
+    let up = upgrade_echo().await;
+    let route = "- match: {path: \"/plain\"}\n  direct_response: {status: 200, body: {inline_string: plain}}\n- match: {prefix: \"/\"}\n  route: {cluster: ws}\n";
+    let c = courier(
+        "upgrade_configs: [{upgrade_type: websocket}]",
+        route,
+        &static_cluster("ws", &[up], ""),
+    )
+    .await;
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(b"GET /plain HTTP/1.1\r\nhost: example.com\r\n\r\n")
+        .await
+        .unwrap();
+    let plain = read_until(&mut s, b"plain").await;
+    assert!(plain.starts_with("HTTP/1.1 200 OK\r\n"), "{plain}");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    s.write_all(HANDSHAKE).await.unwrap();
+    let both = read_heads(&mut s, 2).await;
+    assert!(
+        both.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{both}"
+    );
+    assert!(
+        both.to_ascii_lowercase()
+            .contains("\r\n\r\nget /ws http/1.1\r\n"),
+        "{both}"
+    );
+    for msg in [&b"hello"[..], b"world!"] {
+        s.write_all(msg).await.unwrap();
+        let mut back = vec![0u8; msg.len()];
+        tokio::time::timeout(Duration::from_secs(3), s.read_exact(&mut back))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(back, msg);
+    }
+    s.shutdown().await.unwrap();
+    assert_eq!(read_until(&mut s, b"\n--never--").await, "");
+}

@@ -1,0 +1,308 @@
+//! Serving an HTTP/1.1 connection that parks when idle (issue 8): hyper's
+//! HTTP/1 codec holds an 8 KiB read buffer, a header write buffer and its
+//! dispatcher for as long as it lives, so a connection with no stream in
+//! flight and nothing read for [`PARK_AFTER`] has its codec ended (silently:
+//! hyper closes an idle keep-alive codec without writing) and taken apart. The
+//! socket and the bytes hyper had read but not parsed stay in a
+//! [`Parkable`]; the task then waits for the client to send and builds a new
+//! codec over the bytes read.
+//!
+//! Also detects HTTP/2 prior knowledge for codec `AUTO` (the connection starts
+//! parked, so even a connection that never sends costs no codec).
+//!
+//! Everything that ends a connection keeps working while parked or across
+//! parks: the server's drain closes a parked connection at once; the idle
+//! timeout, a retired listener version and `max_connection_duration` start
+//! Envoy's drain sequence, which a park does not interrupt; the request
+//! headers timer lives in the socket wrapper, which a park keeps.
+
+use crate::conn_idle::Activity;
+use crate::park::{Parkable, Woken};
+use crate::serve_conn::{Limits, ListenerDrain, listener_retired};
+use crate::stats::HcmStats;
+use crate::worker::Phase;
+use hyper::body::{Body, Incoming};
+use hyper::service::HttpService;
+use hyper_util::rt::TokioIo;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tokio::time::{Instant, Sleep};
+
+/// How long an HTTP/1.1 connection must be quiet (no stream in flight,
+/// nothing read) before it parks. A keep-alive client under load sends its
+/// next request within milliseconds and never parks; one second is long past
+/// the gaps inside a burst (a page's subresources, a retry), so a park costs
+/// at most one codec rebuild (two 8 KiB allocations and a read) per pause of
+/// a second or more, while an idle pool's connections give their memory back
+/// one second after their last request.
+pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How the connection's HTTP/1.1 serving ended.
+pub(crate) enum Served<S, Svc> {
+    /// The connection is over.
+    Done,
+    /// Codec `AUTO` found the HTTP/2 preface (waiting in the socket's replay
+    /// buffer): serve HTTP/2.
+    Http2(Parkable<S>, Svc),
+}
+
+/// What an HTTP/1.1 connection needs besides its socket and service.
+pub(crate) struct H1<'a> {
+    /// The connection manager's limits.
+    pub limits: &'a Limits,
+    /// The connection's streams.
+    pub activity: &'a Arc<Activity>,
+    /// The connection manager's stats.
+    pub stats: &'a HcmStats,
+    /// The server's phase.
+    pub shutdown: &'a mut watch::Receiver<Phase>,
+    /// The listener version's drain signal.
+    pub listener_drain: Option<ListenerDrain>,
+    /// When `max_connection_duration` is reached.
+    pub lifetime: Option<Instant>,
+    /// Codec `AUTO`: HTTP/2 prior knowledge is served too.
+    pub auto: bool,
+}
+
+/// What ends the connection, or starts its end.
+enum End {
+    /// The server drains: graceful shutdown now.
+    Drain,
+    /// The drain sequence's time is up: graceful shutdown (`true`), or closed.
+    Deadline(bool),
+}
+
+/// The events that end a connection, polled by reference while parked and
+/// while serving (each future is pinned on the connection's stack and polled
+/// until it fires once).
+struct Ends<'p, D, I, L, R> {
+    drain: Option<Pin<&'p mut D>>,
+    idle: Option<Pin<&'p mut I>>,
+    lifetime: Option<Pin<&'p mut L>>,
+    retired: Option<Pin<&'p mut R>>,
+    /// The drain sequence's end, once started, and whether it ends gracefully.
+    deadline: Option<(Pin<Box<Sleep>>, bool)>,
+    activity: &'p Activity,
+    stats: &'p HcmStats,
+    drain_timeout: Duration,
+}
+
+impl<D, I, L, R> Ends<'_, D, I, L, R>
+where
+    D: Future<Output = ()>,
+    I: Future<Output = ()>,
+    L: Future<Output = ()>,
+    R: Future<Output = Duration>,
+{
+    /// Starts Envoy's drain sequence (`connection: close` on the responses
+    /// from now on), ending `after` from now; a sequence already started keeps
+    /// its sooner end.
+    fn start_drain(&mut self, after: Duration, graceful: bool) {
+        self.activity.start_draining();
+        let at = Instant::now() + after;
+        match &self.deadline {
+            Some((s, _)) if s.deadline() <= at => {}
+            _ => self.deadline = Some((Box::pin(tokio::time::sleep_until(at)), graceful)),
+        }
+    }
+
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<End> {
+        if let Some(d) = self.drain.as_mut()
+            && d.as_mut().poll(cx).is_ready()
+        {
+            self.drain = None;
+            return Poll::Ready(End::Drain);
+        }
+        if let Some(i) = self.idle.as_mut()
+            && i.as_mut().poll(cx).is_ready()
+        {
+            // Envoy's drain sequence: `drain_timeout` more, then closed.
+            self.idle = None;
+            self.start_drain(self.drain_timeout, true);
+        }
+        if let Some(l) = self.lifetime.as_mut()
+            && l.as_mut().poll(cx).is_ready()
+        {
+            self.lifetime = None;
+            self.stats.edge.cx_max_duration_reached.inc();
+            self.start_drain(self.drain_timeout, true);
+        }
+        if let Some(r) = self.retired.as_mut()
+            && let Poll::Ready(drain_time) = r.as_mut().poll(cx)
+        {
+            // The listener version is retired: whatever is still open after
+            // the drain time is closed.
+            self.retired = None;
+            self.start_drain(drain_time, false);
+        }
+        if let Some((s, graceful)) = self.deadline.as_mut()
+            && s.as_mut().poll(cx).is_ready()
+        {
+            let graceful = *graceful;
+            self.deadline = None;
+            return Poll::Ready(End::Deadline(graceful));
+        }
+        Poll::Pending
+    }
+
+    async fn next(&mut self) -> End {
+        std::future::poll_fn(|cx| self.poll_end(cx)).await
+    }
+}
+
+/// Serves HTTP/1.1 on `io` with `service` until the connection ends, parking
+/// it whenever it is quiet for [`PARK_AFTER`].
+///
+/// Not an `async fn`: that would keep its arguments beside the locals they
+/// move to, and this future is what a parked connection holds.
+#[allow(clippy::manual_async_fn)]
+pub(crate) fn serve<S, Svc, B>(
+    mut io: Parkable<S>,
+    mut service: Svc,
+    h: H1<'_>,
+) -> impl Future<Output = Served<S, Svc>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: HttpService<Incoming, ResBody = B> + Unpin,
+    Svc::Error: Into<BoxError>,
+    B: Body + 'static,
+    B::Error: Into<BoxError>,
+{
+    async move {
+        let H1 {
+            limits,
+            activity,
+            stats,
+            shutdown,
+            listener_drain,
+            lifetime,
+            mut auto,
+        } = h;
+        let drain = async {
+            // The watch guard must not live across the await below.
+            let _ = shutdown
+                .wait_for(|p| *p >= Phase::ConnectionsDraining)
+                .await;
+        };
+        let idle = async {
+            match limits.idle_timeout {
+                Some(t) => activity.idle_for(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let lifetime = async {
+            match lifetime {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let retired = listener_retired(listener_drain);
+        tokio::pin!(drain, idle, lifetime, retired);
+        let mut ends = Ends {
+            drain: Some(drain),
+            idle: Some(idle),
+            lifetime: Some(lifetime),
+            retired: Some(retired),
+            deadline: None,
+            activity,
+            stats,
+            drain_timeout: limits.drain_timeout,
+        };
+        loop {
+            // Parked (or not yet sure of the protocol): only the socket wrapper
+            // and the service are held.
+            while io.replay().is_empty() || (auto && io.undecided()) {
+                let woken = tokio::select! {
+                    biased;
+                    w = io.wait() => w,
+                    // Nothing in flight: any end closes a parked connection.
+                    _ = ends.next() => Ok(Woken::Closed),
+                };
+                if !matches!(woken, Ok(Woken::Bytes)) {
+                    let _ = tokio::time::timeout(PARK_AFTER, io.shutdown()).await;
+                    return Served::Done;
+                }
+            }
+            if auto {
+                if io.is_h2() {
+                    return Served::Http2(io, service);
+                }
+                auto = false;
+            }
+            let heads_at_start = activity.heads();
+            let reads_at_start = activity.reads();
+            let mut reads_at_tick = reads_at_start;
+            let mut conn = {
+                // Built per codec: not kept while parked.
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                limits.h1(&mut builder);
+                Box::new(
+                    builder
+                        .serve_connection(TokioIo::new(io), service)
+                        .with_upgrades(),
+                )
+            };
+            let tick = tokio::time::sleep(PARK_AFTER);
+            tokio::pin!(tick);
+            let (mut parking, mut closing) = (false, false);
+            let served = loop {
+                tokio::select! {
+                    biased;
+                    r = Pin::new(&mut *conn) => break r,
+                    () = &mut tick, if !parking && !closing => {
+                        let reads = activity.reads();
+                        // Quiet since the last tick, and hyper's codec is idle:
+                        // a request has completed on it (a partial next head is
+                        // kept), or it has read nothing (a fresh codec that read
+                        // part of a head would answer it `connection: close`).
+                        let quiet = activity.active() == 0 && reads == reads_at_tick;
+                        if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
+                            parking = true;
+                            activity.set_parking(true);
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        } else {
+                            reads_at_tick = reads;
+                            tick.as_mut().reset(Instant::now() + PARK_AFTER);
+                        }
+                    }
+                    end = ends.next(), if !closing => match end {
+                        End::Drain | End::Deadline(true) => {
+                            // Connection: close on a request in flight; an idle
+                            // codec closes at once.
+                            closing = true;
+                            activity.set_parking(false);
+                            Pin::new(&mut *conn).graceful_shutdown();
+                        }
+                        End::Deadline(false) => {
+                            activity.set_parking(false);
+                            return Served::Done;
+                        }
+                    },
+                }
+            };
+            activity.set_parking(false);
+            if !parking || closing || served.is_err() {
+                return Served::Done;
+            }
+            // An upgraded connection has no parts: the tunnel owns the socket.
+            let Some(parts) = conn.into_parts() else {
+                return Served::Done;
+            };
+            io = parts.io.into_inner();
+            io.unread(parts.read_buf);
+            service = parts.service;
+            crate::heap_trim::note_park();
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "serve_h1_tests.rs"]
+mod tests;
