@@ -66,8 +66,8 @@ fn queue_cap(frames: usize) -> usize {
     (frames.saturating_add(1).saturating_mul(SMALLEST_FRAME)).clamp(QUEUE_CAP, MAX_QUEUE_CAP)
 }
 
-/// What a client sends first on an HTTP/2 connection.
-const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// What a client sends first on an HTTP/2 connection (RFC 9113 §3.4).
+pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 static CONTROL_FLOODS: AtomicU64 = AtomicU64::new(0);

@@ -9,15 +9,13 @@
 //! shutting the socket down when it ends its codec.
 
 use crate::conn_idle::Activity;
+use crate::h2_flood::PREFACE as H2_PREFACE;
 use bytes::Bytes;
 use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-/// The HTTP/2 client preface (RFC 9113 §3.4).
-pub(crate) const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// What one read while parked takes at most (on the stack, then copied to
 /// the replay buffer): a short request head fits whole.
@@ -57,14 +55,11 @@ impl<S> Parkable<S> {
         if bytes.is_empty() {
             return;
         }
-        if self.replay.is_empty() {
-            self.replay = bytes;
+        self.replay = if self.replay.is_empty() {
+            bytes
         } else {
-            let mut v = Vec::with_capacity(bytes.len() + self.replay.len());
-            v.extend_from_slice(&bytes);
-            v.extend_from_slice(&self.replay);
-            self.replay = Bytes::from(v);
-        }
+            joined(&bytes, &self.replay)
+        };
     }
 
     /// Bytes waiting to be replayed to the next codec.
@@ -84,6 +79,14 @@ impl<S> Parkable<S> {
     }
 }
 
+/// `first` then `second`, in one buffer.
+fn joined(first: &[u8], second: &[u8]) -> Bytes {
+    let mut v = Vec::with_capacity(first.len() + second.len());
+    v.extend_from_slice(first);
+    v.extend_from_slice(second);
+    Bytes::from(v)
+}
+
 impl<S: AsyncRead + Unpin> Parkable<S> {
     /// Waits, parked, for the client to send: the bytes go to the replay
     /// buffer (after what is there).
@@ -100,14 +103,7 @@ impl<S: AsyncRead + Unpin> Parkable<S> {
         if got.is_empty() {
             return Poll::Ready(Ok(Woken::Closed));
         }
-        if self.replay.is_empty() {
-            self.replay = Bytes::copy_from_slice(got);
-        } else {
-            let mut v = Vec::with_capacity(self.replay.len() + got.len());
-            v.extend_from_slice(&self.replay);
-            v.extend_from_slice(got);
-            self.replay = Bytes::from(v);
-        }
+        self.replay = joined(&self.replay, got);
         Poll::Ready(Ok(Woken::Bytes))
     }
 }

@@ -247,7 +247,7 @@ async fn a_request_trickled_across_parks_is_answered_whole() {
 #[tokio::test(start_paused = true)]
 async fn the_h2_preface_split_across_reads_is_served_as_http2_on_auto() {
     let mut s = serve("AUTO", "");
-    let preface = super::super::park::H2_PREFACE;
+    let preface = super::super::h2_flood::PREFACE;
     s.client.write_all(&preface[..4]).await.unwrap();
     quiet().await;
     s.client.write_all(&preface[4..]).await.unwrap();

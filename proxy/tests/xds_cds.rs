@@ -342,17 +342,7 @@ async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
         cp.saw("Cluster ").await;
         // Routes in, no cluster: NC.
         until(c.listener, |r| r.status == 503).await;
-        let mut warming = eds_cluster("dyn", "never");
-        if let Some(cfg) = warming
-            .eds_cluster_config
-            .as_mut()
-            .and_then(|e| e.eds_config.as_mut())
-        {
-            cfg.initial_fetch_timeout = Some(envoy_types::pb::google::protobuf::Duration {
-                seconds: 0,
-                nanos: 300_000_000,
-            });
-        }
+        let warming = with_fetch_timeout(eds_cluster("dyn", "never"), 300);
         cp.set(cds_url.clone(), "dyn", any(&warming));
         // Warming: not in force yet (the route's cluster is unknown: NC, no body).
         cp.saw("ClusterLoadAssignment").await;
@@ -373,20 +363,6 @@ async fn eds_cluster_warms_until_its_initial_fetch_timeout() {
     tokio::time::timeout(Duration::from_secs(60), run)
         .await
         .unwrap();
-}
-
-/// GETs `path` on fresh connections until `ok` holds (bounded).
-async fn until_at(addr: SocketAddr, path: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
-    let mut last = None;
-    for _ in 0..250 {
-        let r = H1::connect(addr).await.get(path, &[]).await;
-        if ok(&r) {
-            return r;
-        }
-        last = Some(r);
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("condition not reached on {path}; last reply {last:?}");
 }
 
 fn with_fetch_timeout(mut c: Cluster, ms: i32) -> Cluster {

@@ -151,11 +151,11 @@ impl Cds {
     /// thousands of EDS clusters would hold thousands for 15 s.
     fn spawn_warming_timers(self: &Arc<Self>, mut timers: Vec<(Duration, Arc<UpstreamCluster>)>) {
         timers.sort_by_key(|(t, _)| *t);
-        while let Some(&(t, _)) = timers.first() {
-            let split = timers.partition_point(|(d, _)| *d == t);
-            let rest = timers.split_off(split);
-            let due: Vec<Arc<UpstreamCluster>> = timers.into_iter().map(|(_, c)| c).collect();
-            timers = rest;
+        for group in timers.chunk_by(|a, b| a.0 == b.0) {
+            let Some(&(t, _)) = group.first() else {
+                continue;
+            };
+            let due: Vec<Arc<UpstreamCluster>> = group.iter().map(|(_, c)| Arc::clone(c)).collect();
             let me = Arc::clone(self);
             tokio::spawn(async move {
                 tokio::time::sleep(t).await;

@@ -508,6 +508,11 @@ pub async fn launch_bin(bin: &str, args: &[&str], config: &str) -> Proc {
 
 /// GETs `/` on fresh connections until `ok` holds (bounded).
 pub async fn until(addr: SocketAddr, ok: impl Fn(&Reply) -> bool) -> Reply {
+    until_at(addr, "/", ok).await
+}
+
+/// GETs `path` on fresh connections until `ok` holds (bounded).
+pub async fn until_at(addr: SocketAddr, path: &str, ok: impl Fn(&Reply) -> bool) -> Reply {
     let mut last = None;
     for _ in 0..250 {
         // A warming listener (Envoy's, until its routes arrive) may refuse.
@@ -515,12 +520,12 @@ pub async fn until(addr: SocketAddr, ok: impl Fn(&Reply) -> bool) -> Reply {
             tokio::time::sleep(Duration::from_millis(20)).await;
             continue;
         }
-        let r = H1::connect(addr).await.get("/", &[]).await;
+        let r = H1::connect(addr).await.get(path, &[]).await;
         if ok(&r) {
             return r;
         }
         last = Some(r);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    panic!("condition not reached; last reply {last:?}");
+    panic!("condition not reached on {path}; last reply {last:?}");
 }
