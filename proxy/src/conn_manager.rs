@@ -155,19 +155,22 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
 }
 
 /// Handles one request on a connection of listener `info.listener`, with
-/// the connection manager of filter chain `info.filter_chain_index`.
+/// the connection manager of filter chain `info.filter_chain_index`. With an
+/// upstream response comes the request's progress, which drives the stream
+/// idle timer while the response body streams.
 pub async fn handle(
     mut req: Request<Incoming>,
     snapshot: &Arc<Snapshot>,
     info: &ConnInfo,
     stats: &HcmStats,
     up: &Upstream<'_>,
-) -> Response<LoggedBody<ResponseBody>> {
+) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
     let hcm = crate::filter_chain::chain_at(&info.listener, info.filter_chain_index)
         .map(|fc| &fc.http_connection_manager);
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
     let mut guard = Guard(None);
+    let mut streaming = None;
     let mut resp = match hcm {
         Some(hcm) => 'answer: {
             if let Some(refused) = request_limits::refuse(&req, hcm) {
@@ -215,9 +218,10 @@ pub async fn handle(
             let mut resp =
                 request_limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
             // The stream idle timer goes on while an upstream response streams
-            // (worker); courier's own replies never stall, and skip the allocation.
+            // (worker); courier's own replies never stall. Returned beside the
+            // response: in its extensions it would cost three allocations.
             if matches!(resp.body(), ResponseBody::Upstream { .. }) {
-                resp.extensions_mut().insert(progress);
+                streaming = Some(progress);
             }
             if let Some(id) = request_id {
                 resp.headers_mut().insert(REQUEST_ID, id);
@@ -227,14 +231,20 @@ pub async fn handle(
         // The connection's filter chain index names no chain (not expected).
         None => reply(StatusCode::SERVICE_UNAVAILABLE, "").map(ResponseBody::from),
     };
-    if let Some(hcm) = hcm
-        && let Ok(v) = HeaderValue::from_str(&hcm.server_name)
-    {
-        resp.headers_mut().insert(header::SERVER, v);
+    if let Some(hcm) = hcm {
+        // The default name needs neither a check nor a copy per response.
+        let v = if hcm.server_name == "envoy" {
+            Some(HeaderValue::from_static("envoy"))
+        } else {
+            HeaderValue::from_str(&hcm.server_name).ok()
+        };
+        if let Some(v) = v {
+            resp.headers_mut().insert(header::SERVER, v);
+        }
     }
     stats.response(resp.status().as_u16());
     let Some(pending) = guard.0.take() else {
-        return resp.map(LoggedBody::plain);
+        return (resp.map(LoggedBody::plain), streaming);
     };
     let side = ResponseSide {
         status: resp.status().as_u16(),
@@ -251,7 +261,10 @@ pub async fn handle(
         response_duration: pending.started.elapsed(),
         ..ResponseSide::default()
     };
-    resp.map(|b| LoggedBody::logged(b, pending, side))
+    (
+        resp.map(|b| LoggedBody::logged(b, pending, side)),
+        streaming,
+    )
 }
 
 /// The request side of the log entry of `req`.

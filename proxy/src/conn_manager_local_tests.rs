@@ -93,7 +93,9 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     stats: &stats,
                 };
                 Ok::<_, std::convert::Infallible>(
-                    handle(req, &snapshot, &info, &HcmStats::default(), &up).await,
+                    handle(req, &snapshot, &info, &HcmStats::default(), &up)
+                        .await
+                        .0,
                 )
             }
         });

@@ -10,7 +10,6 @@ use crate::filter_chain::Codec;
 use crate::park::Parkable;
 use crate::request_limits::ResetStream;
 use crate::router::Upstream;
-use crate::router::body::Progress;
 use crate::serve_h1;
 use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
@@ -317,7 +316,8 @@ where
                         clusters: &clusters,
                         stats: &worker_stats,
                     };
-                    let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                    let (mut resp, progress) =
+                        conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
                     // An HTTP/2 stream the connection manager refuses is reset:
                     // hyper resets the stream of a service error.
                     if resp.extensions().get::<ResetStream>().is_some() {
@@ -330,7 +330,6 @@ where
                             http::HeaderValue::from_static("close"),
                         );
                     }
-                    let progress = resp.extensions_mut().remove::<Arc<Progress>>();
                     // `max_stream_duration` goes on while the response body streams.
                     let max_stream = progress
                         .as_ref()

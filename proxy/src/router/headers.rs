@@ -206,6 +206,20 @@ pub fn apply(
     }
 }
 
+/// `n` as a header value. Below 100 (an upstream service time in
+/// milliseconds, mostly) it comes from a static table: `HeaderValue::from(u64)`
+/// allocates for every value.
+pub fn number(n: u64) -> HeaderValue {
+    const PAIRS: &str = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+    let at = usize::try_from(n).unwrap_or(usize::MAX);
+    let digits = match at {
+        0..=9 => PAIRS.get(2 * at + 1..2 * at + 2),
+        10..=99 => PAIRS.get(2 * at..2 * at + 2),
+        _ => None,
+    };
+    digits.map_or_else(|| HeaderValue::from(n), HeaderValue::from_static)
+}
+
 /// Removes the hop-by-hop headers (and those `connection` names) before a message
 /// crosses the proxy; `te: trailers` survives (gRPC needs it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -271,5 +285,12 @@ mod tests {
         let mut names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
         names.sort_unstable();
         assert_eq!(names, ["te", "x-kept"]);
+    }
+
+    #[test]
+    fn numbers_read_as_their_decimal_form() {
+        for n in (0..=120).chain([999, 1_000, u64::MAX]) {
+            assert_eq!(number(n).to_str().ok(), Some(n.to_string().as_str()), "{n}");
+        }
     }
 }

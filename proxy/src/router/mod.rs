@@ -444,7 +444,7 @@ fn proxied(
     } else {
         rp.headers.insert(
             SERVICE_TIME,
-            HeaderValue::from(started.elapsed().as_millis() as u64),
+            headers::number(started.elapsed().as_millis() as u64),
         );
     }
     let body = match lease {
