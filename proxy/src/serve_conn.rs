@@ -323,6 +323,11 @@ where
                     if resp.extensions().get::<ResetStream>().is_some() {
                         return Err(ResetStream);
                     }
+                    // HTTP/2's HPACK table keeps the values it indexes: not as
+                    // slices of an upstream connection's read buffer.
+                    if !h1 {
+                        crate::router::headers::compact(resp.headers_mut());
+                    }
                     // hyper closes an HTTP/1.1 connection after a response saying so.
                     if keepalive_off(h1, &activity) {
                         resp.headers_mut().insert(
