@@ -546,9 +546,12 @@ async fn send_h2(
 async fn send_h2_on(
     key: Key,
     (mut send, streams): (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>),
-    req: Request<UpstreamBody>,
+    mut req: Request<UpstreamBody>,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
+    // The connection's HPACK encoder keeps the values it indexes: not as slices
+    // that pin the downstream connection's read buffer.
+    crate::router::headers::compact(req.headers_mut());
     streams.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {
