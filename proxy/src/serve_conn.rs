@@ -316,8 +316,11 @@ where
                         clusters: &clusters,
                         stats: &worker_stats,
                     };
+                    // Boxed: hyper spawns an HTTP/2 stream's service future as a
+                    // task (and keeps an HTTP/1.1 connection's in a slot), moving
+                    // it whole each time; a box keeps those moves to a pointer.
                     let (mut resp, progress) =
-                        conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                        Box::pin(conn_manager::handle(req, &snapshot, &info, &stats, &up)).await;
                     // An HTTP/2 stream the connection manager refuses is reset:
                     // hyper resets the stream of a service error.
                     if resp.extensions().get::<ResetStream>().is_some() {
