@@ -71,34 +71,35 @@ fn head_bytes<B>(req: &Request<B>) -> usize {
 /// that is not enabled (403).
 pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Response<ResponseBody>> {
     let h2 = req.version() == Version::HTTP_2;
-    let to = ReplyTo::of(req);
+    // Only for a refusal: it looks a header up.
+    let to = || ReplyTo::of(req);
     let too_many =
         req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
     if too_many || head_bytes(req) > hcm.max_request_headers_kb as usize * 1024 {
         return Some(codec_refusal(
             req.version(),
-            to,
+            to(),
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             "Request Header Fields Too Large",
         ));
     }
     if req.version() == Version::HTTP_10 && !hcm.http_protocol_options.accept_http_10 {
         return Some(closing(
-            to,
+            to(),
             StatusCode::UPGRADE_REQUIRED,
             "Upgrade Required",
         ));
     }
     // HTTP/1.1 requires a host (RFC 9112 3.2).
     if req.version() == Version::HTTP_11 && crate::conn_manager::authority(req).is_none() {
-        return Some(closing(to, StatusCode::BAD_REQUEST, ""));
+        return Some(closing(to(), StatusCode::BAD_REQUEST, ""));
     }
     let headers = req.headers();
     if !h2
         && headers.contains_key(header::TRANSFER_ENCODING)
         && headers.contains_key(header::CONTENT_LENGTH)
     {
-        return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
+        return Some(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
     }
     if !h2 {
         // A target like `abc` parses as authority-form, which only CONNECT may
@@ -108,7 +109,7 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             && uri.authority().is_some()
             && req.method() != http::Method::CONNECT
         {
-            return Some(closing(to, StatusCode::BAD_REQUEST, "Bad Request"));
+            return Some(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
         }
         // Envoy's codec takes exactly `chunked` (hyper also lets through codings
         // before it, or `chunked` twice): anything else is 501.
@@ -121,7 +122,11 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             _ => false,
         };
         if !chunked_only {
-            return Some(closing(to, StatusCode::NOT_IMPLEMENTED, "Not Implemented"));
+            return Some(closing(
+                to(),
+                StatusCode::NOT_IMPLEMENTED,
+                "Not Implemented",
+            ));
         }
     }
     if let Some(kind) = upgrade_type(req)
@@ -130,7 +135,7 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             .iter()
             .any(|u| u.enabled && u.upgrade_type.eq_ignore_ascii_case(kind))
     {
-        return Some(closing(to, StatusCode::FORBIDDEN, ""));
+        return Some(closing(to(), StatusCode::FORBIDDEN, ""));
     }
     None
 }
