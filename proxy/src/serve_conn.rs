@@ -275,9 +275,9 @@ pub(crate) struct Conn {
 ///
 /// The future is small (an idle connection holds little, see `serve_h1`):
 /// the socket, service and service state are created inside it (an `async
-/// fn` would keep its arguments beside the locals they move to), and the
-/// HTTP/1.1 or HTTP/2 serving future is boxed, so a connection holds the
-/// state of the protocol it speaks only.
+/// fn` would keep its arguments beside the locals they move to), HTTP/1.1's
+/// serving future is inline and HTTP/2's boxed. The caller boxes it: the
+/// task's own future stays small.
 pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -357,45 +357,47 @@ where
             .max_connection_duration
             .map(|t| tokio::time::Instant::now() + t);
         // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
-        // preface shows) parks when idle: see `serve_h1`.
-        let served = match codec {
-            Codec::Auto | Codec::Http1 => {
-                let auto = matches!(codec, Codec::Auto);
-                let h1 = serve_h1::H1 {
-                    limits: &limits,
-                    activity: &activity,
-                    stats: &stats,
-                    shutdown: &mut shutdown,
-                    // `AUTO` may turn out HTTP/2, served below with its own.
-                    listener_drain: if auto {
-                        listener_drain.clone()
-                    } else {
-                        listener_drain.take()
-                    },
-                    lifetime,
-                    auto,
-                };
-                // Boxed (as HTTP/2 below): the task holds the state of the
-                // protocol the connection speaks, not the larger of both.
-                Box::pin(serve_h1::serve(io, service, h1)).await
+        // preface shows) parks when idle: see `serve_h1`. Its future is inline
+        // (the caller boxes this one, HTTP/2's is boxed below): a parked
+        // connection's state is one allocation. `served` is taken apart in
+        // this block: its room is not kept while HTTP/2 serves.
+        let h2 = {
+            let served = match codec {
+                Codec::Auto | Codec::Http1 => {
+                    let auto = matches!(codec, Codec::Auto);
+                    let h1 = serve_h1::H1 {
+                        limits: &limits,
+                        activity: &activity,
+                        stats: &stats,
+                        shutdown: &mut shutdown,
+                        // `AUTO` may turn out HTTP/2, served below with its own.
+                        listener_drain: if auto {
+                            listener_drain.clone()
+                        } else {
+                            listener_drain.take()
+                        },
+                        lifetime,
+                        auto,
+                    };
+                    serve_h1::serve(io, service, h1).await
+                }
+                Codec::Http2 => serve_h1::Served::Http2(io, service),
+            };
+            match served {
+                serve_h1::Served::Http2(io, service) => {
+                    let h2 = H2 {
+                        limits: &limits,
+                        activity: &activity,
+                        stats: &stats,
+                        shutdown: &mut shutdown,
+                        listener_drain,
+                        lifetime,
+                    };
+                    // Boxed, with hyper's connection inline: one allocation.
+                    Some(Box::pin(serve_h2(io, service, h2)))
+                }
+                serve_h1::Served::Done => None,
             }
-            Codec::Http2 => serve_h1::Served::Http2(io, service),
-        };
-        // `served` is taken apart before the await: its room is not kept.
-        let h2 = match served {
-            serve_h1::Served::Http2(io, service) => {
-                let h2 = H2 {
-                    limits: &limits,
-                    activity: &activity,
-                    stats: &stats,
-                    shutdown: &mut shutdown,
-                    listener_drain,
-                    lifetime,
-                };
-                // Boxed, with hyper's connection inline: one allocation.
-                Some(Box::pin(serve_h2(io, service, h2)))
-            }
-            serve_h1::Served::Done => None,
         };
         if let Some(h2) = h2 {
             h2.await;

@@ -293,7 +293,12 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
-            let accepted = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
+            let filter_chain::Accepted {
+                stream,
+                filter_chain_index,
+                alpn,
+                server_name,
+            } = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
                 Ok(a) => a,
                 Err(e @ filter_chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");
@@ -304,30 +309,30 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                     return;
                 }
             };
-            let chain = filter_chain::chain_at(l, accepted.filter_chain_index);
+            let chain = filter_chain::chain_at(l, filter_chain_index);
             let codec = chain.map_or(Codec::Auto, |fc| {
                 let codec_type = fc.http_connection_manager.codec_type;
-                filter_chain::codec(codec_type, accepted.alpn.as_deref())
+                filter_chain::codec(codec_type, alpn.as_deref())
             });
             let limits = serve_conn::Limits::of(chain.map(|fc| &*fc.http_connection_manager));
             let filters = active
                 .http_filters
-                .chain(active.filters_index, accepted.filter_chain_index);
+                .chain(active.filters_index, filter_chain_index);
             let info = Arc::new(ConnInfo {
                 listener: Arc::clone(l),
-                filter_chain_index: accepted.filter_chain_index,
+                filter_chain_index,
                 peer,
                 local,
-                tls: accepted.stream.is_tls(),
+                tls: stream.is_tls(),
                 facts: http_filters::conn_facts(
                     peer,
                     local,
-                    filters.as_ref().map(|_| &accepted.stream),
-                    accepted.server_name.as_deref(),
+                    filters.as_ref().map(|_| &stream),
+                    server_name.as_deref(),
                 ),
                 http_filters: filters,
                 buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
-                server_name: accepted.server_name,
+                server_name,
                 id: conn_manager::next_connection_id(),
             });
             let conn = serve_conn::Conn {
@@ -335,19 +340,21 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 codec,
                 limits,
                 snapshot,
-                hcm_stats: worker_stats.hcm(active.hcm_slot(accepted.filter_chain_index)),
+                hcm_stats: worker_stats.hcm(active.hcm_slot(filter_chain_index)),
                 worker_stats,
                 clusters,
                 shutdown,
                 listener_drain: Some(serve_conn::ListenerDrain {
-                    signal: active.drain_signal(accepted.filter_chain_index),
+                    signal: active.drain_signal(filter_chain_index),
                     drain_time,
                 }),
             };
             // The version's `Arc` is not held by the connection: a retired
             // version's TLS and filters go once its last handshake is done.
             drop(active);
-            serve_conn::serve(accepted.stream, conn).await;
+            // Boxed: the task's own future (its cell) stays small, and the
+            // connection's state is one allocation (see `serve_conn::serve`).
+            Box::pin(serve_conn::serve(stream, conn)).await;
         });
     }
 }
