@@ -22,6 +22,7 @@ use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -273,11 +274,9 @@ pub(crate) struct Conn {
 
 /// Serves HTTP on `stream` until the connection ends.
 ///
-/// The future is small (an idle connection holds little, see `serve_h1`):
-/// the socket, service and service state are created inside it (an `async
-/// fn` would keep its arguments beside the locals they move to), HTTP/1.1's
-/// serving future is inline and HTTP/2's boxed. The caller boxes it: the
-/// task's own future stays small.
+/// The future is a few pointers: the connection's state is in the box that
+/// serves HTTP/1.1 (and parks it, see `serve_h1`), then in HTTP/2's if the
+/// connection turns out to speak it.
 pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -289,135 +288,120 @@ where
         snapshot,
         worker_stats,
         hcm_stats: stats,
-        mut listener_drain,
+        listener_drain,
         clusters,
-        mut shutdown,
+        shutdown,
     } = conn;
     let activity = Activity::new();
     stats.cx_total.inc();
     stats.cx_active.inc();
-    async move {
-        let service = {
+    let service = {
+        let stats = Arc::clone(&stats);
+        let activity = Arc::clone(&activity);
+        let stream_idle = limits.stream_idle_timeout;
+        let max_stream = limits.max_stream_duration;
+        service_fn(move |req| {
+            let h1 = req.version() != http::Version::HTTP_2;
+            let stream = activity.stream();
+            let started = tokio::time::Instant::now();
+            let snapshot = snapshot.load_full();
+            let info = Arc::clone(&info);
             let stats = Arc::clone(&stats);
+            let worker_stats = Arc::clone(&worker_stats);
+            let clusters = Arc::clone(&clusters);
             let activity = Arc::clone(&activity);
-            let stream_idle = limits.stream_idle_timeout;
-            let max_stream = limits.max_stream_duration;
-            service_fn(move |req| {
-                let h1 = req.version() != http::Version::HTTP_2;
-                let stream = activity.stream();
-                let started = tokio::time::Instant::now();
-                let snapshot = snapshot.load_full();
-                let info = Arc::clone(&info);
-                let stats = Arc::clone(&stats);
-                let worker_stats = Arc::clone(&worker_stats);
-                let clusters = Arc::clone(&clusters);
-                let activity = Arc::clone(&activity);
-                async move {
-                    let up = Upstream {
-                        clusters: &clusters,
-                        stats: &worker_stats,
-                    };
-                    let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
-                    // An HTTP/2 stream the connection manager refuses is reset:
-                    // hyper resets the stream of a service error.
-                    if resp.extensions().get::<ResetStream>().is_some() {
-                        return Err(ResetStream);
-                    }
-                    // hyper closes an HTTP/1.1 connection after a response saying so.
-                    if keepalive_off(h1, &activity) {
-                        resp.headers_mut().insert(
-                            http::header::CONNECTION,
-                            http::HeaderValue::from_static("close"),
-                        );
-                    }
-                    let progress = resp.extensions_mut().remove::<Arc<Progress>>();
-                    // `max_stream_duration` goes on while the response body streams.
-                    let max_stream = progress
-                        .as_ref()
-                        .map_or(max_stream, |p| p.max_stream_duration(max_stream));
-                    let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
-                    Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+            async move {
+                let up = Upstream {
+                    clusters: &clusters,
+                    stats: &worker_stats,
+                };
+                let mut resp = conn_manager::handle(req, &snapshot, &info, &stats, &up).await;
+                // An HTTP/2 stream the connection manager refuses is reset:
+                // hyper resets the stream of a service error.
+                if resp.extensions().get::<ResetStream>().is_some() {
+                    return Err(ResetStream);
                 }
-            })
-        };
-        let io = Parkable::new(
-            CodecErrors::new(
-                crate::h2_flood::FloodGuard::with_limits(
-                    stream,
-                    Some(Arc::clone(&activity)),
-                    &limits.h2_flood,
-                ),
-                &limits.server_name,
-                &activity,
-                limits.request_headers_timeout,
-            ),
-            Arc::clone(&activity),
-        );
-        let lifetime = limits
-            .max_connection_duration
-            .map(|t| tokio::time::Instant::now() + t);
-        // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
-        // preface shows) parks when idle: see `serve_h1`. Its future is inline
-        // (the caller boxes this one, HTTP/2's is boxed below): a parked
-        // connection's state is one allocation. `served` is taken apart in
-        // this block: its room is not kept while HTTP/2 serves.
-        let h2 = {
-            let served = match codec {
-                Codec::Auto | Codec::Http1 => {
-                    let auto = matches!(codec, Codec::Auto);
-                    let h1 = serve_h1::H1 {
-                        limits: &limits,
-                        activity: &activity,
-                        stats: &stats,
-                        shutdown: &mut shutdown,
-                        // `AUTO` may turn out HTTP/2, served below with its own.
-                        listener_drain: if auto {
-                            listener_drain.clone()
-                        } else {
-                            listener_drain.take()
-                        },
-                        lifetime,
-                        auto,
-                    };
-                    serve_h1::serve(io, service, h1).await
+                // hyper closes an HTTP/1.1 connection after a response saying so.
+                if keepalive_off(h1, &activity) {
+                    resp.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
                 }
-                Codec::Http2 => serve_h1::Served::Http2(io, service),
-            };
-            match served {
-                serve_h1::Served::Http2(io, service) => {
-                    let h2 = H2 {
-                        limits: &limits,
-                        activity: &activity,
-                        stats: &stats,
-                        shutdown: &mut shutdown,
-                        listener_drain,
-                        lifetime,
-                    };
-                    // Boxed, with hyper's connection inline: one allocation.
-                    Some(Box::pin(serve_h2(io, service, h2)))
-                }
-                serve_h1::Served::Done => None,
+                let progress = resp.extensions_mut().remove::<Arc<Progress>>();
+                // `max_stream_duration` goes on while the response body streams.
+                let max_stream = progress
+                    .as_ref()
+                    .map_or(max_stream, |p| p.max_stream_duration(max_stream));
+                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
             }
-        };
-        if let Some(h2) = h2 {
+        })
+    };
+    let io = Parkable::new(
+        CodecErrors::new(
+            crate::h2_flood::FloodGuard::with_limits(
+                stream,
+                Some(Arc::clone(&activity)),
+                &limits.h2_flood,
+            ),
+            &limits.server_name,
+            &activity,
+            limits.request_headers_timeout,
+        ),
+        Arc::clone(&activity),
+    );
+    let lifetime = limits
+        .max_connection_duration
+        .map(|t| tokio::time::Instant::now() + t);
+    let h1 = serve_h1::H1 {
+        limits,
+        activity,
+        stats: Arc::clone(&stats),
+        shutdown,
+        listener_drain,
+        lifetime,
+        auto: matches!(codec, Codec::Auto),
+        http2: matches!(codec, Codec::Http2),
+    };
+    // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
+    // preface shows) parks when idle: see `serve_h1`. Its future holds the
+    // connection's state, boxed here: the task's own future (this one) is a
+    // few pointers, and HTTP/2's box (see `http2_after`) comes once the
+    // HTTP/1.1 one is gone.
+    let served = Box::pin(serve_h1::serve(io, service, h1));
+    async move {
+        if let Some(h2) = http2_after(served.await) {
             h2.await;
         }
         stats.cx_active.dec();
     }
 }
 
-/// What an HTTP/2 connection needs besides its socket and service.
-struct H2<'a> {
-    limits: &'a Limits,
-    activity: &'a Arc<Activity>,
-    stats: &'a HcmStats,
-    shutdown: &'a mut watch::Receiver<Phase>,
-    listener_drain: Option<ListenerDrain>,
-    lifetime: Option<tokio::time::Instant>,
+/// The HTTP/2 serving future, boxed, if the connection is HTTP/2. A
+/// function of its own: the HTTP/1.1 parts are not kept in the caller's
+/// future while HTTP/2 serves.
+fn http2_after<S, Svc, B>(
+    served: serve_h1::Served<S, Svc>,
+) -> Option<Pin<Box<impl Future<Output = ()> + Send + use<S, Svc, B>>>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match served {
+        // Boxed, with hyper's connection inline: one allocation.
+        serve_h1::Served::Http2(io, service, h) => Some(Box::pin(serve_h2(io, service, h))),
+        serve_h1::Served::Done => None,
+    }
 }
 
 /// Serves HTTP/2 on `io` (its preface possibly waiting in the replay buffer).
-async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: H2<'_>)
+async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: serve_h1::H1)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
@@ -427,14 +411,18 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let H2 {
+    let mut h = h;
+    // By reference: an `async fn`'s arguments stay in its future beside what
+    // they are moved to.
+    let serve_h1::H1 {
         limits,
         activity,
         stats,
         shutdown,
         listener_drain,
         lifetime,
-    } = h;
+        ..
+    } = &mut h;
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     limits.h2(&mut builder);
     serve_until_drained!(
@@ -443,7 +431,7 @@ where
         activity,
         limits,
         stats,
-        listener_drain,
-        lifetime
+        listener_drain.take(),
+        *lifetime
     );
 }

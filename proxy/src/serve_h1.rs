@@ -45,30 +45,36 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How the connection's HTTP/1.1 serving ended.
+// Returned once, and moved at once into HTTP/2's box: boxing the large
+// variant would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Served<S, Svc> {
     /// The connection is over.
     Done,
     /// Codec `AUTO` found the HTTP/2 preface (waiting in the socket's replay
-    /// buffer): serve HTTP/2.
-    Http2(Parkable<S>, Svc),
+    /// buffer), or the codec is HTTP/2: serve HTTP/2.
+    Http2(Parkable<S>, Svc, H1),
 }
 
-/// What an HTTP/1.1 connection needs besides its socket and service.
-pub(crate) struct H1<'a> {
+/// What a connection needs besides its socket and service (owned: this is
+/// the connection's state, in the one box that serves it).
+pub(crate) struct H1 {
     /// The connection manager's limits.
-    pub limits: &'a Limits,
+    pub limits: Limits,
     /// The connection's streams.
-    pub activity: &'a Arc<Activity>,
+    pub activity: Arc<Activity>,
     /// The connection manager's stats.
-    pub stats: &'a HcmStats,
+    pub stats: Arc<HcmStats>,
     /// The server's phase.
-    pub shutdown: &'a mut watch::Receiver<Phase>,
+    pub shutdown: watch::Receiver<Phase>,
     /// The listener version's drain signal.
     pub listener_drain: Option<ListenerDrain>,
     /// When `max_connection_duration` is reached.
     pub lifetime: Option<Instant>,
     /// Codec `AUTO`: HTTP/2 prior knowledge is served too.
     pub auto: bool,
+    /// Codec `HTTP2`: served as HTTP/2 at once.
+    pub http2: bool,
 }
 
 /// What ends the connection, or starts its end.
@@ -201,7 +207,7 @@ where
 /// waits: a parked connection is kept small.
 async fn wait_parked<S: AsyncRead + Unpin>(
     io: &mut Parkable<S>,
-    h: &mut H1<'_>,
+    h: &mut H1,
     fired: &mut Fired,
 ) -> bool {
     let overload = crate::overload::get();
@@ -234,7 +240,7 @@ async fn wait_parked<S: AsyncRead + Unpin>(
             r = retired(&mut h.listener_drain), if retiring => {
                 fired.retired = true;
                 if let Some(t) = r {
-                    fired.start_drain(h.activity, t, false);
+                    fired.start_drain(&h.activity, t, false);
                 }
             }
             () = timer => {
@@ -243,12 +249,12 @@ async fn wait_parked<S: AsyncRead + Unpin>(
                     && now >= at
                 {
                     fired.idle = true;
-                    fired.start_drain(h.activity, h.limits.drain_timeout, true);
+                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
                 }
                 if lifetime.is_some_and(|at| now >= at) {
                     fired.lifetime = true;
                     h.stats.edge.cx_max_duration_reached.inc();
-                    fired.start_drain(h.activity, h.limits.drain_timeout, true);
+                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
                 }
                 if fired.deadline.is_some_and(|(at, _)| now >= at) {
                     return false;
@@ -273,7 +279,7 @@ enum Codec<S, Svc> {
 async fn serve_codec<S, Svc, B>(
     io: Parkable<S>,
     service: Svc,
-    h: &mut H1<'_>,
+    h: &mut H1,
     fired: &mut Fired,
 ) -> Codec<S, Svc>
 where
@@ -400,7 +406,7 @@ where
 pub(crate) fn serve<S, Svc, B>(
     mut io: Parkable<S>,
     mut service: Svc,
-    mut h: H1<'_>,
+    mut h: H1,
 ) -> impl Future<Output = Served<S, Svc>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -410,6 +416,9 @@ where
     B::Error: Into<BoxError>,
 {
     async move {
+        if h.http2 {
+            return Served::Http2(io, service, h);
+        }
         let mut fired = Fired::default();
         loop {
             // Parked (or not yet sure of the protocol): only the socket wrapper
@@ -422,7 +431,7 @@ where
             }
             if h.auto {
                 if io.is_h2() {
-                    return Served::Http2(io, service);
+                    return Served::Http2(io, service, h);
                 }
                 h.auto = false;
             }

@@ -352,9 +352,8 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The version's `Arc` is not held by the connection: a retired
             // version's TLS and filters go once its last handshake is done.
             drop(active);
-            // Boxed: the task's own future (its cell) stays small, and the
-            // connection's state is one allocation (see `serve_conn::serve`).
-            Box::pin(serve_conn::serve(stream, conn)).await;
+            // The connection's state is boxed inside (see `serve_conn::serve`).
+            serve_conn::serve(stream, conn).await;
         });
     }
 }
