@@ -352,8 +352,15 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The version's `Arc` is not held by the connection: a retired
             // version's TLS and filters go once its last handshake is done.
             drop(active);
-            // The connection's state is boxed inside (see `serve_conn::serve`).
-            serve_conn::serve(stream, conn).await;
+            // The connection's state is boxed here (see `serve_conn::serve`),
+            // and the task yields before it reads: the connections accepted
+            // together allocate their long-lived state (`ConnInfo`, the
+            // serving box) side by side, before any codec's buffers (freed
+            // when it parks) come between them, so parked connections sit
+            // densely on few pages instead of one island per freed codec.
+            let serving = serve_conn::serve(stream, conn);
+            tokio::task::yield_now().await;
+            serving.await;
         });
     }
 }
