@@ -277,7 +277,7 @@ pub(crate) struct Conn {
 /// The future is a few pointers: the connection's state is in the box that
 /// serves HTTP/1.1 (and parks it, see `serve_h1`), then in HTTP/2's if the
 /// connection turns out to speak it.
-pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
+pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send + Unpin
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -369,18 +369,54 @@ where
     // connection's state, boxed here: the task's own future (this one) is a
     // few pointers, and HTTP/2's box (see `http2_after`) comes once the
     // HTTP/1.1 one is gone.
-    let served = Box::pin(serve_h1::serve(io, service, h1));
-    async move {
-        if let Some(h2) = http2_after(served.await) {
-            h2.await;
-        }
-        stats.cx_active.dec();
+    Serving {
+        h1: Some(Box::pin(serve_h1::serve(io, service, h1))),
+        h2: None,
+        stats,
     }
 }
 
-/// The HTTP/2 serving future, boxed, if the connection is HTTP/2. A
-/// function of its own: the HTTP/1.1 parts are not kept in the caller's
-/// future while HTTP/2 serves.
+/// A connection being served: HTTP/1.1's box (which parks), then HTTP/2's if
+/// the connection speaks it. A few pointers, and `Unpin`: the task holds it
+/// inline, in place of the (boxed) accept state.
+struct Serving<F> {
+    h1: Option<Pin<Box<F>>>,
+    h2: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    stats: Arc<HcmStats>,
+}
+
+impl<F, S, Svc, B> Future for Serving<F>
+where
+    F: Future<Output = serve_h1::Served<S, Svc>>,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let this = self.get_mut();
+        if let Some(h1) = this.h1.as_mut() {
+            let served = std::task::ready!(h1.as_mut().poll(cx));
+            // The HTTP/1.1 box goes before HTTP/2's comes.
+            this.h1 = None;
+            this.h2 =
+                http2_after(served).map(|h2| -> Pin<Box<dyn Future<Output = ()> + Send>> { h2 });
+        }
+        if let Some(h2) = this.h2.as_mut() {
+            std::task::ready!(h2.as_mut().poll(cx));
+            this.h2 = None;
+        }
+        this.stats.cx_active.dec();
+        std::task::Poll::Ready(())
+    }
+}
+
+/// The HTTP/2 serving future, boxed, if the connection is HTTP/2.
 fn http2_after<S, Svc, B>(
     served: serve_h1::Served<S, Svc>,
 ) -> Option<Pin<Box<impl Future<Output = ()> + Send + use<S, Svc, B>>>>
