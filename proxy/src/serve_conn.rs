@@ -256,8 +256,8 @@ pub(crate) struct Conn {
     pub info: Arc<ConnInfo>,
     /// HTTP/1.1, HTTP/2 or detected.
     pub codec: Codec,
-    /// The connection manager's limits.
-    pub limits: Limits,
+    /// The connection manager's limits (shared by the filter chain's connections).
+    pub limits: Arc<Limits>,
     /// The config in force.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The worker's stats.

@@ -59,8 +59,8 @@ pub(crate) enum Served<S, Svc> {
 /// What a connection needs besides its socket and service (owned: this is
 /// the connection's state, in the one box that serves it).
 pub(crate) struct H1 {
-    /// The connection manager's limits.
-    pub limits: Limits,
+    /// The connection manager's limits (shared by the filter chain's connections).
+    pub limits: Arc<Limits>,
     /// The connection's streams.
     pub activity: Arc<Activity>,
     /// The connection manager's stats.

@@ -78,9 +78,9 @@ fn serve(codec: &str, extra: &str) -> Served {
         .expect("listener");
     let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
     let local = SocketAddr::from(([127, 0, 0, 1], 10000));
-    let limits = serve_conn::Limits::of(
+    let limits = Arc::new(serve_conn::Limits::of(
         filter_chain::chain_at(&listener, 0).map(|fc| &*fc.http_connection_manager),
-    );
+    ));
     let codec = filter_chain::chain_at(&listener, 0).map_or(Codec::Auto, |fc| {
         filter_chain::codec(fc.http_connection_manager.codec_type, None)
     });

@@ -375,7 +375,7 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 let codec_type = fc.http_connection_manager.codec_type;
                 filter_chain::codec(codec_type, alpn.as_deref())
             });
-            let limits = serve_conn::Limits::of(chain.map(|fc| &*fc.http_connection_manager));
+            let limits = active.limits(filter_chain_index);
             let filters = active
                 .http_filters
                 .chain(active.filters_index, filter_chain_index);
