@@ -16,6 +16,7 @@ use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::worker::Phase;
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
@@ -40,7 +41,9 @@ pub(crate) struct Limits {
     h2_stream_window: u32,
     h2_connection_window: u32,
     h2_flood: H2FloodLimits,
-    server_name: String,
+    /// The `server` header of the codec's own replies (shared: cloning it
+    /// does not allocate per connection).
+    server_name: Bytes,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
@@ -70,7 +73,7 @@ impl Limits {
                 h2_stream_window: h2.initial_stream_window_size,
                 h2_connection_window: h2.initial_connection_window_size,
                 h2_flood: h2.flood,
-                server_name: "envoy".to_string(),
+                server_name: Bytes::from_static(b"envoy"),
                 max_connection_duration: None,
                 max_stream_duration: None,
                 half_close: false,
@@ -87,7 +90,7 @@ impl Limits {
             h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
             h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
             h2_flood: h.http2_protocol_options.flood,
-            server_name: h.server_name.clone(),
+            server_name: Bytes::from(h.server_name.clone()),
             max_connection_duration: h.common_http_protocol_options.max_connection_duration,
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
             half_close: false,
@@ -345,7 +348,7 @@ where
                 Some(Arc::clone(&activity)),
                 &limits.h2_flood,
             ),
-            &limits.server_name,
+            limits.server_name.clone(),
             &activity,
             limits.request_headers_timeout,
         ),
