@@ -86,13 +86,13 @@ impl<S> CodecErrors<S> {
     /// is kept with the help of the connection's `activity`.
     pub fn new(
         inner: S,
-        server: &str,
+        server: Bytes,
         activity: &Arc<Activity>,
         request_headers_timeout: Option<Duration>,
     ) -> Self {
         CodecErrors {
             inner,
-            server: Bytes::copy_from_slice(server.as_bytes()),
+            server,
             pending: Bytes::new(),
             headers_timer: request_headers_timeout.map(|timeout| HeadersTimer {
                 timeout,

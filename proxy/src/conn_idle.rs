@@ -115,29 +115,33 @@ impl Activity {
         self.heads.load(Ordering::Relaxed)
     }
 
+    /// When an idle timeout of `configured` (as the overload manager's
+    /// `reduce_timeouts` scales it now) is due, and whether the connection is
+    /// idle: busy, the earliest an idle period starting now could end.
+    pub fn idle_deadline(&self, configured: Duration) -> (Instant, bool) {
+        let timeout = crate::overload::get().scaled(
+            courier_config::overload::ScaledTimer::ConnectionIdle,
+            configured,
+        );
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return (Instant::now() + timeout, false);
+        }
+        let since = self.start + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
+        (since + timeout, true)
+    }
+
     /// Resolves once the connection has had no active stream for `timeout`
     /// (as the overload manager's `reduce_timeouts` scales it, re-armed when
     /// that changes).
     pub async fn idle_for(&self, configured: Duration) {
         let overload = crate::overload::get();
         loop {
-            let timeout = overload.scaled(
-                courier_config::overload::ScaledTimer::ConnectionIdle,
-                configured,
-            );
-            let since =
-                self.start + Duration::from_millis(self.idle_since_ms.load(Ordering::Relaxed));
-            let deadline = since + timeout;
-            if self.active.load(Ordering::Relaxed) == 0 && Instant::now() >= deadline {
+            let (next, idle) = self.idle_deadline(configured);
+            if idle && Instant::now() >= next {
                 return;
             }
             // Busy: check again a full timeout later (an idle period starting
             // meanwhile ends no sooner than that).
-            let next = if self.active.load(Ordering::Relaxed) == 0 {
-                deadline
-            } else {
-                Instant::now() + timeout
-            };
             tokio::select! {
                 () = tokio::time::sleep_until(next) => {}
                 () = overload.timers_changed() => {}

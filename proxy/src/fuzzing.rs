@@ -113,7 +113,7 @@ impl Http1Harness {
                 .first()
                 .and_then(|l| filter_chain::chain_at(l, 0))
                 .map(|fc| &*fc.http_connection_manager);
-            serve_conn::Limits::of(hcm).with_half_close()
+            Arc::new(serve_conn::Limits::of(hcm).with_half_close())
         };
         let conn = serve_conn::Conn {
             info,

@@ -118,6 +118,20 @@ enum Mode {
 pub struct FloodGuard<S> {
     inner: S,
     mode: Mode,
+    /// Bytes of the client preface matched so far; `PREFACE.len()` once it is
+    /// HTTP/2, and [`NOT_HTTP2`] once it is not.
+    preface: usize,
+    /// Told when the connection turns out to be HTTP/2.
+    activity: Option<Arc<Activity>>,
+    limits: H2FloodLimits,
+    /// What HTTP/2 is counted with, allocated once the connection speaks it
+    /// (preface read or first frame written): an HTTP/1.1 connection, parked
+    /// with this wrapper for its whole idle life, does not carry it.
+    h2: Option<Box<Frames>>,
+}
+
+/// The frames of an HTTP/2 connection, both ways.
+struct Frames {
     /// Bytes h2 has handed over (written or queued), from the first.
     accepted: u64,
     /// Bytes the socket has taken.
@@ -138,8 +152,6 @@ pub struct FloodGuard<S> {
     control: usize,
     /// The highest stream id we sent HEADERS on: the GOAWAY's last stream.
     last_stream: u32,
-    /// Told when the connection turns out to be HTTP/2.
-    activity: Option<Arc<Activity>>,
     /// DATA frames written (WINDOW_UPDATEs are allowed in proportion).
     data_frames: u64,
     /// What the client sends, walked frame by frame once its preface is seen.
@@ -151,135 +163,14 @@ pub struct FloodGuard<S> {
     queue_cap: usize,
 }
 
-/// Envoy's inbound frame limits: consecutive empty HEADERS/CONTINUATION/DATA
-/// frames without END_STREAM, PRIORITY frames per stream opened, and
-/// WINDOW_UPDATE frames per stream opened and DATA frame sent.
-struct Inbound {
-    /// Bytes of the client preface matched so far; `PREFACE.len()` once it is
-    /// HTTP/2, and [`NOT_HTTP2`] once it is not.
-    preface: usize,
-    header: [u8; FRAME_HEADER],
-    header_len: usize,
-    /// Payload bytes of the current frame still to skip.
-    skip: u64,
-    empty_run: u32,
-    streams: u64,
-    last_stream: u32,
-    priority: u64,
-    window_updates: u64,
-    /// The limits (Envoy's defaults unless configured).
-    max_empty_run: u32,
-    max_priority_per_stream: u64,
-    max_window_updates_per_data_frame: u64,
-}
-
-/// [`Inbound::preface`] of a connection that is not HTTP/2.
+/// [`FloodGuard::preface`] of a connection that is not HTTP/2.
 const NOT_HTTP2: usize = usize::MAX;
 
-impl Inbound {
-    /// Walks `bytes` (the next bytes read); the flood counter of the first
-    /// limit crossed, if any.
-    fn walk(&mut self, mut bytes: &[u8], data_frames: u64) -> Option<&'static AtomicU64> {
-        while self.preface < PREFACE.len() {
-            let (&b, rest) = bytes.split_first()?;
-            if PREFACE.get(self.preface) != Some(&b) {
-                self.preface = NOT_HTTP2;
-                return None;
-            }
-            self.preface += 1;
-            bytes = rest;
-        }
-        if self.preface == NOT_HTTP2 {
-            return None;
-        }
-        while !bytes.is_empty() {
-            if self.skip > 0 {
-                let n = usize::try_from(self.skip)
-                    .unwrap_or(usize::MAX)
-                    .min(bytes.len());
-                self.skip -= n as u64;
-                bytes = &bytes[n..];
-                continue;
-            }
-            let take = (FRAME_HEADER - self.header_len).min(bytes.len());
-            self.header[self.header_len..self.header_len + take].copy_from_slice(&bytes[..take]);
-            self.header_len += take;
-            bytes = &bytes[take..];
-            if self.header_len < FRAME_HEADER {
-                return None;
-            }
-            self.header_len = 0;
-            let h = self.header;
-            let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
-            let (kind, flags) = (h[3], h[4]);
-            let stream = u32::from_be_bytes([h[5], h[6], h[7], h[8]]) & 0x7fff_ffff;
-            self.skip = u64::from(len);
-            if let Some(flood) = self.frame(kind, flags, stream, len == 0, data_frames) {
-                return Some(flood);
-            }
-        }
-        None
-    }
-
-    fn frame(
-        &mut self,
-        kind: u8,
-        flags: u8,
-        stream: u32,
-        empty: bool,
-        data_frames: u64,
-    ) -> Option<&'static AtomicU64> {
-        match kind {
-            DATA | HEADERS | CONTINUATION => {
-                if kind == HEADERS && stream > self.last_stream {
-                    self.last_stream = stream;
-                    self.streams += 1;
-                }
-                let end_stream = kind != CONTINUATION && flags & END_STREAM != 0;
-                if empty && !end_stream {
-                    self.empty_run += 1;
-                    if self.empty_run > self.max_empty_run {
-                        return Some(&EMPTY_FLOODS);
-                    }
-                } else {
-                    self.empty_run = 0;
-                }
-            }
-            PRIORITY => {
-                self.priority += 1;
-                if self.priority > self.max_priority_per_stream * (1 + self.streams) {
-                    return Some(&PRIORITY_FLOODS);
-                }
-            }
-            WINDOW_UPDATE => {
-                self.window_updates += 1;
-                let allowed =
-                    1 + 2 * (self.streams + self.max_window_updates_per_data_frame * data_frames);
-                if self.window_updates > allowed {
-                    return Some(&WINDOW_UPDATE_FLOODS);
-                }
-            }
-            _ => {}
-        }
-        None
-    }
-}
-
-impl<S> FloodGuard<S> {
-    /// Wraps a downstream socket with Envoy's default limits; `activity`
-    /// learns whether it speaks HTTP/2.
-    #[cfg(test)]
-    pub fn new(inner: S, activity: Option<Arc<Activity>>) -> Self {
-        Self::with_limits(inner, activity, &H2FloodLimits::default())
-    }
-
-    /// Wraps a downstream socket with the connection manager's limits.
-    pub fn with_limits(inner: S, activity: Option<Arc<Activity>>, limits: &H2FloodLimits) -> Self {
+impl Frames {
+    fn new(limits: &H2FloodLimits) -> Box<Self> {
         let max_frames = limits.outbound_frames as usize;
         let max_control = limits.outbound_control_frames as usize;
-        FloodGuard {
-            inner,
-            mode: Mode::Unknown,
+        Box::new(Frames {
             accepted: 0,
             written: 0,
             frame_end: 0,
@@ -290,26 +181,12 @@ impl<S> FloodGuard<S> {
             frames: VecDeque::new(),
             control: 0,
             last_stream: 0,
-            activity,
             data_frames: 0,
-            inbound: Inbound {
-                preface: 0,
-                header: [0; FRAME_HEADER],
-                header_len: 0,
-                skip: 0,
-                empty_run: 0,
-                streams: 0,
-                last_stream: 0,
-                priority: 0,
-                window_updates: 0,
-                max_empty_run: limits.consecutive_empty_frames,
-                max_priority_per_stream: u64::from(limits.priority_frames_per_stream),
-                max_window_updates_per_data_frame: u64::from(limits.window_updates_per_data_frame),
-            },
+            inbound: Inbound::new(limits),
             max_frames,
             max_control,
             queue_cap: queue_cap(max_frames.max(max_control)),
-        }
+        })
     }
 
     fn queued(&self) -> usize {
@@ -380,11 +257,15 @@ impl<S> FloodGuard<S> {
     }
 }
 
-impl<S: AsyncWrite + Unpin> FloodGuard<S> {
+impl Frames {
     /// Writes queued bytes until the socket stops taking them.
-    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn poll_drain<S: AsyncWrite + Unpin>(
+        &mut self,
+        inner: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
         while self.queued() > 0 {
-            let n = match Pin::new(&mut self.inner).poll_write(cx, &self.queue[self.queue_head..]) {
+            let n = match Pin::new(&mut *inner).poll_write(cx, &self.queue[self.queue_head..]) {
                 Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
@@ -407,10 +288,14 @@ impl<S: AsyncWrite + Unpin> FloodGuard<S> {
     /// Closes the connection for a flood: what is queued past the frame being
     /// written is dropped, a GOAWAY goes in its place, and the socket gets
     /// one chance to take it.
-    fn flood(&mut self, cx: &mut Context<'_>, counter: &AtomicU64) -> io::Error {
+    fn flood<S: AsyncWrite + Unpin>(
+        &mut self,
+        inner: &mut S,
+        cx: &mut Context<'_>,
+        counter: &AtomicU64,
+    ) -> io::Error {
         counter.fetch_add(1, Ordering::Relaxed);
         tracing::debug!("http2 outbound flood: closing the connection");
-        self.mode = Mode::Flooded;
         // The first frame not wholly written ends where the queue may be cut.
         let keep = self.frames.front().map_or(self.written, |&(end, _)| end);
         let keep = usize::try_from(keep.saturating_sub(self.written)).unwrap_or(usize::MAX);
@@ -424,8 +309,65 @@ impl<S: AsyncWrite + Unpin> FloodGuard<S> {
         self.queue.extend_from_slice(&goaway);
         self.frames.clear();
         self.control = 0;
-        let _ = self.poll_drain(cx);
+        let _ = self.poll_drain(inner, cx);
         io::Error::other("http2 outbound flood")
+    }
+}
+
+impl<S> FloodGuard<S> {
+    /// Wraps a downstream socket with Envoy's default limits; `activity`
+    /// learns whether it speaks HTTP/2.
+    #[cfg(test)]
+    pub fn new(inner: S, activity: Option<Arc<Activity>>) -> Self {
+        Self::with_limits(inner, activity, &H2FloodLimits::default())
+    }
+
+    /// Wraps a downstream socket with the connection manager's limits.
+    pub fn with_limits(inner: S, activity: Option<Arc<Activity>>, limits: &H2FloodLimits) -> Self {
+        FloodGuard {
+            inner,
+            mode: Mode::Unknown,
+            preface: 0,
+            activity,
+            limits: *limits,
+            h2: None,
+        }
+    }
+
+    /// Bytes queued for the socket.
+    fn queued(&self) -> usize {
+        self.h2.as_ref().map_or(0, |f| f.queued())
+    }
+
+    /// Writes queued bytes until the socket stops taking them.
+    fn poll_drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>
+    where
+        S: AsyncWrite + Unpin,
+    {
+        match self.h2.as_mut() {
+            Some(f) => f.poll_drain(&mut self.inner, cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    /// Matches what was just read against the client preface; the rest (if
+    /// it was the whole preface) is walked frame by frame.
+    fn walk_read(&mut self, mut bytes: &[u8]) -> Option<&'static AtomicU64> {
+        while self.preface < PREFACE.len() {
+            let (&b, rest) = bytes.split_first()?;
+            if PREFACE.get(self.preface) != Some(&b) {
+                self.preface = NOT_HTTP2;
+                return None;
+            }
+            self.preface += 1;
+            bytes = rest;
+        }
+        if self.preface == NOT_HTTP2 || bytes.is_empty() {
+            return None;
+        }
+        let limits = &self.limits;
+        let f = self.h2.get_or_insert_with(|| Frames::new(limits));
+        f.inbound.walk(bytes, f.data_frames)
     }
 }
 
@@ -446,12 +388,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for FloodGuard<S> {
         }
         let before = buf.filled().len();
         std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        if this.inbound.preface != NOT_HTTP2
-            && let Some(counter) = this.inbound.walk(&buf.filled()[before..], this.data_frames)
+        if this.preface != NOT_HTTP2
+            && let Some(counter) = this.walk_read(&buf.filled()[before..])
         {
             // What was just read is not handed on: the connection ends here.
             buf.set_filled(before);
-            return Poll::Ready(Err(this.flood(cx, counter)));
+            this.mode = Mode::Flooded;
+            let error = match this.h2.as_mut() {
+                Some(f) => f.flood(&mut this.inner, cx, counter),
+                None => io::Error::other("http2 outbound flood"),
+            };
+            return Poll::Ready(Err(error));
         }
         Poll::Ready(Ok(()))
     }
@@ -487,36 +434,40 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
             }
             Mode::Http2 => {}
         }
+        let limits = &this.limits;
+        let f = this.h2.get_or_insert_with(|| Frames::new(limits));
+        let inner = &mut this.inner;
         // Earlier bytes go first.
-        if this.queued() > 0
-            && let Poll::Ready(Err(e)) = this.poll_drain(cx)
+        if f.queued() > 0
+            && let Poll::Ready(Err(e)) = f.poll_drain(inner, cx)
         {
             return Poll::Ready(Err(e));
         }
-        let n = if this.queued() == 0 {
-            match Pin::new(&mut this.inner).poll_write(cx, buf) {
+        let n = if f.queued() == 0 {
+            match Pin::new(&mut *inner).poll_write(cx, buf) {
                 Poll::Ready(Ok(n)) => {
-                    this.written += n as u64;
-                    this.walk(&buf[..n]);
-                    this.retire();
+                    f.written += n as u64;
+                    f.walk(&buf[..n]);
+                    f.retire();
                     return Poll::Ready(Ok(n));
                 }
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 // The socket is full: queue it, as Envoy's output buffer does.
-                Poll::Pending => buf.len().min(this.queue_cap),
+                Poll::Pending => buf.len().min(f.queue_cap),
             }
         } else {
-            let room = this.queue_cap.saturating_sub(this.queued());
+            let room = f.queue_cap.saturating_sub(f.queued());
             if room == 0 {
                 // Backpressure; the drain above registered the waker.
                 return Poll::Pending;
             }
             buf.len().min(room)
         };
-        this.queue.extend_from_slice(&buf[..n]);
-        this.walk(&buf[..n]);
-        if let Some(counter) = this.flooded() {
-            return Poll::Ready(Err(this.flood(cx, counter)));
+        f.queue.extend_from_slice(&buf[..n]);
+        f.walk(&buf[..n]);
+        if let Some(counter) = f.flooded() {
+            this.mode = Mode::Flooded;
+            return Poll::Ready(Err(f.flood(inner, cx, counter)));
         }
         Poll::Ready(Ok(n))
     }
@@ -542,6 +493,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
         Pin::new(&mut this.inner).poll_shutdown(cx)
     }
 }
+
+#[path = "h2_flood_inbound.rs"]
+mod inbound;
+use inbound::Inbound;
 
 #[cfg(test)]
 #[path = "h2_flood_tests.rs"]

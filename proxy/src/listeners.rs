@@ -52,6 +52,9 @@ pub struct ActiveListener {
     pub listener_stats: usize,
     /// Slot in [`WorkerStats::hcm`] of each filter chain (`chain_at` order).
     pub hcm_stats: Vec<usize>,
+    /// The connection manager's limits of each filter chain (`chain_at`
+    /// order), shared by the chain's connections.
+    limits: Vec<Arc<crate::serve_conn::Limits>>,
     /// The runtime's `connection_limit` of this listener, if any.
     pub connection_limit: Option<Arc<Limit>>,
     /// Set for LDS listeners.
@@ -87,6 +90,15 @@ impl ActiveListener {
     /// The stat slot of filter chain `chain`.
     pub fn hcm_slot(&self, chain: usize) -> usize {
         self.hcm_stats.get(chain).copied().unwrap_or(usize::MAX)
+    }
+
+    /// The connection manager's limits of filter chain `chain` (Envoy's
+    /// defaults if it has none).
+    pub(crate) fn limits(&self, chain: usize) -> Arc<crate::serve_conn::Limits> {
+        match self.limits.get(chain) {
+            Some(l) => Arc::clone(l),
+            None => Arc::new(crate::serve_conn::Limits::of(None)),
+        }
     }
 
     /// What a connection of this version on filter chain `chain` waits on
@@ -285,6 +297,14 @@ impl Registry {
             .all_filter_chains()
             .map(|fc| self.slot(|w| &w.listeners, &fc.http_connection_manager.stat_prefix))
             .collect();
+        let limits = l
+            .all_filter_chains()
+            .map(|fc| {
+                Arc::new(crate::serve_conn::Limits::of(Some(
+                    &fc.http_connection_manager,
+                )))
+            })
+            .collect();
         // Chains identical to one of the version in force keep its drain
         // signal (and so its connections).
         let kept = match (self.get(&l.name), &parts.dynamic) {
@@ -314,6 +334,7 @@ impl Registry {
             filters_index: parts.http_filters.1,
             listener_stats,
             hcm_stats,
+            limits,
             in_place: kept.is_some(),
             dynamic: parts.dynamic,
             drain,

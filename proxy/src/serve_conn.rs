@@ -15,12 +15,14 @@ use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::worker::Phase;
 use arc_swap::ArcSwap;
+use bytes::Bytes;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::http_options::H2FloodLimits;
 use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -38,7 +40,9 @@ pub(crate) struct Limits {
     h2_stream_window: u32,
     h2_connection_window: u32,
     h2_flood: H2FloodLimits,
-    server_name: String,
+    /// The `server` header of the codec's own replies (shared: cloning it
+    /// does not allocate per connection).
+    server_name: Bytes,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
@@ -68,7 +72,7 @@ impl Limits {
                 h2_stream_window: h2.initial_stream_window_size,
                 h2_connection_window: h2.initial_connection_window_size,
                 h2_flood: h2.flood,
-                server_name: "envoy".to_string(),
+                server_name: Bytes::from_static(b"envoy"),
                 max_connection_duration: None,
                 max_stream_duration: None,
                 half_close: false,
@@ -85,7 +89,7 @@ impl Limits {
             h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
             h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
             h2_flood: h.http2_protocol_options.flood,
-            server_name: h.server_name.clone(),
+            server_name: Bytes::from(h.server_name.clone()),
             max_connection_duration: h.common_http_protocol_options.max_connection_duration,
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
             half_close: false,
@@ -254,8 +258,8 @@ pub(crate) struct Conn {
     pub info: Arc<ConnInfo>,
     /// HTTP/1.1, HTTP/2 or detected.
     pub codec: Codec,
-    /// The connection manager's limits.
-    pub limits: Limits,
+    /// The connection manager's limits (shared by the filter chain's connections).
+    pub limits: Arc<Limits>,
     /// The config in force.
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     /// The worker's stats.
@@ -272,12 +276,10 @@ pub(crate) struct Conn {
 
 /// Serves HTTP on `stream` until the connection ends.
 ///
-/// The future is small (an idle connection holds little, see `serve_h1`):
-/// the socket, service and service state are created inside it (an `async
-/// fn` would keep its arguments beside the locals they move to), and the
-/// HTTP/1.1 or HTTP/2 serving future is boxed, so a connection holds the
-/// state of the protocol it speaks only.
-pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send
+/// The future is a few pointers: the connection's state is in the box that
+/// serves HTTP/1.1 (and parks it, see `serve_h1`), then in HTTP/2's if the
+/// connection turns out to speak it.
+pub(crate) fn serve<S>(stream: S, conn: Conn) -> impl Future<Output = ()> + Send + Unpin
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
@@ -288,141 +290,164 @@ where
         snapshot,
         worker_stats,
         hcm_stats: stats,
-        mut listener_drain,
+        listener_drain,
         clusters,
-        mut shutdown,
+        shutdown,
     } = conn;
     let activity = Activity::new();
     stats.cx_total.inc();
     stats.cx_active.inc();
-    async move {
-        let service = {
+    let service = {
+        let stats = Arc::clone(&stats);
+        let activity = Arc::clone(&activity);
+        let stream_idle = limits.stream_idle_timeout;
+        let max_stream = limits.max_stream_duration;
+        service_fn(move |req| {
+            let h1 = req.version() != http::Version::HTTP_2;
+            let stream = activity.stream();
+            let started = tokio::time::Instant::now();
+            let snapshot = snapshot.load_full();
+            let info = Arc::clone(&info);
             let stats = Arc::clone(&stats);
+            let worker_stats = Arc::clone(&worker_stats);
+            let clusters = Arc::clone(&clusters);
             let activity = Arc::clone(&activity);
-            let stream_idle = limits.stream_idle_timeout;
-            let max_stream = limits.max_stream_duration;
-            service_fn(move |req| {
-                let h1 = req.version() != http::Version::HTTP_2;
-                let stream = activity.stream();
-                let started = tokio::time::Instant::now();
-                let snapshot = snapshot.load_full();
-                let info = Arc::clone(&info);
-                let stats = Arc::clone(&stats);
-                let worker_stats = Arc::clone(&worker_stats);
-                let clusters = Arc::clone(&clusters);
-                let activity = Arc::clone(&activity);
-                async move {
-                    let up = Upstream {
-                        clusters: &clusters,
-                        stats: &worker_stats,
-                    };
-                    // Boxed: hyper spawns an HTTP/2 stream's service future as a
-                    // task (and keeps an HTTP/1.1 connection's in a slot), moving
-                    // it whole each time; a box keeps those moves to a pointer.
-                    let (mut resp, progress) =
-                        Box::pin(conn_manager::handle(req, &snapshot, &info, &stats, &up)).await;
-                    // An HTTP/2 stream the connection manager refuses is reset:
-                    // hyper resets the stream of a service error.
-                    if resp.extensions().get::<ResetStream>().is_some() {
-                        return Err(ResetStream);
-                    }
-                    // HTTP/2's HPACK table keeps the values it indexes: not as
-                    // slices of an upstream connection's read buffer.
-                    if !h1 {
-                        crate::router::headers::compact(resp.headers_mut());
-                    }
-                    // hyper closes an HTTP/1.1 connection after a response saying so.
-                    if keepalive_off(h1, &activity) {
-                        resp.headers_mut().insert(
-                            http::header::CONNECTION,
-                            http::HeaderValue::from_static("close"),
-                        );
-                    }
-                    // `max_stream_duration` goes on while the response body streams.
-                    let max_stream = progress
-                        .as_ref()
-                        .map_or(max_stream, |p| p.max_stream_duration(max_stream));
-                    let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
-                    Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+            async move {
+                let up = Upstream {
+                    clusters: &clusters,
+                    stats: &worker_stats,
+                };
+                // Boxed: hyper spawns an HTTP/2 stream's service future as a
+                // task (and keeps an HTTP/1.1 connection's in a slot), moving
+                // it whole each time; a box keeps those moves to a pointer.
+                let (mut resp, progress) =
+                    Box::pin(conn_manager::handle(req, &snapshot, &info, &stats, &up)).await;
+                // An HTTP/2 stream the connection manager refuses is reset:
+                // hyper resets the stream of a service error.
+                if resp.extensions().get::<ResetStream>().is_some() {
+                    return Err(ResetStream);
                 }
-            })
-        };
-        let io = Parkable::new(
-            CodecErrors::new(
-                crate::h2_flood::FloodGuard::with_limits(
-                    stream,
-                    Some(Arc::clone(&activity)),
-                    &limits.h2_flood,
-                ),
-                &limits.server_name,
-                &activity,
-                limits.request_headers_timeout,
+                // HTTP/2's HPACK table keeps the values it indexes: not as
+                // slices of an upstream connection's read buffer.
+                if !h1 {
+                    crate::router::headers::compact(resp.headers_mut());
+                }
+                // hyper closes an HTTP/1.1 connection after a response saying so.
+                if keepalive_off(h1, &activity) {
+                    resp.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                // `max_stream_duration` goes on while the response body streams.
+                let max_stream = progress
+                    .as_ref()
+                    .map_or(max_stream, |p| p.max_stream_duration(max_stream));
+                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+            }
+        })
+    };
+    let io = Parkable::new(
+        CodecErrors::new(
+            crate::h2_flood::FloodGuard::with_limits(
+                stream,
+                Some(Arc::clone(&activity)),
+                &limits.h2_flood,
             ),
-            Arc::clone(&activity),
-        );
-        let lifetime = limits
-            .max_connection_duration
-            .map(|t| tokio::time::Instant::now() + t);
-        // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
-        // preface shows) parks when idle: see `serve_h1`.
-        let served = match codec {
-            Codec::Auto | Codec::Http1 => {
-                let auto = matches!(codec, Codec::Auto);
-                let h1 = serve_h1::H1 {
-                    limits: &limits,
-                    activity: &activity,
-                    stats: &stats,
-                    shutdown: &mut shutdown,
-                    // `AUTO` may turn out HTTP/2, served below with its own.
-                    listener_drain: if auto {
-                        listener_drain.clone()
-                    } else {
-                        listener_drain.take()
-                    },
-                    lifetime,
-                    auto,
-                };
-                // Boxed (as HTTP/2 below): the task holds the state of the
-                // protocol the connection speaks, not the larger of both.
-                Box::pin(serve_h1::serve(io, service, h1)).await
-            }
-            Codec::Http2 => serve_h1::Served::Http2(io, service),
-        };
-        // `served` is taken apart before the await: its room is not kept.
-        let h2 = match served {
-            serve_h1::Served::Http2(io, service) => {
-                let h2 = H2 {
-                    limits: &limits,
-                    activity: &activity,
-                    stats: &stats,
-                    shutdown: &mut shutdown,
-                    listener_drain,
-                    lifetime,
-                };
-                // Boxed, with hyper's connection inline: one allocation.
-                Some(Box::pin(serve_h2(io, service, h2)))
-            }
-            serve_h1::Served::Done => None,
-        };
-        if let Some(h2) = h2 {
-            h2.await;
-        }
-        stats.cx_active.dec();
+            limits.server_name.clone(),
+            &activity,
+            limits.request_headers_timeout,
+        ),
+        Arc::clone(&activity),
+    );
+    let lifetime = limits
+        .max_connection_duration
+        .map(|t| tokio::time::Instant::now() + t);
+    let h1 = serve_h1::H1 {
+        limits,
+        activity,
+        stats: Arc::clone(&stats),
+        shutdown,
+        listener_drain,
+        lifetime,
+        auto: matches!(codec, Codec::Auto),
+        http2: matches!(codec, Codec::Http2),
+    };
+    // HTTP/1.1 (and `AUTO`, which starts as HTTP/1.1 until the HTTP/2
+    // preface shows) parks when idle: see `serve_h1`. Its future holds the
+    // connection's state, boxed here: the task's own future (this one) is a
+    // few pointers, and HTTP/2's box (see `http2_after`) comes once the
+    // HTTP/1.1 one is gone.
+    Serving {
+        h1: Some(Box::pin(serve_h1::serve(io, service, h1))),
+        h2: None,
+        stats,
     }
 }
 
-/// What an HTTP/2 connection needs besides its socket and service.
-struct H2<'a> {
-    limits: &'a Limits,
-    activity: &'a Arc<Activity>,
-    stats: &'a HcmStats,
-    shutdown: &'a mut watch::Receiver<Phase>,
-    listener_drain: Option<ListenerDrain>,
-    lifetime: Option<tokio::time::Instant>,
+/// A connection being served: HTTP/1.1's box (which parks), then HTTP/2's if
+/// the connection speaks it. A few pointers, and `Unpin`: the task holds it
+/// inline, in place of the (boxed) accept state.
+struct Serving<F> {
+    h1: Option<Pin<Box<F>>>,
+    h2: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    stats: Arc<HcmStats>,
+}
+
+impl<F, S, Svc, B> Future for Serving<F>
+where
+    F: Future<Output = serve_h1::Served<S, Svc>>,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send + 'static,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        let this = self.get_mut();
+        if let Some(h1) = this.h1.as_mut() {
+            let served = std::task::ready!(h1.as_mut().poll(cx));
+            // The HTTP/1.1 box goes before HTTP/2's comes.
+            this.h1 = None;
+            this.h2 =
+                http2_after(served).map(|h2| -> Pin<Box<dyn Future<Output = ()> + Send>> { h2 });
+        }
+        if let Some(h2) = this.h2.as_mut() {
+            std::task::ready!(h2.as_mut().poll(cx));
+            this.h2 = None;
+        }
+        this.stats.cx_active.dec();
+        std::task::Poll::Ready(())
+    }
+}
+
+/// The HTTP/2 serving future, boxed, if the connection is HTTP/2.
+fn http2_after<S, Svc, B>(
+    served: serve_h1::Served<S, Svc>,
+) -> Option<Pin<Box<impl Future<Output = ()> + Send + use<S, Svc, B>>>>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send,
+    Svc::Future: Send + 'static,
+    Svc::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match served {
+        // Boxed, with hyper's connection inline: one allocation.
+        serve_h1::Served::Http2(io, service, h) => Some(Box::pin(serve_h2(io, service, h))),
+        serve_h1::Served::Done => None,
+    }
 }
 
 /// Serves HTTP/2 on `io` (its preface possibly waiting in the replay buffer).
-async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: H2<'_>)
+async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: serve_h1::H1)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
@@ -432,14 +457,18 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    let H2 {
+    let mut h = h;
+    // By reference: an `async fn`'s arguments stay in its future beside what
+    // they are moved to.
+    let serve_h1::H1 {
         limits,
         activity,
         stats,
         shutdown,
         listener_drain,
         lifetime,
-    } = h;
+        ..
+    } = &mut h;
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     limits.h2(&mut builder);
     serve_until_drained!(
@@ -448,7 +477,7 @@ where
         activity,
         limits,
         stats,
-        listener_drain,
-        lifetime
+        listener_drain.take(),
+        *lifetime
     );
 }

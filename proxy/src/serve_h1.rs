@@ -18,7 +18,7 @@
 
 use crate::conn_idle::Activity;
 use crate::park::{Parkable, Woken};
-use crate::serve_conn::{Limits, ListenerDrain, listener_retired};
+use crate::serve_conn::{Limits, ListenerDrain};
 use crate::stats::HcmStats;
 use crate::worker::Phase;
 use hyper::body::{Body, Incoming};
@@ -45,30 +45,36 @@ pub(crate) const PARK_AFTER: Duration = Duration::from_secs(1);
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// How the connection's HTTP/1.1 serving ended.
+// Returned once, and moved at once into HTTP/2's box: boxing the large
+// variant would cost an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Served<S, Svc> {
     /// The connection is over.
     Done,
     /// Codec `AUTO` found the HTTP/2 preface (waiting in the socket's replay
-    /// buffer): serve HTTP/2.
-    Http2(Parkable<S>, Svc),
+    /// buffer), or the codec is HTTP/2: serve HTTP/2.
+    Http2(Parkable<S>, Svc, H1),
 }
 
-/// What an HTTP/1.1 connection needs besides its socket and service.
-pub(crate) struct H1<'a> {
-    /// The connection manager's limits.
-    pub limits: &'a Limits,
+/// What a connection needs besides its socket and service (owned: this is
+/// the connection's state, in the one box that serves it).
+pub(crate) struct H1 {
+    /// The connection manager's limits (shared by the filter chain's connections).
+    pub limits: Arc<Limits>,
     /// The connection's streams.
-    pub activity: &'a Arc<Activity>,
+    pub activity: Arc<Activity>,
     /// The connection manager's stats.
-    pub stats: &'a HcmStats,
+    pub stats: Arc<HcmStats>,
     /// The server's phase.
-    pub shutdown: &'a mut watch::Receiver<Phase>,
+    pub shutdown: watch::Receiver<Phase>,
     /// The listener version's drain signal.
     pub listener_drain: Option<ListenerDrain>,
     /// When `max_connection_duration` is reached.
     pub lifetime: Option<Instant>,
     /// Codec `AUTO`: HTTP/2 prior knowledge is served too.
     pub auto: bool,
+    /// Codec `HTTP2`: served as HTTP/2 at once.
+    pub http2: bool,
 }
 
 /// What ends the connection, or starts its end.
@@ -79,16 +85,53 @@ enum End {
     Deadline(bool),
 }
 
-/// The events that end a connection, polled by reference while parked and
-/// while serving (each future is pinned on the connection's stack and polled
-/// until it fires once).
+/// What has happened of the connection's ends, kept across parks: each event
+/// fires once.
+#[derive(Default)]
+struct Fired {
+    idle: bool,
+    lifetime: bool,
+    retired: bool,
+    /// The drain sequence's end, once started, and whether it ends gracefully.
+    deadline: Option<(Instant, bool)>,
+}
+
+impl Fired {
+    /// Starts Envoy's drain sequence (`connection: close` on the responses
+    /// from now on), ending `after` from now; a sequence already started keeps
+    /// its sooner end. The new end, if it changed.
+    fn start_drain(&mut self, activity: &Activity, after: Duration, graceful: bool) -> bool {
+        activity.start_draining();
+        let at = Instant::now() + after;
+        match self.deadline {
+            Some((d, _)) if d <= at => false,
+            _ => {
+                self.deadline = Some((at, graceful));
+                true
+            }
+        }
+    }
+}
+
+/// Resolves once the listener version is retired, with its drain time; to
+/// `None` if it never will be (the server is stopping and the server's
+/// drain applies).
+async fn retired(drain: &mut Option<ListenerDrain>) -> Option<Duration> {
+    let d = drain.as_mut()?;
+    d.signal.wait_for(|retired| *retired).await.ok()?;
+    Some(d.drain_time)
+}
+
+/// The events that end a connection while its codec serves (each future is
+/// pinned in the codec's boxed future, built anew per codec from what has
+/// [`Fired`], and polled until it fires once).
 struct Ends<'p, D, I, L, R> {
     drain: Option<Pin<&'p mut D>>,
     idle: Option<Pin<&'p mut I>>,
     lifetime: Option<Pin<&'p mut L>>,
     retired: Option<Pin<&'p mut R>>,
-    /// The drain sequence's end, once started, and whether it ends gracefully.
     deadline: Option<(Pin<Box<Sleep>>, bool)>,
+    fired: &'p mut Fired,
     activity: &'p Activity,
     stats: &'p HcmStats,
     drain_timeout: Duration,
@@ -99,17 +142,13 @@ where
     D: Future<Output = ()>,
     I: Future<Output = ()>,
     L: Future<Output = ()>,
-    R: Future<Output = Duration>,
+    R: Future<Output = Option<Duration>>,
 {
-    /// Starts Envoy's drain sequence (`connection: close` on the responses
-    /// from now on), ending `after` from now; a sequence already started keeps
-    /// its sooner end.
     fn start_drain(&mut self, after: Duration, graceful: bool) {
-        self.activity.start_draining();
-        let at = Instant::now() + after;
-        match &self.deadline {
-            Some((s, _)) if s.deadline() <= at => {}
-            _ => self.deadline = Some((Box::pin(tokio::time::sleep_until(at)), graceful)),
+        if self.fired.start_drain(self.activity, after, graceful)
+            && let Some((at, graceful)) = self.fired.deadline
+        {
+            self.deadline = Some((Box::pin(tokio::time::sleep_until(at)), graceful));
         }
     }
 
@@ -125,22 +164,27 @@ where
         {
             // Envoy's drain sequence: `drain_timeout` more, then closed.
             self.idle = None;
+            self.fired.idle = true;
             self.start_drain(self.drain_timeout, true);
         }
         if let Some(l) = self.lifetime.as_mut()
             && l.as_mut().poll(cx).is_ready()
         {
             self.lifetime = None;
+            self.fired.lifetime = true;
             self.stats.edge.cx_max_duration_reached.inc();
             self.start_drain(self.drain_timeout, true);
         }
         if let Some(r) = self.retired.as_mut()
             && let Poll::Ready(drain_time) = r.as_mut().poll(cx)
         {
+            self.retired = None;
+            self.fired.retired = true;
             // The listener version is retired: whatever is still open after
             // the drain time is closed.
-            self.retired = None;
-            self.start_drain(drain_time, false);
+            if let Some(t) = drain_time {
+                self.start_drain(t, false);
+            }
         }
         if let Some((s, graceful)) = self.deadline.as_mut()
             && s.as_mut().poll(cx).is_ready()
@@ -157,16 +201,212 @@ where
     }
 }
 
+/// Waits, parked, for the client to send (`true`) or for the connection to
+/// end (`false`). Holds one timer (the earliest of the idle timeout,
+/// `max_connection_duration` and the drain sequence's end) and the two watch
+/// waits: a parked connection is kept small.
+async fn wait_parked<S: AsyncRead + Unpin>(
+    io: &mut Parkable<S>,
+    h: &mut H1,
+    fired: &mut Fired,
+) -> bool {
+    let overload = crate::overload::get();
+    loop {
+        let idle = match h.limits.idle_timeout {
+            Some(t) if !fired.idle => Some(h.activity.idle_deadline(t)),
+            _ => None,
+        };
+        let lifetime = h.lifetime.filter(|_| !fired.lifetime);
+        let next = [
+            idle.map(|(at, _)| at),
+            lifetime,
+            fired.deadline.map(|(at, _)| at),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let timer = async {
+            match next {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let retiring = !fired.retired && h.listener_drain.is_some();
+        tokio::select! {
+            biased;
+            w = io.wait() => return matches!(w, Ok(Woken::Bytes)),
+            // Nothing in flight: any end closes a parked connection.
+            _ = h.shutdown.wait_for(|p| *p >= Phase::ConnectionsDraining) => return false,
+            r = retired(&mut h.listener_drain), if retiring => {
+                fired.retired = true;
+                if let Some(t) = r {
+                    fired.start_drain(&h.activity, t, false);
+                }
+            }
+            () = timer => {
+                let now = Instant::now();
+                if let Some((at, true)) = idle
+                    && now >= at
+                {
+                    fired.idle = true;
+                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
+                }
+                if lifetime.is_some_and(|at| now >= at) {
+                    fired.lifetime = true;
+                    h.stats.edge.cx_max_duration_reached.inc();
+                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
+                }
+                if fired.deadline.is_some_and(|(at, _)| now >= at) {
+                    return false;
+                }
+            }
+            // `reduce_timeouts` changed: the idle deadline moves.
+            () = overload.timers_changed(), if idle.is_some() => {}
+        }
+    }
+}
+
+/// How one codec's serving ended.
+enum Codec<S, Svc> {
+    /// Parked: the socket (with the bytes read but not parsed) and the service.
+    Parked(Parkable<S>, Svc),
+    /// The connection is over.
+    Done,
+}
+
+/// Serves HTTP/1.1 with one codec until the connection ends or parks. Boxed by
+/// the caller: the codec's state goes when it parks.
+async fn serve_codec<S, Svc, B>(
+    io: Parkable<S>,
+    service: Svc,
+    h: &mut H1,
+    fired: &mut Fired,
+) -> Codec<S, Svc>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Svc: HttpService<Incoming, ResBody = B> + Unpin,
+    Svc::Error: Into<BoxError>,
+    B: Body + 'static,
+    B::Error: Into<BoxError>,
+{
+    let H1 {
+        limits,
+        activity,
+        stats,
+        shutdown,
+        listener_drain,
+        lifetime,
+        ..
+    } = h;
+    let (limits, activity, stats): (&Limits, &Activity, &HcmStats) = (limits, activity, stats);
+    let drain = async {
+        // The watch guard must not live across the await below.
+        let _ = shutdown
+            .wait_for(|p| *p >= Phase::ConnectionsDraining)
+            .await;
+    };
+    let idle = async {
+        match limits.idle_timeout {
+            Some(t) => activity.idle_for(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    let lifetime = async {
+        match lifetime {
+            Some(at) => tokio::time::sleep_until(*at).await,
+            None => std::future::pending().await,
+        }
+    };
+    let retired = retired(listener_drain);
+    tokio::pin!(drain, idle, lifetime, retired);
+    let deadline = fired
+        .deadline
+        .map(|(at, graceful)| (Box::pin(tokio::time::sleep_until(at)), graceful));
+    let mut ends = Ends {
+        drain: Some(drain),
+        idle: (!fired.idle).then_some(idle),
+        lifetime: (!fired.lifetime).then_some(lifetime),
+        retired: (!fired.retired).then_some(retired),
+        deadline,
+        fired,
+        activity,
+        stats,
+        drain_timeout: limits.drain_timeout,
+    };
+    let heads_at_start = activity.heads();
+    let reads_at_start = activity.reads();
+    let mut reads_at_tick = reads_at_start;
+    let mut conn = {
+        // Built per codec: not kept while parked.
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        limits.h1(&mut builder);
+        builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades()
+    };
+    let tick = tokio::time::sleep(PARK_AFTER);
+    tokio::pin!(tick);
+    let (mut parking, mut closing) = (false, false);
+    let served = loop {
+        tokio::select! {
+            biased;
+            r = Pin::new(&mut conn) => break r,
+            () = &mut tick, if !parking && !closing => {
+                let reads = activity.reads();
+                // Quiet since the last tick, and hyper's codec is idle:
+                // a request has completed on it (a partial next head is
+                // kept), or it has read nothing (a fresh codec that read
+                // part of a head would answer it `connection: close`).
+                let quiet = activity.active() == 0 && reads == reads_at_tick;
+                if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
+                    parking = true;
+                    activity.set_parking(true);
+                    Pin::new(&mut conn).graceful_shutdown();
+                } else {
+                    reads_at_tick = reads;
+                    tick.as_mut().reset(Instant::now() + PARK_AFTER);
+                }
+            }
+            end = ends.next(), if !closing => match end {
+                End::Drain | End::Deadline(true) => {
+                    // Connection: close on a request in flight; an idle
+                    // codec closes at once.
+                    closing = true;
+                    activity.set_parking(false);
+                    Pin::new(&mut conn).graceful_shutdown();
+                }
+                End::Deadline(false) => {
+                    activity.set_parking(false);
+                    return Codec::Done;
+                }
+            },
+        }
+    };
+    activity.set_parking(false);
+    if !parking || closing || served.is_err() {
+        return Codec::Done;
+    }
+    // An upgraded connection has no parts: the tunnel owns the socket.
+    let Some(parts) = conn.into_parts() else {
+        return Codec::Done;
+    };
+    let mut io = parts.io.into_inner();
+    io.unread(parts.read_buf);
+    Codec::Parked(io, parts.service)
+}
+
 /// Serves HTTP/1.1 on `io` with `service` until the connection ends, parking
 /// it whenever it is quiet for [`PARK_AFTER`].
 ///
 /// Not an `async fn`: that would keep its arguments beside the locals they
-/// move to, and this future is what a parked connection holds.
+/// move to, and this future is what a parked connection holds. While parked
+/// it holds the socket wrapper, the service, and [`wait_parked`]'s state; the
+/// codec and its serving state are in a box of their own, dropped on a park.
 #[allow(clippy::manual_async_fn)]
 pub(crate) fn serve<S, Svc, B>(
     mut io: Parkable<S>,
     mut service: Svc,
-    h: H1<'_>,
+    mut h: H1,
 ) -> impl Future<Output = Served<S, Svc>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -176,129 +416,33 @@ where
     B::Error: Into<BoxError>,
 {
     async move {
-        let H1 {
-            limits,
-            activity,
-            stats,
-            shutdown,
-            listener_drain,
-            lifetime,
-            mut auto,
-        } = h;
-        let drain = async {
-            // The watch guard must not live across the await below.
-            let _ = shutdown
-                .wait_for(|p| *p >= Phase::ConnectionsDraining)
-                .await;
-        };
-        let idle = async {
-            match limits.idle_timeout {
-                Some(t) => activity.idle_for(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        let lifetime = async {
-            match lifetime {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        let retired = listener_retired(listener_drain);
-        tokio::pin!(drain, idle, lifetime, retired);
-        let mut ends = Ends {
-            drain: Some(drain),
-            idle: Some(idle),
-            lifetime: Some(lifetime),
-            retired: Some(retired),
-            deadline: None,
-            activity,
-            stats,
-            drain_timeout: limits.drain_timeout,
-        };
+        if h.http2 {
+            return Served::Http2(io, service, h);
+        }
+        let mut fired = Fired::default();
         loop {
             // Parked (or not yet sure of the protocol): only the socket wrapper
             // and the service are held.
-            while io.replay().is_empty() || (auto && io.undecided()) {
-                let woken = tokio::select! {
-                    biased;
-                    w = io.wait() => w,
-                    // Nothing in flight: any end closes a parked connection.
-                    _ = ends.next() => Ok(Woken::Closed),
-                };
-                if !matches!(woken, Ok(Woken::Bytes)) {
+            while io.replay().is_empty() || (h.auto && io.undecided()) {
+                if !wait_parked(&mut io, &mut h, &mut fired).await {
                     let _ = tokio::time::timeout(PARK_AFTER, io.shutdown()).await;
                     return Served::Done;
                 }
             }
-            if auto {
+            if h.auto {
                 if io.is_h2() {
-                    return Served::Http2(io, service);
+                    return Served::Http2(io, service, h);
                 }
-                auto = false;
+                h.auto = false;
             }
-            let heads_at_start = activity.heads();
-            let reads_at_start = activity.reads();
-            let mut reads_at_tick = reads_at_start;
-            let mut conn = {
-                // Built per codec: not kept while parked.
-                let mut builder = hyper::server::conn::http1::Builder::new();
-                limits.h1(&mut builder);
-                Box::new(
-                    builder
-                        .serve_connection(TokioIo::new(io), service)
-                        .with_upgrades(),
-                )
-            };
-            let tick = tokio::time::sleep(PARK_AFTER);
-            tokio::pin!(tick);
-            let (mut parking, mut closing) = (false, false);
-            let served = loop {
-                tokio::select! {
-                    biased;
-                    r = Pin::new(&mut *conn) => break r,
-                    () = &mut tick, if !parking && !closing => {
-                        let reads = activity.reads();
-                        // Quiet since the last tick, and hyper's codec is idle:
-                        // a request has completed on it (a partial next head is
-                        // kept), or it has read nothing (a fresh codec that read
-                        // part of a head would answer it `connection: close`).
-                        let quiet = activity.active() == 0 && reads == reads_at_tick;
-                        if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
-                            parking = true;
-                            activity.set_parking(true);
-                            Pin::new(&mut *conn).graceful_shutdown();
-                        } else {
-                            reads_at_tick = reads;
-                            tick.as_mut().reset(Instant::now() + PARK_AFTER);
-                        }
-                    }
-                    end = ends.next(), if !closing => match end {
-                        End::Drain | End::Deadline(true) => {
-                            // Connection: close on a request in flight; an idle
-                            // codec closes at once.
-                            closing = true;
-                            activity.set_parking(false);
-                            Pin::new(&mut *conn).graceful_shutdown();
-                        }
-                        End::Deadline(false) => {
-                            activity.set_parking(false);
-                            return Served::Done;
-                        }
-                    },
+            match Box::pin(serve_codec(io, service, &mut h, &mut fired)).await {
+                Codec::Parked(parked_io, parked_service) => {
+                    io = parked_io;
+                    service = parked_service;
+                    crate::heap_trim::note_park();
                 }
-            };
-            activity.set_parking(false);
-            if !parking || closing || served.is_err() {
-                return Served::Done;
+                Codec::Done => return Served::Done,
             }
-            // An upgraded connection has no parts: the tunnel owns the socket.
-            let Some(parts) = conn.into_parts() else {
-                return Served::Done;
-            };
-            io = parts.io.into_inner();
-            io.unread(parts.read_buf);
-            service = parts.service;
-            crate::heap_trim::note_park();
         }
     }
 }

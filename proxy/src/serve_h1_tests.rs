@@ -78,9 +78,9 @@ fn serve(codec: &str, extra: &str) -> Served {
         .expect("listener");
     let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
     let local = SocketAddr::from(([127, 0, 0, 1], 10000));
-    let limits = serve_conn::Limits::of(
+    let limits = Arc::new(serve_conn::Limits::of(
         filter_chain::chain_at(&listener, 0).map(|fc| &*fc.http_connection_manager),
-    );
+    ));
     let codec = filter_chain::chain_at(&listener, 0).map_or(Codec::Auto, |fc| {
         filter_chain::codec(fc.http_connection_manager.codec_type, None)
     });
@@ -375,4 +375,40 @@ async fn a_client_closing_a_parked_connection_ends_it() {
         .await
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_connection_duration_closes_a_parked_connection_after_the_drain_timeout() {
+    let extra = "          drain_timeout: 2s\n          common_http_protocol_options: {max_connection_duration: 6s}";
+    let mut s = serve("HTTP1", extra);
+    let opened = Instant::now();
+    s.client.write_all(GET).await.unwrap();
+    assert_hello(response(&mut s.client).await);
+    // Parked at once; the lifetime ends at 6 s, the drain sequence 2 s later.
+    assert_eq!(response(&mut s.client).await, None);
+    assert_eq!(parks(), 1);
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_secs(8) && closed_after < Duration::from_secs(9),
+        "{closed_after:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_drain_sequence_started_before_a_park_ends_on_time_while_parked() {
+    // The lifetime ends while the codec still serves (before the park); the
+    // drain sequence it starts goes on across the park, and the lifetime
+    // does not start it again from the parked state.
+    let extra = "          drain_timeout: 5s\n          common_http_protocol_options: {max_connection_duration: 0.5s}";
+    let mut s = serve("HTTP1", extra);
+    let opened = Instant::now();
+    s.client.write_all(GET).await.unwrap();
+    assert_hello(response(&mut s.client).await);
+    assert_eq!(response(&mut s.client).await, None);
+    assert_eq!(parks(), 1);
+    let closed_after = opened.elapsed();
+    assert!(
+        closed_after >= Duration::from_millis(5500) && closed_after < Duration::from_millis(6500),
+        "{closed_after:?}"
+    );
 }

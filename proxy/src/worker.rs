@@ -12,9 +12,12 @@ use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
@@ -237,6 +240,60 @@ impl Drop for ActiveCx {
     }
 }
 
+/// What a connection's task holds until the connection ends.
+struct Guards {
+    _slots: (Option<crate::overload::Slot>, Option<crate::overload::Slot>),
+    _open: Open,
+    _active: ActiveCx,
+}
+
+/// A connection's task: accepting (boxed), then serving in its place, so the
+/// task's cell is the size of the serving future (a few pointers), not of
+/// the accept state.
+enum ConnTask<A, T> {
+    Accepting(Pin<Box<A>>),
+    Serving { serving: T, _guards: Guards },
+    Done,
+}
+
+impl<A, T> Future for ConnTask<A, T>
+where
+    A: Future<Output = Option<(T, Guards)>>,
+    T: Future<Output = ()> + Unpin,
+{
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        match this {
+            ConnTask::Accepting(a) => {
+                let Some((serving, guards)) = ready!(a.as_mut().poll(cx)) else {
+                    *this = ConnTask::Done;
+                    return Poll::Ready(());
+                };
+                *this = ConnTask::Serving {
+                    serving,
+                    _guards: guards,
+                };
+                // Yields once before the connection reads: the connections
+                // accepted together allocate their long-lived state
+                // (`ConnInfo`, the serving box) side by side, before any
+                // codec's buffers (freed when it parks) come between them, so
+                // parked connections sit densely on few pages instead of one
+                // island per freed codec.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            ConnTask::Serving { serving, .. } => {
+                ready!(Pin::new(serving).poll(cx));
+                *this = ConnTask::Done;
+                Poll::Ready(())
+            }
+            ConnTask::Done => Poll::Ready(()),
+        }
+    }
+}
+
 async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
     let overload = crate::overload::get();
     let mut phase = ctx.shutdown.clone();
@@ -285,49 +342,58 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
         let worker_stats = Arc::clone(&ctx.stats);
         let shutdown = ctx.shutdown.clone();
         let drain_time = ctx.drain_time;
-        tokio::spawn(async move {
-            let _slots = slots;
-            let _open = open;
-            let _active = active_cx;
+        // The accept phase's state is large (the listener, addresses, the
+        // filter chain's box): boxed, and gone once the connection serves.
+        let accepting = Box::pin(async move {
+            let guards = Guards {
+                _slots: slots,
+                _open: open,
+                _active: active_cx,
+            };
             let l = &active.config;
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
-            let accepted = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
+            let filter_chain::Accepted {
+                stream,
+                filter_chain_index,
+                alpn,
+                server_name,
+            } = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
                 Ok(a) => a,
                 Err(e @ filter_chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");
-                    return;
+                    return None;
                 }
                 Err(e) => {
                     tracing::debug!(error = %e, "connection closed before HTTP");
-                    return;
+                    return None;
                 }
             };
-            let chain = filter_chain::chain_at(l, accepted.filter_chain_index);
+            let chain = filter_chain::chain_at(l, filter_chain_index);
             let codec = chain.map_or(Codec::Auto, |fc| {
                 let codec_type = fc.http_connection_manager.codec_type;
-                filter_chain::codec(codec_type, accepted.alpn.as_deref())
+                filter_chain::codec(codec_type, alpn.as_deref())
             });
-            let limits = serve_conn::Limits::of(chain.map(|fc| &*fc.http_connection_manager));
+            let limits = active.limits(filter_chain_index);
             let filters = active
                 .http_filters
-                .chain(active.filters_index, accepted.filter_chain_index);
+                .chain(active.filters_index, filter_chain_index);
             let info = Arc::new(ConnInfo {
                 listener: Arc::clone(l),
-                filter_chain_index: accepted.filter_chain_index,
+                filter_chain_index,
                 peer,
                 local,
-                tls: accepted.stream.is_tls(),
+                tls: stream.is_tls(),
                 facts: http_filters::conn_facts(
                     peer,
                     local,
-                    filters.as_ref().map(|_| &accepted.stream),
-                    accepted.server_name.as_deref(),
+                    filters.as_ref().map(|_| &stream),
+                    server_name.as_deref(),
                 ),
                 http_filters: filters,
                 buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
-                server_name: accepted.server_name,
+                server_name,
                 id: conn_manager::next_connection_id(),
             });
             let conn = serve_conn::Conn {
@@ -335,19 +401,21 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 codec,
                 limits,
                 snapshot,
-                hcm_stats: worker_stats.hcm(active.hcm_slot(accepted.filter_chain_index)),
+                hcm_stats: worker_stats.hcm(active.hcm_slot(filter_chain_index)),
                 worker_stats,
                 clusters,
                 shutdown,
                 listener_drain: Some(serve_conn::ListenerDrain {
-                    signal: active.drain_signal(accepted.filter_chain_index),
+                    signal: active.drain_signal(filter_chain_index),
                     drain_time,
                 }),
             };
             // The version's `Arc` is not held by the connection: a retired
             // version's TLS and filters go once its last handshake is done.
             drop(active);
-            serve_conn::serve(accepted.stream, conn).await;
+            // The connection's state is boxed here (see `serve_conn::serve`).
+            Some((serve_conn::serve(stream, conn), guards))
         });
+        tokio::spawn(ConnTask::Accepting(accepting));
     }
 }
