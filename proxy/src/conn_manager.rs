@@ -157,13 +157,15 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
 /// Handles one request on a connection of listener `info.listener`, with
 /// the connection manager of filter chain `info.filter_chain_index`. With an
 /// upstream response comes the request's progress, which drives the stream
-/// idle timer while the response body streams.
+/// idle timer while the response body streams. `server` is the `server`
+/// header of every response (built once per filter chain).
 pub async fn handle(
     mut req: Request<Incoming>,
     snapshot: &Arc<Snapshot>,
     info: &ConnInfo,
     stats: &HcmStats,
     up: &Upstream<'_>,
+    server: Option<&HeaderValue>,
 ) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
     let hcm = crate::filter_chain::chain_at(&info.listener, info.filter_chain_index)
@@ -231,16 +233,8 @@ pub async fn handle(
         // The connection's filter chain index names no chain (not expected).
         None => reply(StatusCode::SERVICE_UNAVAILABLE, "").map(ResponseBody::from),
     };
-    if let Some(hcm) = hcm {
-        // The default name needs neither a check nor a copy per response.
-        let v = if hcm.server_name == "envoy" {
-            Some(HeaderValue::from_static("envoy"))
-        } else {
-            HeaderValue::from_str(&hcm.server_name).ok()
-        };
-        if let Some(v) = v {
-            resp.headers_mut().insert(header::SERVER, v);
-        }
+    if let Some(v) = server {
+        resp.headers_mut().insert(header::SERVER, v.clone());
     }
     stats.response(resp.status().as_u16());
     let Some(pending) = guard.0.take() else {

@@ -93,9 +93,16 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     stats: &stats,
                 };
                 Ok::<_, std::convert::Infallible>(
-                    handle(req, &snapshot, &info, &HcmStats::default(), &up)
-                        .await
-                        .0,
+                    handle(
+                        req,
+                        &snapshot,
+                        &info,
+                        &HcmStats::default(),
+                        &up,
+                        Some(&http::HeaderValue::from_static("envoy")),
+                    )
+                    .await
+                    .0,
                 )
             }
         });

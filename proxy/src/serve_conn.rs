@@ -43,6 +43,9 @@ pub(crate) struct Limits {
     /// The `server` header of the codec's own replies (shared: cloning it
     /// does not allocate per connection).
     server_name: Bytes,
+    /// The `server` header of every response (the same bytes); none without
+    /// a connection manager, as the connection manager sets it.
+    server_header: Option<http::HeaderValue>,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
@@ -73,13 +76,17 @@ impl Limits {
                 h2_connection_window: h2.initial_connection_window_size,
                 h2_flood: h2.flood,
                 server_name: Bytes::from_static(b"envoy"),
+                server_header: None,
                 max_connection_duration: None,
                 max_stream_duration: None,
                 half_close: false,
                 drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
             };
         };
+        let server_name = Bytes::from(h.server_name.clone());
         Limits {
+            server_header: http::HeaderValue::from_maybe_shared(server_name.clone()).ok(),
+            server_name,
             max_headers_bytes: h.max_request_headers_kb as usize * 1024,
             max_headers_count: h.common_http_protocol_options.max_headers_count as usize,
             idle_timeout: h.common_http_protocol_options.idle_timeout,
@@ -89,7 +96,6 @@ impl Limits {
             h2_stream_window: h.http2_protocol_options.initial_stream_window_size,
             h2_connection_window: h.http2_protocol_options.initial_connection_window_size,
             h2_flood: h.http2_protocol_options.flood,
-            server_name: Bytes::from(h.server_name.clone()),
             max_connection_duration: h.common_http_protocol_options.max_connection_duration,
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
             half_close: false,
@@ -302,6 +308,7 @@ where
         let activity = Arc::clone(&activity);
         let stream_idle = limits.stream_idle_timeout;
         let max_stream = limits.max_stream_duration;
+        let server = limits.server_header.clone();
         service_fn(move |req| {
             let h1 = req.version() != http::Version::HTTP_2;
             let stream = activity.stream();
@@ -312,6 +319,7 @@ where
             let worker_stats = Arc::clone(&worker_stats);
             let clusters = Arc::clone(&clusters);
             let activity = Arc::clone(&activity);
+            let server = server.clone();
             async move {
                 let up = Upstream {
                     clusters: &clusters,
@@ -320,8 +328,15 @@ where
                 // Boxed: hyper spawns an HTTP/2 stream's service future as a
                 // task (and keeps an HTTP/1.1 connection's in a slot), moving
                 // it whole each time; a box keeps those moves to a pointer.
-                let (mut resp, progress) =
-                    Box::pin(conn_manager::handle(req, &snapshot, &info, &stats, &up)).await;
+                let (mut resp, progress) = Box::pin(conn_manager::handle(
+                    req,
+                    &snapshot,
+                    &info,
+                    &stats,
+                    &up,
+                    server.as_ref(),
+                ))
+                .await;
                 // An HTTP/2 stream the connection manager refuses is reset:
                 // hyper resets the stream of a service error.
                 if resp.extensions().get::<ResetStream>().is_some() {

@@ -111,6 +111,32 @@ impl Fired {
             }
         }
     }
+
+    /// The idle timeout is reached: Envoy's drain sequence, `drain_timeout`
+    /// more, then closed. Whether the sequence's end changed.
+    fn idle_reached(&mut self, activity: &Activity, drain_timeout: Duration) -> bool {
+        self.idle = true;
+        self.start_drain(activity, drain_timeout, true)
+    }
+
+    /// `max_connection_duration` is reached: the same drain sequence, counted.
+    fn lifetime_reached(
+        &mut self,
+        activity: &Activity,
+        stats: &HcmStats,
+        drain_timeout: Duration,
+    ) -> bool {
+        self.lifetime = true;
+        stats.edge.cx_max_duration_reached.inc();
+        self.start_drain(activity, drain_timeout, true)
+    }
+
+    /// The listener version is retired: whatever is still open after its
+    /// drain time (none: the server's drain applies) is closed.
+    fn retired_reached(&mut self, activity: &Activity, drain_time: Option<Duration>) -> bool {
+        self.retired = true;
+        drain_time.is_some_and(|t| self.start_drain(activity, t, false))
+    }
 }
 
 /// Resolves once the listener version is retired, with its drain time; to
@@ -144,10 +170,9 @@ where
     L: Future<Output = ()>,
     R: Future<Output = Option<Duration>>,
 {
-    fn start_drain(&mut self, after: Duration, graceful: bool) {
-        if self.fired.start_drain(self.activity, after, graceful)
-            && let Some((at, graceful)) = self.fired.deadline
-        {
+    /// Arms the drain sequence's timer anew when its end `changed`.
+    fn rearm(&mut self, changed: bool) {
+        if changed && let Some((at, graceful)) = self.fired.deadline {
             self.deadline = Some((Box::pin(tokio::time::sleep_until(at)), graceful));
         }
     }
@@ -162,29 +187,25 @@ where
         if let Some(i) = self.idle.as_mut()
             && i.as_mut().poll(cx).is_ready()
         {
-            // Envoy's drain sequence: `drain_timeout` more, then closed.
             self.idle = None;
-            self.fired.idle = true;
-            self.start_drain(self.drain_timeout, true);
+            let changed = self.fired.idle_reached(self.activity, self.drain_timeout);
+            self.rearm(changed);
         }
         if let Some(l) = self.lifetime.as_mut()
             && l.as_mut().poll(cx).is_ready()
         {
             self.lifetime = None;
-            self.fired.lifetime = true;
-            self.stats.edge.cx_max_duration_reached.inc();
-            self.start_drain(self.drain_timeout, true);
+            let changed =
+                self.fired
+                    .lifetime_reached(self.activity, self.stats, self.drain_timeout);
+            self.rearm(changed);
         }
         if let Some(r) = self.retired.as_mut()
             && let Poll::Ready(drain_time) = r.as_mut().poll(cx)
         {
             self.retired = None;
-            self.fired.retired = true;
-            // The listener version is retired: whatever is still open after
-            // the drain time is closed.
-            if let Some(t) = drain_time {
-                self.start_drain(t, false);
-            }
+            let changed = self.fired.retired_reached(self.activity, drain_time);
+            self.rearm(changed);
         }
         if let Some((s, graceful)) = self.deadline.as_mut()
             && s.as_mut().poll(cx).is_ready()
@@ -238,23 +259,17 @@ async fn wait_parked<S: AsyncRead + Unpin>(
             // Nothing in flight: any end closes a parked connection.
             _ = h.shutdown.wait_for(|p| *p >= Phase::ConnectionsDraining) => return false,
             r = retired(&mut h.listener_drain), if retiring => {
-                fired.retired = true;
-                if let Some(t) = r {
-                    fired.start_drain(&h.activity, t, false);
-                }
+                fired.retired_reached(&h.activity, r);
             }
             () = timer => {
                 let now = Instant::now();
                 if let Some((at, true)) = idle
                     && now >= at
                 {
-                    fired.idle = true;
-                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
+                    fired.idle_reached(&h.activity, h.limits.drain_timeout);
                 }
                 if lifetime.is_some_and(|at| now >= at) {
-                    fired.lifetime = true;
-                    h.stats.edge.cx_max_duration_reached.inc();
-                    fired.start_drain(&h.activity, h.limits.drain_timeout, true);
+                    fired.lifetime_reached(&h.activity, &h.stats, h.limits.drain_timeout);
                 }
                 if fired.deadline.is_some_and(|(at, _)| now >= at) {
                     return false;
