@@ -38,6 +38,7 @@ mod server;
 mod stats;
 mod tls;
 mod upstream;
+mod wake_gate;
 mod worker;
 mod xds;
 

@@ -185,48 +185,81 @@ macro_rules! serve_until_drained {
                 None => std::future::pending().await,
             }
         };
+        tokio::pin!(drain, idle, lifetime, retired);
+        // The ends are polled only when they woke, not on each of the codec's
+        // wakes per request.
+        let mut gate = $crate::wake_gate::WakeGate::default();
+        let ends = std::future::poll_fn(|cx| {
+            gate.poll(cx, |cx| {
+                if drain.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(ConnEnd::Drain);
+                }
+                if let std::task::Poll::Ready(t) = retired.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(ConnEnd::Retired(t));
+                }
+                if idle.as_mut().poll(cx).is_ready() {
+                    return std::task::Poll::Ready(ConnEnd::Idle);
+                }
+                lifetime.as_mut().poll(cx).map(|()| ConnEnd::Lifetime)
+            })
+        });
         tokio::select! {
+            biased;
             _ = conn.as_mut() => {}
-            () = idle => {
-                // Envoy's drain sequence: GOAWAY on HTTP/2; an HTTP/1.1
-                // connection gets `drain_timeout` more, a request in it is
-                // answered with `connection: close`.
-                $activity.start_draining();
-                if !$activity.http2() {
-                    let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
-                }
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
-            }
-            () = drain => {
-                // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
-            }
-            drain_time = retired => {
-                // The listener version was replaced or removed: HTTP/1
-                // responses say `connection: close` from now on, HTTP/2 gets
-                // GOAWAY; whatever is still open after the drain time is closed.
-                $activity.start_draining();
-                if $activity.http2() {
+            end = ends => match end {
+                ConnEnd::Idle => {
+                    // Envoy's drain sequence: GOAWAY on HTTP/2; an HTTP/1.1
+                    // connection gets `drain_timeout` more, a request in it is
+                    // answered with `connection: close`.
+                    $activity.start_draining();
+                    if !$activity.http2() {
+                        let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
+                    }
                     conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
                 }
-                let _ = tokio::time::timeout(drain_time, conn.as_mut()).await;
-            }
-            () = lifetime => {
-                $stats.edge.cx_max_duration_reached.inc();
-                $activity.start_draining();
-                if !$activity.http2() {
-                    // HTTP/1: the next responses say `connection: close`
-                    // (ending the connection); an idle one is closed after
-                    // `drain_timeout`, as Envoy's drain sequence does.
-                    let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
+                ConnEnd::Drain => {
+                    // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
                 }
-                conn.as_mut().graceful_shutdown();
-                let _ = conn.await;
+                ConnEnd::Retired(drain_time) => {
+                    // The listener version was replaced or removed: HTTP/1
+                    // responses say `connection: close` from now on, HTTP/2 gets
+                    // GOAWAY; whatever is still open after the drain time is closed.
+                    $activity.start_draining();
+                    if $activity.http2() {
+                        conn.as_mut().graceful_shutdown();
+                    }
+                    let _ = tokio::time::timeout(drain_time, conn.as_mut()).await;
+                }
+                ConnEnd::Lifetime => {
+                    $stats.edge.cx_max_duration_reached.inc();
+                    $activity.start_draining();
+                    if !$activity.http2() {
+                        // HTTP/1: the next responses say `connection: close`
+                        // (ending the connection); an idle one is closed after
+                        // `drain_timeout`, as Envoy's drain sequence does.
+                        let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    let _ = conn.await;
+                }
             }
         }
     }};
+}
+
+/// What ended or started ending a connection in [`serve_until_drained`].
+enum ConnEnd {
+    /// Idle for the idle timeout.
+    Idle,
+    /// The server drains.
+    Drain,
+    /// The listener version was retired; the connection gets this long.
+    Retired(Duration),
+    /// `max_connection_duration` reached.
+    Lifetime,
 }
 
 /// What tells a connection its listener version is retired (LDS update or

@@ -20,6 +20,7 @@ use crate::conn_idle::Activity;
 use crate::park::{Parkable, Woken};
 use crate::serve_conn::{Limits, ListenerDrain};
 use crate::stats::HcmStats;
+use crate::wake_gate::WakeGate;
 use crate::worker::Phase;
 use hyper::body::{Body, Incoming};
 use hyper::service::HttpService;
@@ -75,6 +76,14 @@ pub(crate) struct H1 {
     pub auto: bool,
     /// Codec `HTTP2`: served as HTTP/2 at once.
     pub http2: bool,
+}
+
+/// What woke the codec's serving loop besides the codec.
+enum Control {
+    /// Time to check whether the connection can park.
+    Tick,
+    /// One of the connection's ends.
+    End(End),
 }
 
 /// What ends the connection, or starts its end.
@@ -215,10 +224,6 @@ where
             return Poll::Ready(End::Deadline(graceful));
         }
         Poll::Pending
-    }
-
-    async fn next(&mut self) -> End {
-        std::future::poll_fn(|cx| self.poll_end(cx)).await
     }
 }
 
@@ -361,36 +366,47 @@ where
     };
     let tick = tokio::time::sleep(PARK_AFTER);
     tokio::pin!(tick);
+    // The park tick and the ends are polled only when they woke, not on each of
+    // the codec's several wakes per request.
+    let mut gate = WakeGate::default();
     let (mut parking, mut closing) = (false, false);
     let served = loop {
+        let control = std::future::poll_fn(|cx| {
+            gate.poll(cx, |cx| {
+                if !parking && tick.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Control::Tick);
+                }
+                ends.poll_end(cx).map(Control::End)
+            })
+        });
         tokio::select! {
             biased;
             r = Pin::new(&mut conn) => break r,
-            () = &mut tick, if !parking && !closing => {
-                let reads = activity.reads();
-                // Quiet since the last tick, and hyper's codec is idle:
-                // a request has completed on it (a partial next head is
-                // kept), or it has read nothing (a fresh codec that read
-                // part of a head would answer it `connection: close`).
-                let quiet = activity.active() == 0 && reads == reads_at_tick;
-                if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
-                    parking = true;
-                    activity.set_parking(true);
-                    Pin::new(&mut conn).graceful_shutdown();
-                } else {
-                    reads_at_tick = reads;
-                    tick.as_mut().reset(Instant::now() + PARK_AFTER);
+            c = control, if !closing => match c {
+                Control::Tick => {
+                    let reads = activity.reads();
+                    // Quiet since the last tick, and hyper's codec is idle:
+                    // a request has completed on it (a partial next head is
+                    // kept), or it has read nothing (a fresh codec that read
+                    // part of a head would answer it `connection: close`).
+                    let quiet = activity.active() == 0 && reads == reads_at_tick;
+                    if quiet && (activity.heads() != heads_at_start || reads == reads_at_start) {
+                        parking = true;
+                        activity.set_parking(true);
+                        Pin::new(&mut conn).graceful_shutdown();
+                    } else {
+                        reads_at_tick = reads;
+                        tick.as_mut().reset(Instant::now() + PARK_AFTER);
+                    }
                 }
-            }
-            end = ends.next(), if !closing => match end {
-                End::Drain | End::Deadline(true) => {
+                Control::End(End::Drain | End::Deadline(true)) => {
                     // Connection: close on a request in flight; an idle
                     // codec closes at once.
                     closing = true;
                     activity.set_parking(false);
                     Pin::new(&mut conn).graceful_shutdown();
                 }
-                End::Deadline(false) => {
+                Control::End(End::Deadline(false)) => {
                     activity.set_parking(false);
                     return Codec::Done;
                 }
