@@ -487,11 +487,10 @@ async fn route(
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {
-            // Boxed: the router's state (attempts, retries, hedging) is the bulk of a
-            // request's future, and hyper keeps a slot of the whole service future's size
-            // per connection and moves the future into it per request; a box keeps both
-            // to a pointer.
-            let mut resp = Box::pin(router::forward(req, action, matched, info, up, logging)).await;
+            // Not boxed on its own: the whole request future is boxed once where the
+            // codec calls the service (serve_conn.rs), and a second box here cost an
+            // allocation of the router's (large) state per request.
+            let mut resp = router::forward(req, action, matched, info, up, logging).await;
             if logging {
                 resp.extensions_mut().insert(RouteName(route.name.clone()));
             }

@@ -207,9 +207,25 @@ pub fn apply(
 }
 
 /// `n` as a header value. Below 100 (an upstream service time in
-/// milliseconds, mostly) it comes from a static table: `HeaderValue::from(u64)`
-/// allocates for every value.
+/// milliseconds, mostly) it comes from a static table; above, the thread's
+/// last such value is reused when `n` repeats (the expected request timeout is
+/// the route's timeout on every request): `HeaderValue::from(u64)` allocates
+/// for every value.
 pub fn number(n: u64) -> HeaderValue {
+    thread_local! {
+        static LAST: std::cell::RefCell<Option<(u64, HeaderValue)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    if n >= 100 {
+        return LAST.with_borrow_mut(|last| match last {
+            Some((m, v)) if *m == n => v.clone(),
+            _ => {
+                let v = HeaderValue::from(n);
+                *last = Some((n, v.clone()));
+                v
+            }
+        });
+    }
     const PAIRS: &str = "00010203040506070809101112131415161718192021222324252627282930313233343536373839404142434445464748495051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
     let at = usize::try_from(n).unwrap_or(usize::MAX);
     let digits = match at {
@@ -356,7 +372,8 @@ mod tests {
 
     #[test]
     fn numbers_read_as_their_decimal_form() {
-        for n in (0..=120).chain([999, 1_000, u64::MAX]) {
+        // Repeats and alternations too: the last value above 100 is reused.
+        for n in (0..=120).chain([999, 999, 1_000, 999, 15_000, 15_000, u64::MAX, 15_000]) {
             assert_eq!(number(n).to_str().ok(), Some(n.to_string().as_str()), "{n}");
         }
     }

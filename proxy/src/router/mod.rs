@@ -257,7 +257,7 @@ pub async fn forward(
     if let Some(t) = timeouts.expected() {
         parts
             .headers
-            .insert(EXPECTED_TIMEOUT, HeaderValue::from(t.as_millis() as u64));
+            .insert(EXPECTED_TIMEOUT, headers::number(t.as_millis() as u64));
     }
     // Response header values may refer to the request: keep what was sent.
     let seen = (!out.levels.is_empty()).then(|| {
