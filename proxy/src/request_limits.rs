@@ -194,9 +194,9 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     let scaled = |t: std::time::Duration| {
         overload.scaled(courier_config::overload::ScaledTimer::StreamIdle, t)
     };
-    let start = Instant::now();
-    let mut request_deadline = request.map(|t| start + t);
-    // From when the headers arrived, as Envoy's timer.
+    // Both from when the headers arrived, as Envoy's timers (and one clock
+    // read fewer per request).
+    let mut request_deadline = request.map(|t| progress.started() + t);
     let stream_deadline = max_stream.map(|t| progress.started() + t);
     loop {
         let idle_deadline = idle.map(|t| progress.last_activity() + scaled(t));
@@ -208,6 +208,9 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
             return respond.await;
         };
         tokio::select! {
+            // The response first: a response that is ready wins over a timer
+            // firing in the same poll (and no random branch order per poll).
+            biased;
             resp = respond.as_mut() => return resp,
             () = sleep_until(next) => {}
             () = overload.timers_changed() => continue,

@@ -291,6 +291,18 @@ fn keepalive_off(h1: bool, activity: &Activity) -> bool {
     h1 && (crate::overload::get().keepalive_disabled() || activity.draining())
 }
 
+/// What a connection's requests share, in one allocation per connection.
+struct PerRequest {
+    info: Arc<ConnInfo>,
+    stats: Arc<HcmStats>,
+    worker_stats: Arc<WorkerStats>,
+    clusters: Arc<ClusterManager>,
+    activity: Arc<Activity>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The `server` response header, if the chain sets one.
+    server: Option<http::HeaderValue>,
+}
+
 /// What serving a connection needs besides its socket.
 pub(crate) struct Conn {
     /// The connection's facts and filter chain.
@@ -337,26 +349,28 @@ where
     stats.cx_total.inc();
     stats.cx_active.inc();
     let service = {
-        let stats = Arc::clone(&stats);
-        let activity = Arc::clone(&activity);
+        // One reference per request for all of these, not one each.
+        let shared = Arc::new(PerRequest {
+            info,
+            stats: Arc::clone(&stats),
+            worker_stats,
+            clusters,
+            activity: Arc::clone(&activity),
+            snapshot,
+            server: limits.server_header.clone(),
+        });
         let stream_idle = limits.stream_idle_timeout;
         let max_stream = limits.max_stream_duration;
-        let server = limits.server_header.clone();
         service_fn(move |req| {
             let h1 = req.version() != http::Version::HTTP_2;
-            let stream = activity.stream();
+            let stream = shared.activity.stream();
             let started = tokio::time::Instant::now();
-            let snapshot = snapshot.load_full();
-            let info = Arc::clone(&info);
-            let stats = Arc::clone(&stats);
-            let worker_stats = Arc::clone(&worker_stats);
-            let clusters = Arc::clone(&clusters);
-            let activity = Arc::clone(&activity);
-            let server = server.clone();
+            let snapshot = shared.snapshot.load_full();
+            let shared = Arc::clone(&shared);
             async move {
                 let up = Upstream {
-                    clusters: &clusters,
-                    stats: &worker_stats,
+                    clusters: &shared.clusters,
+                    stats: &shared.worker_stats,
                 };
                 // Boxed: hyper spawns an HTTP/2 stream's service future as a
                 // task (and keeps an HTTP/1.1 connection's in a slot), moving
@@ -364,10 +378,10 @@ where
                 let (mut resp, progress) = Box::pin(conn_manager::handle(
                     req,
                     &snapshot,
-                    &info,
-                    &stats,
+                    &shared.info,
+                    &shared.stats,
                     &up,
-                    server.as_ref(),
+                    shared.server.as_ref(),
                 ))
                 .await;
                 // An HTTP/2 stream the connection manager refuses is reset:
@@ -381,7 +395,7 @@ where
                     crate::router::headers::compact(resp.headers_mut());
                 }
                 // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &activity) {
+                if keepalive_off(h1, &shared.activity) {
                     resp.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),
@@ -391,7 +405,7 @@ where
                 let max_stream = progress
                     .as_ref()
                     .map_or(max_stream, |p| p.max_stream_duration(max_stream));
-                let deadline = max_stream.map(|t| (started + t, Arc::clone(&stats)));
+                let deadline = max_stream.map(|t| (started + t, Arc::clone(&shared.stats)));
                 Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
             }
         })
