@@ -342,7 +342,16 @@ async fn respond(
             }
         }
     };
-    let mut resp = route(req, rc, (selected, random), stats, info, up, logging).await;
+    let mut resp = route(
+        req,
+        rc,
+        (selected, random, progress),
+        stats,
+        info,
+        up,
+        logging,
+    )
+    .await;
     if let Some((chain, mut state)) = filtered {
         encode(chain, &mut state, &mut resp, logging);
     }
@@ -468,7 +477,7 @@ fn encode(
 async fn route(
     req: Request<RequestBody>,
     rc: &RouteConfig,
-    (selected, random): (Option<(&VirtualHost, &Route)>, u64),
+    (selected, random, progress): (Option<(&VirtualHost, &Route)>, u64, &Progress),
     stats: &HcmStats,
     info: &ConnInfo,
     up: &Upstream<'_>,
@@ -484,6 +493,7 @@ async fn route(
         vhost,
         route,
         random,
+        progress,
     };
     let mut resp: Response<Body> = match &route.action {
         Action::Route(action) => {

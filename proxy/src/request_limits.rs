@@ -198,22 +198,51 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     // read fewer per request).
     let mut request_deadline = request.map(|t| progress.started() + t);
     let stream_deadline = max_stream.map(|t| progress.started() + t);
+    // One timer, armed only when needed: at the earliest of this function's
+    // deadlines unless the router's attempt timeout (in this same task) wakes
+    // it first — the router's firing ends the wait, so a request whose route
+    // has a timeout holds one timer, not two. Armed once and kept while the
+    // idle deadline moves later (it fires early and is re-checked), as a new
+    // timer per body frame would cost more than the early wake.
+    let timer = sleep_until(progress.started());
+    tokio::pin!(timer);
+    let mut armed: Option<Instant> = None;
     loop {
-        let idle_deadline = idle.map(|t| progress.last_activity() + scaled(t));
-        let next = [request_deadline, idle_deadline, stream_deadline]
-            .into_iter()
-            .flatten()
-            .min();
-        let Some(next) = next else {
-            return respond.await;
-        };
-        tokio::select! {
-            // The response first: a response that is ready wins over a timer
-            // firing in the same poll (and no random branch order per poll).
-            biased;
-            resp = respond.as_mut() => return resp,
-            () = sleep_until(next) => {}
-            () = overload.timers_changed() => continue,
+        let changed = overload.timers_changed();
+        tokio::pin!(changed);
+        // The response, or `None` when a timer fired or the overload
+        // manager's timer scale changed: the deadlines are checked.
+        let woke = std::future::poll_fn(|cx| {
+            if let Poll::Ready(resp) = respond.as_mut().poll(cx) {
+                return Poll::Ready(Some(resp));
+            }
+            let idle_deadline = idle.map(|t| progress.last_activity() + scaled(t));
+            let next = [request_deadline, idle_deadline, stream_deadline]
+                .into_iter()
+                .flatten()
+                .min();
+            if let Some(next) = next
+                && progress.router_wake().is_none_or(|w| w > next)
+            {
+                if armed.is_none_or(|a| a > next) {
+                    timer.as_mut().reset(next);
+                    armed = Some(next);
+                }
+                if timer.as_mut().poll(cx).is_ready() {
+                    armed = None;
+                    return Poll::Ready(None);
+                }
+            }
+            if changed.as_mut().poll(cx).is_ready() {
+                // `reduce_timeouts` changed: the idle deadline may be sooner.
+                armed = None;
+                return Poll::Ready(None);
+            }
+            Poll::Pending
+        })
+        .await;
+        if let Some(resp) = woke {
+            return resp;
         }
         let now = Instant::now();
         if stream_deadline.is_some_and(|d| d <= now) {

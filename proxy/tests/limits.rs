@@ -305,6 +305,29 @@ async fn stream_idle_timeout_answers_408_or_504() {
     assert!(!r.closed);
 }
 
+/// The route timeout and the stream idle timeout share one timer per request:
+/// whichever is due first answers.
+#[tokio::test]
+async fn a_route_timeout_before_the_stream_idle_timeout_answers_first() {
+    let up = stalling_upstream().await;
+    let routes = "- match: {prefix: \"/\"}\n  route: {cluster: stall, timeout: 0.2s}\n";
+    let clusters = static_cluster("stall", &[up], "");
+    let c = courier("stream_idle_timeout: 0.6s", routes, &clusters).await;
+    let r = raw(
+        c.listener,
+        b"GET / HTTP/1.1\r\nhost: a\r\n\r\n",
+        Duration::from_secs(1),
+    )
+    .await;
+    assert_eq!(
+        status_and_body(&r),
+        (
+            "HTTP/1.1 504 Gateway Timeout".into(),
+            "upstream request timeout".into()
+        )
+    );
+}
+
 #[tokio::test]
 async fn request_headers_and_idle_timeouts_close_connections() {
     let c = courier("request_headers_timeout: 0.3s", DIRECT, &unused_cluster()).await;

@@ -43,6 +43,8 @@ pub struct Attempts<'a> {
     pub buffer_limit: u64,
     /// When the request started (the route timeout runs from here).
     pub started: Instant,
+    /// The request's progress, told when an attempt timeout is armed.
+    pub progress: &'a crate::router::body::Progress,
     /// `hedge_on_per_try_timeout`: a per-try timeout starts a retry without
     /// cancelling the attempt.
     pub hedge: bool,
@@ -188,6 +190,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         count_upstream,
         buffer_limit,
         started,
+        progress,
         hedge,
     } = a;
     let mut teed: Option<oneshot::Receiver<Teed>> = None;
@@ -219,6 +222,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             count_upstream,
             buffer_limit,
             started,
+            progress,
             hedge,
         };
         return match parts {
@@ -293,7 +297,14 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         let result = {
             let mut sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
             match try_deadline {
-                Some((at, _)) => tokio::time::timeout_at(at, sent.as_mut()).await.ok(),
+                Some((at, _)) => {
+                    // This timer wakes the task by `at`: the connection
+                    // manager's request timers need none of their own before.
+                    progress.set_router_wake(Some(at));
+                    let r = tokio::time::timeout_at(at, sent.as_mut()).await.ok();
+                    progress.set_router_wake(None);
+                    r
+                }
                 None => Some(sent.await),
             }
         };

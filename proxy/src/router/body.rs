@@ -142,6 +142,9 @@ pub struct Progress {
     /// The route's `max_stream_duration` in milliseconds (0: none), or
     /// `NO_OVERRIDE` for the connection manager's.
     duration_override_ms: std::sync::atomic::AtomicU64,
+    /// When the router's armed attempt timeout wakes the request's task, in
+    /// nanoseconds from `start` (`NO_OVERRIDE`: no such timer).
+    router_wake_ns: std::sync::atomic::AtomicU64,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX;
@@ -155,6 +158,32 @@ impl Progress {
             done: std::sync::atomic::AtomicBool::new(false),
             idle_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             duration_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+            router_wake_ns: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+        }
+    }
+
+    /// The router armed a timer that wakes the request's task `at` (`None`:
+    /// it holds none now). The connection manager's request timers, in the
+    /// same task, need no timer of their own while the router's comes first:
+    /// its firing ends the wait for the response.
+    pub fn set_router_wake(&self, at: Option<tokio::time::Instant>) {
+        let ns = at.map_or(NO_OVERRIDE, |at| {
+            u64::try_from(at.saturating_duration_since(self.start).as_nanos())
+                .unwrap_or(NO_OVERRIDE - 1)
+                .min(NO_OVERRIDE - 1)
+        });
+        self.router_wake_ns
+            .store(ns, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// When the router's armed timer wakes the request's task, if it holds one.
+    pub fn router_wake(&self) -> Option<tokio::time::Instant> {
+        match self
+            .router_wake_ns
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            NO_OVERRIDE => None,
+            ns => Some(self.start + std::time::Duration::from_nanos(ns)),
         }
     }
 

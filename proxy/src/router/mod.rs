@@ -51,6 +51,9 @@ pub struct Matched<'a> {
     /// The request's random value: picks the weighted cluster (the filters before the
     /// router saw the same pick's per-filter configs).
     pub random: u64,
+    /// The request's progress: the router notes on it when its attempt
+    /// timeout will wake the request's task.
+    pub progress: &'a crate::router::body::Progress,
 }
 
 impl<'a> Matched<'a> {
@@ -309,6 +312,7 @@ pub async fn forward(
                 .or(m.vhost.request_body_buffer_limit)
                 .unwrap_or(conn.buffer_limit),
             started,
+            progress: m.progress,
             hedge: action
                 .hedge_policy
                 .as_ref()
