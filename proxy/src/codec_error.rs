@@ -178,8 +178,12 @@ impl<S: AsyncWrite + Unpin> CodecErrors<S> {
 
     /// Takes `buf` whole when it is hyper's automatic error response.
     fn intercept(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Option<Poll<io::Result<usize>>> {
-        // Cheap test first: every response hyper writes starts with a status line.
-        if buf.len() > 200 || !buf.starts_with(b"HTTP/1.") {
+        // Cheap tests first: every response hyper writes starts with a status
+        // line, and its own replies are 4xx or 5xx (`HTTP/1.1 400 ...`).
+        if buf.len() > 200
+            || !buf.starts_with(b"HTTP/1.")
+            || !matches!(buf.get(9), Some(b'4' | b'5'))
+        {
             return None;
         }
         let reply = rewrite(buf, &self.server)?;

@@ -355,33 +355,6 @@ fn chunk_unknown_length(req: &mut Request<UpstreamBody>) {
 pub(super) const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
 pub(super) const PENDING_POLLS: u32 = 30_000;
 
-/// Sends on an idle pooled HTTP/1.1 connection; `Err(req)` when there is none.
-#[allow(clippy::type_complexity)]
-async fn try_idle(
-    key: Key,
-    mut req: Request<UpstreamBody>,
-) -> Result<
-    Result<(Response<Incoming>, http1::SendRequest<UpstreamBody>), SendError>,
-    Request<UpstreamBody>,
-> {
-    // Reuse the most recently returned connection first (LIFO: warm, least likely
-    // to have been closed by the upstream's idle timeout).
-    while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
-        if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
-            continue;
-        }
-        match s.try_send_request(req).await {
-            Ok(resp) => return Ok(Ok((resp, s))),
-            Err(mut e) => match e.take_message() {
-                // Never written: the connection died while idle; try another.
-                Some(r) => req = r,
-                None => return Ok(Err(from_hyper(e.error()))),
-            },
-        }
-    }
-    Err(req)
-}
-
 async fn send_h1(
     cluster: &UpstreamCluster,
     host: &Arc<Host>,
@@ -397,40 +370,46 @@ async fn send_h1(
         _active: active,
         _held: None,
     };
-    let mut req = match try_idle(key, req).await {
-        Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
-        Ok(Err(e)) => return Err((e, None)),
-        Err(r) => r,
-    };
-    let slot = match cluster.circuit.try_connection(key.2) {
-        Some(slot) => slot,
-        None => {
-            // At max_connections: the request waits for a connection to free up.
-            stats.cx_overflow.inc();
-            let Some(_pending) = cluster.circuit.try_pending(key.2) else {
-                return Err((SendError::Overflow, None));
-            };
-            let mut got = None;
-            for _ in 0..PENDING_POLLS {
-                tokio::time::sleep(PENDING_POLL).await;
-                // Boxed: waiting at max_connections is rare; a second inline slot for
-                // this await would sit in every request's future.
-                req = match Box::pin(try_idle(key, req)).await {
-                    Ok(Ok((resp, s))) => return Ok((resp, lease(s))),
-                    Ok(Err(e)) => return Err((e, None)),
-                    Err(r) => r,
-                };
-                if let Some(slot) = cluster.circuit.try_connection(key.2) {
-                    got = Some(slot);
-                    break;
-                }
+    let mut req = req;
+    let mut pending = None;
+    let mut polls = 0;
+    // The idle connections are looked at inline, not in a function of their own:
+    // each async layer moves the request and its future once more per request.
+    let slot = loop {
+        // Reuse the most recently returned connection first (LIFO: warm, least
+        // likely to have been closed by the upstream's idle timeout).
+        while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
+            if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
+                continue;
             }
-            match got {
-                Some(slot) => slot,
+            match s.try_send_request(req).await {
+                Ok(resp) => return Ok((resp, lease(s))),
+                Err(mut e) => match e.take_message() {
+                    // Never written: the connection died while idle; try another.
+                    Some(r) => req = r,
+                    None => return Err((from_hyper(e.error()), None)),
+                },
+            }
+        }
+        if let Some(slot) = cluster.circuit.try_connection(key.2) {
+            break slot;
+        }
+        // At max_connections: the request waits for a connection to free up.
+        if pending.is_none() {
+            stats.cx_overflow.inc();
+            match cluster.circuit.try_pending(key.2) {
+                Some(p) => pending = Some(p),
                 None => return Err((SendError::Overflow, None)),
             }
         }
+        if polls == PENDING_POLLS {
+            return Err((SendError::Overflow, None));
+        }
+        polls += 1;
+        tokio::time::sleep(PENDING_POLL).await;
     };
+    // No longer pending: connecting.
+    drop(pending);
     let Some(member) = PoolConn::open(cluster, key, stats) else {
         return Err((SendError::PoolOverflow, Some(req)));
     };
