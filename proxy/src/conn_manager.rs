@@ -333,15 +333,16 @@ async fn respond(
     let random = fastrand::u64(..);
     // The router is awaited at one place for both ways in: each await of it would take
     // its own slot in this future, which hyper moves on every request.
-    let (req, selected, filtered) = match info.http_filters.as_deref() {
-        None => (req, selected, None),
-        Some(chain) => {
-            match filter(chain, req, rc, (selected, random), info, remote, logging).await {
-                Filtered::Answered(resp) => return resp,
-                Filtered::Continue(req, selected, state) => (req, selected, Some((chain, state))),
+    // Without filters the request stays where it is (no move through a tuple).
+    let (mut req, mut selected, mut filtered) = (req, selected, None);
+    if let Some(chain) = info.http_filters.as_deref() {
+        match filter(chain, req, rc, (selected, random), info, remote, logging).await {
+            Filtered::Answered(resp) => return resp,
+            Filtered::Continue(r, s, state) => {
+                (req, selected, filtered) = (r, s, Some((chain, state)));
             }
         }
-    };
+    }
     let mut resp = route(
         req,
         rc,

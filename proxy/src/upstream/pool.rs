@@ -313,7 +313,7 @@ pub async fn send_attempt(
 pub async fn send_attempt_at(
     cluster: &UpstreamCluster,
     host: &Arc<Host>,
-    req: Request<UpstreamBody>,
+    mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
     high: bool,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
@@ -323,7 +323,6 @@ pub async fn send_attempt_at(
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
         _ => {
-            let mut req = req;
             chunk_unknown_length(&mut req);
             send_h1(cluster, host, key, req, stats, active).await
         }
@@ -359,7 +358,7 @@ async fn send_h1(
     cluster: &UpstreamCluster,
     host: &Arc<Host>,
     key: Key,
-    req: Request<UpstreamBody>,
+    mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
@@ -370,7 +369,6 @@ async fn send_h1(
         _active: active,
         _held: None,
     };
-    let mut req = req;
     let mut pending = None;
     let mut polls = 0;
     // The idle connections are looked at inline, not in a function of their own:
