@@ -302,7 +302,7 @@ fn route_config<'a>(
 // would allocate per request.
 #[allow(clippy::too_many_arguments)]
 async fn respond(
-    req: Request<RequestBody>,
+    mut req: Request<RequestBody>,
     rc: Option<&Arc<RouteConfig>>,
     stats: &HcmStats,
     info: &ConnInfo,
@@ -333,8 +333,9 @@ async fn respond(
     let random = fastrand::u64(..);
     // The router is awaited at one place for both ways in: each await of it would take
     // its own slot in this future, which hyper moves on every request.
-    // Without filters the request stays where it is (no move through a tuple).
-    let (mut req, mut selected, mut filtered) = (req, selected, None);
+    // Without filters the request stays where it is (no move into a new binding).
+    let mut selected = selected;
+    let mut filtered = None;
     if let Some(chain) = info.http_filters.as_deref() {
         match filter(chain, req, rc, (selected, random), info, remote, logging).await {
             Filtered::Answered(resp) => return resp,

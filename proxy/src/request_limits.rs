@@ -176,36 +176,30 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     to: ReplyTo,
     stats: &crate::sanitize::EdgeStats,
 ) -> Response<ResponseBody> {
-    // Local replies are ready at once: no timer for them. The first poll also
-    // selects the route, whose `idle_timeout` overrides the stream idle timeout.
-    let first = std::future::poll_fn(|cx| Poll::Ready(respond.as_mut().poll(cx))).await;
-    if let Poll::Ready(resp) = first {
-        return resp;
-    }
-    let request = hcm.request_timeout;
-    let idle = progress.idle_timeout(hcm.stream_idle_timeout);
-    let max_stream =
-        progress.max_stream_duration(hcm.common_http_protocol_options.max_stream_duration);
-    if request.is_none() && idle.is_none() && max_stream.is_none() {
-        return respond.await;
-    }
     let overload = crate::overload::get();
     // `reduce_timeouts` shortens the stream idle timer under memory pressure.
     let scaled = |t: std::time::Duration| {
         overload.scaled(courier_config::overload::ScaledTimer::StreamIdle, t)
     };
-    // Both from when the headers arrived, as Envoy's timers (and one clock
-    // read fewer per request).
-    let mut request_deadline = request.map(|t| progress.started() + t);
-    let stream_deadline = max_stream.map(|t| progress.started() + t);
-    // One timer, armed only when needed: at the earliest of this function's
-    // deadlines unless the router's attempt timeout (in this same task) wakes
-    // it first — the router's firing ends the wait, so a request whose route
-    // has a timeout holds one timer, not two. Armed once and kept while the
-    // idle deadline moves later (it fires early and is re-checked), as a new
-    // timer per body frame would cost more than the early wake.
-    let timer = sleep_until(progress.started());
-    tokio::pin!(timer);
+    // From when the headers arrived, as Envoy's timer.
+    let mut request_deadline = hcm.request_timeout.map(|t| progress.started() + t);
+    // Read once the response is pending: the first poll selects the route,
+    // whose `idle_timeout` and `max_stream_duration` override the connection
+    // manager's.
+    let limits = || {
+        let idle = progress.idle_timeout(hcm.stream_idle_timeout);
+        let max_stream =
+            progress.max_stream_duration(hcm.common_http_protocol_options.max_stream_duration);
+        (idle, max_stream.map(|t| progress.started() + t))
+    };
+    // One timer, made only when needed: a local reply (ready at the first
+    // poll) has none; nor has a request while the router's attempt timeout,
+    // in this same task, wakes it before this function's earliest deadline
+    // (the router's firing ends the wait), so a routed request holds one
+    // timer, not two. Once armed it is kept while the idle deadline moves
+    // later (it fires early and is re-checked): a new timer per body frame
+    // would cost more than the early wake.
+    let mut timer = std::pin::pin!(None::<tokio::time::Sleep>);
     let mut armed: Option<Instant> = None;
     loop {
         let changed = overload.timers_changed();
@@ -216,6 +210,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
             if let Poll::Ready(resp) = respond.as_mut().poll(cx) {
                 return Poll::Ready(Some(resp));
             }
+            let (idle, stream_deadline) = limits();
             let idle_deadline = idle.map(|t| progress.last_activity() + scaled(t));
             let next = [request_deadline, idle_deadline, stream_deadline]
                 .into_iter()
@@ -225,10 +220,15 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
                 && progress.router_wake().is_none_or(|w| w > next)
             {
                 if armed.is_none_or(|a| a > next) {
-                    timer.as_mut().reset(next);
+                    match timer.as_mut().as_pin_mut() {
+                        Some(t) => t.reset(next),
+                        None => timer.set(Some(sleep_until(next))),
+                    }
                     armed = Some(next);
                 }
-                if timer.as_mut().poll(cx).is_ready() {
+                if let Some(t) = timer.as_mut().as_pin_mut()
+                    && t.poll(cx).is_ready()
+                {
                     armed = None;
                     return Poll::Ready(None);
                 }
@@ -244,6 +244,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
         if let Some(resp) = woke {
             return resp;
         }
+        let (idle, stream_deadline) = limits();
         let now = Instant::now();
         if stream_deadline.is_some_and(|d| d <= now) {
             // `max_stream_duration`, Envoy's local reply: 504 once the request
