@@ -51,17 +51,30 @@ fn closing(to: ReplyTo, status: StatusCode, body: &'static str) -> Response<Resp
     resp.map(ResponseBody::from)
 }
 
-/// Envoy's `HeaderMap::byteSize` of a request head: every header's name and
-/// value, and the pseudo-headers.
-fn head_bytes<B>(req: &Request<B>) -> usize {
-    let pseudo = req.method().as_str().len()
-        + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
-        + crate::conn_manager::authority(req).map_or(0, str::len);
-    req.headers()
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len())
-        .sum::<usize>()
-        + pseudo
+/// What one pass over a request's header names tells [`refuse`]: Envoy's
+/// `HeaderMap::byteSize` of the head (every header's name and value, and the
+/// pseudo-headers), and whether the headers that the checks below look up by
+/// name are there at all (most requests carry neither; each lookup hashes).
+struct Scan {
+    bytes: usize,
+    transfer_encoding: bool,
+    connection: bool,
+}
+
+fn scan<B>(req: &Request<B>, authority: Option<&str>) -> Scan {
+    let mut out = Scan {
+        bytes: req.method().as_str().len()
+            + req.uri().path_and_query().map_or(1, |p| p.as_str().len())
+            + authority.map_or(0, str::len),
+        transfer_encoding: false,
+        connection: false,
+    };
+    for (k, v) in req.headers() {
+        out.bytes += k.as_str().len() + v.len();
+        out.transfer_encoding |= k == header::TRANSFER_ENCODING;
+        out.connection |= k == header::CONNECTION;
+    }
+    out
 }
 
 /// What Envoy refuses before routing: headers over `max_request_headers_kb` or
@@ -73,9 +86,11 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     let h2 = req.version() == Version::HTTP_2;
     // Only for a refusal: it looks a header up.
     let to = || ReplyTo::of(req);
+    let authority = crate::conn_manager::authority(req);
+    let scan = scan(req, authority);
     let too_many =
         req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
-    if too_many || head_bytes(req) > hcm.max_request_headers_kb as usize * 1024 {
+    if too_many || scan.bytes > hcm.max_request_headers_kb as usize * 1024 {
         return Some(codec_refusal(
             req.version(),
             to(),
@@ -91,14 +106,11 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
         ));
     }
     // HTTP/1.1 requires a host (RFC 9112 3.2).
-    if req.version() == Version::HTTP_11 && crate::conn_manager::authority(req).is_none() {
+    if req.version() == Version::HTTP_11 && authority.is_none() {
         return Some(closing(to(), StatusCode::BAD_REQUEST, ""));
     }
     let headers = req.headers();
-    if !h2
-        && headers.contains_key(header::TRANSFER_ENCODING)
-        && headers.contains_key(header::CONTENT_LENGTH)
-    {
+    if !h2 && scan.transfer_encoding && headers.contains_key(header::CONTENT_LENGTH) {
         return Some(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
     }
     if !h2 {
@@ -113,7 +125,11 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
         }
         // Envoy's codec takes exactly `chunked` (hyper also lets through codings
         // before it, or `chunked` twice): anything else is 501.
-        let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter();
+        let mut codings = scan
+            .transfer_encoding
+            .then(|| headers.get_all(header::TRANSFER_ENCODING).iter())
+            .into_iter()
+            .flatten();
         let chunked_only = match (codings.next(), codings.next()) {
             (None, _) => true,
             (Some(v), None) => v
@@ -129,7 +145,8 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             ));
         }
     }
-    if let Some(kind) = upgrade_type(req)
+    if scan.connection
+        && let Some(kind) = upgrade_type(req)
         && !hcm
             .upgrade_configs
             .iter()

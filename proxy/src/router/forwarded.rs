@@ -5,7 +5,7 @@
 
 use crate::conn_manager::ConnInfo;
 use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
-use http::header::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{Entry, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
 const XFF: HeaderName = HeaderName::from_static("x-forwarded-for");
@@ -74,9 +74,8 @@ pub fn mutate_request(
         let (addr, single) = xff_entry(headers, hops);
         (addr, single)
     };
-    if !headers.contains_key(&XFP) {
-        headers.insert(XFP, tls_proto);
-    }
+    // One lookup for the test and the insert.
+    headers.entry(XFP).or_insert(tls_proto);
     let internal =
         trusted_checks && final_remote.is_some_and(|a| is_internal(&hcm.internal_addresses, a));
     let edge = !internal && hcm.use_remote_address;
@@ -103,11 +102,23 @@ pub fn mutate_request(
     if edge && let Some(addr) = final_remote {
         headers.insert(EXTERNAL_ADDRESS, ip_text(addr));
     }
-    if hcm.generate_request_id
-        && ((edge && !hcm.preserve_external_request_id) || !headers.contains_key(&REQUEST_ID))
-        && let Ok(v) = HeaderValue::from_bytes(&uuid_v4())
-    {
-        headers.insert(REQUEST_ID, v);
+    if hcm.generate_request_id {
+        let replace = edge && !hcm.preserve_external_request_id;
+        // One lookup for the test and the insert.
+        let entry = headers.entry(REQUEST_ID);
+        let vacant = matches!(entry, Entry::Vacant(_));
+        if (vacant || replace)
+            && let Ok(v) = HeaderValue::from_bytes(&uuid_v4())
+        {
+            match entry {
+                Entry::Vacant(e) => {
+                    e.insert(v);
+                }
+                Entry::Occupied(mut e) => {
+                    e.insert(v);
+                }
+            }
+        }
     }
     final_remote.unwrap_or(conn.peer.ip())
 }
