@@ -49,6 +49,13 @@ pub fn mutate_request(
 ) -> IpAddr {
     let hops = hcm.xff_num_trusted_hops as usize;
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
+    // One pass over the names: most requests carry neither an XFF nor an Envoy
+    // header, and each lookup by a non-standard name hashes all its bytes.
+    let (mut has_xff, mut has_envoy) = (false, false);
+    for k in headers.keys() {
+        has_xff |= *k == XFF;
+        has_envoy |= k.as_str().starts_with("x-envoy-");
+    }
     let (final_remote, trusted_checks) = if hcm.use_remote_address {
         let no_xff = !headers.contains_key(&XFF);
         let from_xff = if hops > 0 {
@@ -70,9 +77,10 @@ pub fn mutate_request(
             headers.insert(XFP, tls_proto.clone());
         }
         (Some(from_xff.unwrap_or(conn.peer.ip())), no_xff)
+    } else if has_xff {
+        xff_entry(headers, hops)
     } else {
-        let (addr, single) = xff_entry(headers, hops);
-        (addr, single)
+        (None, false)
     };
     // One lookup for the test and the insert.
     headers.entry(XFP).or_insert(tls_proto);
@@ -82,9 +90,9 @@ pub fn mutate_request(
     if internal {
         headers.insert(INTERNAL, HeaderValue::from_static("true"));
     } else {
-        // One pass over the names first: most requests carry no Envoy header, and each
+        // Most requests carry no Envoy header (see the pass above), and each
         // removal by name parses and hashes that name.
-        if headers.keys().any(|k| k.as_str().starts_with("x-envoy-")) {
+        if has_envoy {
             for h in NOT_INTERNAL {
                 headers.remove(*h);
             }
