@@ -328,6 +328,52 @@ async fn a_route_timeout_before_the_stream_idle_timeout_answers_first() {
     );
 }
 
+/// Envoy's route timeout starts once the downstream request is complete
+/// ("between the point at which the entire downstream request has been
+/// processed and when the upstream response has been completely processed"):
+/// an upload slower than the route timeout is not cut off while it arrives.
+#[tokio::test]
+async fn the_route_timeout_starts_when_the_request_is_complete() {
+    let up = echo_upstream("up").await;
+    let routes = "- match: {prefix: \"/\"}\n  route: {cluster: up, timeout: 0.4s}\n";
+    let clusters = static_cluster("up", &[up], "");
+    let c = courier("", routes, &clusters).await;
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(b"POST /upload HTTP/1.1\r\nhost: a\r\ncontent-length: 10\r\n\r\nab")
+        .await
+        .unwrap();
+    // Twice the route timeout with the body still arriving.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    s.write_all(b"cdefghij").await.unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !String::from_utf8_lossy(&out).contains("body: abcdefghij") {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => out.extend_from_slice(&buf[..n]),
+            _ => break,
+        }
+    }
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{text}");
+    assert!(text.contains("body: abcdefghij"), "{text}");
+    // Once the request is whole the timeout runs: a slow upstream (2 s) gets 504
+    // (read for 1.5 s: the connection stays open after it).
+    let r = raw(
+        c.listener,
+        b"POST /slow HTTP/1.1\r\nhost: a\r\ncontent-length: 2\r\n\r\nab",
+        Duration::from_millis(1500),
+    )
+    .await;
+    assert_eq!(
+        status_and_body(&r),
+        (
+            "HTTP/1.1 504 Gateway Timeout".into(),
+            "upstream request timeout".into()
+        )
+    );
+}
+
 #[tokio::test]
 async fn request_headers_and_idle_timeouts_close_connections() {
     let c = courier("request_headers_timeout: 0.3s", DIRECT, &unused_cluster()).await;

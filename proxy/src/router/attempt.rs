@@ -235,7 +235,6 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             },
         };
     }
-    let deadline = timeouts.global.map(|t| started + t);
     let mut host = host;
     let mut tried: Vec<SocketAddr> = Vec::new();
     let mut attempt: u32 = 1;
@@ -276,36 +275,39 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         };
         // The per-try timeout and the per-try idle timer (which, before the
         // response starts, nothing resets) end the attempt alike, retriably.
-        let now = Instant::now();
-        let (soft, idle_first) = match (
-            timeouts.per_try.map(|t| now + t),
-            timeouts.per_try_idle.map(|t| now + t),
-        ) {
-            (Some(p), Some(i)) => (Some(p.min(i)), i < p),
-            (Some(p), None) => (Some(p), false),
-            (None, Some(i)) => (Some(i), true),
-            (None, None) => (None, false),
-        };
-        let try_deadline = match (soft, deadline) {
-            (Some(p), Some(g)) => Some((p.min(g), p < g)),
-            (Some(p), None) => Some((p, true)),
-            (None, Some(g)) => Some((g, false)),
-            (None, None) => None,
-        };
-        // Pinned in place: awaited through a pointer from either arm, so this future
+        let attempt_start = Instant::now();
+        // Pinned in place: awaited through a pointer from each arm, so this future
         // holds the attempt once (hyper moves the whole request future per request).
-        let result = {
+        let (try_deadline, result) = {
             let mut sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
-            match try_deadline {
-                Some((at, _)) => {
-                    // This timer wakes the task by `at`: the connection
-                    // manager's request timers need none of their own before.
-                    progress.set_router_wake(Some(at));
-                    let r = tokio::time::timeout_at(at, sent.as_mut()).await.ok();
-                    progress.set_router_wake(None);
-                    r
+            loop {
+                let done_at = progress.done_at();
+                let try_deadline = deadlines(&timeouts, attempt_start, done_at);
+                if done_at.is_none() {
+                    // Still arriving: Envoy starts the route and per-try
+                    // timeouts once the downstream request is complete; only
+                    // the per-try idle timer runs until then.
+                    let idle_at = try_deadline.map_or(attempt_start, |d| d.at);
+                    tokio::select! {
+                        biased;
+                        r = sent.as_mut() => break (try_deadline, Some(r)),
+                        _ = progress.completed() => continue,
+                        () = tokio::time::sleep_until(idle_at), if try_deadline.is_some() => {
+                            break (try_deadline, None);
+                        }
+                    }
                 }
-                None => Some(sent.await),
+                break match try_deadline {
+                    Some(d) => {
+                        // This timer wakes the task by `at`: the connection
+                        // manager's request timers need none of their own before.
+                        progress.set_router_wake(Some(d.at));
+                        let r = tokio::time::timeout_at(d.at, sent.as_mut()).await.ok();
+                        progress.set_router_wake(None);
+                        (try_deadline, r)
+                    }
+                    None => (try_deadline, Some(sent.await)),
+                };
             }
         };
         // The retry slot is held until the retried attempt ends (Envoy's
@@ -315,7 +317,8 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         if retry.is_some() {
             tried.push(host.address);
         }
-        let per_try = try_deadline.is_some_and(|(_, p)| p);
+        let per_try = try_deadline.is_some_and(|d| d.per_try);
+        let idle_first = try_deadline.is_some_and(|d| d.idle);
         let (last, mut outcome_replayable) = match result {
             None => {
                 stats.rq_total.inc();
@@ -419,6 +422,9 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // The failed attempt's response (and connection) is dropped here.
         drop(last);
         let wake = Instant::now() + wait;
+        let deadline = progress
+            .done_at()
+            .and_then(|d| timeouts.global.map(|t| d + t));
         match deadline {
             Some(g) if g <= wake => {
                 tokio::time::sleep_until(g).await;
@@ -434,4 +440,42 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         attempt += 1;
         retried = true;
     }
+}
+
+/// An attempt's earliest deadline.
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Instant,
+    /// A per-try one (retriable), not the route's.
+    per_try: bool,
+    /// The per-try idle timer's.
+    idle: bool,
+}
+
+/// The earliest of an attempt's deadlines. The route timeout runs from when
+/// the downstream request was complete (`done_at`, as Envoy's), the per-try
+/// timeout from then or the attempt's start, whichever is later; neither runs
+/// while the request is still arriving. The per-try idle timer runs from the
+/// attempt's start.
+fn deadlines(t: &Timeouts, attempt_start: Instant, done_at: Option<Instant>) -> Option<Deadline> {
+    let per_try = done_at.and_then(|d| t.per_try.map(|p| d.max(attempt_start) + p));
+    let idle = t.per_try_idle.map(|i| attempt_start + i);
+    let global = done_at.and_then(|d| t.global.map(|g| d + g));
+    let (soft, idle_first) = match (per_try, idle) {
+        (Some(p), Some(i)) => (Some(p.min(i)), i < p),
+        (Some(p), None) => (Some(p), false),
+        (None, Some(i)) => (Some(i), true),
+        (None, None) => (None, false),
+    };
+    let (at, per_try) = match (soft, global) {
+        (Some(p), Some(g)) => (p.min(g), p < g),
+        (Some(p), None) => (p, true),
+        (None, Some(g)) => (g, false),
+        (None, None) => return None,
+    };
+    Some(Deadline {
+        at,
+        per_try,
+        idle: per_try && idle_first,
+    })
 }

@@ -135,7 +135,10 @@ pub struct Progress {
     start: tokio::time::Instant,
     /// Milliseconds from `start` to the last header or data event.
     last_ms: std::sync::atomic::AtomicU64,
-    done: std::sync::atomic::AtomicBool,
+    /// Nanoseconds from `start` to the request's end (`NO_OVERRIDE`: still arriving).
+    done_ns: std::sync::atomic::AtomicU64,
+    /// Woken when the request ends: the router's timeouts start then.
+    on_done: atomic_waker::AtomicWaker,
     /// The route's `idle_timeout` in milliseconds (0: disabled), or
     /// `NO_OVERRIDE` for the connection manager's `stream_idle_timeout`.
     idle_override_ms: std::sync::atomic::AtomicU64,
@@ -155,7 +158,8 @@ impl Progress {
         Progress {
             start: tokio::time::Instant::now(),
             last_ms: std::sync::atomic::AtomicU64::new(0),
-            done: std::sync::atomic::AtomicBool::new(false),
+            done_ns: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+            on_done: atomic_waker::AtomicWaker::new(),
             idle_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             duration_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             router_wake_ns: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
@@ -249,7 +253,28 @@ impl Progress {
 
     /// Whether the whole request body has been read.
     pub fn done(&self) -> bool {
-        self.done.load(std::sync::atomic::Ordering::Relaxed)
+        self.done_at().is_some()
+    }
+
+    /// When the whole request had been read, if it has.
+    pub fn done_at(&self) -> Option<tokio::time::Instant> {
+        match self.done_ns.load(std::sync::atomic::Ordering::Acquire) {
+            NO_OVERRIDE => None,
+            ns => Some(self.start + std::time::Duration::from_nanos(ns)),
+        }
+    }
+
+    /// Resolves when the whole request has been read (the body is read by
+    /// the upstream connection's task: this wakes the request's).
+    pub async fn completed(&self) -> tokio::time::Instant {
+        std::future::poll_fn(|cx| {
+            if let Some(at) = self.done_at() {
+                return Poll::Ready(at);
+            }
+            self.on_done.register(cx.waker());
+            self.done_at().map_or(Poll::Pending, Poll::Ready)
+        })
+        .await
     }
 
     /// When the request last moved (headers or a body frame).
@@ -266,7 +291,14 @@ impl Progress {
     }
 
     fn finish(&self) {
-        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+        if !self.done() {
+            let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(NO_OVERRIDE - 1);
+            self.done_ns.store(
+                ns.min(NO_OVERRIDE - 1),
+                std::sync::atomic::Ordering::Release,
+            );
+            self.on_done.wake();
+        }
     }
 }
 
