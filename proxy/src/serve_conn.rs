@@ -207,10 +207,13 @@ macro_rules! serve_until_drained {
             biased;
             _ = conn.as_mut() => {}
             end = ends => match end {
-                ConnEnd::Idle => {
+                end @ (ConnEnd::Idle | ConnEnd::Lifetime) => {
+                    if matches!(end, ConnEnd::Lifetime) {
+                        $stats.edge.cx_max_duration_reached.inc();
+                    }
                     // Envoy's drain sequence: GOAWAY on HTTP/2; an HTTP/1.1
-                    // connection gets `drain_timeout` more, a request in it is
-                    // answered with `connection: close`.
+                    // connection gets `drain_timeout` more (a request in it is
+                    // answered with `connection: close`), then closes.
                     $activity.start_draining();
                     if !$activity.http2() {
                         let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
@@ -232,18 +235,6 @@ macro_rules! serve_until_drained {
                         conn.as_mut().graceful_shutdown();
                     }
                     let _ = tokio::time::timeout(drain_time, conn.as_mut()).await;
-                }
-                ConnEnd::Lifetime => {
-                    $stats.edge.cx_max_duration_reached.inc();
-                    $activity.start_draining();
-                    if !$activity.http2() {
-                        // HTTP/1: the next responses say `connection: close`
-                        // (ending the connection); an idle one is closed after
-                        // `drain_timeout`, as Envoy's drain sequence does.
-                        let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
-                    }
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
                 }
             }
         }

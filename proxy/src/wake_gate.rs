@@ -76,7 +76,7 @@ impl WakeGate {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::future::poll_fn;
+    use std::future::{Future, poll_fn};
     use std::sync::atomic::AtomicUsize;
     use std::time::Duration;
 
@@ -95,8 +95,6 @@ mod tests {
         })
         .await;
     }
-
-    use std::future::Future;
 
     #[tokio::test(start_paused = true)]
     async fn a_guarded_timer_is_polled_once_armed_and_once_fired() {

@@ -41,7 +41,8 @@ pub struct Attempts<'a> {
     pub count_upstream: bool,
     /// Request body bytes held for a retry at most.
     pub buffer_limit: u64,
-    /// When the request started (the route timeout runs from here).
+    /// When the request started: a hedged request's route timeout runs from
+    /// here (an unhedged one's from the request's end, see `deadlines`).
     pub started: Instant,
     /// The request's progress, told when an attempt timeout is armed.
     pub progress: &'a crate::router::body::Progress,
@@ -422,10 +423,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // The failed attempt's response (and connection) is dropped here.
         drop(last);
         let wake = Instant::now() + wait;
-        let deadline = progress
-            .done_at()
-            .and_then(|d| timeouts.global.map(|t| d + t));
-        match deadline {
+        match timeouts.route_deadline(progress.done_at()) {
             Some(g) if g <= wake => {
                 tokio::time::sleep_until(g).await;
                 stats.rq_timeout.inc();
@@ -460,7 +458,7 @@ struct Deadline {
 fn deadlines(t: &Timeouts, attempt_start: Instant, done_at: Option<Instant>) -> Option<Deadline> {
     let per_try = done_at.and_then(|d| t.per_try.map(|p| d.max(attempt_start) + p));
     let idle = t.per_try_idle.map(|i| attempt_start + i);
-    let global = done_at.and_then(|d| t.global.map(|g| d + g));
+    let global = t.route_deadline(done_at);
     let (soft, idle_first) = match (per_try, idle) {
         (Some(p), Some(i)) => (Some(p.min(i)), i < p),
         (Some(p), None) => (Some(p), false),

@@ -171,24 +171,29 @@ impl Progress {
     /// same task, need no timer of their own while the router's comes first:
     /// its firing ends the wait for the response.
     pub fn set_router_wake(&self, at: Option<tokio::time::Instant>) {
-        let ns = at.map_or(NO_OVERRIDE, |at| {
-            u64::try_from(at.saturating_duration_since(self.start).as_nanos())
-                .unwrap_or(NO_OVERRIDE - 1)
-                .min(NO_OVERRIDE - 1)
-        });
+        let ns = at.map_or(NO_OVERRIDE, |at| self.offset_ns(at));
         self.router_wake_ns
             .store(ns, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// When the router's armed timer wakes the request's task, if it holds one.
     pub fn router_wake(&self) -> Option<tokio::time::Instant> {
-        match self
-            .router_wake_ns
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
-            NO_OVERRIDE => None,
-            ns => Some(self.start + std::time::Duration::from_nanos(ns)),
-        }
+        self.at_offset(
+            self.router_wake_ns
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+
+    /// `at` as nanoseconds from `start`, below `NO_OVERRIDE`.
+    fn offset_ns(&self, at: tokio::time::Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.start).as_nanos())
+            .unwrap_or(NO_OVERRIDE - 1)
+            .min(NO_OVERRIDE - 1)
+    }
+
+    /// The instant `ns` nanoseconds from `start` (`NO_OVERRIDE`: none).
+    fn at_offset(&self, ns: u64) -> Option<tokio::time::Instant> {
+        (ns != NO_OVERRIDE).then(|| self.start + std::time::Duration::from_nanos(ns))
     }
 
     /// The route's `max_stream_duration` replaces the connection manager's
@@ -258,21 +263,22 @@ impl Progress {
 
     /// When the whole request had been read, if it has.
     pub fn done_at(&self) -> Option<tokio::time::Instant> {
-        match self.done_ns.load(std::sync::atomic::Ordering::Acquire) {
-            NO_OVERRIDE => None,
-            ns => Some(self.start + std::time::Duration::from_nanos(ns)),
-        }
+        self.at_offset(self.done_ns.load(std::sync::atomic::Ordering::Acquire))
     }
 
     /// Resolves when the whole request has been read (the body is read by
     /// the upstream connection's task: this wakes the request's).
-    pub async fn completed(&self) -> tokio::time::Instant {
+    pub async fn completed(&self) {
         std::future::poll_fn(|cx| {
-            if let Some(at) = self.done_at() {
-                return Poll::Ready(at);
+            if self.done() {
+                return Poll::Ready(());
             }
             self.on_done.register(cx.waker());
-            self.done_at().map_or(Poll::Pending, Poll::Ready)
+            if self.done() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
         })
         .await
     }
@@ -292,11 +298,8 @@ impl Progress {
 
     fn finish(&self) {
         if !self.done() {
-            let ns = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(NO_OVERRIDE - 1);
-            self.done_ns.store(
-                ns.min(NO_OVERRIDE - 1),
-                std::sync::atomic::Ordering::Release,
-            );
+            let ns = self.offset_ns(tokio::time::Instant::now());
+            self.done_ns.store(ns, std::sync::atomic::Ordering::Release);
             self.on_done.wake();
         }
     }

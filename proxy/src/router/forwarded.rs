@@ -57,7 +57,7 @@ pub fn mutate_request(
         has_envoy |= k.as_str().starts_with("x-envoy-");
     }
     let (final_remote, trusted_checks) = if hcm.use_remote_address {
-        let no_xff = !headers.contains_key(&XFF);
+        let no_xff = !has_xff;
         let from_xff = if hops > 0 {
             xff_entry(headers, hops - 1).0
         } else {

@@ -42,6 +42,15 @@ impl Timeouts {
     pub fn expected(&self) -> Option<Duration> {
         self.per_try.or(self.global)
     }
+
+    /// When the route timeout fires for a request that was complete at
+    /// `done_at` (`None`: still arriving, the timeout has not started).
+    pub fn route_deadline(
+        &self,
+        done_at: Option<tokio::time::Instant>,
+    ) -> Option<tokio::time::Instant> {
+        done_at.and_then(|d| self.global.map(|g| d + g))
+    }
 }
 
 /// What one attempt ended with.
