@@ -485,3 +485,32 @@ async fn responses_use_the_downstream_version_and_standard_reason() {
     }
     assert_eq!(stat(&c, "cluster.old.upstream_rq_501").await, 2);
 }
+
+#[tokio::test]
+async fn an_h2_request_at_max_connections_waits_for_a_free_stream() {
+    // One connection of one stream: the second request waits for the first's
+    // stream to end instead of opening a connection or failing.
+    let u = echo_upstream("h2").await;
+    let extra = "typed_extension_protocol_options:\n  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n    \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n    explicit_http_config:\n      http2_protocol_options: {max_concurrent_streams: 1}\ncircuit_breakers: {thresholds: [{max_connections: 1}]}\n";
+    let c = courier(
+        "",
+        &route("/", "{cluster: one}"),
+        &static_cluster("one", &[u], extra),
+    )
+    .await;
+    let send = |path: &'static str| async move {
+        let mut h1 = H1::connect(c.listener).await;
+        h1.get(path, &[]).await
+    };
+    let (slow, other) = tokio::join!(send("/slow"), async {
+        // After the first request holds the only stream.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        send("/second").await
+    });
+    assert_eq!(slow.status, 200, "{slow:?}");
+    assert_eq!(other.status, 200, "{other:?}");
+    assert_eq!(other.seen_request_line(), "GET /second HTTP/2.0");
+    assert_eq!(stat(&c, "cluster.one.upstream_cx_total").await, 1);
+    assert_eq!(stat(&c, "cluster.one.upstream_cx_overflow").await, 1);
+    assert_eq!(stat(&c, "cluster.one.upstream_rq_total").await, 2);
+}

@@ -227,7 +227,9 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             hedge,
         };
         return match parts {
-            Some(p) => super::hedge::run(a, p, body, teed, host).await,
+            // Boxed: hedging is rare, and its state would otherwise sit in
+            // every request's future.
+            Some(p) => Box::pin(super::hedge::run(a, p, body, teed, host)).await,
             None => Done {
                 last: Final::Failed(SendError::Termination),
                 host,
@@ -274,42 +276,14 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 None => return done(Final::Failed(SendError::Termination), host, false),
             },
         };
-        // The per-try timeout and the per-try idle timer (which, before the
-        // response starts, nothing resets) end the attempt alike, retriably.
-        let attempt_start = Instant::now();
-        // Pinned in place: awaited through a pointer from each arm, so this future
-        // holds the attempt once (hyper moves the whole request future per request).
+        // Pinned in place and awaited once (through `timed`), so the attempt's
+        // future sits only in this suspend point's part of `run`'s future: one
+        // awaited from several points would be kept beside every other state
+        // (the read-ahead, hedging), and hyper moves the whole request future
+        // per request.
         let (try_deadline, result) = {
-            let mut sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
-            loop {
-                let done_at = progress.done_at();
-                let try_deadline = deadlines(&timeouts, attempt_start, done_at);
-                if done_at.is_none() {
-                    // Still arriving: Envoy starts the route and per-try
-                    // timeouts once the downstream request is complete; only
-                    // the per-try idle timer runs until then.
-                    let idle_at = try_deadline.map_or(attempt_start, |d| d.at);
-                    tokio::select! {
-                        biased;
-                        r = sent.as_mut() => break (try_deadline, Some(r)),
-                        _ = progress.completed() => continue,
-                        () = tokio::time::sleep_until(idle_at), if try_deadline.is_some() => {
-                            break (try_deadline, None);
-                        }
-                    }
-                }
-                break match try_deadline {
-                    Some(d) => {
-                        // This timer wakes the task by `at`: the connection
-                        // manager's request timers need none of their own before.
-                        progress.set_router_wake(Some(d.at));
-                        let r = tokio::time::timeout_at(d.at, sent.as_mut()).await.ok();
-                        progress.set_router_wake(None);
-                        (try_deadline, r)
-                    }
-                    None => (try_deadline, Some(sent.await)),
-                };
-            }
+            let sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
+            timed(sent, &timeouts, progress).await
         };
         // The retry slot is held until the retried attempt ends (Envoy's
         // retries().inc() .. resetRetry()).
@@ -437,6 +411,46 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         };
         attempt += 1;
         retried = true;
+    }
+}
+
+/// Waits for an attempt under its deadlines: the per-try timeout and the
+/// per-try idle timer (which, before the response starts, nothing resets) end
+/// it alike, retriably; `None` is a timeout.
+async fn timed<F: Future>(
+    mut sent: std::pin::Pin<&mut F>,
+    timeouts: &Timeouts,
+    progress: &crate::router::body::Progress,
+) -> (Option<Deadline>, Option<F::Output>) {
+    let attempt_start = Instant::now();
+    loop {
+        let done_at = progress.done_at();
+        let try_deadline = deadlines(timeouts, attempt_start, done_at);
+        if done_at.is_none() {
+            // Still arriving: Envoy starts the route and per-try timeouts once
+            // the downstream request is complete; only the per-try idle timer
+            // runs until then.
+            let idle_at = try_deadline.map_or(attempt_start, |d| d.at);
+            tokio::select! {
+                biased;
+                r = sent.as_mut() => return (try_deadline, Some(r)),
+                _ = progress.completed() => continue,
+                () = tokio::time::sleep_until(idle_at), if try_deadline.is_some() => {
+                    return (try_deadline, None);
+                }
+            }
+        }
+        return match try_deadline {
+            Some(d) => {
+                // This timer wakes the task by `at`: the connection manager's
+                // request timers need none of their own before.
+                progress.set_router_wake(Some(d.at));
+                let r = tokio::time::timeout_at(d.at, sent.as_mut()).await.ok();
+                progress.set_router_wake(None);
+                (try_deadline, r)
+            }
+            None => (try_deadline, Some(sent.await)),
+        };
     }
 }
 

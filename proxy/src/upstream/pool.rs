@@ -441,88 +441,106 @@ async fn send_h2(
     stats: &ClusterStats,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
-    let max = cluster.config.http.http2.max_concurrent_streams;
-    let find = || {
-        POOLS.with(|p| {
-            let mut p = p.borrow_mut();
-            let pool = p.get_mut(&key)?;
-            pool.h2.retain(|c| !c.send.is_closed());
-            pool.h2
-                .iter()
-                .find(|c| c.streams.load(Ordering::Relaxed) < max)
-                .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
-        })
-    };
-    let (send, streams) = match find() {
+    let conn = match h2_find(cluster, key) {
         Some(c) => c,
-        None => {
-            let slot = match cluster.circuit.try_connection(key.2) {
-                Some(slot) => slot,
-                None => {
-                    // At max_connections: wait for a stream or a connection.
-                    stats.cx_overflow.inc();
-                    let Some(_pending) = cluster.circuit.try_pending(key.2) else {
-                        return Err((SendError::Overflow, None));
-                    };
-                    let mut got = Err(());
-                    for _ in 0..PENDING_POLLS {
-                        tokio::time::sleep(PENDING_POLL).await;
-                        if let Some(c) = find() {
-                            got = Ok(Ok(c));
-                            break;
-                        }
-                        if let Some(slot) = cluster.circuit.try_connection(key.2) {
-                            got = Ok(Err(slot));
-                            break;
-                        }
-                    }
-                    match got {
-                        Ok(Ok(c)) => return send_h2_on(key, c, req, active).await,
-                        Ok(Err(slot)) => slot,
-                        Err(()) => return Err((SendError::Overflow, None)),
-                    }
-                }
-            };
-            let Some(member) = PoolConn::open(cluster, key, stats) else {
-                return Err((SendError::PoolOverflow, Some(req)));
-            };
-            // Boxed: a new connection is rare next to a pooled one, and its connect and
-            // TLS state would otherwise sit in every request's future.
-            let stream = match Box::pin(connect(cluster, host, stats)).await {
-                Ok(s) => s,
-                Err(e) => return Err((e, Some(req))),
-            };
-            let h2 = &cluster.config.http.http2;
-            let (send, conn) = http2::Builder::new(TokioExecutor::new())
-                .initial_stream_window_size(h2.initial_stream_window_size)
-                .initial_connection_window_size(h2.initial_connection_window_size)
-                .handshake(TokioIo::new(stream))
-                .await
-                .map_err(|e| (from_hyper(&e), None))?;
-            let open = OpenConn::new(host, slot, Some(member));
-            tokio::spawn(async move {
-                let _ = conn.await;
-                drop(open);
-            });
-            let streams = Arc::new(AtomicU32::new(0));
-            POOLS.with(|p| {
-                if let Some(pool) = p.borrow_mut().get_mut(&key) {
-                    pool.h2.push(H2Conn {
-                        send: send.clone(),
-                        streams: Arc::clone(&streams),
-                    });
-                }
-            });
-            (send, streams)
-        }
+        // Boxed: a new connection (or a wait for one) is rare next to a pooled
+        // stream, and its state would otherwise sit in every request's future.
+        None => match Box::pin(h2_open(cluster, host, key, stats)).await {
+            Ok(c) => c,
+            Err((e, gives_back)) => return Err((e, gives_back.then_some(req))),
+        },
     };
-    send_h2_on(key, (send, streams), req, active).await
+    // Awaited at one place: each await of it would take its own room in this
+    // future.
+    send_h2_on(key, conn, req, active).await
 }
 
-/// Sends one stream on a pooled HTTP/2 connection.
+/// A pooled HTTP/2 connection to `key` with a stream to spare.
+fn h2_find(cluster: &UpstreamCluster, key: Key) -> Option<H2Stream> {
+    let max = cluster.config.http.http2.max_concurrent_streams;
+    POOLS.with(|p| {
+        let mut p = p.borrow_mut();
+        let pool = p.get_mut(&key)?;
+        pool.h2.retain(|c| !c.send.is_closed());
+        pool.h2
+            .iter()
+            .find(|c| c.streams.load(Ordering::Relaxed) < max)
+            .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
+    })
+}
+
+/// A pooled HTTP/2 connection's sender and its count of open streams.
+type H2Stream = (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>);
+
+/// A stream for a request no pooled connection had room for: a new connection,
+/// or, at `max_connections`, a stream or connection that frees up while the
+/// request waits. The error says whether the request may be given back (it
+/// was refused before any connection was tried).
+async fn h2_open(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    key: Key,
+    stats: &ClusterStats,
+) -> Result<H2Stream, (SendError, bool)> {
+    let slot = match cluster.circuit.try_connection(key.2) {
+        Some(slot) => slot,
+        None => {
+            // At max_connections: wait for a stream or a connection.
+            stats.cx_overflow.inc();
+            let Some(_pending) = cluster.circuit.try_pending(key.2) else {
+                return Err((SendError::Overflow, false));
+            };
+            let mut got = None;
+            for _ in 0..PENDING_POLLS {
+                tokio::time::sleep(PENDING_POLL).await;
+                if let Some(c) = h2_find(cluster, key) {
+                    return Ok(c);
+                }
+                if let Some(slot) = cluster.circuit.try_connection(key.2) {
+                    got = Some(slot);
+                    break;
+                }
+            }
+            match got {
+                Some(slot) => slot,
+                None => return Err((SendError::Overflow, false)),
+            }
+        }
+    };
+    let Some(member) = PoolConn::open(cluster, key, stats) else {
+        return Err((SendError::PoolOverflow, true));
+    };
+    let stream = match connect(cluster, host, stats).await {
+        Ok(s) => s,
+        Err(e) => return Err((e, true)),
+    };
+    let h2 = &cluster.config.http.http2;
+    let (send, conn) = http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(h2.initial_stream_window_size)
+        .initial_connection_window_size(h2.initial_connection_window_size)
+        .handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| (from_hyper(&e), false))?;
+    let open = OpenConn::new(host, slot, Some(member));
+    tokio::spawn(async move {
+        let _ = conn.await;
+        drop(open);
+    });
+    let streams = Arc::new(AtomicU32::new(0));
+    POOLS.with(|p| {
+        if let Some(pool) = p.borrow_mut().get_mut(&key) {
+            pool.h2.push(H2Conn {
+                send: send.clone(),
+                streams: Arc::clone(&streams),
+            });
+        }
+    });
+    Ok((send, streams))
+}
+
 async fn send_h2_on(
     key: Key,
-    (mut send, streams): (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>),
+    (mut send, streams): H2Stream,
     mut req: Request<UpstreamBody>,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
