@@ -10,7 +10,8 @@
 # run `cargo build --release -p courier -p courier-benches --bins` first.
 # CALLGRIND_KEEP=1 keeps the two profiles (callgrind_annotate them, or diff
 # per function). CALLGRIND_H2C=1 sends the GETs as h2c (prior knowledge, one
-# stream at a time) instead of HTTP/1.1.
+# stream at a time) instead of HTTP/1.1. CALLGRIND_BARE=1 counts bench-bare-proxy
+# (the smallest proxy on courier's stack) instead of courier.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N="${1:-10000}"
@@ -51,14 +52,20 @@ static_resources:
       cluster_name: up
       endpoints: [{lb_endpoints: [{endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: $(cat "$work/upstream.port")}}}}]}]
 YAML
+  local proxy=("$BIN/courier" -c "$work/courier.yaml" --concurrency 1 --drain-time-s 1) stop_signal=INT
+  if [ -n "${CALLGRIND_BARE:-}" ]; then
+    proxy=("$BIN/bench-bare-proxy" "127.0.0.1:$port" "127.0.0.1:$(cat "$work/upstream.port")" 600)
+    stop_signal=TERM
+  fi
   valgrind --tool=callgrind --callgrind-out-file="$work/cg.$requests" \
-    "$BIN/courier" -c "$work/courier.yaml" --concurrency 1 --drain-time-s 1 >/dev/null 2>"$work/courier.$requests.log" &
+    "${proxy[@]}" >/dev/null 2>"$work/courier.$requests.log" &
   local vg=$!
   for _ in $(seq 1 120); do curl -sf -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.5; done
   local proto=(--h1)
   [ -z "${CALLGRIND_H2C:-}" ] || proto=(-m 1)
   h2load "${proto[@]}" -n "$requests" -c 1 -t 1 "http://127.0.0.1:$port/" | grep -E '^requests:' >&2
-  kill -INT $vg; wait $vg || true
+  # A background job ignores SIGINT unless it handles it (courier does).
+  kill "-${stop_signal}" $vg; wait $vg || true
   callgrind_annotate "$work/cg.$requests" 2>/dev/null | awk '/PROGRAM TOTALS/ {gsub(",","",$1); print $1}'
 }
 base=$(run 2000)

