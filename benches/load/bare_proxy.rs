@@ -36,6 +36,8 @@ struct Pool {
 impl Pool {
     /// An idle connection that is still open, or a new one.
     async fn checkout(&self, upstream: SocketAddr) -> Result<client::SendRequest<Incoming>, Error> {
+        // Not `while let`: its scrutinee's borrow would be held across the
+        // `ready().await`, while other requests' tasks use the pool.
         loop {
             let Some(mut conn) = self.idle.borrow_mut().pop() else {
                 break;

@@ -422,11 +422,7 @@ async fn send_h1(
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), None))?;
-    let open = OpenConn::new(host, slot, Some(member));
-    tokio::spawn(async move {
-        let _ = conn.await;
-        drop(open);
-    });
+    OpenConn::new(host, slot, Some(member)).drive(conn);
     match s.send_request(req).await {
         Ok(resp) => Ok((resp, lease(s))),
         Err(e) => Err((from_hyper(&e), None)),
@@ -490,20 +486,19 @@ async fn h2_open(
             let Some(_pending) = cluster.circuit.try_pending(key.2) else {
                 return Err((SendError::Overflow, false));
             };
-            let mut got = None;
-            for _ in 0..PENDING_POLLS {
+            let mut polls = 0;
+            loop {
+                if polls == PENDING_POLLS {
+                    return Err((SendError::Overflow, false));
+                }
+                polls += 1;
                 tokio::time::sleep(PENDING_POLL).await;
                 if let Some(c) = h2_find(cluster, key) {
                     return Ok(c);
                 }
                 if let Some(slot) = cluster.circuit.try_connection(key.2) {
-                    got = Some(slot);
-                    break;
+                    break slot;
                 }
-            }
-            match got {
-                Some(slot) => slot,
-                None => return Err((SendError::Overflow, false)),
             }
         }
     };
@@ -521,11 +516,7 @@ async fn h2_open(
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), false))?;
-    let open = OpenConn::new(host, slot, Some(member));
-    tokio::spawn(async move {
-        let _ = conn.await;
-        drop(open);
-    });
+    OpenConn::new(host, slot, Some(member)).drive(conn);
     let streams = Arc::new(AtomicU32::new(0));
     POOLS.with(|p| {
         if let Some(pool) = p.borrow_mut().get_mut(&key) {
@@ -538,6 +529,7 @@ async fn h2_open(
     Ok((send, streams))
 }
 
+/// Sends one stream on a pooled HTTP/2 connection.
 async fn send_h2_on(
     key: Key,
     (mut send, streams): H2Stream,
@@ -580,6 +572,18 @@ impl OpenConn {
     ) -> Self {
         host.stats.cx_active.fetch_add(1, Ordering::Relaxed);
         Self(Arc::clone(host), slot, member)
+    }
+
+    /// Runs the connection's codec `conn` on a task of its own, counted as
+    /// this open connection until it ends.
+    fn drive<F>(self, conn: F)
+    where
+        F: Future + Send + 'static,
+    {
+        tokio::spawn(async move {
+            let _ = conn.await;
+            drop(self);
+        });
     }
 }
 
