@@ -2,10 +2,16 @@
 //! worker (atomics on the cluster), checked before a request or a retry starts.
 //! A slot is taken by incrementing first and checking after, so workers racing
 //! for the last slot never overshoot a limit.
+//!
+//! Requests waiting for a connection (`rq_pending_open`) sleep on their
+//! priority's [`Counts::freed`] and are woken when capacity frees: a connection
+//! slot on any worker, or a connection or stream of their own worker's pool.
+//! Nothing polls.
 
 use courier_config::cluster::{CircuitBreakers, Thresholds};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering, fence};
+use tokio::sync::Notify;
 
 /// The open counts of one routing priority.
 #[derive(Debug, Default)]
@@ -20,6 +26,43 @@ pub struct Counts {
     pub connections: AtomicU64,
     /// Connection pools in use, over every worker (`cx_pool_open`).
     pub pools: AtomicU64,
+    /// Woken when capacity frees while requests are pending.
+    freed: Notify,
+}
+
+impl Counts {
+    /// Wakes the pending requests after a free that only a request of this
+    /// thread can use (an idle HTTP/1.1 connection or an HTTP/2 stream of this
+    /// worker's pool): no fence, as the waiter that counted itself in
+    /// `pending` ran on this thread. One relaxed load when nobody waits, which
+    /// is every request but an overloaded one's.
+    pub fn wake_local(&self) {
+        if self.pending.load(Ordering::Relaxed) > 0 {
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// Wakes the pending requests after a free that any worker's request can
+    /// use (a connection slot). The fence pairs with the one in
+    /// [`Counts::armed`]: either this load sees the waiter's `pending`, or the
+    /// waiter's look after arming sees the free.
+    fn wake_shared(&self) {
+        fence(Ordering::SeqCst);
+        if self.pending.load(Ordering::Relaxed) > 0 {
+            self.freed.notify_waiters();
+        }
+    }
+
+    /// A wake-up registered now: any [`Counts::wake_local`] or
+    /// [`Counts::wake_shared`] after this call completes it. Arm, then look
+    /// for capacity, then wait: a free between the look and the wait is not
+    /// lost.
+    pub fn armed(&self) -> std::pin::Pin<Box<tokio::sync::futures::Notified<'_>>> {
+        let mut n = Box::pin(self.freed.notified());
+        n.as_mut().enable();
+        fence(Ordering::SeqCst);
+        n
+    }
 }
 
 /// A cluster's circuit-breaker state: DEFAULT and HIGH priority counts with their
@@ -57,6 +100,16 @@ impl Drop for Held {
             Kind::Pool => &self.counts.pools,
         };
         c.fetch_sub(1, Ordering::Relaxed);
+        if let Kind::Connection = self.kind {
+            self.counts.wake_shared();
+        }
+    }
+}
+
+impl Held {
+    /// The counts of the priority this slot is of.
+    pub fn counts(&self) -> &Arc<Counts> {
+        &self.counts
     }
 }
 
@@ -68,6 +121,11 @@ impl Circuit {
             default: Arc::default(),
             high: Arc::default(),
         }
+    }
+
+    /// The open counts of a routing priority.
+    pub fn counts(&self, high: bool) -> &Arc<Counts> {
+        self.pick(high).1
     }
 
     fn pick(&self, high: bool) -> (&Thresholds, &Arc<Counts>) {

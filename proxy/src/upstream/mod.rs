@@ -13,6 +13,7 @@ pub mod host;
 pub mod lazy;
 pub mod lb;
 pub mod outlier;
+mod pending;
 pub mod pool;
 pub mod stream;
 pub mod tls;

@@ -8,7 +8,9 @@
 //! across an await.
 
 use super::UpstreamCluster;
+use super::circuit::Counts;
 use super::host::{ActiveRequest, Host};
+use super::pending::Pending;
 use super::stream::UpstreamStream;
 use crate::stats::ClusterStats;
 use courier_config::cluster::UpstreamProtocol;
@@ -45,7 +47,9 @@ struct HostPool {
     cluster: Arc<str>,
     /// Sweeps in a row that found its host gone from the cluster.
     missed: u8,
-    _slot: super::circuit::Held,
+    /// Its `max_connection_pools` slot; its counts wake the requests pending
+    /// for a connection when one comes back idle.
+    slot: super::circuit::Held,
 }
 
 /// Sweeps in a row a host must be missing before its pool is drained: an
@@ -79,7 +83,7 @@ impl PoolConn {
                     conns: 1,
                     cluster: Arc::from(cluster.config.name.as_str()),
                     missed: 0,
-                    _slot: slot,
+                    slot,
                 },
             );
             Some(PoolConn(key))
@@ -108,7 +112,14 @@ impl Drop for PoolConn {
 
 struct H2Conn {
     send: http2::SendRequest<UpstreamBody>,
-    streams: Arc<AtomicU32>,
+    streams: Arc<H2Streams>,
+}
+
+/// An HTTP/2 connection's streams in flight, and the counts of the requests
+/// that may be pending for one of them.
+struct H2Streams {
+    open: AtomicU32,
+    counts: Arc<Counts>,
 }
 
 thread_local! {
@@ -267,18 +278,21 @@ impl Lease {
             POOLS.with(|p| {
                 if let Some(pool) = p.borrow_mut().get_mut(&self.key) {
                     pool.idle_h1.push(s);
+                    pool.slot.counts().wake_local();
                 }
             });
         }
     }
 }
 
-/// One HTTP/2 stream in flight on a pooled connection.
-struct StreamGuard(Arc<AtomicU32>);
+/// One HTTP/2 stream in flight on a pooled connection; its end wakes the
+/// requests pending for a stream.
+struct StreamGuard(Arc<H2Streams>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+        self.0.counts.wake_local();
     }
 }
 
@@ -349,11 +363,6 @@ fn chunk_unknown_length(req: &mut Request<UpstreamBody>) {
     }
 }
 
-/// How long a pending request sleeps between looks for a free connection, and
-/// how many looks it takes at most (the route timeout usually ends it first).
-pub(super) const PENDING_POLL: std::time::Duration = std::time::Duration::from_millis(2);
-pub(super) const PENDING_POLLS: u32 = 30_000;
-
 async fn send_h1(
     cluster: &UpstreamCluster,
     host: &Arc<Host>,
@@ -369,11 +378,14 @@ async fn send_h1(
         _active: active,
         _held: None,
     };
-    let mut pending = None;
-    let mut polls = 0;
+    // Set once the request waits for a connection (see `pending`).
+    let mut pending: Option<Pending<'_>> = None;
     // The idle connections are looked at inline, not in a function of their own:
     // each async layer moves the request and its future once more per request.
     let slot = loop {
+        // A waiting request arms before it looks, so a connection freed after
+        // the look still wakes it.
+        let armed = pending.as_ref().map(Pending::arm);
         // Reuse the most recently returned connection first (LIFO: warm, least
         // likely to have been closed by the upstream's idle timeout).
         while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
@@ -392,19 +404,15 @@ async fn send_h1(
         if let Some(slot) = cluster.circuit.try_connection(key.2) {
             break slot;
         }
-        // At max_connections: the request waits for a connection to free up.
-        if pending.is_none() {
-            stats.cx_overflow.inc();
-            match cluster.circuit.try_pending(key.2) {
-                Some(p) => pending = Some(p),
-                None => return Err((SendError::Overflow, None)),
+        // At max_connections: the request waits for a connection to free up
+        // (arming, then looking again, on its first round).
+        match (armed, &pending) {
+            (Some(armed), Some(p)) => p.wait(armed).await.map_err(|e| (e, None))?,
+            _ => {
+                let p = Pending::start(&cluster.circuit, key.2, stats).map_err(|e| (e, None))?;
+                pending = Some(p);
             }
         }
-        if polls == PENDING_POLLS {
-            return Err((SendError::Overflow, None));
-        }
-        polls += 1;
-        tokio::time::sleep(PENDING_POLL).await;
     };
     // No longer pending: connecting.
     drop(pending);
@@ -460,13 +468,13 @@ fn h2_find(cluster: &UpstreamCluster, key: Key) -> Option<H2Stream> {
         pool.h2.retain(|c| !c.send.is_closed());
         pool.h2
             .iter()
-            .find(|c| c.streams.load(Ordering::Relaxed) < max)
+            .find(|c| c.streams.open.load(Ordering::Relaxed) < max)
             .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
     })
 }
 
 /// A pooled HTTP/2 connection's sender and its count of open streams.
-type H2Stream = (http2::SendRequest<UpstreamBody>, Arc<AtomicU32>);
+type H2Stream = (http2::SendRequest<UpstreamBody>, Arc<H2Streams>);
 
 /// A stream for a request no pooled connection had room for: a new connection,
 /// or, at `max_connections`, a stream or connection that frees up while the
@@ -482,23 +490,16 @@ async fn h2_open(
         Some(slot) => slot,
         None => {
             // At max_connections: wait for a stream or a connection.
-            stats.cx_overflow.inc();
-            let Some(_pending) = cluster.circuit.try_pending(key.2) else {
-                return Err((SendError::Overflow, false));
-            };
-            let mut polls = 0;
+            let pending = Pending::start(&cluster.circuit, key.2, stats).map_err(|e| (e, false))?;
             loop {
-                if polls == PENDING_POLLS {
-                    return Err((SendError::Overflow, false));
-                }
-                polls += 1;
-                tokio::time::sleep(PENDING_POLL).await;
+                let armed = pending.arm();
                 if let Some(c) = h2_find(cluster, key) {
                     return Ok(c);
                 }
                 if let Some(slot) = cluster.circuit.try_connection(key.2) {
                     break slot;
                 }
+                pending.wait(armed).await.map_err(|e| (e, false))?;
             }
         }
     };
@@ -517,7 +518,10 @@ async fn h2_open(
         .await
         .map_err(|e| (from_hyper(&e), false))?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
-    let streams = Arc::new(AtomicU32::new(0));
+    let streams = Arc::new(H2Streams {
+        open: AtomicU32::new(0),
+        counts: Arc::clone(cluster.circuit.counts(key.2)),
+    });
     POOLS.with(|p| {
         if let Some(pool) = p.borrow_mut().get_mut(&key) {
             pool.h2.push(H2Conn {
@@ -539,7 +543,7 @@ async fn send_h2_on(
     // The connection's HPACK encoder keeps the values it indexes: not as slices
     // that pin the downstream connection's read buffer.
     crate::router::headers::compact(req.headers_mut());
-    streams.fetch_add(1, Ordering::Relaxed);
+    streams.open.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {
         Ok(resp) => Ok((

@@ -13,7 +13,9 @@
 //! counts in the host's `cx_active`, as the routing pool's do.
 
 use super::UpstreamCluster;
+use super::circuit::Counts;
 use super::host::Host;
+use super::pending::Pending;
 use super::pool::{self, Key, OpenConn, SendError};
 use crate::stats::ClusterStats;
 use bytes::{Bytes, BytesMut};
@@ -38,12 +40,14 @@ pub struct UnaryResponse {
 }
 
 /// What every handle of a connection sees of it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ConnState {
     /// Streams in flight (counted against the cluster's `max_concurrent_streams`).
     streams: AtomicU32,
     /// Set when the connection's task ended (closed, failed, GOAWAY done).
     closed: AtomicBool,
+    /// The counts of the calls that may be pending for a stream.
+    counts: Arc<Counts>,
 }
 
 struct Conn {
@@ -60,12 +64,14 @@ thread_local! {
     static CONNS: RefCell<HashMap<Key, Vec<Conn>>> = RefCell::new(HashMap::new());
 }
 
-/// One stream in flight on a connection.
+/// One stream in flight on a connection; its end wakes the calls pending for
+/// a stream.
 struct StreamGuard(Arc<ConnState>);
 
 impl Drop for StreamGuard {
     fn drop(&mut self) {
         self.0.streams.fetch_sub(1, Ordering::Relaxed);
+        self.0.counts.wake_local();
     }
 }
 
@@ -219,22 +225,17 @@ async fn start_new(
     let slot = match cluster.circuit.try_connection(key.2) {
         Some(slot) => slot,
         None => {
-            stats.cx_overflow.inc();
-            let Some(_pending) = cluster.circuit.try_pending(key.2) else {
-                return Err(SendError::Overflow);
-            };
-            let mut got = None;
-            for _ in 0..pool::PENDING_POLLS {
-                tokio::time::sleep(pool::PENDING_POLL).await;
+            let pending = Pending::start(&cluster.circuit, key.2, stats)?;
+            loop {
+                let armed = pending.arm();
                 if let Some(started) = poll_fn(|cx| start_pooled(key, max, &mut req, cx)).await {
                     return started;
                 }
                 if let Some(slot) = cluster.circuit.try_connection(key.2) {
-                    got = Some(slot);
-                    break;
+                    break slot;
                 }
+                pending.wait(armed).await?;
             }
-            got.ok_or(SendError::Overflow)?
         }
     };
     let stream = pool::connect(cluster, host, stats).await?;
@@ -248,7 +249,11 @@ async fn start_new(
         .handshake::<_, Bytes>(stream)
         .await
         .map_err(|e| from_h2(&e))?;
-    let state = Arc::new(ConnState::default());
+    let state = Arc::new(ConnState {
+        streams: AtomicU32::new(0),
+        closed: AtomicBool::new(false),
+        counts: Arc::clone(cluster.circuit.counts(key.2)),
+    });
     let open = OpenConn::new(host, slot, None);
     let watched = Arc::clone(&state);
     tokio::spawn(async move {
