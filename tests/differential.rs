@@ -150,6 +150,24 @@ const MATCH: &str = r#"
     direct_response: { status: 200, body: { inline_string: "not-grpc" } }
 "#;
 
+/// Route-level `upgrade_configs` over the connection manager's: a route may
+/// enable an upgrade type the manager does not, or disable one it does. The
+/// routes name a cluster by a header no request sends, so a request the route
+/// lets through is answered 503 (cluster not found) without an upstream.
+const UPGRADES: &str = r#"
+- name: upgrades
+  domains: ["*"]
+  routes:
+  - match: { prefix: "/on" }
+    route: { cluster_header: x-no-such-cluster, upgrade_configs: [{ upgrade_type: WebSocket }] }
+  - match: { prefix: "/off" }
+    route: { cluster_header: x-no-such-cluster, upgrade_configs: [{ upgrade_type: websocket, enabled: false }] }
+  - match: { prefix: "/other" }
+    route: { cluster_header: x-no-such-cluster, upgrade_configs: [{ upgrade_type: spdy/3.1 }] }
+  - match: { prefix: "/plain" }
+    route: { cluster_header: x-no-such-cluster }
+"#;
+
 /// Virtual-host selection: each host answers with its name.
 const VHOSTS: &str = r#"
 - name: exact
@@ -196,8 +214,14 @@ fn bootstraps() -> Vec<Bootstrap> {
                 hcm_listener("direct", "", DIRECT),
                 hcm_listener("redirect", "", REDIRECT),
                 hcm_listener("match", "", MATCH),
+                hcm_listener("upgrades-off", "", UPGRADES),
+                hcm_listener(
+                    "upgrades-on",
+                    "upgrade_configs: [{upgrade_type: websocket}]",
+                    UPGRADES,
+                ),
             ]),
-            listeners: vec!["direct", "redirect", "match"],
+            listeners: vec!["direct", "redirect", "match", "upgrades-off", "upgrades-on"],
         },
         Bootstrap {
             id: "hosts",
@@ -224,6 +248,13 @@ const HEAD_EMPTY: &str = "Envoy declares transfer-encoding: chunked for an empty
 
 fn te() -> Field {
     Field::Header("transfer-encoding".into())
+}
+
+/// A WebSocket upgrade request.
+fn ws(name: &'static str, listener: &'static str, authority: &str, path: &str) -> Case {
+    Case::get(name, listener, authority, path)
+        .header("connection", "upgrade")
+        .header("upgrade", "websocket")
 }
 
 fn cases() -> Vec<Case> {
@@ -424,6 +455,56 @@ fn cases() -> Vec<Case> {
         d("websocket upgrade not enabled", "/ok")
             .header("connection", "upgrade")
             .header("upgrade", "websocket"),
+        // Route-level upgrade_configs.
+        ws(
+            "route enables websocket",
+            "upgrades-off",
+            "example.com",
+            "/on",
+        ),
+        ws(
+            "route disables websocket",
+            "upgrades-on",
+            "example.com",
+            "/off",
+        ),
+        ws(
+            "route names another type",
+            "upgrades-off",
+            "example.com",
+            "/other",
+        ),
+        ws(
+            "route names another type, manager enables",
+            "upgrades-on",
+            "example.com",
+            "/other",
+        ),
+        ws(
+            "route silent, manager silent",
+            "upgrades-off",
+            "example.com",
+            "/plain",
+        ),
+        ws(
+            "route silent, manager enables",
+            "upgrades-on",
+            "example.com",
+            "/plain",
+        ),
+        Case::get(
+            "route disables websocket, no upgrade asked",
+            "upgrades-on",
+            "example.com",
+            "/off",
+        ),
+        // No route: the router's 404, not the upgrade's 403.
+        ws(
+            "websocket upgrade, no route",
+            "nohost",
+            "elsewhere.test",
+            "/",
+        ),
     ]
 }
 

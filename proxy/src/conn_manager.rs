@@ -175,9 +175,10 @@ pub async fn handle(
     let mut streaming = None;
     let mut resp = match hcm {
         Some(hcm) => 'answer: {
-            if let Some(refused) = request_limits::refuse(&req, hcm) {
-                break 'answer refused;
-            }
+            let asks_upgrade = match request_limits::refuse(&req, hcm) {
+                Ok(asks) => asks.0,
+                Err(refused) => break 'answer refused,
+            };
             if let Some(answered) = crate::sanitize::check(&mut req, hcm, &stats.edge) {
                 break 'answer answered;
             }
@@ -215,7 +216,8 @@ pub async fn handle(
                 up,
                 logging,
                 remote,
-                &route_progress
+                &route_progress,
+                asks_upgrade.then_some(hcm),
             ));
             let mut resp =
                 request_limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
@@ -297,9 +299,10 @@ fn route_config<'a>(
     }
 }
 
-// One more than clippy's limit: the request's progress (for the route's idle
+// Two more than clippy's limit: the request's progress (for the route's idle
 // timeout) travels beside the request rather than in its extensions, which
-// would allocate per request.
+// would allocate per request; `upgrades` is the connection manager, given only
+// when the request may ask for an upgrade.
 #[allow(clippy::too_many_arguments)]
 async fn respond(
     mut req: Request<RequestBody>,
@@ -310,12 +313,28 @@ async fn respond(
     logging: bool,
     remote: std::net::IpAddr,
     progress: &Progress,
+    upgrades: Option<&HttpConnectionManager>,
 ) -> Response<ResponseBody> {
     let Some(rc) = rc else {
         stats.no_route.inc();
         return no_route(reply(StatusCode::NOT_FOUND, ""));
     };
     let selected = select(rc, &View::of(&req));
+    // An upgrade its route does not take is refused before the filters run, as
+    // Envoy refuses it when it builds the stream's filter chain.
+    if let Some(hcm) = upgrades
+        && let Some((_, route)) = selected
+        && let Some(kind) = request_limits::upgrade_type(&req)
+        && let Some(mut refused) = request_limits::upgrade_refused(&req, kind, route, hcm)
+    {
+        stats.ws_on_non_ws_route.inc();
+        if logging {
+            refused
+                .extensions_mut()
+                .insert(Details("upgrade_failed".into()));
+        }
+        return refused;
+    }
     if let Some((_, route)) = selected
         && let Action::Route(ra) = &route.action
     {

@@ -6,6 +6,7 @@ use crate::local_reply::{ReplyTo, local_reply};
 use crate::router::ResponseFlag;
 use crate::router::body::{Progress, ResponseBody};
 use courier_config::listener::hcm::HttpConnectionManager;
+use courier_config::route::{Action, Route};
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
 use std::future::Future;
 use std::pin::Pin;
@@ -80,9 +81,18 @@ fn scan<B>(req: &Request<B>, authority: Option<&str>) -> Scan {
 /// What Envoy refuses before routing: headers over `max_request_headers_kb` or
 /// `max_headers_count` (HTTP/1.1: 431 and close; HTTP/2: the stream is reset),
 /// HTTP/1.0 unless accepted (426), HTTP/1.1 without a host (400),
-/// `content-length` with `transfer-encoding` (400), and an upgrade of a type
-/// that is not enabled (403).
-pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Response<ResponseBody>> {
+/// `content-length` with `transfer-encoding` (400). (An upgrade of a type that
+/// is not enabled waits for the route: [`upgrade_refused`].)
+///
+/// `Ok` says whether the request asks for an upgrade (so that requests that do
+/// not, nearly all, skip [`upgrade_type`]'s lookup after routing).
+// The refusal is the response itself, moved once to the caller; a box would
+// allocate for every refusal.
+#[allow(clippy::result_large_err)]
+pub fn refuse<B>(
+    req: &Request<B>,
+    hcm: &HttpConnectionManager,
+) -> Result<AsksUpgrade, Response<ResponseBody>> {
     let h2 = req.version() == Version::HTTP_2;
     // Only for a refusal: it looks a header up.
     let to = || ReplyTo::of(req);
@@ -91,7 +101,7 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     let too_many =
         req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
     if too_many || scan.bytes > hcm.max_request_headers_kb as usize * 1024 {
-        return Some(codec_refusal(
+        return Err(codec_refusal(
             req.version(),
             to(),
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -99,7 +109,7 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
         ));
     }
     if req.version() == Version::HTTP_10 && !hcm.http_protocol_options.accept_http_10 {
-        return Some(closing(
+        return Err(closing(
             to(),
             StatusCode::UPGRADE_REQUIRED,
             "Upgrade Required",
@@ -107,11 +117,11 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
     }
     // HTTP/1.1 requires a host (RFC 9112 3.2).
     if req.version() == Version::HTTP_11 && authority.is_none() {
-        return Some(closing(to(), StatusCode::BAD_REQUEST, ""));
+        return Err(closing(to(), StatusCode::BAD_REQUEST, ""));
     }
     let headers = req.headers();
     if !h2 && scan.transfer_encoding && headers.contains_key(header::CONTENT_LENGTH) {
-        return Some(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
+        return Err(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
     }
     if !h2 {
         // A target like `abc` parses as authority-form, which only CONNECT may
@@ -121,7 +131,7 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             && uri.authority().is_some()
             && req.method() != http::Method::CONNECT
         {
-            return Some(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
+            return Err(closing(to(), StatusCode::BAD_REQUEST, "Bad Request"));
         }
         // Envoy's codec takes exactly `chunked` (hyper also lets through codings
         // before it, or `chunked` twice): anything else is 501.
@@ -138,23 +148,46 @@ pub fn refuse<B>(req: &Request<B>, hcm: &HttpConnectionManager) -> Option<Respon
             _ => false,
         };
         if !chunked_only {
-            return Some(closing(
+            return Err(closing(
                 to(),
                 StatusCode::NOT_IMPLEMENTED,
                 "Not Implemented",
             ));
         }
     }
-    if scan.connection
-        && let Some(kind) = upgrade_type(req)
-        && !hcm
-            .upgrade_configs
+    Ok(AsksUpgrade(scan.connection))
+}
+
+/// Whether a request's head has a `connection` header, without which it asks
+/// for no upgrade.
+#[derive(Debug, Clone, Copy)]
+pub struct AsksUpgrade(pub bool);
+
+/// Envoy's answer to an upgrade its route does not take: 403, and the
+/// connection closed (whatever follows the head may be the upgraded
+/// protocol's bytes, not a request). Upgrades of a type the route names go as
+/// it says; other types as the connection manager's `upgrade_configs` say.
+/// A request that matched no route is not refused here, as in Envoy: its
+/// answer is the router's 404.
+pub fn upgrade_refused<B>(
+    req: &Request<B>,
+    kind: &str,
+    route: &Route,
+    hcm: &HttpConnectionManager,
+) -> Option<Response<ResponseBody>> {
+    let by_route = match &route.action {
+        Action::Route(ra) => ra.upgrade(kind),
+        Action::DirectResponse(_) | Action::Redirect(_) => None,
+    };
+    let allowed = by_route.unwrap_or_else(|| {
+        hcm.upgrade_configs
             .iter()
             .any(|u| u.enabled && u.upgrade_type.eq_ignore_ascii_case(kind))
-    {
-        return Some(closing(to(), StatusCode::FORBIDDEN, ""));
+    });
+    if allowed {
+        return None;
     }
-    None
+    Some(closing(ReplyTo::of(req), StatusCode::FORBIDDEN, ""))
 }
 
 /// The upgrade an HTTP/1.1 request asks for (`connection: upgrade` and

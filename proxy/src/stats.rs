@@ -48,6 +48,9 @@ pub struct HcmStats {
     pub rq_direct_response: Counter,
     /// `rq_redirect`.
     pub rq_redirect: Counter,
+    /// `downstream_rq_ws_on_non_ws_route`: upgrades refused because neither
+    /// the route nor the connection manager enables their type.
+    pub ws_on_non_ws_route: Counter,
     /// Edge protections (`downstream_rq_overload_close`, path normalisation, underscores).
     pub edge: crate::sanitize::EdgeStats,
 }
@@ -292,6 +295,10 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             add("no_route", s.no_route.get());
             add("rq_direct_response", s.rq_direct_response.get());
             add("rq_redirect", s.rq_redirect.get());
+            add(
+                "downstream_rq_ws_on_non_ws_route",
+                s.ws_on_non_ws_route.get(),
+            );
             for (stat, v) in s.edge.samples() {
                 add(stat, v);
             }
@@ -346,6 +353,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
             let counters = [&s.cx_total, &s.rq_total, &s.no_route, &s.rq_direct_response];
             counters.into_iter().for_each(Counter::reset);
             s.rq_redirect.reset();
+            s.ws_on_non_ws_route.reset();
             s.rq_xx.iter().for_each(Counter::reset);
         }
         for (_, c) in &w.clusters {

@@ -203,3 +203,71 @@ async fn websocket_upgrade_on_a_connection_that_parked() {
     s.shutdown().await.unwrap();
     assert_eq!(read_until(&mut s, b"\n--never--").await, "");
 }
+
+/// Route-level `upgrade_configs`: a route enables WebSocket where the
+/// connection manager does not (forwarded, bytes both ways), another disables
+/// it where the manager enables it (403, closed, counted), and a route that
+/// says nothing follows the manager.
+#[tokio::test]
+async fn route_upgrade_configs_override_the_connection_manager() {
+    let up = upgrade_echo().await;
+    let cluster = static_cluster("ws", &[up], "");
+    let routes = "- match: {prefix: \"/ws\"}\n  route: {cluster: ws, upgrade_configs: [{upgrade_type: WebSocket}]}\n\
+                  - match: {prefix: \"/\"}\n  route: {cluster: ws}\n";
+    let c = courier("", routes, &cluster).await;
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(HANDSHAKE).await.unwrap();
+    let both = read_heads(&mut s, 2).await;
+    assert!(
+        both.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{both}"
+    );
+    s.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(3), s.read_exact(&mut back))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&back, b"ping");
+    // The same upgrade on the route that says nothing: the manager enables none.
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(&handshake_to("/other")).await.unwrap();
+    let resp = read_until(&mut s, b"\n--never--").await;
+    assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+    assert!(resp.contains("\r\nconnection: close\r\n"), "{resp}");
+    assert_eq!(
+        stat(&c, "http.ingress.downstream_rq_ws_on_non_ws_route").await,
+        1
+    );
+
+    let routes = "- match: {prefix: \"/ws\"}\n  route: {cluster: ws, upgrade_configs: [{upgrade_type: websocket, enabled: false}]}\n\
+                  - match: {prefix: \"/\"}\n  route: {cluster: ws}\n";
+    let c = courier(
+        "upgrade_configs: [{upgrade_type: websocket}]",
+        routes,
+        &cluster,
+    )
+    .await;
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(HANDSHAKE).await.unwrap();
+    let resp = read_until(&mut s, b"\n--never--").await;
+    assert!(resp.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{resp}");
+    assert_eq!(
+        stat(&c, "http.ingress.downstream_rq_ws_on_non_ws_route").await,
+        1
+    );
+    let mut s = TcpStream::connect(c.listener).await.unwrap();
+    s.write_all(&handshake_to("/other")).await.unwrap();
+    let both = read_heads(&mut s, 2).await;
+    assert!(
+        both.starts_with("HTTP/1.1 101 Switching Protocols\r\n"),
+        "{both}"
+    );
+}
+
+/// [`HANDSHAKE`] for another path.
+fn handshake_to(path: &str) -> Vec<u8> {
+    String::from_utf8_lossy(HANDSHAKE)
+        .replacen("GET /ws ", &format!("GET {path} "), 1)
+        .into_bytes()
+}

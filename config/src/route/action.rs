@@ -114,6 +114,30 @@ pub struct RouteAction {
     pub priority: RoutingPriority,
     /// `max_stream_duration`: replaces the connection manager's for this route.
     pub max_stream_duration: Option<MaxStreamDuration>,
+    /// `upgrade_configs`: upgrade types this route enables or disables, over
+    /// the connection manager's.
+    pub upgrade_configs: Vec<RouteUpgrade>,
+}
+
+/// A route's word on one upgrade type (`RouteAction.UpgradeConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteUpgrade {
+    /// The upgrade type, lower-cased (Envoy compares case-insensitively).
+    pub upgrade_type: String,
+    /// Allowed on this route (default true), whatever the connection manager
+    /// says; `false` refuses it here even when the connection manager enables it.
+    pub enabled: bool,
+}
+
+impl RouteAction {
+    /// The route's say on upgrades of `kind`: `Some(enabled)` when it names
+    /// that type, `None` to leave it to the connection manager.
+    pub fn upgrade(&self, kind: &str) -> Option<bool> {
+        self.upgrade_configs
+            .iter()
+            .find(|u| u.upgrade_type.eq_ignore_ascii_case(kind))
+            .map(|u| u.enabled)
+    }
 }
 
 /// A route's `max_stream_duration`.
@@ -305,6 +329,7 @@ pub(crate) fn route_action(
             ),
         }
     });
+    let upgrade_configs = route_upgrades(&ra.upgrade_configs, &path.field("upgrade_configs"), ctx);
     use envoy_types::pb::envoy::config::core::v3::RoutingPriority as Rp;
     let priority = match Rp::try_from(ra.priority) {
         Ok(Rp::Default) => RoutingPriority::Default,
@@ -332,7 +357,47 @@ pub(crate) fn route_action(
         hedge_policy,
         priority,
         max_stream_duration,
+        upgrade_configs,
     })
+}
+
+/// `RouteAction.upgrade_configs`, with Envoy's checks: a type at least one
+/// character long, named once per route.
+fn route_upgrades(
+    list: &[pb::route_action::UpgradeConfig],
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Vec<RouteUpgrade> {
+    let mut out: Vec<RouteUpgrade> = Vec::with_capacity(list.len());
+    for (i, u) in list.iter().enumerate() {
+        let at = path.index(i);
+        let p = at.field("upgrade_type");
+        if u.upgrade_type.is_empty() {
+            ctx.error(&p, "must not be empty");
+            continue;
+        }
+        if !headers::valid_name_chars(&u.upgrade_type) {
+            ctx.error(&p, "must not contain NUL, CR or LF");
+            continue;
+        }
+        // Envoy forwards CONNECT through its own CONNECT support (connect_config),
+        // which courier does not have; the request would not be what was asked.
+        if u.upgrade_type.eq_ignore_ascii_case("CONNECT") {
+            ctx.unsupported(&p, "a CONNECT upgrade on a route");
+            continue;
+        }
+        let upgrade_type = u.upgrade_type.to_ascii_lowercase();
+        if out.iter().any(|o| o.upgrade_type == upgrade_type) {
+            // Envoy's wording.
+            ctx.error(&p, format!("Duplicate upgrade {}", u.upgrade_type));
+            continue;
+        }
+        out.push(RouteUpgrade {
+            upgrade_type,
+            enabled: u.enabled.as_ref().is_none_or(|b| b.value),
+        });
+    }
+    out
 }
 
 fn check_cluster(name: &str, path: &Path<'_>, settings: &Settings, ctx: &mut Ctx) {

@@ -18,7 +18,7 @@ pub mod vhost;
 
 pub use action::{
     ClusterSpecifier, ClusterWeight, DirectResponse, HostRewrite, MaxStreamDuration, PathRewrite,
-    RouteAction, RoutingPriority, WeightedClusters,
+    RouteAction, RouteUpgrade, RoutingPriority, WeightedClusters,
 };
 pub use entry::{Action, Route};
 pub use headers::{AppendAction, HeaderMutations, HeaderToAdd};
@@ -134,7 +134,13 @@ pub(crate) const SUPPORT: &[Support] = &[
             "hedge_policy",
             "priority",
             "max_stream_duration",
+            "upgrade_configs",
         ],
+    ),
+    (
+        // `connect_config` (CONNECT termination) is refused by its absence.
+        "envoy.config.route.v3.RouteAction.UpgradeConfig",
+        &["upgrade_type", "enabled"],
     ),
     (
         "envoy.config.route.v3.RouteAction.MaxStreamDuration",

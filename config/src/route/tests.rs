@@ -655,3 +655,61 @@ virtual_hosts:
         ]
     );
 }
+
+#[test]
+fn route_upgrade_configs() {
+    let rc = ok(r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /a}
+    route: {cluster: backend, upgrade_configs: [{upgrade_type: WebSocket}, {upgrade_type: h2c, enabled: false}]}
+  - match: {prefix: /}
+    route: {cluster: backend}
+"#);
+    let vh = &rc.virtual_hosts[0];
+    let a = vh.routes[0].route_action().unwrap();
+    assert_eq!(a.upgrade("websocket"), Some(true), "case-insensitive");
+    assert_eq!(a.upgrade("WEBSOCKET"), Some(true));
+    assert_eq!(a.upgrade("h2c"), Some(false));
+    assert_eq!(
+        a.upgrade("spdy/3.1"),
+        None,
+        "left to the connection manager"
+    );
+    assert_eq!(
+        vh.routes[1].route_action().unwrap().upgrade("websocket"),
+        None
+    );
+
+    let mut got = errs(
+        r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /}
+    route:
+      cluster: backend
+      upgrade_configs:
+      - {upgrade_type: websocket}
+      - {upgrade_type: WebSocket}
+      - {upgrade_type: ""}
+      - {upgrade_type: CONNECT}
+      - {upgrade_type: other, connect_config: {}}
+"#,
+    );
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            "virtual_hosts[0].routes[0].route.upgrade_configs[1].upgrade_type: Duplicate upgrade WebSocket",
+            "virtual_hosts[0].routes[0].route.upgrade_configs[2].upgrade_type: must not be empty",
+            "virtual_hosts[0].routes[0].route.upgrade_configs[3].upgrade_type: a CONNECT upgrade on a route is not supported",
+            "virtual_hosts[0].routes[0].route.upgrade_configs[4].connect_config: connect_config is not supported",
+        ]
+    );
+}
