@@ -6,6 +6,7 @@
 //! runtime and its own `SO_REUSEPORT` sockets, so a connection lives its whole
 //! life on one worker and nothing on the request path takes a lock.
 
+mod accept_batch;
 mod access_log;
 mod admin;
 mod codec_error;

@@ -297,9 +297,11 @@ where
 async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
     let overload = crate::overload::get();
     let mut phase = ctx.shutdown.clone();
+    let mut batch = crate::accept_batch::AcceptBatch::default();
     loop {
+        let max = current.load().config.max_accepts_per_event;
         let accepted = tokio::select! {
-            a = listener.accept() => a,
+            a = batch.accept(&listener, max) => a,
             // Returning drops (closes) this worker's socket: new connections
             // are refused once every worker has closed its own.
             _ = phase.wait_for(|p| *p >= Phase::ListenersStopped) => return,

@@ -28,6 +28,7 @@ const OWN: &[Support] = &[
             "per_connection_buffer_limit_bytes",
             "listener_filters",
             "traffic_direction",
+            "max_connections_to_accept_per_socket_event",
         ],
     ),
     (
@@ -116,6 +117,10 @@ pub struct Listener {
     pub per_connection_buffer_limit_bytes: u32,
     /// Traffic direction.
     pub traffic_direction: TrafficDirection,
+    /// `max_connections_to_accept_per_socket_event`: connections a worker
+    /// accepts in a row before it lets its other work run; `None` (Envoy's
+    /// default) accepts every pending connection first.
+    pub max_accepts_per_event: Option<u32>,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -191,6 +196,17 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         // Envoy's wording.
         ctx.error(&cp, "no filter chains specified");
     }
+    let max_accepts_per_event = l
+        .max_connections_to_accept_per_socket_event
+        .as_ref()
+        .map(|v| v.value);
+    if max_accepts_per_event == Some(0) {
+        // Envoy's rule (PGV `gt: 0`).
+        ctx.error(
+            &path.field("max_connections_to_accept_per_socket_event"),
+            "must be greater than 0",
+        );
+    }
     let address = address?;
     let name = if l.name.is_empty() {
         generated_name(&address, path)
@@ -212,6 +228,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             Ok(T::Outbound) => TrafficDirection::Outbound,
             _ => TrafficDirection::Unspecified,
         },
+        max_accepts_per_event,
     })
 }
 

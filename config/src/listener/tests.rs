@@ -95,6 +95,22 @@ fn listener_fields_and_refusals() {
     assert_eq!(l.stat_prefix, "edge");
     assert_eq!(l.per_connection_buffer_limit_bytes, 32768);
     assert_eq!(l.traffic_direction, TrafficDirection::Outbound);
+    assert_eq!(
+        l.max_accepts_per_event, None,
+        "Envoy's default: all pending"
+    );
+    let l = only_listener(&listener(json!({
+        "max_connections_to_accept_per_socket_event": 1,
+    })));
+    assert_eq!(l.max_accepts_per_event, Some(1));
+    assert_eq!(
+        errors(&listener(
+            json!({"max_connections_to_accept_per_socket_event": 0})
+        )),
+        [format!(
+            "{L}.max_connections_to_accept_per_socket_event: must be greater than 0"
+        )]
+    );
 
     let e = errors(&listener(json!({
         "listener_filters": [{"name": "envoy.filters.listener.http_inspector", "typed_config": {
