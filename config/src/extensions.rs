@@ -47,6 +47,9 @@ pub const STDOUT_ACCESS_LOG: &str =
 /// Stderr access logger.
 pub const STDERR_ACCESS_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
+/// The DNS cluster extension (`cluster_type`), Envoy's form of STRICT_DNS and
+/// LOGICAL_DNS.
+pub const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";
 /// Typed load-balancing policies that map onto courier's built-in balancers.
 pub const LB_ROUND_ROBIN: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";

@@ -327,6 +327,32 @@ async fn dns_cluster_on_localhost_with_auto_host_rewrite() {
     }
 }
 
+/// The same cluster through the `envoy.cluster.dns` extension (the form
+/// Envoy Gateway emits), with the cluster's own `dns_lookup_family` repeating
+/// the extension's.
+#[tokio::test]
+async fn dns_cluster_extension_on_localhost() {
+    let u = echo_upstream("dns-ext").await;
+    let cluster = format!(
+        "- name: dns\n  cluster_type:\n    name: envoy.cluster.dns\n    typed_config: {{'@type': type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster, dns_lookup_family: V4_ONLY, dns_refresh_rate: 0.2s}}\n  dns_lookup_family: V4_ONLY\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: dns\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{address: {{socket_address: {{address: localhost, port_value: {}}}}}}}\n",
+        u.port()
+    );
+    let c = courier(
+        "",
+        &route("/", "{cluster: dns, auto_host_rewrite: true}"),
+        &cluster,
+    )
+    .await;
+    let mut h1 = H1::connect(c.listener).await;
+    for _ in 0..3 {
+        let r = h1.get("/", &[]).await;
+        assert_eq!(r.status, 200, "{r:?}");
+        assert_eq!(r.header("x-upstream"), Some("dns-ext"));
+        assert_eq!(r.seen("host"), Some("localhost"));
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+}
+
 #[tokio::test]
 async fn priority_failover_skips_unhealthy_p0() {
     let (p0a, p0b, p1) = (

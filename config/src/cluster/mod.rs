@@ -33,6 +33,7 @@ use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::tls::UpstreamTls;
 use envoy_types::pb::envoy::config::cluster::v3 as pb;
+use envoy_types::pb::envoy::extensions::clusters::dns::v3::DnsCluster;
 use std::time::Duration;
 
 /// Envoy's default `connect_timeout`.
@@ -196,8 +197,7 @@ fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discover
     let tp = path.field("type");
     let kind = match &c.cluster_discovery_type {
         None => D::Static,
-        // Refused by the support table ("cluster_type is not supported").
-        Some(T::ClusterType(_)) => return None,
+        Some(T::ClusterType(ct)) => return custom_type(c, ct, path, ctx),
         Some(T::Type(t)) => match D::try_from(*t) {
             Ok(d) => d,
             Err(_) => {
@@ -248,6 +248,105 @@ fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discover
     })
 }
 
+/// `cluster_type`: the DNS cluster extension (Envoy's own form of STRICT_DNS and
+/// LOGICAL_DNS) is served; other extensions are refused at `cluster_type`.
+fn custom_type(
+    c: &pb::Cluster,
+    ct: &pb::cluster::CustomClusterType,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Discovery> {
+    let cp = path.field("cluster_type");
+    let any = ct.typed_config.as_ref();
+    if any.map(|a| a.type_url.as_str()) != Some(crate::extensions::DNS_CLUSTER) {
+        ctx.unsupported(&cp, format!("cluster type {}", ct.name));
+        return None;
+    }
+    let d: DnsCluster = core::unpack(any?, &cp.field("typed_config"), ctx)?;
+    let dns = dns_cluster(c, &d, path, &cp.field("typed_config"), ctx);
+    Some(if d.all_addresses_in_single_endpoint {
+        Discovery::LogicalDns(dns)
+    } else {
+        Discovery::StrictDns(dns)
+    })
+}
+
+/// A `DnsCluster`'s settings. Envoy takes them from the extension and ignores
+/// the cluster's own `dns_*` fields; courier accepts those only where they say
+/// the same (control planes such as Envoy Gateway set both), and refuses a
+/// conflicting one rather than ignore it.
+fn dns_cluster(
+    c: &pb::Cluster,
+    d: &DnsCluster,
+    path: &Path<'_>,
+    tp: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Dns {
+    use envoy_types::pb::envoy::extensions::clusters::common::dns::v3::DnsLookupFamily as F;
+    let lookup_family = match F::try_from(d.dns_lookup_family) {
+        // Envoy's reading of UNSPECIFIED.
+        Ok(F::Unspecified | F::Auto) => DnsLookupFamily::Auto,
+        Ok(F::V4Only) => DnsLookupFamily::V4Only,
+        Ok(F::V6Only) => DnsLookupFamily::V6Only,
+        Ok(F::V4Preferred) => DnsLookupFamily::V4Preferred,
+        Ok(F::All) => DnsLookupFamily::All,
+        Err(_) => {
+            ctx.error(
+                &tp.field("dns_lookup_family"),
+                format!("unknown dns_lookup_family {}", d.dns_lookup_family),
+            );
+            DnsLookupFamily::Auto
+        }
+    };
+    let refresh_rate = refresh_rate(
+        d.dns_refresh_rate.as_ref(),
+        &tp.field("dns_refresh_rate"),
+        ctx,
+    );
+    let own = dns(c, path, ctx);
+    let conflict = |field: &str, ctx: &mut Ctx| {
+        ctx.error(
+            &path.field(field),
+            format!("differs from cluster_type's {field}, which Envoy uses instead; remove it"),
+        );
+    };
+    if c.dns_lookup_family != pb::cluster::DnsLookupFamily::Auto as i32
+        && own.lookup_family != lookup_family
+    {
+        conflict("dns_lookup_family", ctx);
+    }
+    if c.dns_refresh_rate.is_some() && own.refresh_rate != refresh_rate {
+        conflict("dns_refresh_rate", ctx);
+    }
+    if c.respect_dns_ttl && !d.respect_dns_ttl {
+        conflict("respect_dns_ttl", ctx);
+    }
+    Dns {
+        lookup_family,
+        refresh_rate,
+        respect_dns_ttl: d.respect_dns_ttl,
+    }
+}
+
+/// `dns_refresh_rate` (PGV: more than 1 ms; default 5 s).
+fn refresh_rate(
+    d: Option<&envoy_types::pb::google::protobuf::Duration>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Duration {
+    match d {
+        None => DEFAULT_DNS_REFRESH_RATE,
+        Some(d) => match core::duration(d, path, ctx) {
+            Some(d) if d > Duration::from_millis(1) => d,
+            Some(_) => {
+                ctx.error(path, "must be greater than 1ms");
+                DEFAULT_DNS_REFRESH_RATE
+            }
+            None => DEFAULT_DNS_REFRESH_RATE,
+        },
+    }
+}
+
 fn dns(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Dns {
     use pb::cluster::DnsLookupFamily as F;
     let lookup_family = match F::try_from(c.dns_lookup_family) {
@@ -264,19 +363,11 @@ fn dns(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Dns {
             DnsLookupFamily::Auto
         }
     };
-    // PGV: gt 1ms.
-    let rp = path.field("dns_refresh_rate");
-    let refresh_rate = match c.dns_refresh_rate.as_ref() {
-        None => DEFAULT_DNS_REFRESH_RATE,
-        Some(d) => match core::duration(d, &rp, ctx) {
-            Some(d) if d > Duration::from_millis(1) => d,
-            Some(_) => {
-                ctx.error(&rp, "must be greater than 1ms");
-                DEFAULT_DNS_REFRESH_RATE
-            }
-            None => DEFAULT_DNS_REFRESH_RATE,
-        },
-    };
+    let refresh_rate = refresh_rate(
+        c.dns_refresh_rate.as_ref(),
+        &path.field("dns_refresh_rate"),
+        ctx,
+    );
     Dns {
         lookup_family,
         refresh_rate,

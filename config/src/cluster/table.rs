@@ -33,6 +33,22 @@ pub(crate) const SUPPORT: &[Support] = &[
             "metadata",
             "protocol_selection",
             "load_balancing_policy",
+            "cluster_type",
+        ],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.CustomClusterType",
+        &["name", "typed_config"],
+    ),
+    (
+        // `dns_failure_refresh_rate`, `dns_jitter` and `typed_dns_resolver_config`
+        // are refused by their absence, as on the cluster itself.
+        "envoy.extensions.clusters.dns.v3.DnsCluster",
+        &[
+            "dns_refresh_rate",
+            "respect_dns_ttl",
+            "dns_lookup_family",
+            "all_addresses_in_single_endpoint",
         ],
     ),
     (

@@ -79,7 +79,9 @@ fn discovery_type_errors() {
     );
     assert_eq!(
         errors("- name: a\n  cluster_type: {name: envoy.clusters.dynamic_forward_proxy}\n"),
-        ["static_resources.clusters[0].cluster_type: cluster_type is not supported"]
+        [
+            "static_resources.clusters[0].cluster_type: cluster type envoy.clusters.dynamic_forward_proxy is not supported"
+        ]
     );
     assert_eq!(
         errors("- name: a\n  type: EDS\n"),
@@ -221,4 +223,79 @@ fn sock(host: &str, port: u32) -> envoy_types::pb::envoy::config::core::v3::Addr
             ..Default::default()
         })),
     }
+}
+
+/// A cluster of type `envoy.cluster.dns` with `dns` as its `DnsCluster` fields
+/// and `extra` as the cluster's own.
+fn dns_cluster(dns: &str, extra: &str) -> String {
+    format!(
+        "- name: a
+  cluster_type:
+    name: envoy.cluster.dns
+    typed_config: {{'@type': type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster, {dns}}}
+{extra}  load_assignment:
+    cluster_name: a
+    endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: backend, port_value: 80}}}}}}}}]}}]
+"
+    )
+}
+
+#[test]
+fn the_dns_cluster_extension_is_strict_or_logical_dns() {
+    let c = cluster(&dns_cluster(
+        "dns_lookup_family: V4_PREFERRED, dns_refresh_rate: 30s, respect_dns_ttl: true",
+        "",
+    ));
+    assert_eq!(
+        c.discovery,
+        Discovery::StrictDns(Dns {
+            lookup_family: DnsLookupFamily::V4Preferred,
+            refresh_rate: Duration::from_secs(30),
+            respect_dns_ttl: true,
+        })
+    );
+    // Envoy reads UNSPECIFIED (unset) as AUTO; the refresh rate defaults to 5 s.
+    let c = cluster(&dns_cluster("all_addresses_in_single_endpoint: true", ""));
+    assert_eq!(
+        c.discovery,
+        Discovery::LogicalDns(Dns {
+            lookup_family: DnsLookupFamily::Auto,
+            refresh_rate: Duration::from_secs(5),
+            respect_dns_ttl: false,
+        })
+    );
+    // The cluster's own dns_* fields may repeat the extension's (Envoy Gateway
+    // sets both), not contradict them.
+    let c = cluster(&dns_cluster(
+        "dns_lookup_family: V4_PREFERRED",
+        "  dns_lookup_family: V4_PREFERRED\n",
+    ));
+    assert!(matches!(c.discovery, Discovery::StrictDns(_)));
+    let mut got = errors(&dns_cluster(
+        "dns_lookup_family: V4_ONLY, dns_refresh_rate: 2s, dns_jitter: 1s",
+        "  dns_lookup_family: V6_ONLY\n  dns_refresh_rate: 3s\n  respect_dns_ttl: true\n",
+    ));
+    got.sort();
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        got,
+        [
+            format!("{p}.cluster_type.typed_config.dns_jitter: dns_jitter is not supported"),
+            format!(
+                "{p}.dns_lookup_family: differs from cluster_type's dns_lookup_family, which Envoy uses instead; remove it"
+            ),
+            format!(
+                "{p}.dns_refresh_rate: differs from cluster_type's dns_refresh_rate, which Envoy uses instead; remove it"
+            ),
+            format!(
+                "{p}.respect_dns_ttl: differs from cluster_type's respect_dns_ttl, which Envoy uses instead; remove it"
+            ),
+        ]
+    );
+    assert_eq!(
+        errors(&dns_cluster("dns_refresh_rate: 0.001s", "")),
+        [format!(
+            "{p}.cluster_type.typed_config.dns_refresh_rate: must be greater than 1ms"
+        )]
+    );
 }
