@@ -76,6 +76,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "hedge_policy",
             "per_request_buffer_limit_bytes",
             "request_body_buffer_limit",
+            "metadata",
         ],
     ),
     (

@@ -713,3 +713,23 @@ virtual_hosts:
         ]
     );
 }
+
+#[test]
+fn virtual_host_metadata_is_kept() {
+    let rc = ok(r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  metadata: {filter_metadata: {envoy-gateway: {resources: [{kind: HTTPRoute, name: r1}]}}}
+  routes: [{match: {prefix: /}, route: {cluster: backend}}]
+- name: b
+  domains: ["b"]
+  routes: [{match: {prefix: /}, route: {cluster: backend}}]
+"#);
+    assert_eq!(
+        serde_json::Value::Object(rc.virtual_hosts[0].metadata["envoy-gateway"].clone()),
+        serde_json::json!({"resources": [{"kind": "HTTPRoute", "name": "r1"}]})
+    );
+    assert!(rc.virtual_hosts[1].metadata.is_empty());
+}

@@ -38,6 +38,10 @@ pub struct VirtualHost {
     pub include_attempt_count_in_response: bool,
     /// Request body buffer limit for this host's routes (retries, filters).
     pub request_body_buffer_limit: Option<u64>,
+    /// `metadata` (`filter_metadata`), kept for what reads it. (Envoy's readers of
+    /// a virtual host's metadata, such as `%METADATA(VIRTUAL_HOST:...)%`, are
+    /// refused where they are configured.)
+    pub metadata: crate::core::MetadataMap,
 }
 
 impl VirtualHost {
@@ -113,6 +117,7 @@ pub(crate) fn virtual_host(
             vh.per_request_buffer_limit_bytes.as_ref(),
             vh.request_body_buffer_limit.as_ref(),
         ),
+        metadata: crate::core::metadata(vh.metadata.as_ref()),
     }
 }
 
