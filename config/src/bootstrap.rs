@@ -36,7 +36,7 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.bootstrap.v3.Bootstrap.StaticResources",
-        &["listeners", "clusters"],
+        &["listeners", "clusters", "secrets"],
     ),
     (
         "envoy.config.bootstrap.v3.Bootstrap.DynamicResources",
@@ -114,7 +114,10 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     let empty = pb::bootstrap::StaticResources::default();
     let statics = bs.static_resources.as_ref().unwrap_or(&empty);
 
-    // Clusters first: listeners' routes and filters refer to them.
+    // Secrets first: clusters' and listeners' TLS contexts may name them.
+    let secrets = crate::tls::secrets::translate(&statics.secrets, &sr.field("secrets"), ctx);
+    ctx.set_static_secrets(Arc::new(secrets));
+    // Clusters next: listeners' routes and filters refer to them.
     let cp = sr.field("clusters");
     let mut clusters = Vec::with_capacity(statics.clusters.len());
     let mut seen: HashMap<&str, usize> = HashMap::new();

@@ -8,6 +8,7 @@ use crate::path::Path;
 pub struct Ctx {
     errors: Vec<FieldError>,
     static_clusters: Option<std::sync::Arc<std::collections::HashSet<String>>>,
+    static_secrets: Option<std::sync::Arc<crate::tls::secrets::StaticSecrets>>,
 }
 
 impl Ctx {
@@ -37,6 +38,20 @@ impl Ctx {
         names: std::sync::Arc<std::collections::HashSet<String>>,
     ) {
         self.static_clusters = Some(names);
+    }
+
+    /// Declares the bootstrap's static secrets, which TLS contexts may name.
+    /// Left unset for xDS resources, which courier does not let name them yet.
+    pub(crate) fn set_static_secrets(
+        &mut self,
+        secrets: std::sync::Arc<crate::tls::secrets::StaticSecrets>,
+    ) {
+        self.static_secrets = Some(secrets);
+    }
+
+    /// The static secrets, when this config may name them.
+    pub(crate) fn static_secrets(&self) -> Option<&crate::tls::secrets::StaticSecrets> {
+        self.static_secrets.as_deref()
     }
 
     /// `Some(true/false)` when the cluster set is known, `None` when it cannot be told.

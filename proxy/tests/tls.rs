@@ -325,6 +325,63 @@ async fn client_certificates_are_required_and_verified() {
     );
 }
 
+/// A filter chain whose certificate and client-certificate validation come
+/// from `static_resources.secrets` by name, as Envoy Gateway configures them.
+#[tokio::test]
+async fn static_secrets_named_by_the_tls_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("trusted");
+    let other = TestCa::new("untrusted");
+    let cert = write_pem(dir.path(), "server", &ca.leaf(&["localhost"]));
+    let trusted = write_ca(dir.path(), "trusted", &ca);
+    let socket = json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+            "common_tls_context": {
+                "tls_certificate_sds_secret_configs": [{ "name": "envoy-gateway/server" }],
+                "validation_context_sds_secret_config": { "name": "client-ca" },
+            },
+            "require_client_certificate": true,
+        },
+    });
+    let config = json!({
+        "admin": { "address": { "socket_address": { "address": "127.0.0.1", "port_value": 0 } } },
+        "static_resources": {
+            "secrets": [
+                { "name": "envoy-gateway/server", "tls_certificate": {
+                    "certificate_chain": { "filename": cert.0 },
+                    "private_key": { "filename": cert.1 },
+                }},
+                // The same name for a validation context: secrets are kept per kind.
+                { "name": "client-ca", "validation_context": { "trusted_ca": { "filename": trusted } } },
+                { "name": "client-ca", "tls_certificate": {
+                    "certificate_chain": { "filename": cert.0 },
+                    "private_key": { "filename": cert.1 },
+                }},
+            ],
+            "listeners": [listener("secrets", vec![chain(json!({}), Some(socket), "from secrets", "AUTO")])],
+        },
+    });
+    let path = dir.path().join("courier.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let c = start_file(dir.path(), &path);
+    let addr = c.addr("secrets").to_string();
+    let good = ca.leaf(&["client.example.com"]);
+    let resp = mtls_request(addr.clone(), &ca, Some(&good)).await.unwrap();
+    assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    assert!(resp.ends_with("from secrets"), "{resp}");
+    for (cert, alert) in [
+        (None, "CertificateRequired"),
+        (Some(&other.leaf(&["client.example.com"])), "UnknownCA"),
+    ] {
+        match mtls_request(addr.clone(), &ca, cert).await {
+            Ok(resp) => panic!("served without a trusted client certificate: {resp}"),
+            Err(e) => assert!(e.to_string().contains(alert), "{e}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn transport_protocol_chains_split_tls_and_plaintext() {
     let dir = tempfile::tempdir().unwrap();

@@ -5,6 +5,7 @@
 //! versions are refused, as are the BoringSSL-specific knobs (cipher suites, curves).
 
 mod pem;
+pub(crate) mod secrets;
 
 use crate::ctx::Ctx;
 use crate::extensions::{DOWNSTREAM_TLS, UPSTREAM_TLS};
@@ -38,7 +39,19 @@ pub(crate) const SUPPORT: &[Support] = &[
             "tls_certificates",
             "validation_context",
             "alpn_protocols",
+            "tls_certificate_sds_secret_configs",
+            "validation_context_sds_secret_config",
         ],
+    ),
+    (
+        // `sds_config` (secrets from an SDS server or file) is refused by its absence.
+        "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig",
+        &["name"],
+    ),
+    (
+        // Session ticket keys and generic secrets are refused by their absence.
+        "envoy.extensions.transport_sockets.tls.v3.Secret",
+        &["name", "tls_certificate", "validation_context"],
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.TlsParameters",
@@ -318,9 +331,16 @@ fn common(
 ) -> (Option<TlsCertificate>, Option<CommonTls>) {
     use pb::common_tls_context::ValidationContextType as V;
     let cp = path.field("tls_certificates");
+    let sp = path.field("tls_certificate_sds_secret_configs");
     let mut certificate = None;
-    for (i, tc) in c.tls_certificates.iter().enumerate() {
-        let p = cp.index(i);
+    // Inline certificates, then those named by secret, count as one list.
+    let inline = c.tls_certificates.iter().map(Some);
+    let named = c.tls_certificate_sds_secret_configs.iter().map(|_| None);
+    for (i, tc) in inline.chain(named).enumerate() {
+        let p = match i.checked_sub(c.tls_certificates.len()) {
+            None => cp.index(i),
+            Some(j) => sp.index(j),
+        };
         if i > 0 {
             match side {
                 // Envoy's own rule for client contexts.
@@ -335,11 +355,22 @@ fn common(
             }
             continue;
         }
-        certificate = tls_certificate(tc, &p, ctx);
+        certificate = match tc {
+            Some(tc) => tls_certificate(tc, &p, ctx),
+            None => c
+                .tls_certificate_sds_secret_configs
+                .first()
+                .and_then(|sds| secrets::certificate(sds, &p, ctx)),
+        };
     }
     let validation = match &c.validation_context_type {
         Some(V::ValidationContext(v)) => validation(v, &path.field("validation_context"), ctx),
-        // The other forms (SDS, combined, providers) are refused by the support table.
+        Some(V::ValidationContextSdsSecretConfig(sds)) => secrets::validation(
+            sds,
+            &path.field("validation_context_sds_secret_config"),
+            ctx,
+        ),
+        // The other forms (combined, providers) are refused by the support table.
         _ => Ok(None),
     };
     let (min_version, max_version) =

@@ -1,0 +1,136 @@
+//! `static_resources.secrets`, and TLS contexts that name them
+//! (`tls_certificate_sds_secret_configs`, `validation_context_sds_secret_config`
+//! without an `sds_config`).
+//!
+//! As in Envoy's secret manager, static secrets are kept per kind: a
+//! certificate and a validation context may share a name, and a reference finds
+//! only a secret of the kind it asks for. Each secret is translated once, at its
+//! own path, and a context that names it gets a copy of the result.
+
+use super::{CertificateValidation, TlsCertificate};
+use crate::ctx::Ctx;
+use crate::path::Path;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3 as pb;
+use std::collections::HashMap;
+
+/// The bootstrap's static secrets, by kind and name.
+#[derive(Debug, Default)]
+pub struct StaticSecrets {
+    certificates: HashMap<String, TlsCertificate>,
+    validations: HashMap<String, Option<CertificateValidation>>,
+}
+
+impl StaticSecrets {
+    /// The certificate secret `name`.
+    pub(crate) fn certificate(&self, name: &str) -> Option<&TlsCertificate> {
+        self.certificates.get(name)
+    }
+
+    /// The validation-context secret `name` (`None` inside: nothing to verify).
+    pub(crate) fn validation(&self, name: &str) -> Option<&Option<CertificateValidation>> {
+        self.validations.get(name)
+    }
+}
+
+/// Translates `static_resources.secrets` (`path`); a secret with errors is
+/// left out after they are recorded.
+pub(crate) fn translate(list: &[pb::Secret], path: &Path<'_>, ctx: &mut Ctx) -> StaticSecrets {
+    use pb::secret::Type;
+    let mut out = StaticSecrets::default();
+    for (i, s) in list.iter().enumerate() {
+        let p = path.index(i);
+        match &s.r#type {
+            Some(Type::TlsCertificate(tc)) => {
+                if out.certificates.contains_key(&s.name) {
+                    // Envoy's wording.
+                    ctx.error(
+                        &p.field("name"),
+                        format!("Duplicate static TlsCertificate secret name {}", s.name),
+                    );
+                    continue;
+                }
+                if let Some(tc) = super::tls_certificate(tc, &p.field("tls_certificate"), ctx) {
+                    out.certificates.insert(s.name.clone(), tc);
+                }
+            }
+            Some(Type::ValidationContext(v)) => {
+                if out.validations.contains_key(&s.name) {
+                    ctx.error(
+                        &p.field("name"),
+                        format!(
+                            "Duplicate static CertificateValidationContext secret name {}",
+                            s.name
+                        ),
+                    );
+                    continue;
+                }
+                if let Ok(v) = super::validation(v, &p.field("validation_context"), ctx) {
+                    out.validations.insert(s.name.clone(), v);
+                }
+            }
+            // Session ticket keys and generic secrets are refused by the
+            // support table; a secret of no kind is Envoy's error too.
+            Some(Type::SessionTicketKeys(_) | Type::GenericSecret(_)) => {}
+            None => ctx.error(
+                &p,
+                "a secret needs one of tls_certificate or validation_context",
+            ),
+        }
+    }
+    out
+}
+
+/// The certificate a `tls_certificate_sds_secret_configs` entry (at `path`)
+/// names. An entry with an `sds_config` is refused by the support table.
+pub(super) fn certificate(
+    sds: &pb::SdsSecretConfig,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<TlsCertificate> {
+    if sds.sds_config.is_some() {
+        return None;
+    }
+    let Some(secrets) = ctx.static_secrets() else {
+        ctx.unsupported(path, "a static secret named in an xDS resource");
+        return None;
+    };
+    let found = secrets.certificate(&sds.name).cloned();
+    if found.is_none() {
+        // Envoy's wording.
+        ctx.error(
+            &path.field("name"),
+            format!("Unknown static secret: {}", sds.name),
+        );
+    }
+    found
+}
+
+/// The validation context a `validation_context_sds_secret_config` (at
+/// `path`) names: `Err` when an error was recorded.
+pub(super) fn validation(
+    sds: &pb::SdsSecretConfig,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Result<Option<CertificateValidation>, ()> {
+    if sds.sds_config.is_some() {
+        return Err(());
+    }
+    let Some(secrets) = ctx.static_secrets() else {
+        ctx.unsupported(path, "a static secret named in an xDS resource");
+        return Err(());
+    };
+    match secrets.validation(&sds.name).cloned() {
+        Some(v) => Ok(v),
+        None => {
+            // Envoy's wording.
+            ctx.error(
+                &path.field("name"),
+                format!(
+                    "Unknown static certificate validation context: {}",
+                    sds.name
+                ),
+            );
+            Err(())
+        }
+    }
+}
