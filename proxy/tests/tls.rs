@@ -11,6 +11,7 @@ mod tls_support;
 
 use courier_tests::{Pem, TestCa};
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use tls_support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -520,5 +521,91 @@ async fn an_http1_tls_connection_serves_again_after_parking() {
         use http_body_util::BodyExt;
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"over tls", "round {round}");
+    }
+}
+
+/// Two connections of one client (one session cache) to `addr`, each with a
+/// request read to the end (TLS 1.3 tickets arrive after the handshake); how
+/// the second handshake went.
+async fn second_handshake(
+    addr: &str,
+    ca: &TestCa,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> rustls::HandshakeKind {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der(&ca.pem.cert)).unwrap();
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let mut kind = None;
+    for _ in 0..2 {
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let s = connector.connect(name, tcp).await.unwrap();
+        kind = s.get_ref().1.handshake_kind();
+        let resp = raw_request(s).await.unwrap();
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
+    }
+    kind.unwrap()
+}
+
+/// `disable_stateless_session_resumption` / `disable_stateful_session_resumption`
+/// as with Envoy's BoringSSL: tickets (TLS 1.3's only resumption) unless
+/// stateless resumption is off; TLS 1.2 session IDs unless stateful is off.
+#[tokio::test]
+async fn session_resumption_switches() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("ca");
+    let cert = write_pem(dir.path(), "server", &ca.leaf(&["localhost"]));
+    let socket = |stateless_off: bool, stateful_off: bool| {
+        let mut ts = tls_socket(&cert, &["http/1.1"], json!({}), false);
+        ts["typed_config"]["disable_stateless_session_resumption"] = json!(stateless_off);
+        ts["typed_config"]["disable_stateful_session_resumption"] = json!(stateful_off);
+        ts
+    };
+    let c = start(
+        dir.path(),
+        vec![
+            listener(
+                "default",
+                vec![chain(json!({}), Some(socket(false, false)), "d", "AUTO")],
+            ),
+            listener(
+                "no-tickets",
+                vec![chain(json!({}), Some(socket(true, false)), "t", "AUTO")],
+            ),
+            listener(
+                "no-cache",
+                vec![chain(json!({}), Some(socket(false, true)), "c", "AUTO")],
+            ),
+            listener(
+                "none",
+                vec![chain(json!({}), Some(socket(true, true)), "n", "AUTO")],
+            ),
+        ],
+    );
+    let (v12, v13) = (&rustls::version::TLS12, &rustls::version::TLS13);
+    for (listener, tls13, tls12) in [
+        ("default", Resumed, Resumed),
+        ("no-tickets", Full, Resumed),
+        ("no-cache", Resumed, Resumed),
+        ("none", Full, Full),
+    ] {
+        let addr = c.addr(listener).to_string();
+        assert_eq!(
+            second_handshake(&addr, &ca, v13).await,
+            tls13,
+            "{listener} TLS 1.3"
+        );
+        assert_eq!(
+            second_handshake(&addr, &ca, v12).await,
+            tls12,
+            "{listener} TLS 1.2"
+        );
     }
 }

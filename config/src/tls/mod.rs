@@ -25,7 +25,12 @@ pub const RAW_BUFFER: &str =
 pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-        &["common_tls_context", "require_client_certificate"],
+        &[
+            "common_tls_context",
+            "require_client_certificate",
+            "disable_stateless_session_resumption",
+            "disable_stateful_session_resumption",
+        ],
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
@@ -158,6 +163,12 @@ pub struct DownstreamTls {
     /// With `validation` set and this false, a presented certificate is verified
     /// but none is required.
     pub require_client_certificate: bool,
+    /// Resumption by session tickets (TLS 1.3 and 1.2), unless
+    /// `disable_stateless_session_resumption`.
+    pub stateless_resumption: bool,
+    /// Resumption by TLS 1.2 session IDs from a server-side cache, unless
+    /// `disable_stateful_session_resumption`.
+    pub stateful_resumption: bool,
 }
 
 /// A validated upstream TLS context.
@@ -223,10 +234,21 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     }
     let common = common?;
     let certificate = certificate?;
+    // `session_ticket_keys` and `session_timeout` are refused by the support table:
+    // the keys are rustls's own, rotated by it.
+    let stateless_resumption =
+        !matches!(
+        dtc.session_ticket_keys_type,
+        Some(pb::downstream_tls_context::SessionTicketKeysType::DisableStatelessSessionResumption(
+            true
+        ))
+    );
     Some(DownstreamTls {
         certificate,
         common,
         require_client_certificate,
+        stateless_resumption,
+        stateful_resumption: !dtc.disable_stateful_session_resumption,
     })
 }
 

@@ -41,6 +41,36 @@ fn downstream_inline_certificate_and_defaults() {
     assert_eq!(t.common.max_version, TlsVersion::Tls13);
     assert!(t.common.validation.is_none());
     assert!(!t.require_client_certificate);
+    assert!(
+        t.stateless_resumption && t.stateful_resumption,
+        "Envoy resumes by default"
+    );
+}
+
+#[test]
+fn session_resumption_switches() {
+    let mut v = chain(downstream_socket(json!({"tls_certificates": [cert()]})));
+    let tc = &mut v["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"];
+    tc["disable_stateless_session_resumption"] = json!(true);
+    tc["disable_stateful_session_resumption"] = json!(true);
+    let t = loaded(&v);
+    assert!(!t.stateless_resumption && !t.stateful_resumption);
+    let tc = &mut v["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"];
+    tc["disable_stateless_session_resumption"] = json!(false);
+    let t = loaded(&v);
+    assert!(t.stateless_resumption && !t.stateful_resumption);
+    // Ticket keys of one's own stay refused: rustls makes and rotates its own.
+    let tc = &mut v["static_resources"]["listeners"][0]["filter_chains"][0]["transport_socket"]["typed_config"];
+    tc.as_object_mut()
+        .unwrap()
+        .remove("disable_stateless_session_resumption");
+    tc["session_timeout"] = json!("60s");
+    assert_eq!(
+        errors(&v),
+        [format!(
+            "{TS}.typed_config.session_timeout: session_timeout is not supported"
+        )]
+    );
 }
 
 #[test]
@@ -110,10 +140,11 @@ fn downstream_errors() {
         [
             format!("{tc}.tls_params.cipher_suites: cipher_suites is not supported"),
             format!(
-                "{tc}.tls_certificate_sds_secret_configs: tls_certificate_sds_secret_configs is not supported"
-            ),
-            format!(
                 "{tc}.tls_certificates[1]: more than one certificate per TLS context is not supported"
+            ),
+            // A certificate named by secret counts with the inline ones.
+            format!(
+                "{tc}.tls_certificate_sds_secret_configs[0]: more than one certificate per TLS context is not supported"
             ),
             format!(
                 "{tc}.validation_context: SAN-based verification of peer certificates without trusted CA is insecure and not allowed"

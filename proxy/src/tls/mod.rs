@@ -128,9 +128,29 @@ fn server_config(tls: &DownstreamTls) -> Result<ServerConfig, String> {
         None => builder.with_no_client_auth(),
     };
     let cert = &tls.certificate;
-    builder
+    let mut config = builder
         .with_single_cert(cert.certificate_chain.clone(), cert.private_key.clone_key())
-        .map_err(|e| format!("certificate and key: {e}"))
+        .map_err(|e| format!("certificate and key: {e}"))?;
+    resumption(&mut config, tls)?;
+    Ok(config)
+}
+
+/// Session resumption as BoringSSL does it for Envoy: session tickets (the
+/// only TLS 1.3 resumption there is, and one of TLS 1.2's) unless stateless
+/// resumption is disabled, and TLS 1.2 session IDs from a server-side cache
+/// unless stateful resumption is. (rustls would also resume TLS 1.3 from its
+/// cache; without tickets, it sends no TLS 1.3 tickets at all.)
+fn resumption(config: &mut ServerConfig, tls: &DownstreamTls) -> Result<(), String> {
+    if tls.stateless_resumption {
+        config.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()
+            .map_err(|e| format!("session ticket keys: {e}"))?;
+    } else {
+        config.send_tls13_tickets = 0;
+    }
+    if !tls.stateful_resumption {
+        config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    }
+    Ok(())
 }
 
 /// The client-certificate verifier: `None` when client certificates are not
