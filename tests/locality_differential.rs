@@ -55,8 +55,11 @@ fn upstream(name: &'static str) -> SocketAddr {
     addr
 }
 
-/// A STATIC cluster of `(zone, weight, [(host, health_status)])` localities.
-fn cluster(name: &str, lb: &str, localities: &[(&str, u32, Vec<(SocketAddr, &str)>)]) -> String {
+/// One locality: zone, weight, hosts with their `health_status`.
+type Locality<'a> = (&'a str, u32, Vec<(SocketAddr, &'a str)>);
+
+/// A STATIC cluster of `localities`.
+fn cluster(name: &str, lb: &str, localities: &[Locality<'_>]) -> String {
     let mut endpoints = String::new();
     for (zone, weight, hosts) in localities {
         endpoints.push_str(&format!(

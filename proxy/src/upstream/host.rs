@@ -237,6 +237,9 @@ pub fn effective_weight(weight: u32, healthy: usize, all: usize, factor: u32) ->
     f64::from(weight) * availability.min(1.0)
 }
 
+/// One locality's healthy hosts and their weighted order.
+type LocalityHosts = (Box<[Arc<Host>]>, Schedule);
+
 /// A priority level's hosts by locality (clusters with locality-weighted
 /// balancing only: others never build one).
 #[derive(Debug)]
@@ -245,7 +248,7 @@ pub struct Localities {
     /// health change can rebuild the set.
     spans: Box<[LocalitySpan]>,
     /// Per locality, its healthy hosts and their weighted order.
-    healthy: Box<[(Box<[Arc<Host>]>, Schedule)]>,
+    healthy: Box<[LocalityHosts]>,
     /// Locality order by effective weight; empty when no locality has any (the
     /// level then balances over its healthy hosts, as Envoy falls back).
     schedule: Schedule,

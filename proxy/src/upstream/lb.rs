@@ -206,9 +206,12 @@ mod tests {
         assert!(picks_busy < 5, "{picks_busy}");
     }
 
-    /// A one-level set of localities `(weight, hosts as (host weight, healthy))`
-    /// with locality weighting on; ports number the hosts from 1 in order.
-    fn localities(levels: &[&[(u32, &[(u32, bool)])]]) -> HostSet {
+    /// A locality: its weight and its hosts as (host weight, healthy).
+    type Locality<'a> = (u32, &'a [(u32, bool)]);
+
+    /// A set of levels of localities, with locality weighting on; ports
+    /// number the hosts from 1 in order.
+    fn localities(levels: &[&[Locality<'_>]]) -> HostSet {
         let mut port = 0;
         let mut spans = Vec::new();
         let priorities = levels
