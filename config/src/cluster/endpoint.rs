@@ -48,9 +48,9 @@ pub struct Priority {
 pub struct LocalityEndpoints {
     /// Where they are, if given.
     pub locality: Option<Locality>,
-    /// The locality's `load_balancing_weight`. Envoy uses it only with
-    /// locality-weighted balancing, which courier does not implement (and refuses),
-    /// so it has no effect on balancing; it is kept for config dumps.
+    /// The locality's `load_balancing_weight`, used only when the cluster
+    /// balances by locality weight (`LoadBalancer::locality_weighted`); there a
+    /// locality without one takes no traffic, as in Envoy.
     pub load_balancing_weight: Option<u32>,
     /// The endpoints.
     pub endpoints: Vec<Endpoint>,

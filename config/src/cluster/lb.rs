@@ -8,7 +8,12 @@ use crate::extensions;
 use crate::path::Path;
 use envoy_types::pb::envoy::config::cluster::v3 as pb;
 use envoy_types::pb::envoy::config::core::v3::RuntimeDouble;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::{
+    LocalityLbConfig, locality_lb_config::LocalityConfigSpecifier,
+};
 use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::random::v3::Random;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
 /// Envoy's default `common_lb_config.healthy_panic_threshold` (percent).
@@ -43,12 +48,18 @@ pub struct LoadBalancer {
     /// Percentage of healthy hosts in a priority level below which the level balances
     /// over all its hosts ("panic"); 0 disables panic mode. Default 50.
     pub healthy_panic_threshold: f64,
+    /// Locality-weighted balancing (`locality_weighted_lb_config` in the typed
+    /// policy's `locality_lb_config`, or in `common_lb_config` with `lb_policy`):
+    /// within a priority level not in panic, a locality is picked by its
+    /// `load_balancing_weight` scaled by its health, then a host within it by
+    /// `policy`.
+    pub locality_weighted: bool,
 }
 
 /// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
 /// `common_lb_config`.
 pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> LoadBalancer {
-    let policy = match &c.load_balancing_policy {
+    let (policy, locality_weighted) = match &c.load_balancing_policy {
         Some(lbp) => {
             // The typed policy supersedes lb_policy; refuse a conflicting setting rather
             // than ignore it.
@@ -70,9 +81,34 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
                     "cannot be combined with load_balancing_policy, which supersedes it",
                 );
             }
-            typed_policy(lbp, &path.field("load_balancing_policy"), ctx)
+            // Envoy refuses this too: the typed policy carries its own
+            // locality_lb_config and would not read common_lb_config's.
+            if let Some(common) = &c.common_lb_config
+                && matches!(
+                    common.locality_config_specifier,
+                    Some(pb::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
+                )
+            {
+                ctx.error(
+                    &path.field("common_lb_config.locality_weighted_lb_config"),
+                    "cannot be combined with load_balancing_policy (set locality_lb_config in the policy)",
+                );
+            }
+            match typed_policy(lbp, &path.field("load_balancing_policy"), ctx) {
+                Some((policy, locality)) => (Some(policy), locality),
+                None => (None, false),
+            }
         }
-        None => lb_policy(c, path, ctx),
+        None => {
+            // The zone-aware variant is refused by the support table.
+            let locality = c.common_lb_config.as_ref().is_some_and(|common| {
+                matches!(
+                    common.locality_config_specifier,
+                    Some(pb::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
+                )
+            });
+            (lb_policy(c, path, ctx), locality)
+        }
     };
     let mut healthy_panic_threshold = DEFAULT_PANIC_THRESHOLD;
     if let Some(common) = &c.common_lb_config {
@@ -86,6 +122,7 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
     LoadBalancer {
         policy: policy.unwrap_or(LbPolicy::RoundRobin),
         healthy_panic_threshold,
+        locality_weighted,
     }
 }
 
@@ -165,8 +202,22 @@ fn least_request_policy(
     }
 }
 
+/// Whether a typed policy's `locality_lb_config` asks for locality-weighted
+/// balancing (its zone-aware variant is refused by the support table).
+fn locality_weighted(config: Option<&LocalityLbConfig>) -> bool {
+    matches!(
+        config.and_then(|c| c.locality_config_specifier.as_ref()),
+        Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
+    )
+}
+
 /// The first policy courier implements wins, as in Envoy; the others are not used.
-fn typed_policy(lbp: &pb::LoadBalancingPolicy, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {
+/// Returns the policy and whether it balances by locality weight.
+fn typed_policy(
+    lbp: &pb::LoadBalancingPolicy,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<(LbPolicy, bool)> {
     let pp = path.field("policies");
     if lbp.policies.is_empty() {
         ctx.error(&pp, "must name at least one policy");
@@ -186,16 +237,25 @@ fn typed_policy(lbp: &pb::LoadBalancingPolicy, path: &Path<'_>, ctx: &mut Ctx) -
         };
         let cp = tp.field("typed_config");
         match any.type_url.as_str() {
-            extensions::LB_ROUND_ROBIN => return Some(LbPolicy::RoundRobin),
-            extensions::LB_RANDOM => return Some(LbPolicy::Random),
+            extensions::LB_ROUND_ROBIN => {
+                let rr: RoundRobin = core::unpack(any, &cp, ctx)?;
+                let locality = locality_weighted(rr.locality_lb_config.as_ref());
+                return Some((LbPolicy::RoundRobin, locality));
+            }
+            extensions::LB_RANDOM => {
+                let r: Random = core::unpack(any, &cp, ctx)?;
+                let locality = locality_weighted(r.locality_lb_config.as_ref());
+                return Some((LbPolicy::Random, locality));
+            }
             extensions::LB_LEAST_REQUEST => {
                 let lr: LeastRequest = core::unpack(any, &cp, ctx)?;
-                return Some(least_request_policy(
+                let policy = least_request_policy(
                     lr.choice_count.as_ref(),
                     lr.active_request_bias.as_ref(),
                     &cp,
                     ctx,
-                ));
+                );
+                return Some((policy, locality_weighted(lr.locality_lb_config.as_ref())));
             }
             url => unknown.push((
                 i,

@@ -61,7 +61,11 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.cluster.v3.Cluster.CommonLbConfig",
-        &["healthy_panic_threshold"],
+        &["healthy_panic_threshold", "locality_weighted_lb_config"],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.CommonLbConfig.LocalityWeightedLbConfig",
+        &[],
     ),
     ("envoy.config.core.v3.RuntimeDouble", &["default_value"]),
     ("envoy.config.cluster.v3.LoadBalancingPolicy", &["policies"]),
@@ -75,15 +79,24 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
-        &[],
+        &["locality_lb_config"],
     ),
     (
         "envoy.extensions.load_balancing_policies.random.v3.Random",
-        &[],
+        &["locality_lb_config"],
     ),
     (
         "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-        &["choice_count", "active_request_bias"],
+        &["choice_count", "active_request_bias", "locality_lb_config"],
+    ),
+    // Locality-weighted only: zone-aware balancing needs `local_cluster_name`.
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig",
+        &["locality_weighted_lb_config"],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig.LocalityWeightedLbConfig",
+        &[],
     ),
     // Circuit breakers.
     ("envoy.config.cluster.v3.CircuitBreakers", &["thresholds"]),

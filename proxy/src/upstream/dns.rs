@@ -3,7 +3,7 @@
 //! `dns_refresh_rate` on the main thread; each result is published as a new host
 //! set that workers pick up on their next request.
 
-use super::host::{self, Host, HostSet};
+use super::host::{self, Host, HostSet, LocalitySpan};
 use courier_config::cluster::{Discovery, DnsLookupFamily, LoadAssignment};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -42,29 +42,44 @@ pub fn filter_family(addrs: Vec<SocketAddr>, family: DnsLookupFamily) -> Vec<Soc
 }
 
 /// Builds a host set from per-endpoint answers (`answers[p][i]` for endpoint `i` of
-/// priority `p`, flattened over localities).
+/// priority `p`, flattened over localities), grouped by locality when
+/// `locality_weighted`.
 pub fn host_set(
     la: &LoadAssignment,
     answers: &[Vec<Vec<SocketAddr>>],
     logical: bool,
     previous: Option<&HostSet>,
+    locality_weighted: bool,
 ) -> HostSet {
     let mut priorities: Vec<Vec<Arc<Host>>> = Vec::with_capacity(la.priorities.len());
+    let mut spans: Vec<Vec<LocalitySpan>> = Vec::new();
     for (p, level) in la.priorities.iter().enumerate() {
         let mut hosts = Vec::new();
-        let endpoints = level.localities.iter().flat_map(|l| l.endpoints.iter());
-        for (i, e) in endpoints.enumerate() {
-            let addrs = answers.get(p).and_then(|a| a.get(i));
-            for addr in addrs.into_iter().flatten() {
-                hosts.push(host::resolved_host(e, *addr, previous));
-                if logical {
-                    break;
+        let mut level_spans = Vec::new();
+        for (weight, endpoints) in host::level_groups(level, locality_weighted) {
+            let start = hosts.len();
+            for (i, e) in endpoints {
+                let addrs = answers.get(p).and_then(|a| a.get(i));
+                for addr in addrs.into_iter().flatten() {
+                    hosts.push(host::resolved_host(e, *addr, previous));
+                    if logical {
+                        break;
+                    }
                 }
             }
+            level_spans.push(LocalitySpan {
+                hosts: hosts.len() - start,
+                weight,
+            });
         }
         priorities.push(hosts);
+        spans.push(level_spans);
     }
-    HostSet::new(priorities, la.overprovisioning_factor)
+    HostSet::with_localities(
+        priorities,
+        locality_weighted.then_some(spans),
+        la.overprovisioning_factor,
+    )
 }
 
 /// Resolves every endpoint with the blocking resolver (startup, before workers run).
@@ -138,5 +153,39 @@ mod tests {
             vec![v4]
         );
         assert_eq!(filter_family(both(), DnsLookupFamily::All), vec![v4, v6]);
+    }
+
+    #[test]
+    fn resolved_hosts_keep_their_localities() {
+        // Endpoint 0 (locality a) resolves to two addresses, endpoint 1
+        // (locality b) to one; the answers are indexed in config order.
+        let la = super::super::host::tests::assignment(
+            &[(Some("a"), Some(1), &[1]), (Some("b"), Some(3), &[2])],
+            140,
+        );
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let a2: SocketAddr = "127.0.0.2:1".parse().unwrap();
+        let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
+        let answers = vec![vec![vec![a, a2], vec![b]]];
+        let s = host_set(&la, &answers, false, None, true);
+        let l = s.localities(0).unwrap();
+        let hosts = |i| {
+            l.healthy(i)
+                .unwrap()
+                .0
+                .iter()
+                .map(|h| h.address)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!((hosts(0), hosts(1)), (vec![a, a2], vec![b]));
+        // LOGICAL_DNS keeps the first address of each.
+        let s = host_set(&la, &answers, true, Some(&s), true);
+        let l = s.localities(0).unwrap();
+        assert_eq!(l.healthy(0).unwrap().0.len(), 1);
+        assert!(
+            host_set(&la, &answers, false, None, false)
+                .localities(0)
+                .is_none()
+        );
     }
 }

@@ -35,6 +35,12 @@ impl HostHealth {
     pub fn failed(&self) -> bool {
         self.failed.load(Ordering::Relaxed)
     }
+
+    /// Marks the host as a check would (tests of what reads the mark).
+    #[cfg(test)]
+    pub(crate) fn set_failed(&self, failed: bool) {
+        self.failed.store(failed, Ordering::Relaxed);
+    }
 }
 
 impl super::lazy::Lazy<HostHealth> {

@@ -3,7 +3,7 @@
 //! worker always sees one consistent set.
 
 use super::lazy::Lazy;
-use courier_config::cluster::{Endpoint, LoadAssignment};
+use courier_config::cluster::{Endpoint, LoadAssignment, Priority};
 use once_cell::race::OnceBox;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -139,12 +139,22 @@ impl Schedule {
         if equal {
             return Schedule::Uniform(hosts.len());
         }
-        let total: u64 = hosts.iter().map(|h| u64::from(h.weight)).sum();
-        let weights: Vec<i64> = hosts
+        let weights: Vec<u64> = hosts.iter().map(|h| u64::from(h.weight)).collect();
+        Self::weighted(&weights)
+    }
+
+    /// Smooth weighted round robin over `weights`: entry `i` appears in
+    /// proportion to `weights[i]`; an entry of weight 0 never does.
+    fn weighted(weights: &[u64]) -> Self {
+        // Common factors only lengthen the table (locality weights are scaled
+        // up by 10 000 and mostly share that factor).
+        let g = weights.iter().fold(0, |g, &w| gcd(g, w)).max(1);
+        let total: u64 = weights.iter().map(|w| w / g).sum();
+        let weights: Vec<i64> = weights
             .iter()
-            .map(|h| {
-                let w = u64::from(h.weight);
-                let w = if total > MAX_SCHEDULE {
+            .map(|&w| {
+                let w = w / g;
+                let w = if total > MAX_SCHEDULE && w > 0 {
                     (w * MAX_SCHEDULE / total).max(1)
                 } else {
                     w
@@ -190,6 +200,114 @@ impl Schedule {
     }
 }
 
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Whether the balancer may pick `h`: the control plane's status allows it and
+/// neither outlier detection nor active health checks took it out.
+fn usable(h: &Arc<Host>) -> bool {
+    h.healthy && !h.outlier.ejected() && !h.health.failed()
+}
+
+/// One locality of a priority level, for locality-weighted balancing: how many
+/// of the level's hosts it has (they are consecutive in the level's list) and
+/// its `load_balancing_weight` (0 when it has none: it takes no traffic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalitySpan {
+    /// Hosts of the locality.
+    pub hosts: usize,
+    /// The locality's weight.
+    pub weight: u32,
+}
+
+/// Scale of the integer weights a locality schedule is built from: effective
+/// weights are fractional (`weight x availability`), and four decimals keep
+/// their proportions well within what a test or a user can observe.
+const LOCALITY_WEIGHT_SCALE: f64 = 10_000.0;
+
+/// Envoy's `HostSetImpl::effectiveLocalityWeight`: a locality's weight scaled
+/// by its availability, `weight x min(1, overprovisioning/100 x healthy / all)`;
+/// 0 when it has no host.
+pub fn effective_weight(weight: u32, healthy: usize, all: usize, factor: u32) -> f64 {
+    if all == 0 {
+        return 0.0;
+    }
+    let availability = f64::from(factor) / 100.0 * healthy as f64 / all as f64;
+    f64::from(weight) * availability.min(1.0)
+}
+
+/// One locality's healthy hosts and their weighted order.
+type LocalityHosts = (Box<[Arc<Host>]>, Schedule);
+
+/// A priority level's hosts by locality (clusters with locality-weighted
+/// balancing only: others never build one).
+#[derive(Debug)]
+pub struct Localities {
+    /// Each locality's place in the level's host list and its weight, kept so a
+    /// health change can rebuild the set.
+    spans: Box<[LocalitySpan]>,
+    /// Per locality, its healthy hosts and their weighted order.
+    healthy: Box<[LocalityHosts]>,
+    /// Locality order by effective weight; empty when no locality has any (the
+    /// level then balances over its healthy hosts, as Envoy falls back).
+    schedule: Schedule,
+    /// The first of this level's per-worker cursor slots: the locality cursor,
+    /// then one host cursor per locality.
+    cursor_base: usize,
+}
+
+impl Localities {
+    fn new(all: &[Arc<Host>], spans: Vec<LocalitySpan>, factor: u32, cursor_base: usize) -> Self {
+        let mut start = 0;
+        let mut healthy = Vec::with_capacity(spans.len());
+        let mut scaled = Vec::with_capacity(spans.len());
+        for span in &spans {
+            let end = (start + span.hosts).min(all.len());
+            let hosts = all.get(start..end).unwrap_or_default();
+            start = end;
+            let up: Box<[Arc<Host>]> = hosts.iter().filter(|h| usable(h)).cloned().collect();
+            let w = effective_weight(span.weight, up.len(), hosts.len(), factor);
+            // A locality with any effective weight keeps at least one slot.
+            let s = (w * LOCALITY_WEIGHT_SCALE).round() as u64;
+            scaled.push(if w > 0.0 { s.max(1) } else { 0 });
+            let schedule = Schedule::new(&up);
+            healthy.push((up, schedule));
+        }
+        let schedule = if scaled.iter().all(|&w| w == 0) {
+            Schedule::Uniform(0)
+        } else {
+            Schedule::weighted(&scaled)
+        };
+        Self {
+            spans: spans.into_boxed_slice(),
+            healthy: healthy.into_boxed_slice(),
+            schedule,
+            cursor_base,
+        }
+    }
+
+    /// The order localities are picked in (by effective weight).
+    pub fn schedule(&self) -> &Schedule {
+        &self.schedule
+    }
+
+    /// Locality `i`'s healthy hosts and their weighted order.
+    pub fn healthy(&self, i: usize) -> Option<(&[Arc<Host>], &Schedule)> {
+        self.healthy.get(i).map(|(h, s)| (&h[..], s))
+    }
+
+    /// This level's cursor slot for picking a locality.
+    pub fn locality_cursor(&self) -> usize {
+        self.cursor_base
+    }
+
+    /// This level's cursor slot for picking a host within locality `i`.
+    pub fn host_cursor(&self, i: usize) -> usize {
+        self.cursor_base + 1 + i
+    }
+}
+
 /// One priority level's hosts.
 #[derive(Debug, Default)]
 pub struct PriorityHosts {
@@ -208,15 +326,14 @@ pub struct PriorityHosts {
 impl PriorityHosts {
     fn new(all: Vec<Arc<Host>>) -> Self {
         // An ejected or health-check-failed host is unhealthy until it returns.
-        let is_healthy = |h: &Arc<Host>| h.healthy && !h.outlier.ejected() && !h.health.failed();
-        let count = all.iter().filter(|h| is_healthy(h)).count();
+        let count = all.iter().filter(|h| usable(h)).count();
         let healthy_percent = if all.is_empty() {
             0.0
         } else {
             100.0 * count as f64 / all.len() as f64
         };
         let healthy = (count < all.len()).then(|| {
-            let healthy: Box<[Arc<Host>]> = all.iter().filter(|h| is_healthy(h)).cloned().collect();
+            let healthy: Box<[Arc<Host>]> = all.iter().filter(|h| usable(h)).cloned().collect();
             let schedule = Schedule::new(&healthy);
             (healthy, schedule)
         });
@@ -259,13 +376,44 @@ pub struct HostSet {
     /// No priority has a healthy host: every level balances over all its hosts
     /// (when panic mode is enabled), with load by host count.
     pub total_panic: bool,
+    /// Per priority, its hosts by locality: only for clusters with
+    /// locality-weighted balancing, so other sets pay one empty pointer.
+    localities: Option<Box<[Localities]>>,
+    /// `overprovisioning_factor` the set was built with (a rebuild keeps it).
+    overprovisioning_factor: u32,
 }
 
 impl HostSet {
     /// Builds the set from hosts per priority, with Envoy's priority load:
     /// a level's health is `min(100, overprovisioning x healthy / total)`; levels
     /// take load in order, normalised when the total health is under 100.
+    /// (Tests: the builders go through [`Self::with_localities`].)
+    #[cfg(test)]
     pub fn new(priorities: Vec<Vec<Arc<Host>>>, overprovisioning_factor: u32) -> Self {
+        Self::with_localities(priorities, None, overprovisioning_factor)
+    }
+
+    /// [`Self::new`], with the hosts of each priority grouped by locality
+    /// (`localities[p]` spans priority `p`'s list in order) when the cluster
+    /// balances by locality weight.
+    pub fn with_localities(
+        priorities: Vec<Vec<Arc<Host>>>,
+        localities: Option<Vec<Vec<LocalitySpan>>>,
+        overprovisioning_factor: u32,
+    ) -> Self {
+        let localities = localities.map(|spans| {
+            let mut cursor_base = 0;
+            let mut spans = spans.into_iter();
+            priorities
+                .iter()
+                .map(|hosts| {
+                    let level = spans.next().unwrap_or_default();
+                    let base = cursor_base;
+                    cursor_base += 1 + level.len();
+                    Localities::new(hosts, level, overprovisioning_factor, base)
+                })
+                .collect::<Box<[Localities]>>()
+        });
         let priorities: Vec<PriorityHosts> =
             priorities.into_iter().map(PriorityHosts::new).collect();
         let health: Vec<u32> = priorities
@@ -307,7 +455,27 @@ impl HostSet {
             priorities,
             load_ends,
             total_panic,
+            localities,
+            overprovisioning_factor,
         }
+    }
+
+    /// The same hosts, re-evaluated: after outlier ejection or an active health
+    /// check changed who is healthy, the priority loads, the healthy lists and
+    /// the locality weights follow.
+    pub fn rebuilt(&self) -> Self {
+        let priorities = self.priorities.iter().map(|p| p.all().to_vec()).collect();
+        let localities = self
+            .localities
+            .as_ref()
+            .map(|ls| ls.iter().map(|l| l.spans.to_vec()).collect());
+        Self::with_localities(priorities, localities, self.overprovisioning_factor)
+    }
+
+    /// Priority `p`'s hosts by locality, when the cluster balances by locality
+    /// weight.
+    pub fn localities(&self, p: usize) -> Option<&Localities> {
+        self.localities.as_ref()?.get(p)
     }
 
     /// The priority a random percentage `0..100` falls in.
@@ -344,20 +512,83 @@ fn distribute(availability: &[u32], total: u32) -> Vec<u32> {
     load
 }
 
-/// The hosts of a STATIC cluster (endpoints are IP literals).
-pub fn static_hosts(la: &LoadAssignment) -> HostSet {
-    static_hosts_reusing(la, None)
+/// The hosts of a STATIC cluster (endpoints are IP literals), grouped by
+/// locality when `locality_weighted`.
+pub fn static_hosts(la: &LoadAssignment, locality_weighted: bool) -> HostSet {
+    static_hosts_reusing(la, None, locality_weighted)
+}
+
+/// The endpoints of one priority level in the order their hosts are listed,
+/// each with its index in the level (config order, over localities).
+///
+/// Without locality weighting: one group, in config order. With it: Envoy's
+/// grouping, one group per distinct locality (entries naming the same
+/// locality, or none, which is the empty locality, are one) in order of first
+/// appearance; a group's weight is the last `load_balancing_weight` its entries
+/// give, 0 when none does.
+pub(crate) fn level_groups(
+    level: &Priority,
+    locality_weighted: bool,
+) -> Vec<(u32, Vec<(usize, &Endpoint)>)> {
+    let numbered = level
+        .localities
+        .iter()
+        .scan(0, |next, l| {
+            let first = *next;
+            *next += l.endpoints.len();
+            Some((first, l))
+        })
+        .collect::<Vec<_>>();
+    if !locality_weighted {
+        let all = numbered
+            .iter()
+            .flat_map(|(first, l)| {
+                l.endpoints
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, e)| (first + i, e))
+            })
+            .collect();
+        return vec![(0, all)];
+    }
+    let mut groups: Vec<(u32, Vec<(usize, &Endpoint)>)> = Vec::new();
+    let mut index: std::collections::HashMap<(&str, &str, &str), usize> =
+        std::collections::HashMap::new();
+    for (first, l) in numbered {
+        let key = l.locality.as_ref().map_or(("", "", ""), |x| {
+            (x.region.as_str(), x.zone.as_str(), x.sub_zone.as_str())
+        });
+        let g = *index.entry(key).or_insert_with(|| {
+            groups.push((0, Vec::new()));
+            groups.len() - 1
+        });
+        let Some(group) = groups.get_mut(g) else {
+            continue;
+        };
+        if let Some(w) = l.load_balancing_weight {
+            group.0 = w;
+        }
+        group
+            .1
+            .extend(l.endpoints.iter().enumerate().map(|(i, e)| (first + i, e)));
+    }
+    groups
 }
 
 /// [`static_hosts`], keeping the host objects of `previous` (and so their
 /// health, outlier and request state) whose address, hostname, weight and
 /// health status are unchanged: an EDS update that moves one endpoint leaves
 /// the others as they were.
-pub fn static_hosts_reusing(la: &LoadAssignment, previous: Option<&HostSet>) -> HostSet {
+pub fn static_hosts_reusing(
+    la: &LoadAssignment,
+    previous: Option<&HostSet>,
+    locality_weighted: bool,
+) -> HostSet {
     // Envoy keys hosts by address; an index keeps large updates linear.
     let by_addr: std::collections::HashMap<SocketAddr, &Arc<Host>> = previous
         .map(|p| p.hosts().map(|h| (h.address, h)).collect())
         .unwrap_or_default();
+    let mut spans: Vec<Vec<LocalitySpan>> = Vec::new();
     let priorities = la
         .priorities
         .iter()
@@ -365,29 +596,37 @@ pub fn static_hosts_reusing(la: &LoadAssignment, previous: Option<&HostSet>) -> 
             // Sized up front: the list is kept for the set's life.
             let mut hosts =
                 Vec::with_capacity(p.localities.iter().map(|l| l.endpoints.len()).sum());
-            hosts.extend(
-                p.localities
-                    .iter()
-                    .flat_map(|l| l.endpoints.iter())
-                    .filter_map(|e| {
-                        let ip = e.address.ip?;
-                        let address = SocketAddr::new(ip, e.address.port);
-                        let hostname = e.hostname.clone().unwrap_or_default();
-                        let healthy = e.health_status.is_healthy();
-                        if let Some(h) = by_addr.get(&address).filter(|h| {
-                            h.hostname() == hostname
-                                && h.weight == e.weight.max(1)
-                                && h.healthy == healthy
-                        }) {
-                            return Some(Arc::clone(h));
-                        }
-                        Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
-                    }),
-            );
+            let mut level = Vec::new();
+            for (weight, endpoints) in level_groups(p, locality_weighted) {
+                let start = hosts.len();
+                hosts.extend(endpoints.into_iter().filter_map(|(_, e)| {
+                    let ip = e.address.ip?;
+                    let address = SocketAddr::new(ip, e.address.port);
+                    let hostname = e.hostname.clone().unwrap_or_default();
+                    let healthy = e.health_status.is_healthy();
+                    if let Some(h) = by_addr.get(&address).filter(|h| {
+                        h.hostname() == hostname
+                            && h.weight == e.weight.max(1)
+                            && h.healthy == healthy
+                    }) {
+                        return Some(Arc::clone(h));
+                    }
+                    Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
+                }));
+                level.push(LocalitySpan {
+                    hosts: hosts.len() - start,
+                    weight,
+                });
+            }
+            spans.push(level);
             hosts
         })
         .collect();
-    HostSet::new(priorities, la.overprovisioning_factor)
+    HostSet::with_localities(
+        priorities,
+        locality_weighted.then_some(spans),
+        la.overprovisioning_factor,
+    )
 }
 
 /// A host for `endpoint` resolved to `address`; keeps `previous`'s host object (and
@@ -416,7 +655,7 @@ pub fn resolved_host(
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::upstream) mod tests {
     use super::*;
 
     fn hosts(n: usize, healthy: usize) -> Vec<Arc<Host>> {
@@ -495,5 +734,130 @@ mod tests {
             (s.slot(0), s.slot(1), s.slot(2)),
             (Some(2), Some(2), Some(2))
         );
+    }
+
+    /// A load assignment of one level from `(locality zone, weight, ports)`;
+    /// zone `None` is an entry without `locality`.
+    pub(in crate::upstream) fn assignment(
+        localities: &[(Option<&str>, Option<u32>, &[u16])],
+        factor: u32,
+    ) -> LoadAssignment {
+        use courier_config::cluster::{HealthStatus, Locality, LocalityEndpoints};
+        use courier_config::core::SocketAddress;
+        let localities = localities
+            .iter()
+            .map(|(zone, weight, ports)| LocalityEndpoints {
+                locality: zone.map(|z| Locality {
+                    zone: z.to_string(),
+                    ..Locality::default()
+                }),
+                load_balancing_weight: *weight,
+                endpoints: ports
+                    .iter()
+                    .map(|&port| Endpoint {
+                        address: SocketAddress {
+                            host: "127.0.0.1".into(),
+                            ip: Some([127, 0, 0, 1].into()),
+                            port,
+                        },
+                        hostname: None,
+                        health_check_port: None,
+                        health_check_hostname: None,
+                        health_status: HealthStatus::Unknown,
+                        weight: 1,
+                    })
+                    .collect(),
+            })
+            .collect();
+        LoadAssignment {
+            cluster_name: "c".into(),
+            priorities: vec![Priority { localities }],
+            overprovisioning_factor: factor,
+        }
+    }
+
+    fn ports(hosts: &[Arc<Host>]) -> Vec<u16> {
+        hosts.iter().map(|h| h.address.port()).collect()
+    }
+
+    #[test]
+    fn static_hosts_group_by_locality_only_when_weighted() {
+        // Zone a appears twice (Envoy merges the entries; the last weight
+        // given wins); the entry without a locality has no weight.
+        let la = assignment(
+            &[
+                (Some("a"), Some(1), &[1]),
+                (Some("b"), Some(3), &[2, 3]),
+                (Some("a"), Some(2), &[4]),
+                (None, None, &[5]),
+            ],
+            140,
+        );
+        let flat = static_hosts(&la, false);
+        assert_eq!(ports(flat.priorities[0].all()), [1, 2, 3, 4, 5]);
+        assert!(flat.localities(0).is_none());
+        let s = static_hosts(&la, true);
+        assert_eq!(ports(s.priorities[0].all()), [1, 4, 2, 3, 5]);
+        let l = s.localities(0).unwrap();
+        assert_eq!(
+            l.spans[..],
+            [
+                LocalitySpan {
+                    hosts: 2,
+                    weight: 2
+                },
+                LocalitySpan {
+                    hosts: 2,
+                    weight: 3
+                },
+                LocalitySpan {
+                    hosts: 1,
+                    weight: 0
+                },
+            ]
+        );
+        assert_eq!(ports(l.healthy(1).unwrap().0), [2, 3]);
+        // 2 : 3, the weightless locality never.
+        let mut counts = [0; 3];
+        for n in 0..l.schedule().len() {
+            counts[l.schedule().slot(n).unwrap()] += 1;
+        }
+        assert_eq!(counts, [2, 3, 0]);
+        // An EDS update keeps the layout and the host objects.
+        let again = static_hosts_reusing(&la, Some(&s), true);
+        assert!(Arc::ptr_eq(
+            &again.priorities[0].all()[0],
+            &s.priorities[0].all()[0]
+        ));
+        assert_eq!(again.localities(0).unwrap().spans, l.spans);
+    }
+
+    #[test]
+    fn a_rebuilt_set_follows_health_and_keeps_its_factor() {
+        let la = assignment(
+            &[(Some("a"), Some(1), &[1, 2]), (Some("b"), Some(1), &[3, 4])],
+            140,
+        );
+        let s = static_hosts(&la, true);
+        assert_eq!(s.localities(0).unwrap().schedule().len(), 2);
+        // Port 2 fails its health check: A's weight becomes 0.7, 7 : 10.
+        s.priorities[0].all()[1].health.set_failed(true);
+        let r = s.rebuilt();
+        let l = r.localities(0).unwrap();
+        assert_eq!(ports(l.healthy(0).unwrap().0), [1]);
+        let mut counts = [0; 2];
+        for n in 0..l.schedule().len() {
+            counts[l.schedule().slot(n).unwrap()] += 1;
+        }
+        assert_eq!(counts, [7, 10]);
+        // With a factor of 200, half of A is enough for its full weight.
+        let la = assignment(
+            &[(Some("a"), Some(1), &[1, 2]), (Some("b"), Some(1), &[3, 4])],
+            200,
+        );
+        let s = static_hosts(&la, true);
+        s.priorities[0].all()[1].health.set_failed(true);
+        let l = s.rebuilt();
+        assert_eq!(l.localities(0).unwrap().schedule().len(), 2);
     }
 }

@@ -1,17 +1,28 @@
 //! Load balancing: pick a priority by Envoy's priority load, go into panic mode
-//! when too few of its hosts are healthy, then pick a host by the cluster's
+//! when too few of its hosts are healthy, with locality-weighted balancing pick
+//! a locality by its effective weight, then pick a host by the cluster's
 //! policy. Cursors are per worker (thread-local: a worker is one thread), so
 //! picking takes no lock and touches no shared cache line except LEAST_REQUEST's
 //! active request counts.
 
-use super::host::{Host, HostSet};
+use super::host::{Host, HostSet, Schedule};
 use courier_config::cluster::{LbPolicy, LoadBalancer};
 use std::cell::RefCell;
 use std::sync::Arc;
+use std::thread::LocalKey;
+
+/// A worker's cursors, by (cluster index, slot).
+type Cursors = RefCell<Vec<Vec<usize>>>;
 
 thread_local! {
-    /// Round-robin cursors of this worker, by (cluster index, slot).
-    static CURSORS: RefCell<Vec<Vec<usize>>> = const { RefCell::new(Vec::new()) };
+    /// Round-robin cursors of this worker over a level's hosts: slot `2p` for
+    /// priority `p`'s healthy hosts, `2p + 1` for all of them (panic).
+    static CURSORS: Cursors = const { RefCell::new(Vec::new()) };
+    /// Cursors of locality-weighted clusters: per level, one over its
+    /// localities and one per locality over its hosts (slots from
+    /// [`super::host::Localities`]). Apart from [`CURSORS`] so other clusters'
+    /// tables stay two slots a level.
+    static LOCALITY_CURSORS: Cursors = const { RefCell::new(Vec::new()) };
 }
 
 /// Picks a host of `set` for cluster number `cluster`; `None` = no healthy upstream.
@@ -20,16 +31,36 @@ pub fn choose(set: &HostSet, lb: &LoadBalancer, cluster: usize) -> Option<Arc<Ho
     let level = set.priorities.get(priority)?;
     let panic = lb.healthy_panic_threshold > 0.0
         && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
-    let (hosts, schedule, slot) = if panic {
-        (level.all(), level.all_schedule(), 2 * priority + 1)
+    // Envoy's hostSourceToUse: a level in panic balances over all its hosts,
+    // localities aside; otherwise a locality-weighted cluster picks a locality
+    // and balances within its healthy hosts, and falls back to the level's
+    // healthy hosts when no locality has any effective weight.
+    let (hosts, schedule, (cursors, slot)) = if panic {
+        (
+            level.all(),
+            level.all_schedule(),
+            (&CURSORS, 2 * priority + 1),
+        )
+    } else if let Some((hosts, schedule, slot)) = set
+        .localities(priority)
+        .filter(|_| lb.locality_weighted)
+        .and_then(|l| pick_locality(l, cluster))
+    {
+        (hosts, schedule, (&LOCALITY_CURSORS, slot))
     } else {
-        (level.healthy(), level.healthy_schedule(), 2 * priority)
+        (
+            level.healthy(),
+            level.healthy_schedule(),
+            (&CURSORS, 2 * priority),
+        )
     };
     if hosts.is_empty() {
         return None;
     }
     let index = match lb.policy {
-        LbPolicy::RoundRobin => schedule.slot(next_cursor(cluster, slot, schedule.len()))?,
+        LbPolicy::RoundRobin => {
+            schedule.slot(next_cursor(cursors, cluster, slot, schedule.len()))?
+        }
         LbPolicy::Random => schedule.slot(fastrand::usize(..))?,
         LbPolicy::LeastRequest {
             choice_count,
@@ -53,10 +84,32 @@ pub fn choose(set: &HostSet, lb: &LoadBalancer, cluster: usize) -> Option<Arc<Ho
     hosts.get(index).cloned()
 }
 
-/// This worker's next round-robin position for `(cluster, slot)`. Starts at a
-/// random place so workers do not all begin with the same host.
-fn next_cursor(cluster: usize, slot: usize, len: usize) -> usize {
-    CURSORS.with(|c| {
+/// A locality of level `l` by weighted round robin over the effective weights
+/// (this worker's cursor): its healthy hosts, their order and its host cursor
+/// slot. `None` when no locality has effective weight.
+fn pick_locality(
+    l: &super::host::Localities,
+    cluster: usize,
+) -> Option<(&[Arc<Host>], &Schedule, usize)> {
+    let order = l.schedule();
+    if order.len() == 0 {
+        return None;
+    }
+    let n = next_cursor(&LOCALITY_CURSORS, cluster, l.locality_cursor(), order.len());
+    let i = order.slot(n)?;
+    let (hosts, schedule) = l.healthy(i)?;
+    Some((hosts, schedule, l.host_cursor(i)))
+}
+
+/// This worker's next round-robin position for `(cluster, slot)` in `cursors`.
+/// Starts at a random place so workers do not all begin with the same host.
+fn next_cursor(
+    cursors: &'static LocalKey<Cursors>,
+    cluster: usize,
+    slot: usize,
+    len: usize,
+) -> usize {
+    cursors.with(|c| {
         let mut c = c.borrow_mut();
         if c.len() <= cluster {
             c.resize_with(cluster + 1, Vec::new);
@@ -108,6 +161,7 @@ mod tests {
         LoadBalancer {
             policy,
             healthy_panic_threshold: panic,
+            locality_weighted: false,
         }
     }
 
@@ -150,5 +204,166 @@ mod tests {
             .count();
         // With 10 samples, the idle host is missed only when all 10 hit the busy one.
         assert!(picks_busy < 5, "{picks_busy}");
+    }
+
+    /// A locality: its weight and its hosts as (host weight, healthy).
+    type Locality<'a> = (u32, &'a [(u32, bool)]);
+
+    /// A set of levels of localities, with locality weighting on; ports
+    /// number the hosts from 1 in order.
+    fn localities(levels: &[&[Locality<'_>]]) -> HostSet {
+        let mut port = 0;
+        let mut spans = Vec::new();
+        let priorities = levels
+            .iter()
+            .map(|level| {
+                spans.push(
+                    level
+                        .iter()
+                        .map(|(w, hs)| super::super::host::LocalitySpan {
+                            hosts: hs.len(),
+                            weight: *w,
+                        })
+                        .collect(),
+                );
+                level
+                    .iter()
+                    .flat_map(|(_, hs)| hs.iter())
+                    .map(|&(w, h)| {
+                        port += 1;
+                        Arc::new(Host::new(
+                            SocketAddr::from(([127, 0, 0, 1], port)),
+                            String::new(),
+                            w,
+                            h,
+                        ))
+                    })
+                    .collect()
+            })
+            .collect();
+        HostSet::with_localities(priorities, Some(spans), 140)
+    }
+
+    fn weighted(policy: LbPolicy, panic: f64) -> LoadBalancer {
+        LoadBalancer {
+            locality_weighted: true,
+            ..lb(policy, panic)
+        }
+    }
+
+    const POLICIES: [LbPolicy; 3] = [
+        LbPolicy::RoundRobin,
+        LbPolicy::Random,
+        LbPolicy::LeastRequest {
+            choice_count: 2,
+            active_request_bias: 1.0,
+        },
+    ];
+
+    /// Picks per port over `n` picks.
+    fn picks(
+        s: &HostSet,
+        l: &LoadBalancer,
+        cluster: usize,
+        n: usize,
+    ) -> std::collections::BTreeMap<u16, usize> {
+        let mut counts = std::collections::BTreeMap::new();
+        for _ in 0..n {
+            let h = choose(s, l, cluster).unwrap();
+            *counts.entry(h.address.port()).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn localities_weighted_1_to_3_take_1_to_3_of_picks() {
+        // Locality A (weight 1): ports 1, 2; locality B (weight 3): ports 3, 4.
+        let s = localities(&[&[(1, &[(1, true), (1, true)]), (3, &[(1, true), (1, true)])]]);
+        for (k, policy) in POLICIES.into_iter().enumerate() {
+            let c = picks(&s, &weighted(policy, 50.0), 100 + k, 4000);
+            let a = c.get(&1).unwrap_or(&0) + c.get(&2).unwrap_or(&0);
+            let b = c.get(&3).unwrap_or(&0) + c.get(&4).unwrap_or(&0);
+            // The locality is picked by weighted round robin whatever the
+            // host policy: exactly 1:3 over whole rounds.
+            assert_eq!((a, b), (1000, 3000), "{policy:?}: {c:?}");
+            if policy == LbPolicy::RoundRobin {
+                assert_eq!(
+                    c.values().copied().collect::<Vec<_>>(),
+                    [500, 500, 1500, 1500]
+                );
+            }
+        }
+        // Without locality weighting the same set is balanced over its hosts.
+        let c = picks(&s, &lb(LbPolicy::RoundRobin, 50.0), 110, 4000);
+        assert!(c.values().all(|&n| n == 1000), "{c:?}");
+    }
+
+    #[test]
+    fn a_locality_without_weight_gets_nothing() {
+        let s = localities(&[&[(0, &[(1, true), (1, true)]), (5, &[(1, true)])]]);
+        for (k, policy) in POLICIES.into_iter().enumerate() {
+            let c = picks(&s, &weighted(policy, 50.0), 200 + k, 500);
+            assert_eq!(c.into_iter().collect::<Vec<_>>(), [(3, 500)], "{policy:?}");
+        }
+    }
+
+    #[test]
+    fn a_half_healthy_locality_has_its_weight_scaled_by_availability() {
+        // min(1, 1.4 x 1/2) = 0.7.
+        assert!((super::super::host::effective_weight(1, 1, 2, 140) - 0.7).abs() < 1e-12);
+        assert_eq!(super::super::host::effective_weight(3, 2, 2, 140), 3.0);
+        // 1.4 x 3/4 > 1: capped.
+        assert_eq!(super::super::host::effective_weight(2, 3, 4, 140), 2.0);
+        assert_eq!(super::super::host::effective_weight(2, 0, 4, 140), 0.0);
+        assert_eq!(super::super::host::effective_weight(2, 0, 0, 140), 0.0);
+        // A: ports 1 (healthy), 2 (unhealthy); B: ports 3, 4. 0.7 : 1 = 7 : 10.
+        let s = localities(&[&[(1, &[(1, true), (1, false)]), (1, &[(1, true), (1, true)])]]);
+        let c = picks(&s, &weighted(LbPolicy::RoundRobin, 50.0), 300, 1700);
+        assert_eq!(
+            c.into_iter().collect::<Vec<_>>(),
+            [(1, 700), (3, 500), (4, 500)]
+        );
+    }
+
+    #[test]
+    fn host_weights_apply_within_a_locality() {
+        let s = localities(&[&[(1, &[(1, true), (3, true)]), (1, &[(1, true)])]]);
+        let c = picks(&s, &weighted(LbPolicy::RoundRobin, 50.0), 400, 800);
+        assert_eq!(
+            c.into_iter().collect::<Vec<_>>(),
+            [(1, 100), (2, 300), (3, 400)]
+        );
+    }
+
+    #[test]
+    fn panic_ignores_localities_and_no_weight_falls_back_to_healthy_hosts() {
+        // A (weight 100): ports 1, 2 unhealthy; B (no weight): port 3 healthy,
+        // 4 and 5 not. 1 of 5 healthy (20%) is under the 50% threshold: panic,
+        // all five hosts evenly, A's weight notwithstanding.
+        let s = localities(&[&[
+            (100, &[(1, false), (1, false)]),
+            (0, &[(1, true), (1, false), (1, false)]),
+        ]]);
+        let c = picks(&s, &weighted(LbPolicy::RoundRobin, 50.0), 500, 1000);
+        assert!(c.len() == 5 && c.values().all(|&n| n == 200), "{c:?}");
+        // Without panic no locality has effective weight (A has no healthy
+        // host, B no weight): Envoy falls back to the level's healthy hosts.
+        let c = picks(&s, &weighted(LbPolicy::RoundRobin, 0.0), 501, 100);
+        assert_eq!(c.into_iter().collect::<Vec<_>>(), [(3, 100)]);
+    }
+
+    #[test]
+    fn localities_follow_health_changes_and_other_levels() {
+        // Priority 0 fully unhealthy: everything goes to priority 1, whose
+        // localities (weights 1 and 1) split it evenly.
+        let s = localities(&[
+            &[(1, &[(1, false)])],
+            &[(1, &[(1, true)]), (1, &[(1, true)])],
+        ]);
+        let c = picks(&s, &weighted(LbPolicy::RoundRobin, 50.0), 600, 100);
+        assert_eq!(c.into_iter().collect::<Vec<_>>(), [(2, 50), (3, 50)]);
+        // The common path keeps no locality lists.
+        assert!(set(&[&[true]]).localities(0).is_none());
+        assert!(s.localities(1).is_some());
     }
 }

@@ -189,9 +189,12 @@ impl ClusterManager {
             || self.next_index.fetch_add(1, Ordering::Relaxed),
             |p| p.index,
         );
+        // A set is laid out by locality only for locality-weighted balancing:
+        // switching that on or off lays the hosts out afresh.
         let keep = previous.as_ref().filter(|p| {
             p.config.discovery == config.discovery
                 && p.config.load_assignment == config.load_assignment
+                && p.config.lb.locality_weighted == config.lb.locality_weighted
         });
         let stats = previous
             .as_ref()
@@ -287,7 +290,7 @@ pub fn set_eds_hosts(
     }
     let previous = c.hosts.load_full();
     let set = match la {
-        Some(la) => host::static_hosts_reusing(la, Some(&previous)),
+        Some(la) => host::static_hosts_reusing(la, Some(&previous), c.config.lb.locality_weighted),
         None => HostSet::default(),
     };
     c.hosts.store(Arc::new(set));
@@ -304,6 +307,7 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
         return;
     };
     let (family, every) = (dns.lookup_family, dns.refresh_rate);
+    let locality = c.config.lb.locality_weighted;
     let cluster = Arc::clone(c);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -317,7 +321,7 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
             }
             if let Some(answers) = dns::resolve(&la, family).await {
                 let previous = cluster.hosts.load_full();
-                let set = dns::host_set(&la, &answers, logical, Some(&previous));
+                let set = dns::host_set(&la, &answers, logical, Some(&previous), locality);
                 cluster.hosts.store(Arc::new(set));
             }
         }
@@ -371,13 +375,16 @@ fn initial_hosts(c: &Cluster) -> HostSet {
     let Some(la) = &c.load_assignment else {
         return HostSet::default();
     };
+    let locality = c.lb.locality_weighted;
     match &c.discovery {
-        Discovery::Static => host::static_hosts(la),
+        Discovery::Static => host::static_hosts(la, locality),
         Discovery::StrictDns(d) => {
-            dns::host_set(la, &dns::resolve_blocking(la, d.lookup_family), false, None)
+            let answers = dns::resolve_blocking(la, d.lookup_family);
+            dns::host_set(la, &answers, false, None, locality)
         }
         Discovery::LogicalDns(d) => {
-            dns::host_set(la, &dns::resolve_blocking(la, d.lookup_family), true, None)
+            let answers = dns::resolve_blocking(la, d.lookup_family);
+            dns::host_set(la, &answers, true, None, locality)
         }
         // Hosts arrive with the first ClusterLoadAssignment (crate::xds).
         Discovery::Eds { .. } => HostSet::default(),

@@ -231,8 +231,12 @@ impl Cds {
             users.insert(at, c.name.clone());
         }
         st.service_of.insert(c.name.clone(), service.clone());
-        // Same endpoints as the cluster in force: its hosts carried over.
-        if previous.is_some_and(|p| p.config.discovery == c.discovery) {
+        // Same endpoints as the cluster in force: its hosts carried over
+        // (unless the locality layout changed: `prepare` then started afresh).
+        if previous.is_some_and(|p| {
+            p.config.discovery == c.discovery
+                && p.config.lb.locality_weighted == c.lb.locality_weighted
+        }) {
             return Ok(Some(prepared));
         }
         // The assignment may already be here (another cluster uses the service).

@@ -45,12 +45,20 @@ fn lb_policies() {
             "static_resources.clusters[0].least_request_lb_config: only applies to lb_policy LEAST_REQUEST"
         ]
     );
+    assert!(
+        !cluster(&with_ep("  lb_policy: RANDOM\n"))
+            .lb
+            .locality_weighted
+    );
+    let c = cluster(&with_ep(
+        "  lb_policy: RANDOM\n  common_lb_config: {locality_weighted_lb_config: {}}\n",
+    ));
+    assert_eq!(c.lb.policy, LbPolicy::Random);
+    assert!(c.lb.locality_weighted);
     assert_eq!(
-        errors(&with_ep(
-            "  common_lb_config: {locality_weighted_lb_config: {}}\n"
-        )),
+        errors(&with_ep("  common_lb_config: {zone_aware_lb_config: {}}\n")),
         [
-            "static_resources.clusters[0].common_lb_config.locality_weighted_lb_config: locality_weighted_lb_config is not supported"
+            "static_resources.clusters[0].common_lb_config.zone_aware_lb_config: zone_aware_lb_config is not supported"
         ]
     );
     assert_eq!(
@@ -113,6 +121,68 @@ fn typed_lb_policy_takes_the_first_supported() {
         errors(&with_ep("  load_balancing_policy: {}\n")),
         [
             "static_resources.clusters[0].load_balancing_policy.policies: must name at least one policy"
+        ]
+    );
+}
+
+/// `locality_lb_config` on each typed policy Envoy Gateway emits: the
+/// locality-weighted variant is served, the zone-aware one refused at its path.
+#[test]
+fn typed_policies_take_locality_weighted_lb_config() {
+    let typed = |url: &str, extra: &str| {
+        format!(
+            "  load_balancing_policy: {{policies: [{{typed_extension_config: {{name: p, typed_config: {{'@type': {url}{extra}}}}}}}]}}\n"
+        )
+    };
+    let weighted = ", locality_lb_config: {locality_weighted_lb_config: {}}";
+    for (url, policy) in [
+        (crate::extensions::LB_ROUND_ROBIN, LbPolicy::RoundRobin),
+        (crate::extensions::LB_RANDOM, LbPolicy::Random),
+        (
+            crate::extensions::LB_LEAST_REQUEST,
+            LbPolicy::LeastRequest {
+                choice_count: 2,
+                active_request_bias: 1.0,
+            },
+        ),
+    ] {
+        let c = cluster(&with_ep(&typed(url, weighted)));
+        assert_eq!(c.lb.policy, policy, "{url}");
+        assert!(c.lb.locality_weighted, "{url}");
+        assert!(!cluster(&with_ep(&typed(url, ""))).lb.locality_weighted);
+        // An empty locality_lb_config names no variant: no locality weighting.
+        let c = cluster(&with_ep(&typed(url, ", locality_lb_config: {}")));
+        assert!(!c.lb.locality_weighted, "{url}");
+        assert_eq!(
+            errors(&with_ep(&typed(
+                url,
+                ", locality_lb_config: {zone_aware_lb_config: {min_cluster_size: 3}}"
+            ))),
+            [
+                "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.locality_lb_config.zone_aware_lb_config: zone_aware_lb_config is not supported"
+            ],
+            "{url}"
+        );
+    }
+    // Envoy refuses common_lb_config's locality settings beside a typed policy
+    // (which would not read them).
+    assert_eq!(
+        errors(&with_ep(&format!(
+            "  common_lb_config: {{locality_weighted_lb_config: {{}}}}\n{}",
+            typed(crate::extensions::LB_ROUND_ROBIN, weighted)
+        ))),
+        [
+            "static_resources.clusters[0].common_lb_config.locality_weighted_lb_config: cannot be combined with load_balancing_policy (set locality_lb_config in the policy)"
+        ]
+    );
+    // Other fields of the typed policies stay refused.
+    assert_eq!(
+        errors(&with_ep(&typed(
+            crate::extensions::LB_ROUND_ROBIN,
+            ", slow_start_config: {}"
+        ))),
+        [
+            "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.slow_start_config: slow_start_config is not supported"
         ]
     );
 }

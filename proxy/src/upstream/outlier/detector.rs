@@ -4,7 +4,7 @@
 
 use super::Kind;
 use super::event_log::{Event, EventLog, Evidence};
-use crate::upstream::host::{Host, HostSet};
+use crate::upstream::host::Host;
 use crate::upstream::{ClusterManager, UpstreamCluster};
 use courier_config::cluster::OutlierDetection;
 use std::sync::Arc;
@@ -208,20 +208,10 @@ pub fn samples(clusters: &ClusterManager, out: &mut Vec<(String, u64)>) {
 /// Republishes the cluster's host set, so workers see ejections (ejected hosts
 /// are unhealthy in it).
 pub(super) fn republish(cluster: &UpstreamCluster) {
+    // The set keeps its overprovisioning factor (an EDS cluster's comes with
+    // its assignment) and its locality layout, so only health changes.
     let current = cluster.hosts.load_full();
-    let factor = cluster
-        .config
-        .load_assignment
-        .as_ref()
-        .map_or(140, |la| la.overprovisioning_factor);
-    let priorities: Vec<Vec<Arc<Host>>> = current
-        .priorities
-        .iter()
-        .map(|p| p.all().to_vec())
-        .collect();
-    cluster
-        .hosts
-        .store(Arc::new(HostSet::new(priorities, factor)));
+    cluster.hosts.store(Arc::new(current.rebuilt()));
 }
 
 /// Handles the pending consecutive-failure events of every host.
