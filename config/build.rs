@@ -54,6 +54,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
     "envoy.extensions.load_balancing_policies.random.v3.Random",
     "envoy.extensions.clusters.dns.v3.DnsCluster",
+    "envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
     "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
     "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
     "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",

@@ -24,7 +24,12 @@ pub(crate) const SUPPORT: &[Support] = &[
             "overload_manager",
             "layered_runtime",
             "cluster_manager",
+            "bootstrap_extensions",
         ],
+    ),
+    (
+        "envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
+        &["buffer_size_kb"],
     ),
     (
         "envoy.config.bootstrap.v3.ClusterManager",
@@ -114,6 +119,11 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     let empty = pb::bootstrap::StaticResources::default();
     let statics = bs.static_resources.as_ref().unwrap_or(&empty);
 
+    bootstrap_extensions(
+        &bs.bootstrap_extensions,
+        &root.field("bootstrap_extensions"),
+        ctx,
+    );
     // Secrets first: clusters' and listeners' TLS contexts may name them.
     let secrets = crate::tls::secrets::translate(&statics.secrets, &sr.field("secrets"), ctx);
     ctx.set_static_secrets(Arc::new(secrets));
@@ -285,3 +295,36 @@ fn dynamic_resources(
 
 /// Metadata helper re-exported for modules that translate `metadata` fields.
 pub type Metadata = MetadataMap;
+
+/// `bootstrap_extensions`. The internal-listener extension is accepted: it
+/// only makes internal listeners possible, and courier refuses every internal
+/// address (a listener's or an endpoint's) where it is configured, so with
+/// courier it has nothing to act on. Other extensions are refused by name.
+fn bootstrap_extensions(
+    list: &[envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig],
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) {
+    use envoy_types::pb::envoy::extensions::bootstrap::internal_listener::v3::InternalListener;
+    for (i, e) in list.iter().enumerate() {
+        let p = path.index(i);
+        let tp = p.field("typed_config");
+        match e.typed_config.as_ref() {
+            Some(any) if any.type_url == crate::extensions::INTERNAL_LISTENER => {
+                let Some(il) = core::unpack::<InternalListener>(any, &tp, ctx) else {
+                    continue;
+                };
+                // Envoy's bounds (PGV: 1 to 8192 KiB).
+                if let Some(kb) = il.buffer_size_kb.map(|v| v.value)
+                    && !(1..=8192).contains(&kb)
+                {
+                    ctx.error(
+                        &tp.field("buffer_size_kb"),
+                        format!("must be between 1 and 8192, found {kb}"),
+                    );
+                }
+            }
+            _ => ctx.unsupported(&p, format!("bootstrap extension {}", e.name)),
+        }
+    }
+}

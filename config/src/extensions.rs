@@ -50,6 +50,9 @@ pub const STDERR_ACCESS_LOG: &str =
 /// The DNS cluster extension (`cluster_type`), Envoy's form of STRICT_DNS and
 /// LOGICAL_DNS.
 pub const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";
+/// The internal-listener bootstrap extension.
+pub const INTERNAL_LISTENER: &str =
+    "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
 /// Typed load-balancing policies that map onto courier's built-in balancers.
 pub const LB_ROUND_ROBIN: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";

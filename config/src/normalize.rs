@@ -359,6 +359,12 @@ fn any(value: &mut Value, path: &Path<'_>, ctx: &mut Ctx) {
         ctx.error(path, "missing \"@type\"");
         return;
     };
+    if TYPED_STRUCTS.contains(&type_url.as_str()) {
+        if typed_struct(object, path, ctx) {
+            any(value, path, ctx);
+        }
+        return;
+    }
     let Some(desc) = descriptors::message_for_type_url(&type_url) else {
         ctx.error(path, format!("unknown @type \"{type_url}\""));
         return;
@@ -391,6 +397,48 @@ fn any(value: &mut Value, path: &Path<'_>, ctx: &mut Ctx) {
     }
     *object = body;
     object.insert("@type".into(), Value::String(type_url));
+}
+
+/// The `TypedStruct` wrappers (`udpa.type.v1` and its successor `xds.type.v3`):
+/// an `Any` that names its real type in `type_url` and carries the message as
+/// a `Struct` in `value`, which is the message's JSON form.
+const TYPED_STRUCTS: &[&str] = &[
+    "type.googleapis.com/udpa.type.v1.TypedStruct",
+    "type.googleapis.com/xds.type.v3.TypedStruct",
+];
+
+/// Rewrites a `TypedStruct` `Any` into the `Any` it stands for, as Envoy
+/// unpacks one (the struct's JSON read as the named message). `false` when it
+/// is malformed (the error is recorded).
+fn typed_struct(object: &mut Map<String, Value>, path: &Path<'_>, ctx: &mut Ctx) -> bool {
+    let Some(Value::String(inner)) = object.get("type_url").cloned() else {
+        ctx.error(&path.field("type_url"), "a TypedStruct needs a type_url");
+        return false;
+    };
+    let body = match object.remove("value") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(o)) => o,
+        Some(other) => {
+            ctx.error(
+                &path.field("value"),
+                format!("expected an object, found {}", kind_of(&other)),
+            );
+            return false;
+        }
+    };
+    if let Some(unknown) = object
+        .keys()
+        .find(|k| !matches!(k.as_str(), "@type" | "type_url"))
+    {
+        ctx.error(
+            &path.field(unknown),
+            format!("unknown field \"{unknown}\" of TypedStruct"),
+        );
+        return false;
+    }
+    *object = body;
+    object.insert("@type".into(), Value::String(inner));
+    true
 }
 
 /// Envoy builds an HTTP filter that has no `typed_config` (or an empty one) from its
