@@ -73,6 +73,10 @@ pub struct Cluster {
     pub tls: Option<Box<UpstreamTls>>,
     /// `metadata.filter_metadata`.
     pub metadata: MetadataMap,
+    /// `ignore_health_on_host_removal`: a host that leaves the EDS assignment
+    /// goes at once even while active health checks pass it (by default it
+    /// stays until one fails it).
+    pub ignore_health_on_host_removal: bool,
 }
 
 impl Cluster {
@@ -188,6 +192,7 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         http,
         tls,
         metadata: core::metadata(c.metadata.as_ref()),
+        ignore_health_on_host_removal: c.ignore_health_on_host_removal,
     })
 }
 

@@ -34,6 +34,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "protocol_selection",
             "load_balancing_policy",
             "cluster_type",
+            "ignore_health_on_host_removal",
         ],
     ),
     (

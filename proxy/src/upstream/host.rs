@@ -36,6 +36,10 @@ pub struct Host {
     pub outlier: Lazy<super::outlier::HostOutlier>,
     /// Active health-check state (hosts of clusters with health checks only).
     pub health: Lazy<super::health_check::HostHealth>,
+    /// Gone from its EDS assignment but kept while it passes active health
+    /// checks (Envoy's `PENDING_DYNAMIC_REMOVAL`): its first failed check
+    /// removes it.
+    pending_removal: std::sync::atomic::AtomicBool,
 }
 
 /// A host's counters (`/clusters`), summed over workers by being shared.
@@ -73,7 +77,17 @@ impl Host {
             stats: Lazy::default(),
             outlier: Default::default(),
             health: Default::default(),
+            pending_removal: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether the host is kept only until it fails a health check.
+    pub fn pending_removal(&self) -> bool {
+        self.pending_removal.load(Ordering::Relaxed)
+    }
+
+    fn set_pending_removal(&self, pending: bool) {
+        self.pending_removal.store(pending, Ordering::Relaxed);
     }
 
     /// The host name `auto_host_rewrite` uses: the endpoint's `hostname`, or
@@ -463,12 +477,88 @@ impl HostSet {
     /// The same hosts, re-evaluated: after outlier ejection or an active health
     /// check changed who is healthy, the priority loads, the healthy lists and
     /// the locality weights follow.
+    ///
+    /// A host kept after its removal from service discovery (see
+    /// [`Self::keeping_removed`]) leaves once a health check has failed it.
     pub fn rebuilt(&self) -> Self {
-        let priorities = self.priorities.iter().map(|p| p.all().to_vec()).collect();
-        let localities = self
+        let gone = |h: &Arc<Host>| h.pending_removal() && h.health.failed();
+        let mut localities = self
             .localities
             .as_ref()
-            .map(|ls| ls.iter().map(|l| l.spans.to_vec()).collect());
+            .map(|ls| ls.iter().map(|l| l.spans.to_vec()).collect::<Vec<_>>());
+        let priorities = self
+            .priorities
+            .iter()
+            .enumerate()
+            .map(|(p, level)| {
+                let all = level.all();
+                if let Some(spans) = localities.as_mut().and_then(|l| l.get_mut(p)) {
+                    // Each locality keeps the hosts of its span that stay.
+                    let mut start = 0;
+                    for span in spans.iter_mut() {
+                        let end = (start + span.hosts).min(all.len());
+                        let slice = all.get(start..end).unwrap_or_default();
+                        span.hosts = slice.iter().filter(|h| !gone(h)).count();
+                        start = end;
+                    }
+                }
+                all.iter().filter(|h| !gone(h)).cloned().collect()
+            })
+            .collect();
+        Self::with_localities(priorities, localities, self.overprovisioning_factor)
+    }
+
+    /// This set (a new EDS assignment) with the hosts of `previous` it no
+    /// longer has that `keep` says stay, as Envoy keeps a removed host that
+    /// still passes active health checks until it fails one (unless the
+    /// cluster says `ignore_health_on_host_removal`). They stay in their
+    /// priority; with locality weighting they form a locality of weight 0 (they
+    /// count for the level's health but take no locality's traffic).
+    pub fn keeping_removed(self, previous: &HostSet, keep: impl Fn(&Host) -> bool) -> Self {
+        let present: std::collections::HashSet<SocketAddr> =
+            self.hosts().map(|h| h.address).collect();
+        let mut priorities: Vec<Vec<Arc<Host>>> =
+            self.priorities.iter().map(|p| p.all().to_vec()).collect();
+        let mut localities = self
+            .localities
+            .as_ref()
+            .map(|ls| ls.iter().map(|l| l.spans.to_vec()).collect::<Vec<_>>());
+        let mut kept_any = false;
+        for (p, level) in previous.priorities.iter().enumerate() {
+            let kept: Vec<Arc<Host>> = level
+                .all()
+                .iter()
+                .filter(|h| !present.contains(&h.address) && keep(h))
+                .cloned()
+                .collect();
+            if kept.is_empty() {
+                continue;
+            }
+            kept_any = true;
+            for h in &kept {
+                h.set_pending_removal(true);
+            }
+            if priorities.len() <= p {
+                priorities.resize_with(p + 1, Vec::new);
+            }
+            if let Some(spans) = localities.as_mut() {
+                if spans.len() <= p {
+                    spans.resize_with(p + 1, Vec::new);
+                }
+                if let Some(level) = spans.get_mut(p) {
+                    level.push(LocalitySpan {
+                        hosts: kept.len(),
+                        weight: 0,
+                    });
+                }
+            }
+            if let Some(level) = priorities.get_mut(p) {
+                level.extend(kept);
+            }
+        }
+        if !kept_any {
+            return self;
+        }
         Self::with_localities(priorities, localities, self.overprovisioning_factor)
     }
 
@@ -609,6 +699,8 @@ pub fn static_hosts_reusing(
                             && h.weight == e.weight.max(1)
                             && h.healthy == healthy
                     }) {
+                        // Back in the assignment: no longer on its way out.
+                        h.set_pending_removal(false);
                         return Some(Arc::clone(h));
                     }
                     Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))

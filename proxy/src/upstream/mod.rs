@@ -289,10 +289,16 @@ pub fn set_eds_hosts(
         return false;
     }
     let previous = c.hosts.load_full();
-    let set = match la {
+    let mut set = match la {
         Some(la) => host::static_hosts_reusing(la, Some(&previous), c.config.lb.locality_weighted),
         None => HostSet::default(),
     };
+    // Envoy keeps a host that left the assignment while active health checks
+    // pass it (not one they fail, nor one EDS itself marked unhealthy), unless
+    // the cluster says `ignore_health_on_host_removal`.
+    if !c.config.ignore_health_on_host_removal && !c.config.health_checks.is_empty() {
+        set = set.keeping_removed(&previous, |h| h.healthy && !h.health.failed());
+    }
     c.hosts.store(Arc::new(set));
     true
 }
@@ -390,3 +396,7 @@ fn initial_hosts(c: &Cluster) -> HostSet {
         Discovery::Eds { .. } => HostSet::default(),
     }
 }
+
+#[cfg(test)]
+#[path = "removal_tests.rs"]
+mod removal_tests;
