@@ -540,3 +540,68 @@ async fn an_h2_request_at_max_connections_waits_for_a_free_stream() {
     assert_eq!(stat(&c, "cluster.one.upstream_cx_overflow").await, 1);
     assert_eq!(stat(&c, "cluster.one.upstream_rq_total").await, 2);
 }
+
+/// The kernel's view of the TCP connection from `local` to `remote` (both
+/// IPv4 loopback): its `/proc/net/tcp` timer kind and when it fires, in
+/// hundredths of a second.
+fn tcp_timer(local: SocketAddr, remote: SocketAddr) -> Option<(u8, u64)> {
+    let hex = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(v4.ip().octets()),
+            v4.port()
+        ),
+        SocketAddr::V6(_) => String::new(),
+    };
+    let (l, r) = (hex(local), hex(remote));
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    table.lines().skip(1).find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.get(1) != Some(&l.as_str()) || f.get(2) != Some(&r.as_str()) {
+            return None;
+        }
+        let (kind, when) = f.get(5)?.split_once(':')?;
+        Some((
+            u8::from_str_radix(kind, 16).ok()?,
+            u64::from_str_radix(when, 16).ok()?,
+        ))
+    })
+}
+
+/// `upstream_connection_options.tcp_keepalive` on the connection courier
+/// opens: the kernel arms the keepalive timer for the configured idle time.
+#[tokio::test]
+async fn upstream_tcp_keepalive_is_set_on_the_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let (peer_tx, peer_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let (mut s, peer) = listener.accept().await.unwrap();
+        let _ = peer_tx.send(peer);
+        let mut buf = vec![0u8; 4096];
+        let _ = s.read(&mut buf).await;
+        s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            .await
+            .unwrap();
+        // Kept open (idle) for the check.
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        drop(s);
+    });
+    let cluster = static_cluster(
+        "ka",
+        &[up],
+        "upstream_connection_options: {tcp_keepalive: {keepalive_time: 7, keepalive_interval: 3, keepalive_probes: 4}}\n",
+    );
+    let c = courier("", &route("/", "{cluster: ka}"), &cluster).await;
+    let mut h1 = H1::connect(c.listener).await;
+    assert_eq!(h1.get("/", &[]).await.status, 200);
+    let courier_side = peer_rx.await.unwrap();
+    // 2: the keepalive timer, due within the 7 s idle time.
+    let (kind, when) = tcp_timer(courier_side, up).expect("the upstream connection");
+    assert_eq!(kind, 2, "keepalive timer armed");
+    assert!(
+        (400..=700).contains(&when),
+        "first probe due in {when}/100 s"
+    );
+}

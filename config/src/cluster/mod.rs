@@ -77,6 +77,21 @@ pub struct Cluster {
     /// goes at once even while active health checks pass it (by default it
     /// stays until one fails it).
     pub ignore_health_on_host_removal: bool,
+    /// `upstream_connection_options.tcp_keepalive`: TCP keepalive on the
+    /// cluster's upstream connections, when set.
+    pub tcp_keepalive: Option<TcpKeepalive>,
+}
+
+/// `TcpKeepalive`: `SO_KEEPALIVE` on, and each setting the kernel's default
+/// when unset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TcpKeepalive {
+    /// Unanswered probes before the connection is dropped (`TCP_KEEPCNT`).
+    pub probes: Option<u32>,
+    /// Idle time before the first probe (`TCP_KEEPIDLE`).
+    pub time: Option<Duration>,
+    /// Time between probes (`TCP_KEEPINTVL`).
+    pub interval: Option<Duration>,
 }
 
 impl Cluster {
@@ -193,6 +208,21 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         tls,
         metadata: core::metadata(c.metadata.as_ref()),
         ignore_health_on_host_removal: c.ignore_health_on_host_removal,
+        tcp_keepalive: c
+            .upstream_connection_options
+            .as_ref()
+            .and_then(|o| o.tcp_keepalive.as_ref())
+            .map(|k| TcpKeepalive {
+                probes: k.keepalive_probes.as_ref().map(|v| v.value),
+                time: k
+                    .keepalive_time
+                    .as_ref()
+                    .map(|v| Duration::from_secs(v.value.into())),
+                interval: k
+                    .keepalive_interval
+                    .as_ref()
+                    .map(|v| Duration::from_secs(v.value.into())),
+            }),
     })
 }
 

@@ -35,8 +35,16 @@ pub(crate) const SUPPORT: &[Support] = &[
             "load_balancing_policy",
             "cluster_type",
             "ignore_health_on_host_removal",
+            "upstream_connection_options",
         ],
     ),
+    (
+        // `set_local_interface_name_on_upstream_connections` and
+        // `happy_eyeballs_config` are refused by their absence.
+        "envoy.config.cluster.v3.UpstreamConnectionOptions",
+        &["tcp_keepalive"],
+    ),
+    ("envoy.config.core.v3.TcpKeepalive", crate::support::ALL),
     (
         "envoy.config.cluster.v3.Cluster.CustomClusterType",
         &["name", "typed_config"],

@@ -616,6 +616,9 @@ pub(super) async fn connect(
             text.split(" (os error").next().unwrap_or(&text).to_string()
         })?;
         let _ = tcp.set_nodelay(true);
+        if let Some(k) = &cluster.config.tcp_keepalive {
+            keepalive(&tcp, k);
+        }
         match &cluster.tls {
             None => Ok(UpstreamStream::Plain(tcp)),
             Some(tls) => match tls.handshake(tcp, addr).await {
@@ -642,5 +645,25 @@ pub(super) async fn connect(
             stats.cx_connect_timeout.inc();
             Err(SendError::ConnectTimeout)
         }
+    }
+}
+
+/// `upstream_connection_options.tcp_keepalive` on a new connection: keepalive
+/// on, with the settings given (the kernel's defaults for the others). A
+/// setting the kernel refuses leaves the connection as it is, as Envoy logs
+/// and goes on.
+fn keepalive(tcp: &TcpStream, k: &courier_config::cluster::TcpKeepalive) {
+    let mut ka = socket2::TcpKeepalive::new();
+    if let Some(t) = k.time {
+        ka = ka.with_time(t);
+    }
+    if let Some(i) = k.interval {
+        ka = ka.with_interval(i);
+    }
+    if let Some(p) = k.probes {
+        ka = ka.with_retries(p);
+    }
+    if let Err(e) = socket2::SockRef::from(tcp).set_tcp_keepalive(&ka) {
+        tracing::debug!(error = %e, "upstream TCP keepalive not set");
     }
 }
