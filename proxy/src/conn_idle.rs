@@ -40,6 +40,8 @@ const DRAINING: u8 = 2;
 /// The HTTP/1.1 codec is being ended to park the connection: its socket must
 /// not be shut down.
 const PARKING: u8 = 4;
+/// Its listener bypasses the overload manager (`bypass_overload_manager`).
+const BYPASS_OVERLOAD: u8 = 8;
 
 impl Activity {
     /// A connection just opened (idle until its first request).
@@ -52,6 +54,16 @@ impl Activity {
             reads: AtomicU64::new(0),
             flags: AtomicU8::new(0),
         })
+    }
+
+    /// Notes that the connection's listener bypasses the overload manager.
+    pub fn bypass_overload(&self) {
+        self.flags.fetch_or(BYPASS_OVERLOAD, Ordering::Relaxed);
+    }
+
+    /// The overload state this connection goes by ([`crate::overload::of`]).
+    pub fn overload(&self) -> &'static crate::overload::Overload {
+        crate::overload::of(self.flags.load(Ordering::Relaxed) & BYPASS_OVERLOAD != 0)
     }
 
     /// Notes that the connection speaks HTTP/2.
@@ -119,7 +131,7 @@ impl Activity {
     /// `reduce_timeouts` scales it now) is due, and whether the connection is
     /// idle: busy, the earliest an idle period starting now could end.
     pub fn idle_deadline(&self, configured: Duration) -> (Instant, bool) {
-        let timeout = crate::overload::get().scaled(
+        let timeout = self.overload().scaled(
             courier_config::overload::ScaledTimer::ConnectionIdle,
             configured,
         );
@@ -134,7 +146,7 @@ impl Activity {
     /// (as the overload manager's `reduce_timeouts` scales it, re-armed when
     /// that changes).
     pub async fn idle_for(&self, configured: Duration) {
-        let overload = crate::overload::get();
+        let overload = self.overload();
         loop {
             let (next, idle) = self.idle_deadline(configured);
             if idle && Instant::now() >= next {
@@ -197,9 +209,9 @@ impl<B> Tracked<B> {
             None => idle_timeout,
         };
         // As `reduce_timeouts` has it when the response starts.
-        let idle_timeout = idle_timeout.map(|t| {
-            crate::overload::get().scaled(courier_config::overload::ScaledTimer::StreamIdle, t)
-        });
+        let overload = guard.0.overload();
+        let idle_timeout = idle_timeout
+            .map(|t| overload.scaled(courier_config::overload::ScaledTimer::StreamIdle, t));
         Tracked {
             body,
             guard: Some(guard),

@@ -91,6 +91,18 @@ pub fn get() -> &'static Overload {
     STATE.get_or_init(Overload::default)
 }
 
+/// The overload state a listener's requests go by: the process's, or, for a
+/// listener with `bypass_overload_manager`, one whose actions never fire.
+/// (Connections are admitted by the process's state: [`Overload::admit`].)
+pub fn of(bypass: bool) -> &'static Overload {
+    static NEVER: std::sync::OnceLock<Overload> = std::sync::OnceLock::new();
+    if bypass {
+        let never = NEVER.get_or_init(Overload::default);
+        return never;
+    }
+    get()
+}
+
 /// Sets the limits of `bootstrap` up; called once, before workers start.
 pub fn init(bootstrap: &Bootstrap) {
     let om = bootstrap.overload_manager.as_ref();
@@ -122,16 +134,21 @@ impl Overload {
 
     /// Admits a new connection of a listener with `limit`: the slots it holds
     /// until it closes, or why it is refused.
+    /// `ignore_global` (the listener's `ignore_global_conn_limit`) leaves
+    /// the global limit out; `bypass` (its `bypass_overload_manager`),
+    /// `stop_accepting_connections`.
     pub fn admit(
         &self,
         limit: Option<&Arc<Limit>>,
+        ignore_global: bool,
+        bypass: bool,
     ) -> Result<(Option<Slot>, Option<Slot>), Refused> {
-        if self.stop_connections.load(Ordering::Relaxed) {
+        if !bypass && self.stop_connections.load(Ordering::Relaxed) {
             return Err(Refused::Overloaded);
         }
         let global = match &self.global {
-            Some(g) => Some(g.take().ok_or(Refused::Global)?),
-            None => None,
+            Some(g) if !ignore_global => Some(g.take().ok_or(Refused::Global)?),
+            _ => None,
         };
         let listener = match limit {
             Some(l) => Some(l.take().ok_or(Refused::Listener)?),

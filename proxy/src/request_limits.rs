@@ -226,7 +226,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     to: ReplyTo,
     stats: &crate::sanitize::EdgeStats,
 ) -> Response<ResponseBody> {
-    let overload = crate::overload::get();
+    let overload = crate::overload::of(hcm.bypass_overload_manager);
     // `reduce_timeouts` shortens the stream idle timer under memory pressure.
     let scaled = |t: std::time::Duration| {
         overload.scaled(courier_config::overload::ScaledTimer::StreamIdle, t)

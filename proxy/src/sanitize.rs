@@ -72,7 +72,7 @@ pub fn check<B>(
     stats: &EdgeStats,
 ) -> Option<Response<ResponseBody>> {
     // `ReplyTo` only where a reply is made: it looks a header up.
-    if crate::overload::get().stop_requests() {
+    if crate::overload::of(hcm.bypass_overload_manager).stop_requests() {
         stats.overload_close.inc();
         let mut resp = local_reply(
             ReplyTo::of(req),

@@ -50,6 +50,8 @@ pub(crate) struct Limits {
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
     half_close: bool,
+    /// The listener's `bypass_overload_manager`.
+    bypass_overload: bool,
 }
 
 /// hyper's smallest HTTP/1.1 read buffer.
@@ -81,6 +83,7 @@ impl Limits {
                 max_stream_duration: None,
                 half_close: false,
                 drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
+                bypass_overload: false,
             };
         };
         let server_name = Bytes::from(h.server_name.clone());
@@ -100,6 +103,7 @@ impl Limits {
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
             half_close: false,
             drain_timeout: h.drain_timeout,
+            bypass_overload: h.bypass_overload_manager,
         }
     }
 
@@ -279,7 +283,7 @@ pub(crate) async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
 /// Whether a response of an HTTP/1 stream closes its connection:
 /// `disable_http_keepalive`, or the connection is draining (`max_connection_duration`).
 fn keepalive_off(h1: bool, activity: &Activity) -> bool {
-    h1 && (crate::overload::get().keepalive_disabled() || activity.draining())
+    h1 && (activity.overload().keepalive_disabled() || activity.draining())
 }
 
 /// What a connection's requests share, in one allocation per connection.
@@ -337,6 +341,9 @@ where
         shutdown,
     } = conn;
     let activity = Activity::new();
+    if limits.bypass_overload {
+        activity.bypass_overload();
+    }
     stats.cx_total.inc();
     stats.cx_active.inc();
     let service = {

@@ -236,7 +236,7 @@ async fn wait_parked<S: AsyncRead + Unpin>(
     h: &mut H1,
     fired: &mut Fired,
 ) -> bool {
-    let overload = crate::overload::get();
+    let overload = h.activity.overload();
     loop {
         let idle = match h.limits.idle_timeout {
             Some(t) if !fired.idle => Some(h.activity.idle_deadline(t)),

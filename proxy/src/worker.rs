@@ -319,7 +319,11 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
         let active = current.load_full();
         let listener_stats = ctx.stats.listener(active.listener_stats);
         // Over a connection limit or overloaded: closed at once, and counted.
-        let slots = match overload.admit(active.connection_limit.as_ref()) {
+        let slots = match overload.admit(
+            active.connection_limit.as_ref(),
+            active.config.ignore_global_conn_limit,
+            active.config.bypass_overload_manager,
+        ) {
             Ok(slots) => slots,
             Err(refused) => {
                 use crate::overload::Refused;

@@ -400,3 +400,88 @@ async fn route_idle_timeout_overrides_stream_idle_timeout() {
     assert!(resp.starts_with("HTTP/1.1 504"), "{resp}");
     assert!(resp.ends_with("stream timeout"), "{resp}");
 }
+
+/// [`plain_bootstrap`] with a second listener, `stats`, like `edge` but with
+/// `listener_extra` (flow YAML entries) on the listener.
+fn with_second_listener(path: &Path, listener_extra: &str) -> std::path::PathBuf {
+    let yaml = std::fs::read_to_string(path).unwrap();
+    let start = yaml.find("  - name: edge").unwrap();
+    let end = yaml.find("  clusters:").unwrap();
+    let second = yaml[start..end]
+        .replacen(
+            "  - name: edge",
+            &format!("  - name: stats\n    {listener_extra}"),
+            1,
+        )
+        .replacen("stat_prefix: edge", "stat_prefix: stats", 1);
+    let yaml = format!("{}{second}{}", &yaml[..end], &yaml[end..]);
+    std::fs::write(path, &yaml).unwrap();
+    path.to_path_buf()
+}
+
+/// A listener with `bypass_overload_manager` is served while the overload
+/// manager sheds every other listener's connections, requests and keep-alive.
+#[tokio::test]
+async fn bypass_overload_manager_listener_is_served_while_overloaded() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let extra = heap_overload(
+        1 << 20,
+        &[
+            "stop_accepting_requests",
+            "stop_accepting_connections",
+            "disable_http_keepalive",
+        ],
+    );
+    let path = with_second_listener(
+        &plain_bootstrap(dir.path(), up, &extra),
+        "bypass_overload_manager: true",
+    );
+    let c = start_file(dir.path(), &path);
+    let edge = c.addr("edge").to_string();
+    let mut shed = false;
+    for _ in 0..250 {
+        if !answered(&edge).await {
+            shed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(shed, "the overload manager never shed the edge listener");
+    // Two requests on one connection: accepted, answered, kept alive.
+    let mut h = support::H1::connect(c.addr("stats").parse().unwrap()).await;
+    for _ in 0..2 {
+        let r = h.get("/", &[("host", "stats")]).await;
+        assert_eq!(r.status, 200);
+        assert!(r.header("connection").is_none(), "keep-alive stays on");
+    }
+}
+
+/// A listener with `ignore_global_conn_limit` takes connections past the
+/// global downstream connection limit that refuses the others'.
+#[tokio::test]
+async fn ignore_global_conn_limit_listener_is_not_limited() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let path = with_second_listener(
+        &plain_bootstrap(
+            dir.path(),
+            up,
+            "layered_runtime: {layers: [{name: l, static_layer: {overload: {global_downstream_max_connections: 1}}}]}",
+        ),
+        "ignore_global_conn_limit: true",
+    );
+    let c = start_file(dir.path(), &path);
+    let edge = c.addr("edge").to_string();
+    // The one connection the limit allows, held open.
+    let _held = open_conn(&edge).await;
+    assert!(
+        !answered(&edge).await,
+        "the second edge connection is refused"
+    );
+    let stats = c.addr("stats").to_string();
+    let mut h1 = support::H1::connect(stats.parse().unwrap()).await;
+    let mut h2 = support::H1::connect(stats.parse().unwrap()).await;
+    assert_eq!(h1.get("/", &[("host", "stats")]).await.status, 200);
+    assert_eq!(h2.get("/", &[("host", "stats")]).await.status, 200);
+}

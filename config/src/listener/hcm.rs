@@ -261,6 +261,9 @@ pub struct HttpConnectionManager {
     pub strip_port: StripPort,
     /// Forward `100 Continue` from upstream instead of answering it locally.
     pub proxy_100_continue: bool,
+    /// Its listener's `bypass_overload_manager`: the overload manager's actions
+    /// (refused requests, keep-alive off, reduced timeouts) do not apply.
+    pub bypass_overload_manager: bool,
 }
 
 /// Translates an `HttpConnectionManager`.
@@ -405,6 +408,8 @@ pub fn translate(
         internal_addresses,
         strip_port,
         proxy_100_continue: h.proxy_100_continue,
+        // Set by the listener (listener::translate).
+        bypass_overload_manager: false,
     };
     Some(hcm)
 }

@@ -29,6 +29,8 @@ const OWN: &[Support] = &[
             "listener_filters",
             "traffic_direction",
             "max_connections_to_accept_per_socket_event",
+            "bypass_overload_manager",
+            "ignore_global_conn_limit",
         ],
     ),
     (
@@ -121,6 +123,12 @@ pub struct Listener {
     /// accepts in a row before it lets its other work run; `None` (Envoy's
     /// default) accepts every pending connection first.
     pub max_accepts_per_event: Option<u32>,
+    /// `bypass_overload_manager`: the overload manager's actions, on
+    /// connections and on requests, do not apply to this listener.
+    pub bypass_overload_manager: bool,
+    /// `ignore_global_conn_limit`: the global downstream connection limit
+    /// neither refuses nor counts this listener's connections.
+    pub ignore_global_conn_limit: bool,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -172,7 +180,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         }
     }
     let cp = path.field("filter_chains");
-    let filter_chains: Vec<FilterChain> = l
+    let mut filter_chains: Vec<FilterChain> = l
         .filter_chains
         .iter()
         .enumerate()
@@ -192,6 +200,18 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         }
         filter_chain::translate(fc, "default_filter_chain", &dp, ctx).map(Box::new)
     });
+    let mut default_filter_chain = default_filter_chain;
+    if l.bypass_overload_manager {
+        // Every connection manager of the listener knows (its requests' checks
+        // run where the listener is not at hand).
+        for fc in filter_chains
+            .iter_mut()
+            .chain(default_filter_chain.as_deref_mut())
+        {
+            std::sync::Arc::make_mut(&mut fc.http_connection_manager).bypass_overload_manager =
+                true;
+        }
+    }
     if l.filter_chains.is_empty() && l.default_filter_chain.is_none() {
         // Envoy's wording.
         ctx.error(&cp, "no filter chains specified");
@@ -229,6 +249,8 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             _ => TrafficDirection::Unspecified,
         },
         max_accepts_per_event,
+        bypass_overload_manager: l.bypass_overload_manager,
+        ignore_global_conn_limit: l.ignore_global_conn_limit,
     })
 }
 
