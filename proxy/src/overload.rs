@@ -322,13 +322,27 @@ mod tests {
             ..Overload::default()
         };
         let l = Limit::new(1);
-        let a = o.admit(Some(&l)).unwrap();
-        assert_eq!(o.admit(Some(&l)).unwrap_err(), Refused::Listener);
-        let b = o.admit(None).unwrap();
-        assert_eq!(o.admit(None).unwrap_err(), Refused::Global);
+        let a = o.admit(Some(&l), false, false).unwrap();
+        assert_eq!(
+            o.admit(Some(&l), false, false).unwrap_err(),
+            Refused::Listener
+        );
+        let b = o.admit(None, false, false).unwrap();
+        assert_eq!(o.admit(None, false, false).unwrap_err(), Refused::Global);
+        // ignore_global_conn_limit: past the global limit, and not counted in it.
+        let (global, _) = o.admit(None, true, false).unwrap();
+        assert!(global.is_none());
         drop(a);
         drop(b);
-        assert!(o.admit(Some(&l)).is_ok());
+        assert!(o.admit(Some(&l), false, false).is_ok());
+        // stop_accepting_connections refuses all but a bypassing listener's.
+        o.stop_connections.store(true, Ordering::Relaxed);
+        assert_eq!(
+            o.admit(None, false, false).unwrap_err(),
+            Refused::Overloaded
+        );
+        assert!(o.admit(None, false, true).is_ok());
+        assert!(!of(true).stop_requests() && !of(true).keepalive_disabled());
     }
 
     #[test]
