@@ -54,6 +54,10 @@ pub struct LocalityEndpoints {
     pub load_balancing_weight: Option<u32>,
     /// The endpoints.
     pub endpoints: Vec<Endpoint>,
+    /// `metadata`, kept for what reads it (Envoy's readers, such as subset
+    /// balancing, `transport_socket_matches` and `%UPSTREAM_METADATA%`, are
+    /// refused where configured).
+    pub metadata: crate::core::MetadataMap,
 }
 
 /// `core.v3.Locality`.
@@ -82,6 +86,8 @@ pub struct Endpoint {
     pub health_status: HealthStatus,
     /// Load-balancing weight (default 1, at least 1).
     pub weight: u32,
+    /// The `LbEndpoint`'s `metadata`, kept as a locality's is.
+    pub metadata: crate::core::MetadataMap,
 }
 
 /// The health status of an endpoint as given in the assignment (`health_status`).
@@ -206,6 +212,7 @@ fn locality_endpoints(
         locality: lle.locality.as_ref().map(locality),
         load_balancing_weight,
         endpoints,
+        metadata: crate::core::metadata(lle.metadata.as_ref()),
     }
 }
 
@@ -281,6 +288,7 @@ fn lb_endpoint(
         health_check_hostname,
         health_status,
         weight,
+        metadata: crate::core::metadata(lb.metadata.as_ref()),
     })
 }
 

@@ -172,11 +172,17 @@ pub(crate) const SUPPORT: &[Support] = &[
             "lb_endpoints",
             "load_balancing_weight",
             "priority",
+            "metadata",
         ],
     ),
     (
         "envoy.config.endpoint.v3.LbEndpoint",
-        &["endpoint", "health_status", "load_balancing_weight"],
+        &[
+            "endpoint",
+            "health_status",
+            "load_balancing_weight",
+            "metadata",
+        ],
     ),
     (
         "envoy.config.endpoint.v3.Endpoint",

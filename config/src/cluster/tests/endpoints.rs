@@ -299,3 +299,28 @@ fn the_dns_cluster_extension_is_strict_or_logical_dns() {
         )]
     );
 }
+
+#[test]
+fn endpoint_and_locality_metadata_are_kept() {
+    let c = cluster(
+        "- name: a
+  load_assignment:
+    cluster_name: a
+    endpoints:
+    - metadata: {filter_metadata: {envoy-gateway: {backend: b1}}}
+      lb_endpoints:
+      - endpoint: {address: {socket_address: {address: 127.0.0.1, port_value: 80}}}
+        metadata: {filter_metadata: {envoy.lb: {canary: true}}}
+",
+    );
+    let la = c.load_assignment.unwrap();
+    let l = &la.priorities[0].localities[0];
+    assert_eq!(
+        serde_json::Value::Object(l.metadata["envoy-gateway"].clone()),
+        serde_json::json!({"backend": "b1"})
+    );
+    assert_eq!(
+        serde_json::Value::Object(l.endpoints[0].metadata["envoy.lb"].clone()),
+        serde_json::json!({"canary": true})
+    );
+}
