@@ -857,8 +857,10 @@ pub(in crate::upstream) mod tests {
                         health_check_hostname: None,
                         health_status: HealthStatus::Unknown,
                         weight: 1,
+                        metadata: Default::default(),
                     })
                     .collect(),
+                metadata: Default::default(),
             })
             .collect();
         LoadAssignment {
