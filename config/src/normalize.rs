@@ -3,7 +3,8 @@
 //!
 //! It does what Envoy's own loader tolerates and the proto3 JSON mapping does not:
 //! enum names in any case (`strict_dns`), a `Duration` written as
-//! `{seconds: 300}`, YAML nulls (a field set to null is absent), and HTTP filters
+//! `{seconds: 300}`, a single value where the proto has a repeated field (a list
+//! of that one value), YAML nulls (a field set to null is absent), and HTTP filters
 //! without a `typed_config` (resolved by filter name, as Envoy does for the
 //! router). It also finds the structural errors (unknown fields, unknown
 //! `@type`s, wrong JSON types, bad enum names, malformed durations) and reports
@@ -108,8 +109,13 @@ fn field_value(value: &mut Value, field: &FieldDescriptor, path: &Path<'_>, ctx:
             single(v, &value_field, &path.key(k), ctx);
         }
     } else if field.is_list() {
+        // Envoy's JSON parser reads a single value where the proto has a repeated
+        // field as a list of that one value (`filters: {name: ...}`); Envoy's own
+        // examples depend on it.
+        if !value.is_array() {
+            *value = Value::Array(vec![std::mem::take(value)]);
+        }
         let Value::Array(items) = value else {
-            ctx.error(path, format!("expected a list, found {}", kind_of(value)));
             return;
         };
         for (i, item) in items.iter_mut().enumerate() {
