@@ -265,3 +265,38 @@ async fn per_route_configs_turn_filters_off_and_replace_rbac_rules() {
     // jwt_authn still runs there.
     assert_eq!(h1.get("/bob", &[]).await.status, 401);
 }
+
+#[tokio::test]
+async fn claim_to_headers_claim_path_selects_keys_with_dots() {
+    let k = key();
+    let filter = jwt_filter(&k, false).replace(
+        "claim_to_headers: [{header_name: x-jwt-sub, claim_name: sub}]",
+        r#"claim_to_headers:
+        - {header_name: x-tenant, claim_path: [{key: "http://example.org/tenant"}]}
+        - {header_name: x-deep, claim_path: [{key: a.b}, {key: c.d}]}
+        - {header_name: x-split, claim_name: a.b}"#,
+    );
+    let c = start(&filter).await;
+    let mut h1 = H1::connect(c.listener).await;
+    let claims = serde_json::json!({
+        "iss": "https://issuer.test", "sub": "alice", "exp": now() + 600,
+        "http://example.org/tenant": "acme",
+        "a.b": {"c.d": "x.y.z"},
+        "a": {"b": "split-at-dot"},
+    });
+    let token = jsonwebtoken::encode(&Header::new(Algorithm::ES256), &claims, &k.encoding).unwrap();
+    // A client's own copy of a claim header is replaced.
+    let r = h1
+        .get(
+            "/",
+            &[
+                ("authorization", &format!("Bearer {token}")),
+                ("x-deep", "spoofed"),
+            ],
+        )
+        .await;
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.seen("x-tenant"), Some("acme"), "{}", r.body);
+    assert_eq!(r.seen("x-deep"), Some("x.y.z"), "{}", r.body);
+    assert_eq!(r.seen("x-split"), Some("split-at-dot"), "{}", r.body);
+}

@@ -108,7 +108,11 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.extensions.filters.http.jwt_authn.v3.JwtClaimToHeader",
-        &["header_name", "claim_name"],
+        &["header_name", "claim_name", "claim_path"],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtClaimToHeader.PathSegment",
+        &["key"],
     ),
     (
         "envoy.extensions.filters.http.jwt_authn.v3.JwtRequirement",

@@ -1,7 +1,7 @@
 //! The JWT authentication filter (`envoy.extensions.filters.http.jwt_authn.v3`).
 //!
 //! Refused through the support table (reported at their path): `filter_state_rules`,
-//! `JwtProvider.normalize_payload_in_metadata`, `JwtClaimToHeader.claim_path`, and the
+//! `JwtProvider.normalize_payload_in_metadata`, and the
 //! `extract_only_without_validation` requirement.
 
 mod jwks;
@@ -190,7 +190,8 @@ pub struct JwtCacheConfig {
 pub struct ClaimToHeader {
     /// Lower-case header name.
     pub header_name: String,
-    /// The claim's path (`claim_name` split at `.`).
+    /// The claim's path: `claim_name` split at `.`, or `claim_path`'s keys
+    /// (each matched whole, so a key may contain dots).
     pub claim_path: Vec<String>,
 }
 
@@ -416,14 +417,11 @@ fn provider(
     for (i, c) in p.claim_to_headers.iter().enumerate() {
         let at = cp.index(i);
         let header_name = header_name(&c.header_name, &at.field("header_name"), ctx);
-        if c.claim_name.is_empty() {
-            ctx.error(&at.field("claim_name"), "must not be empty");
-            continue;
-        }
-        if let Some(header_name) = header_name {
+        let claim_path = claim_path(c, &at, ctx);
+        if let (Some(header_name), Some(claim_path)) = (header_name, claim_path) {
             claim_to_headers.push(ClaimToHeader {
                 header_name,
-                claim_path: c.claim_name.split('.').map(str::to_string).collect(),
+                claim_path,
             });
         }
     }
@@ -462,6 +460,29 @@ fn provider(
         claim_to_headers,
         clear_route_cache: p.clear_route_cache,
     })
+}
+
+/// The claim a `JwtClaimToHeader` copies: exactly one of `claim_name` (split at
+/// `.`) and `claim_path` (keys matched whole), as Envoy requires.
+fn claim_path(c: &pb::JwtClaimToHeader, at: &Path<'_>, ctx: &mut Ctx) -> Option<Vec<String>> {
+    match (c.claim_name.is_empty(), c.claim_path.is_empty()) {
+        (false, true) => Some(c.claim_name.split('.').map(str::to_string).collect()),
+        (true, false) => {
+            let pp = at.field("claim_path");
+            let mut ok = true;
+            for (j, segment) in c.claim_path.iter().enumerate() {
+                if segment.key.is_empty() {
+                    ctx.error(&pp.index(j).field("key"), "must not be empty");
+                    ok = false;
+                }
+            }
+            ok.then(|| c.claim_path.iter().map(|s| s.key.clone()).collect())
+        }
+        _ => {
+            ctx.error(at, "exactly one of claim_name and claim_path must be set");
+            None
+        }
+    }
 }
 
 fn nonzero_or(v: u32, default: u32) -> u32 {

@@ -258,6 +258,54 @@ rules:
 }
 
 #[test]
+fn claim_path_segments_are_whole_keys() {
+    let j = jwt(&format!(
+        r#"
+providers:
+  p:
+    {}
+    claim_to_headers:
+    - {{header_name: x-parent, claim_path: [{{key: "http://example.org/parent_token"}}]}}
+    - {{header_name: x-nested, claim_path: [{{key: a.b}}, {{key: c.d}}]}}
+    - {{header_name: x-dotted, claim_name: a.b}}
+"#,
+        local(RSA_JWKS)
+    ))
+    .unwrap();
+    let c = &j.providers[0].claim_to_headers;
+    assert_eq!(c[0].claim_path, ["http://example.org/parent_token"]);
+    assert_eq!(c[1].claim_path, ["a.b", "c.d"]);
+    assert_eq!(c[2].claim_path, ["a", "b"]);
+}
+
+#[test]
+fn claim_name_and_claim_path_exactly_one() {
+    let mut e = errors(jwt(&format!(
+        r#"
+providers:
+  p:
+    {}
+    claim_to_headers:
+    - {{header_name: x-both, claim_name: a, claim_path: [{{key: a}}]}}
+    - {{header_name: x-none}}
+    - {{header_name: x-empty, claim_name: ""}}
+    - {{header_name: x-blank, claim_path: [{{key: a}}, {{key: ""}}]}}
+"#,
+        local(RSA_JWKS)
+    )));
+    e.sort();
+    assert_eq!(
+        e,
+        [
+            "typed_config.providers[\"p\"].claim_to_headers[0]: exactly one of claim_name and claim_path must be set",
+            "typed_config.providers[\"p\"].claim_to_headers[1]: exactly one of claim_name and claim_path must be set",
+            "typed_config.providers[\"p\"].claim_to_headers[2]: exactly one of claim_name and claim_path must be set",
+            "typed_config.providers[\"p\"].claim_to_headers[3].claim_path[1].key: must not be empty",
+        ]
+    );
+}
+
+#[test]
 fn refused_fields() {
     let mut e = errors(jwt(&format!(
         r#"
