@@ -60,13 +60,12 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     if let Discovery::Eds { config, .. } = &c.discovery {
         config_source(config, "eds_cluster_config.eds_config", &mut refuse);
     }
-    match c.http.protocol {
-        UpstreamProtocol::Http1 | UpstreamProtocol::Http2 => {}
-        UpstreamProtocol::UseDownstream => refuse(
+    // auto_config: ALPN picks HTTP/2 or HTTP/1.1 per connection (upstream::pool).
+    if c.http.protocol == UpstreamProtocol::UseDownstream {
+        refuse(
             "typed_extension_protocol_options",
             "use_downstream_protocol_config",
-        ),
-        UpstreamProtocol::Auto => refuse("typed_extension_protocol_options", "auto_config"),
+        );
     }
     if c.http.common.max_connection_duration.is_some()
         || c.http.common.max_requests_per_connection.is_some()

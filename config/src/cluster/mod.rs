@@ -24,7 +24,7 @@ pub use health_check::{
 };
 pub use lb::{LbPolicy, LoadBalancer};
 pub use outlier::OutlierDetection;
-pub use protocol::{Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
+pub use protocol::{AutoSni, Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
 pub(crate) use table::SUPPORT;
 
 use crate::config_source::{self, ConfigSource};

@@ -28,6 +28,32 @@ pub struct UpstreamHttp {
     pub http2: Http2Options,
     /// Settings common to every protocol.
     pub common: HttpCommonOptions,
+    /// `upstream_http_protocol_options`: the TLS server name and the SANs a new
+    /// connection checks, taken from each request.
+    pub auto_sni: AutoSni,
+}
+
+/// `UpstreamHttpProtocolOptions`: a new TLS connection's SNI and the SAN its
+/// server certificate must have, from the request's host (after the route's host
+/// rewrite) or `override_auto_sni_header`, as Envoy's router sets them. Without
+/// an upstream TLS transport socket there is nothing to set, as in Envoy.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AutoSni {
+    /// `auto_sni`: send the host as SNI (not when it is an IP address).
+    pub sni: bool,
+    /// `auto_san_validation`: the server certificate must have the host as a SAN
+    /// (in place of the configured SAN matchers).
+    pub san_validation: bool,
+    /// `override_auto_sni_header`, lower-cased: the header whose value (when
+    /// present and not empty) is used instead of the host.
+    pub header: Option<String>,
+}
+
+impl AutoSni {
+    /// Whether either option takes a name from the request.
+    pub fn any(&self) -> bool {
+        self.sni || self.san_validation
+    }
 }
 
 impl UpstreamHttp {
@@ -43,6 +69,7 @@ impl Default for UpstreamHttp {
             protocol: UpstreamProtocol::Http1,
             http2: Http2Options::default(),
             common: HttpCommonOptions::default(),
+            auto_sni: AutoSni::default(),
         }
     }
 }
@@ -131,6 +158,11 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Upst
                     c.protocol_selection
                         != pb::cluster::ClusterProtocolSelection::UseConfiguredProtocol as i32,
                     "protocol_selection",
+                ),
+                (
+                    #[allow(deprecated)]
+                    c.upstream_http_protocol_options.is_some(),
+                    "upstream_http_protocol_options",
                 ),
             ] {
                 if set {
@@ -235,7 +267,48 @@ fn typed_options(
         protocol,
         http2,
         common,
+        auto_sni: auto_sni(
+            o.upstream_http_protocol_options.as_ref(),
+            &path.field("upstream_http_protocol_options"),
+            ctx,
+        ),
     }
+}
+
+/// `UpstreamHttpProtocolOptions`.
+fn auto_sni(
+    o: Option<&cpb::UpstreamHttpProtocolOptions>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> AutoSni {
+    let Some(o) = o else {
+        return AutoSni::default();
+    };
+    let header = if o.override_auto_sni_header.is_empty() {
+        None
+    } else {
+        let h = &o.override_auto_sni_header;
+        // Envoy's rule: ^:?[0-9a-zA-Z!#$%&'*+-.^_|~`]+$
+        let name = h.strip_prefix(':').unwrap_or(h);
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            ctx.error(
+                &path.field("override_auto_sni_header"),
+                format!("\"{h}\" is not a valid header name"),
+            );
+        }
+        Some(h.to_ascii_lowercase())
+    };
+    AutoSni {
+        sni: o.auto_sni,
+        san_validation: o.auto_san_validation,
+        header,
+    }
+}
+
+/// A byte of Envoy's header-name pattern (`[0-9a-zA-Z!#$%&'*+-.^_|~\`]`, where
+/// `+-.` is the range `+ , - .`).
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+,-.^_|~`".contains(&b)
 }
 
 /// The deprecated cluster-level fields (still valid v3 config).
@@ -262,6 +335,12 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
         common: common(
             c.common_http_protocol_options.as_ref(),
             &path.field("common_http_protocol_options"),
+            ctx,
+        ),
+        #[allow(deprecated)]
+        auto_sni: auto_sni(
+            c.upstream_http_protocol_options.as_ref(),
+            &path.field("upstream_http_protocol_options"),
             ctx,
         ),
     }

@@ -20,6 +20,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_requests_per_connection",
             "circuit_breakers",
             "common_http_protocol_options",
+            "upstream_http_protocol_options",
             "http_protocol_options",
             "http2_protocol_options",
             "typed_extension_protocol_options",
@@ -245,9 +246,18 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
         &[
             "common_http_protocol_options",
+            "upstream_http_protocol_options",
             "explicit_http_config",
             "use_downstream_protocol_config",
             "auto_config",
+        ],
+    ),
+    (
+        "envoy.config.core.v3.UpstreamHttpProtocolOptions",
+        &[
+            "auto_sni",
+            "auto_san_validation",
+            "override_auto_sni_header",
         ],
     ),
     (

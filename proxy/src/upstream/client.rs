@@ -114,7 +114,9 @@ impl ClusterClient {
     ) -> Result<UnaryResponse, ClientError> {
         let (c, host) = self.pick(cluster)?;
         let stats = self.stats_of(&c);
-        if c.config.http.protocol == UpstreamProtocol::Http2 {
+        // A cluster that names its TLS connections after the request
+        // (`upstream_http_protocol_options`) takes the pool, which does that.
+        if c.config.http.protocol == UpstreamProtocol::Http2 && !c.config.http.auto_sni.any() {
             return unary::call(&c, &host, head, body, stats)
                 .await
                 .map_err(|e| ClientError::Send(e.details()));

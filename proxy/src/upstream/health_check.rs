@@ -239,7 +239,7 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
     // Envoy): a failed handshake fails the check.
     match &cluster.tls {
         None => probe(cluster, hc, hostname, tcp).await,
-        Some(tls) => match tls.handshake(tcp, target).await {
+        Some(tls) => match tls.handshake(tcp, target, None).await {
             Ok(stream) => probe(cluster, hc, hostname, stream).await,
             Err(_) => Verdict::Fail,
         },

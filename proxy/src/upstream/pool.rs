@@ -26,13 +26,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::net::TcpStream;
 
+mod auto;
+
 /// The body type of requests sent upstream.
 pub type UpstreamBody = crate::access_log::body::RequestBody;
 
-/// (cluster, host, HIGH routing priority): as in Envoy, each priority has its
-/// own pools, whose connections and pending requests count against that
-/// priority's circuit-breaker thresholds.
-pub(super) type Key = (usize, SocketAddr, bool);
+/// (cluster, host, HIGH routing priority, TLS name): as in Envoy, each priority
+/// has its own pools, whose connections and pending requests count against that
+/// priority's circuit-breaker thresholds; and each SNI / SAN a request sets
+/// (`upstream_http_protocol_options`) its own ([`auto::name_id`], 0 for none).
+pub(super) type Key = (usize, SocketAddr, bool, u64);
 
 /// One worker's pool for one host and priority. It exists while it has a
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
@@ -142,7 +145,7 @@ pub fn sweep(clusters: &super::ClusterManager) {
         // a scan of the host set per pool would cost pools x hosts each second.
         let mut live: HashMap<Arc<str>, Option<(usize, std::collections::HashSet<SocketAddr>)>> =
             HashMap::new();
-        p.retain(|&(index, addr, _), pool| {
+        p.retain(|&(index, addr, _, _), pool| {
             let cluster = live.entry(Arc::clone(&pool.cluster)).or_insert_with(|| {
                 clusters.get(&pool.cluster).map(|c| {
                     let hosts = c.hosts().hosts().map(|h| h.address).collect();
@@ -332,10 +335,21 @@ pub async fn send_attempt_at(
     high: bool,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
-    let key = (cluster.index, host.address, high);
+    if let Some(name) = auto::request_name(cluster, &req) {
+        // Boxed: rare, and its state would otherwise sit in every request's future.
+        return Box::pin(auto::send_named(
+            cluster, host, req, stats, high, active, name,
+        ))
+        .await;
+    }
+    let key = (cluster.index, host.address, high, 0);
     match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
-        // serve_check refuses USE_DOWNSTREAM and AUTO (ALPN needs upstream TLS).
+        // Boxed: ALPN picks the protocol of each new connection.
+        UpstreamProtocol::Auto => {
+            Box::pin(auto::send(cluster, host, key, req, stats, active)).await
+        }
+        // serve_check refuses USE_DOWNSTREAM.
         _ => {
             chunk_unknown_length(&mut req);
             send_h1(cluster, host, key, req, stats, active).await
@@ -373,7 +387,7 @@ async fn send_h1(
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let lease = |sender| Lease {
         key,
-        sender: Some(sender),
+        sender,
         _stream: None,
         _active: active,
         _held: None,
@@ -393,7 +407,7 @@ async fn send_h1(
                 continue;
             }
             match s.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, lease(s))),
+                Ok(resp) => return Ok((resp, lease(Some(s)))),
                 Err(mut e) => match e.take_message() {
                     // Never written: the connection died while idle; try another.
                     Some(r) => req = r,
@@ -425,6 +439,19 @@ async fn send_h1(
         Ok(s) => s,
         Err(e) => return Err((e, Some(req))),
     };
+    // auto_config: the server chose HTTP/2 by ALPN.
+    if auto::speaks_h2(cluster, &stream) {
+        return Box::pin(auto::adopt_h2(
+            cluster,
+            host,
+            key,
+            (slot, member),
+            stream,
+            req,
+            lease(None),
+        ))
+        .await;
+    }
     let (mut s, conn) = http1::Builder::new()
         .writev(false)
         .handshake(TokioIo::new(stream))
@@ -432,7 +459,7 @@ async fn send_h1(
         .map_err(|e| (from_hyper(&e), None))?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
     match s.send_request(req).await {
-        Ok(resp) => Ok((resp, lease(s))),
+        Ok(resp) => Ok((resp, lease(Some(s)))),
         Err(e) => Err((from_hyper(&e), None)),
     }
 }
@@ -621,7 +648,7 @@ pub(super) async fn connect(
         }
         match &cluster.tls {
             None => Ok(UpstreamStream::Plain(tcp)),
-            Some(tls) => match tls.handshake(tcp, addr).await {
+            Some(tls) => match tls.handshake(tcp, addr, auto::current().as_ref()).await {
                 Ok(s) => Ok(UpstreamStream::Tls(Box::new(s))),
                 Err(e) => {
                     // Envoy's local reply says only "remote connection failure"

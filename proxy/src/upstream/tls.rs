@@ -8,9 +8,16 @@
 //!   matchers are set, a SAN must match one; the host name is NOT checked against
 //!   the certificate (Envoy only does that with `auto_sni_san_validation`);
 //! - `sni` unset: no SNI extension is sent.
+//!
+//! A cluster's `upstream_http_protocol_options` ([`AutoName`]) set the SNI and the
+//! SAN to check per connection, from the request that opened it: `auto_sni` sends
+//! the request's host as SNI; `auto_san_validation` requires it as a SAN of the
+//! server certificate (in place of the configured SAN matchers, with or without
+//! `trusted_ca`, as Envoy's SAN-list override does).
 
 use courier_config::cluster::UpstreamProtocol;
-use courier_config::tls::{SanMatcher, UpstreamTls};
+use courier_config::matcher::{StringMatcher, StringPattern};
+use courier_config::tls::{SanMatcher, SanType, UpstreamTls};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{Resumption, verify_server_cert_signed_by_trust_anchor};
 use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
@@ -34,6 +41,9 @@ const SESSION_CACHE_NAMES: usize = 256;
 #[derive(Debug, Clone)]
 pub struct UpstreamTlsContext {
     config: Arc<ClientConfig>,
+    /// The configured server-certificate check, for connections whose SAN
+    /// comes from the request ([`AutoName`]).
+    verifier: Arc<ServerVerifier>,
     /// The configured SNI; `None` = none sent (the host's IP then names the
     /// session in the resumption cache).
     sni: Option<ServerName<'static>>,
@@ -48,7 +58,7 @@ impl UpstreamTlsContext {
             .with_protocol_versions(&crate::tls::protocol_versions(&tls.common))
             .map_err(|e| format!("protocol versions: {e}"))?
             .dangerous()
-            .with_custom_certificate_verifier(verifier);
+            .with_custom_certificate_verifier(Arc::clone(&verifier) as _);
         let mut config = match &tls.client_certificate {
             Some(c) => builder
                 .with_client_auth_cert(c.certificate_chain.clone(), c.private_key.clone_key())
@@ -58,9 +68,12 @@ impl UpstreamTlsContext {
         // Envoy's HTTP/2 pool overrides the ALPN list with "h2" (the codec is
         // fixed by the cluster, not negotiated); its HTTP/1.1 pool offers the
         // configured list, or "http/1.1" when none is configured (checked
-        // against Envoy 1.40 in the differential tests).
+        // against Envoy 1.40 in the differential tests). Its mixed pool
+        // (`auto_config`) offers "h2" and "http/1.1" and speaks what the server
+        // picks.
         config.alpn_protocols = match protocol {
             UpstreamProtocol::Http2 => vec![b"h2".to_vec()],
+            UpstreamProtocol::Auto => vec![b"h2".to_vec(), b"http/1.1".to_vec()],
             _ if tls.common.alpn_protocols.is_empty() => vec![b"http/1.1".to_vec()],
             _ => tls
                 .common
@@ -83,33 +96,75 @@ impl UpstreamTlsContext {
         };
         Ok(Self {
             config: Arc::new(config),
+            verifier,
             sni,
         })
     }
 
-    /// Runs the TLS handshake over `tcp`, connected to `addr`.
+    /// Runs the TLS handshake over `tcp`, connected to `addr`; `auto`: the SNI
+    /// and SAN taken from the request that opens the connection.
     pub async fn handshake(
         &self,
         tcp: TcpStream,
         addr: SocketAddr,
+        auto: Option<&AutoName>,
     ) -> std::io::Result<TlsStream<TcpStream>> {
-        let name = match &self.sni {
+        let configured = || match &self.sni {
             Some(n) => n.clone(),
             None => ServerName::IpAddress(addr.ip().into()),
         };
-        // A connector is an `Arc` of the config: nothing is built here.
-        TlsConnector::from(Arc::clone(&self.config))
+        let Some(auto) = auto else {
+            // A connector is an `Arc` of the config: nothing is built here.
+            return TlsConnector::from(Arc::clone(&self.config))
+                .connect(configured(), tcp)
+                .await;
+        };
+        // A new connection is rare next to a pooled one: its own config.
+        let mut config = (*self.config).clone();
+        let auto_sni = auto
+            .sni
+            .then(|| ServerName::try_from(auto.name.to_string()).ok())
+            .flatten();
+        let name = match auto_sni {
+            Some(n) => {
+                config.enable_sni = true;
+                n
+            }
+            None => configured(),
+        };
+        if auto.san {
+            config
+                .dangerous()
+                .set_certificate_verifier(Arc::new(self.verifier.with_san(&auto.name)));
+        }
+        TlsConnector::from(Arc::new(config))
             .connect(name, tcp)
             .await
     }
 }
 
+/// What a request sets on the TLS connection it opens (`auto_sni`,
+/// `auto_san_validation`): its host, or the `override_auto_sni_header` value.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AutoName {
+    /// The host, without its port.
+    pub name: Arc<str>,
+    /// Sent as SNI (`auto_sni`, and the host is not an IP address).
+    pub sni: bool,
+    /// Required as a SAN of the server certificate (`auto_san_validation`).
+    pub san: bool,
+}
+
 /// Envoy's server-certificate check (see the module docs).
 #[derive(Debug)]
 struct ServerVerifier {
-    /// `None`: no validation context, any certificate passes.
-    roots: Option<RootCertStore>,
+    /// `None`: no validation context, any certificate passes (but for a SAN
+    /// override).
+    roots: Option<Arc<RootCertStore>>,
     san_matchers: Vec<SanMatcher>,
+    /// `auto_san_validation`: the one SAN required, in place of `san_matchers`,
+    /// checked with or without `roots`.
+    san_override: Option<SanMatcher>,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
@@ -123,6 +178,7 @@ impl ServerVerifier {
             return Ok(Self {
                 roots: None,
                 san_matchers: Vec::new(),
+                san_override: None,
                 algorithms,
             });
         };
@@ -133,10 +189,29 @@ impl ServerVerifier {
                 .map_err(|e| format!("trusted_ca certificate {i}: {e}"))?;
         }
         Ok(Self {
-            roots: Some(roots),
+            roots: Some(Arc::new(roots)),
             san_matchers: validation.san_matchers.clone(),
+            san_override: None,
             algorithms,
         })
+    }
+
+    /// This check with `name` as the one SAN required (Envoy's SAN-list
+    /// override: a DNS SAN matches it as `dnsNameMatch` does, wildcards
+    /// included; URI and IP SANs match it exactly).
+    fn with_san(&self, name: &str) -> Self {
+        Self {
+            roots: self.roots.clone(),
+            san_matchers: Vec::new(),
+            san_override: Some(SanMatcher {
+                san_type: SanType::Any,
+                matcher: StringMatcher {
+                    pattern: StringPattern::Exact(name.to_string()),
+                    ignore_case: false,
+                },
+            }),
+            algorithms: self.algorithms,
+        }
     }
 }
 
@@ -149,20 +224,21 @@ impl ServerCertVerifier for ServerVerifier {
         _ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, Error> {
-        let Some(roots) = &self.roots else {
-            return Ok(ServerCertVerified::assertion());
+        if let Some(roots) = &self.roots {
+            let cert = ParsedCertificate::try_from(end_entity)?;
+            verify_server_cert_signed_by_trust_anchor(
+                &cert,
+                roots,
+                intermediates,
+                now,
+                self.algorithms.all,
+            )?;
+        }
+        let matchers = match &self.san_override {
+            Some(m) => std::slice::from_ref(m),
+            None => &self.san_matchers[..],
         };
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &cert,
-            roots,
-            intermediates,
-            now,
-            self.algorithms.all,
-        )?;
-        if !self.san_matchers.is_empty()
-            && !crate::tls::san::sans_match(end_entity, &self.san_matchers)
-        {
+        if !matchers.is_empty() && !crate::tls::san::sans_match(end_entity, matchers) {
             return Err(Error::InvalidCertificate(
                 CertificateError::ApplicationVerificationFailure,
             ));

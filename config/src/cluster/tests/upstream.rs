@@ -232,6 +232,47 @@ fn upstream_http_protocol() {
 }
 
 #[test]
+fn upstream_http_protocol_options() {
+    let c = cluster(&with_ep(&hpo(
+        "      explicit_http_config: {http_protocol_options: {}}\n      upstream_http_protocol_options: {auto_sni: true, auto_san_validation: true, override_auto_sni_header: X-Sni}\n",
+    )));
+    assert_eq!(
+        c.http.auto_sni,
+        AutoSni {
+            sni: true,
+            san_validation: true,
+            header: Some("x-sni".to_string()),
+        }
+    );
+    assert!(!cluster(&with_ep("")).http.auto_sni.any());
+    // The deprecated cluster-level field keeps its meaning.
+    let c = cluster(&with_ep(
+        "  upstream_http_protocol_options: {auto_sni: true, override_auto_sni_header: ':authority'}\n",
+    ));
+    assert!(c.http.auto_sni.sni && !c.http.auto_sni.san_validation);
+    assert_eq!(c.http.auto_sni.header.as_deref(), Some(":authority"));
+
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(&hpo(
+            "      explicit_http_config: {http_protocol_options: {}}\n      upstream_http_protocol_options: {auto_sni: true, override_auto_sni_header: 'bad header'}\n"
+        ))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].upstream_http_protocol_options.override_auto_sni_header: \"bad header\" is not a valid header name"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(&format!(
+            "  upstream_http_protocol_options: {{auto_sni: true}}\n{}",
+            hpo("      explicit_http_config: {http_protocol_options: {}}\n")
+        ))),
+        [format!(
+            "{p}.upstream_http_protocol_options: cannot be combined with typed_extension_protocol_options[\"{HPO}\"], which supersedes it"
+        )]
+    );
+}
+
+#[test]
 fn upstream_http2_flood_limits_are_refused() {
     // Accepted on a connection manager (the same message), not enforced upstream.
     let p = "static_resources.clusters[0]";
