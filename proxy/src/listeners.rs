@@ -282,8 +282,8 @@ impl Registry {
             }
             _ => {
                 let addr = resolve(&l.address)?;
-                let socket =
-                    listener::bind(addr, false).map_err(|e| format!("bind {addr}: {e}"))?;
+                let socket = listener::bind(addr, false, l.freebind)
+                    .map_err(|e| format!("bind {addr}: {e}"))?;
                 let local = socket
                     .local_addr()
                     .ok()

@@ -128,7 +128,8 @@ fn reconcile(
             continue;
         }
         let addr = l.address;
-        let bound = listener::bind(addr, true).and_then(|s| TcpListener::from_std(s.into()));
+        let bound = listener::bind(addr, true, l.config.freebind)
+            .and_then(|s| TcpListener::from_std(s.into()));
         match bound {
             Ok(socket) => {
                 let current = Arc::new(ArcSwap::new(Arc::clone(l)));

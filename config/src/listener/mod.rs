@@ -31,6 +31,7 @@ const OWN: &[Support] = &[
             "max_connections_to_accept_per_socket_event",
             "bypass_overload_manager",
             "ignore_global_conn_limit",
+            "freebind",
         ],
     ),
     (
@@ -129,6 +130,9 @@ pub struct Listener {
     /// `ignore_global_conn_limit`: the global downstream connection limit
     /// neither refuses nor counts this listener's connections.
     pub ignore_global_conn_limit: bool,
+    /// `freebind`: bound with `IP_FREEBIND` (`IPV6_FREEBIND`), so the address
+    /// need not be configured on the host yet.
+    pub freebind: bool,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -251,6 +255,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         max_accepts_per_event,
         bypass_overload_manager: l.bypass_overload_manager,
         ignore_global_conn_limit: l.ignore_global_conn_limit,
+        freebind: core::bool_or(l.freebind.as_ref(), false),
     })
 }
 

@@ -29,6 +29,7 @@ fn minimal_listener_and_defaults() {
     assert_eq!(l.address.port, 10000);
     assert_eq!(l.per_connection_buffer_limit_bytes, 1024 * 1024);
     assert_eq!(l.traffic_direction, TrafficDirection::Unspecified);
+    assert!(!l.freebind);
     let fc = &l.filter_chains[0];
     assert_eq!(fc.filter_chain_match, FilterChainMatch::default());
     assert!(fc.tls.is_none());
@@ -91,7 +92,9 @@ fn listener_fields_and_refusals() {
         "stat_prefix": "edge",
         "per_connection_buffer_limit_bytes": 32768,
         "traffic_direction": "OUTBOUND",
+        "freebind": true,
     })));
+    assert!(l.freebind);
     assert_eq!(l.stat_prefix, "edge");
     assert_eq!(l.per_connection_buffer_limit_bytes, 32768);
     assert_eq!(l.traffic_direction, TrafficDirection::Outbound);
