@@ -25,7 +25,8 @@ use tokio::net::TcpListener;
 /// Envoy 1.40's body for a failed upstream TLS handshake.
 const TLS_FAILURE_BODY: &str = "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure";
 
-/// A TLS upstream presenting `cert` and offering `alpn`; each response carries
+/// A TLS upstream presenting `cert` and offering `alpn`, speaking strictly the
+/// protocol ALPN chose (HTTP/2 for "h2", else HTTP/1.1); each response carries
 /// `x-sni`, `x-alpn` and `x-version`.
 async fn tls_upstream(cert: &Pem, alpn: &[&str]) -> SocketAddr {
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
@@ -57,6 +58,7 @@ async fn tls_upstream(cert: &Pem, alpn: &[&str]) -> SocketAddr {
                 let alpn = conn.alpn_protocol().map_or("none".to_string(), |p| {
                     String::from_utf8_lossy(p).into_owned()
                 });
+                let h2 = alpn == "h2";
                 let service = service_fn(move |req: Request<Incoming>| {
                     let resp = Response::builder()
                         .header("x-sni", sni.as_str())
@@ -66,9 +68,15 @@ async fn tls_upstream(cert: &Pem, alpn: &[&str]) -> SocketAddr {
                         .unwrap();
                     async move { Ok::<_, hyper::Error>(resp) }
                 });
-                let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(tls), service)
-                    .await;
+                if h2 {
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                } else {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                }
             });
         }
     });
@@ -78,9 +86,20 @@ async fn tls_upstream(cert: &Pem, alpn: &[&str]) -> SocketAddr {
 /// A cluster `u` over `addr` with TLS (`context`: UpstreamTlsContext fields, one
 /// line) and `HttpProtocolOptions` of `protocol` and `upstream`.
 fn cluster(addr: SocketAddr, context: &str, protocol: &str, upstream: &str) -> String {
+    cluster_of(&[addr], context, protocol, upstream, "")
+}
+
+/// [`cluster`] over `hosts`, with `extra` cluster fields.
+fn cluster_of(
+    hosts: &[SocketAddr],
+    context: &str,
+    protocol: &str,
+    upstream: &str,
+    extra: &str,
+) -> String {
     static_cluster(
         "u",
-        &[addr],
+        hosts,
         &format!(
             r#"transport_socket:
   name: envoy.transport_sockets.tls
@@ -92,7 +111,7 @@ typed_extension_protocol_options:
     "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
     {protocol}
     upstream_http_protocol_options: {upstream}
-"#
+{extra}"#
         ),
     )
 }
@@ -216,4 +235,30 @@ async fn auto_config_speaks_what_alpn_picks() {
         }
         assert_eq!(stat(&c, "cluster.u.upstream_cx_total").await, 1);
     }
+}
+
+#[tokio::test]
+async fn health_checks_of_an_auto_config_cluster_offer_their_own_protocol() {
+    let cert = TestCa::new("upstream CA").leaf(&["a.upstream.test"]);
+    // It prefers h2; the check speaks HTTP/1.1, so must offer only that.
+    let good = tls_upstream(&cert, &["h2", "http/1.1"]).await;
+    let dead = support::programmable::closed_port();
+    let hc = "health_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 1\n  healthy_threshold: 1\n  http_health_check: {path: /healthz}\n";
+    let c = courier("", ROUTE, &cluster_of(&[good, dead], "", AUTO, "{}", hc)).await;
+    // Once the good host passes its checks and the dead one fails, every request
+    // goes to the good one (with both failing, the panic threshold would send
+    // some to the dead port).
+    let mut all_ok = false;
+    for _ in 0..100 {
+        let mut ok = true;
+        for _ in 0..10 {
+            ok &= get(&c, "a.upstream.test", &[]).await.status == 200;
+        }
+        if ok {
+            all_ok = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(all_ok);
 }

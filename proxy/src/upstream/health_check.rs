@@ -239,10 +239,30 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
     // Envoy): a failed handshake fails the check.
     match &cluster.tls {
         None => probe(cluster, hc, hostname, tcp).await,
-        Some(tls) => match tls.handshake(tcp, target, None).await {
-            Ok(stream) => probe(cluster, hc, hostname, stream).await,
-            Err(_) => Verdict::Fail,
-        },
+        Some(tls) => {
+            let handshake = match check_alpn(cluster, hc) {
+                Some(alpn) => tls.handshake_offering(tcp, target, alpn).await,
+                None => tls.handshake(tcp, target, None).await,
+            };
+            match handshake {
+                Ok(stream) => probe(cluster, hc, hostname, stream).await,
+                Err(_) => Verdict::Fail,
+            }
+        }
+    }
+}
+
+/// The one protocol a check of an `auto_config` cluster offers by ALPN: the
+/// one it speaks (other clusters offer what their connections do).
+fn check_alpn(cluster: &UpstreamCluster, hc: &HealthCheck) -> Option<&'static [u8]> {
+    use courier_config::cluster::{HealthCheckCodec, UpstreamProtocol};
+    if cluster.config.http.protocol != UpstreamProtocol::Auto {
+        return None;
+    }
+    match &hc.kind {
+        HealthCheckKind::Http(h) if h.codec == HealthCheckCodec::Http1 => Some(b"http/1.1"),
+        HealthCheckKind::Http(_) | HealthCheckKind::Grpc(_) => Some(b"h2"),
+        HealthCheckKind::TcpConnect => None,
     }
 }
 

@@ -143,6 +143,28 @@ impl UpstreamTlsContext {
     }
 }
 
+impl UpstreamTlsContext {
+    /// [`Self::handshake`] offering only `alpn`: a health check of an
+    /// `auto_config` cluster speaks its own codec, so it must not let the
+    /// server pick another.
+    pub async fn handshake_offering(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+        alpn: &[u8],
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        let mut config = (*self.config).clone();
+        config.alpn_protocols = vec![alpn.to_vec()];
+        let name = match &self.sni {
+            Some(n) => n.clone(),
+            None => ServerName::IpAddress(addr.ip().into()),
+        };
+        TlsConnector::from(Arc::new(config))
+            .connect(name, tcp)
+            .await
+    }
+}
+
 /// What a request sets on the TLS connection it opens (`auto_sni`,
 /// `auto_san_validation`): its host, or the `override_auto_sni_header` value.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
