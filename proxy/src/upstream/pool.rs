@@ -537,13 +537,27 @@ async fn h2_open(
         Ok(s) => s,
         Err(e) => return Err((e, true)),
     };
+    h2_join(cluster, host, key, (slot, member), stream)
+        .await
+        .map_err(|e| (from_hyper(&e), false))
+}
+
+/// The HTTP/2 handshake on a new connection to `key`'s host, which then joins
+/// the pool: its codec runs on a task of its own, counted in `slot` (its
+/// `max_connections` slot) and `member` (its pool membership).
+async fn h2_join(
+    cluster: &UpstreamCluster,
+    host: &Arc<Host>,
+    key: Key,
+    (slot, member): (super::circuit::Held, PoolConn),
+    stream: UpstreamStream,
+) -> Result<H2Stream, hyper::Error> {
     let h2 = &cluster.config.http.http2;
     let (send, conn) = http2::Builder::new(TokioExecutor::new())
         .initial_stream_window_size(h2.initial_stream_window_size)
         .initial_connection_window_size(h2.initial_connection_window_size)
         .handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| (from_hyper(&e), false))?;
+        .await?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
     let streams = Arc::new(H2Streams {
         open: AtomicU32::new(0),

@@ -7,10 +7,7 @@
 //! Kept apart from the pool's request paths: they call in here at three points
 //! (the dispatch, the HTTP/1.1 path's new connection, the TLS handshake).
 
-use super::{
-    Failed, H2Conn, H2Streams, Key, Lease, OpenConn, POOLS, PoolConn, StreamGuard, UpstreamBody,
-    from_hyper,
-};
+use super::{Failed, Key, Lease, POOLS, PoolConn, StreamGuard, UpstreamBody, from_hyper};
 use crate::stats::ClusterStats;
 use crate::upstream::UpstreamCluster;
 use crate::upstream::host::{ActiveRequest, Host};
@@ -19,12 +16,10 @@ use crate::upstream::tls::AutoName;
 use courier_config::cluster::UpstreamProtocol;
 use http::{Request, Response, header};
 use hyper::body::Incoming;
-use hyper::client::conn::http2;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustc_hash::FxHashMap;
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 
 tokio::task_local! {
     /// The name a request being sent gives the TLS connection it may open.
@@ -225,26 +220,9 @@ pub(super) async fn adopt_h2(
     req: Request<UpstreamBody>,
     mut lease: Lease,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
-    let h2 = &cluster.config.http.http2;
-    let (mut send, conn) = http2::Builder::new(TokioExecutor::new())
-        .initial_stream_window_size(h2.initial_stream_window_size)
-        .initial_connection_window_size(h2.initial_connection_window_size)
-        .handshake(TokioIo::new(stream))
+    let (mut send, streams) = super::h2_join(cluster, host, key, (slot, member), stream)
         .await
         .map_err(|e| (from_hyper(&e), None))?;
-    OpenConn::new(host, slot, Some(member)).drive(conn);
-    let streams = Arc::new(H2Streams {
-        open: AtomicU32::new(0),
-        counts: Arc::clone(cluster.circuit.counts(key.2)),
-    });
-    POOLS.with(|p| {
-        if let Some(pool) = p.borrow_mut().get_mut(&key) {
-            pool.h2.push(H2Conn {
-                send: send.clone(),
-                streams: Arc::clone(&streams),
-            });
-        }
-    });
     let mut req = to_h2(req);
     crate::router::headers::compact(req.headers_mut());
     streams.open.fetch_add(1, Ordering::Relaxed);
