@@ -318,21 +318,20 @@ fn dns_cluster(
     ctx: &mut Ctx,
 ) -> Dns {
     use envoy_types::pb::envoy::extensions::clusters::common::dns::v3::DnsLookupFamily as F;
-    let lookup_family = match F::try_from(d.dns_lookup_family) {
-        // Envoy's reading of UNSPECIFIED.
-        Ok(F::Unspecified | F::Auto) => DnsLookupFamily::Auto,
-        Ok(F::V4Only) => DnsLookupFamily::V4Only,
-        Ok(F::V6Only) => DnsLookupFamily::V6Only,
-        Ok(F::V4Preferred) => DnsLookupFamily::V4Preferred,
-        Ok(F::All) => DnsLookupFamily::All,
-        Err(_) => {
-            ctx.error(
-                &tp.field("dns_lookup_family"),
-                format!("unknown dns_lookup_family {}", d.dns_lookup_family),
-            );
-            DnsLookupFamily::Auto
+    // Envoy reads UNSPECIFIED as AUTO.
+    let name = F::try_from(d.dns_lookup_family).ok().map(|f| {
+        if f == F::Unspecified {
+            "AUTO"
+        } else {
+            f.as_str_name()
         }
-    };
+    });
+    let lookup_family = lookup_family(
+        name,
+        d.dns_lookup_family,
+        &tp.field("dns_lookup_family"),
+        ctx,
+    );
     let refresh_rate = refresh_rate(
         d.dns_refresh_rate.as_ref(),
         &tp.field("dns_refresh_rate"),
@@ -382,22 +381,38 @@ fn refresh_rate(
     }
 }
 
-fn dns(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Dns {
-    use pb::cluster::DnsLookupFamily as F;
-    let lookup_family = match F::try_from(c.dns_lookup_family) {
-        Ok(F::Auto) => DnsLookupFamily::Auto,
-        Ok(F::V4Only) => DnsLookupFamily::V4Only,
-        Ok(F::V6Only) => DnsLookupFamily::V6Only,
-        Ok(F::V4Preferred) => DnsLookupFamily::V4Preferred,
-        Ok(F::All) => DnsLookupFamily::All,
-        Err(_) => {
-            ctx.error(
-                &path.field("dns_lookup_family"),
-                format!("unknown dns_lookup_family {}", c.dns_lookup_family),
-            );
+/// A `dns_lookup_family` by its enum name (the cluster's enum and the DNS
+/// extension's share them); `value` is the number, for the error when the
+/// name is unknown.
+fn lookup_family(
+    name: Option<&str>,
+    value: i32,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> DnsLookupFamily {
+    match name {
+        Some("AUTO") => DnsLookupFamily::Auto,
+        Some("V4_ONLY") => DnsLookupFamily::V4Only,
+        Some("V6_ONLY") => DnsLookupFamily::V6Only,
+        Some("V4_PREFERRED") => DnsLookupFamily::V4Preferred,
+        Some("ALL") => DnsLookupFamily::All,
+        _ => {
+            ctx.error(path, format!("unknown dns_lookup_family {value}"));
             DnsLookupFamily::Auto
         }
-    };
+    }
+}
+
+fn dns(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Dns {
+    let name = pb::cluster::DnsLookupFamily::try_from(c.dns_lookup_family)
+        .ok()
+        .map(|f| f.as_str_name());
+    let lookup_family = lookup_family(
+        name,
+        c.dns_lookup_family,
+        &path.field("dns_lookup_family"),
+        ctx,
+    );
     let refresh_rate = refresh_rate(
         c.dns_refresh_rate.as_ref(),
         &path.field("dns_refresh_rate"),
