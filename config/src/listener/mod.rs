@@ -194,7 +194,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         .collect();
     filter_chain::check_duplicates(&l.filter_chains, &cp, ctx);
     let dp = path.field("default_filter_chain");
-    let default_filter_chain = l.default_filter_chain.as_ref().and_then(|fc| {
+    let mut default_filter_chain = l.default_filter_chain.as_ref().and_then(|fc| {
         if fc.filter_chain_match.is_some() {
             // Envoy ignores it there; say so rather than ignore it silently.
             ctx.unsupported(
@@ -204,7 +204,6 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         }
         filter_chain::translate(fc, "default_filter_chain", &dp, ctx).map(Box::new)
     });
-    let mut default_filter_chain = default_filter_chain;
     if l.bypass_overload_manager {
         // Every connection manager of the listener knows (its requests' checks
         // run where the listener is not at hand).

@@ -355,9 +355,10 @@ fn common(
     let cp = path.field("tls_certificates");
     let sp = path.field("tls_certificate_sds_secret_configs");
     let mut certificate = None;
-    // Inline certificates, then those named by secret, count as one list.
-    let inline = c.tls_certificates.iter().map(Some);
-    let named = c.tls_certificate_sds_secret_configs.iter().map(|_| None);
+    // Inline certificates (`Ok`), then those named by secret (`Err`), count as
+    // one list.
+    let inline = c.tls_certificates.iter().map(Ok);
+    let named = c.tls_certificate_sds_secret_configs.iter().map(Err);
     for (i, tc) in inline.chain(named).enumerate() {
         let p = match i.checked_sub(c.tls_certificates.len()) {
             None => cp.index(i),
@@ -378,11 +379,8 @@ fn common(
             continue;
         }
         certificate = match tc {
-            Some(tc) => tls_certificate(tc, &p, ctx),
-            None => c
-                .tls_certificate_sds_secret_configs
-                .first()
-                .and_then(|sds| secrets::certificate(sds, &p, ctx)),
+            Ok(tc) => tls_certificate(tc, &p, ctx),
+            Err(sds) => secrets::certificate(sds, &p, ctx),
         };
     }
     let validation = match &c.validation_context_type {
