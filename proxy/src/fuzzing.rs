@@ -1,14 +1,14 @@
 //! In-memory entry points for the fuzz targets (`fuzz/`): courier's own
 //! request handling without sockets. Not part of courier's interface.
 
-use crate::conn_manager::{self, ConnInfo};
-use crate::filter_chain::{self, Codec};
-use crate::http_filters::HttpFilters;
-use crate::serve_conn;
+use crate::codec::Codec;
+use crate::filter_chain::HttpFilters;
+use crate::request::conn::ConnInfo;
+use crate::request::conn::{chain_at, next_connection_id};
+use crate::request::phase::Phase;
 use crate::stats::WorkerStats;
 use crate::upstream::ClusterManager;
 use crate::upstream::client::ClusterClient;
-use crate::worker::Phase;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
 use std::net::SocketAddr;
@@ -95,7 +95,7 @@ impl Http1Harness {
             peer,
             local,
             tls: false,
-            facts: crate::http_filters::conn_facts(peer, local, None, None),
+            facts: crate::filter_chain::conn_facts(peer, local, None, None),
             http_filters: self.http_filters.chain(0, 0),
             buffer_limit: self
                 .snapshot
@@ -104,18 +104,18 @@ impl Http1Harness {
                 .first()
                 .map_or(1 << 20, |l| u64::from(l.per_connection_buffer_limit_bytes)),
             server_name: None,
-            id: conn_manager::next_connection_id(),
+            id: next_connection_id(),
         });
         let limits = {
             let snapshot = self.snapshot.load();
             let hcm = snapshot
                 .listeners
                 .first()
-                .and_then(|l| filter_chain::chain_at(l, 0))
+                .and_then(|l| chain_at(l, 0))
                 .map(|fc| &*fc.http_connection_manager);
-            Arc::new(serve_conn::Limits::of(hcm).with_half_close())
+            Arc::new(crate::codec::serve::Limits::of(hcm).with_half_close())
         };
-        let conn = serve_conn::Conn {
+        let conn = crate::codec::serve::Conn {
             info,
             codec: Codec::Http1,
             limits,
@@ -128,7 +128,7 @@ impl Http1Harness {
         };
         self.runtime.block_on(async {
             let (client, server) = tokio::io::duplex(64 * 1024);
-            let served = tokio::spawn(serve_conn::serve(server, conn));
+            let served = tokio::spawn(crate::codec::serve::serve(server, conn));
             let (mut rd, mut wr) = tokio::io::split(client);
             let writing = async move {
                 // courier may close first (an early error reply): that ends writing.

@@ -8,7 +8,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// HTTP/1.1 codecs ended by parks (crate::serve_h1), all workers.
+/// HTTP/1.1 codecs ended by parks (crate::codec::h1), all workers.
 static PARKS: AtomicU64 = AtomicU64::new(0);
 
 /// Parks since the last release that make another worth it: each frees

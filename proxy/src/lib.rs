@@ -6,40 +6,33 @@
 //! runtime and its own `SO_REUSEPORT` sockets, so a connection lives its whole
 //! life on one worker and nothing on the request path takes a lock.
 
-mod accept_batch;
+// The request path's stages, top to bottom (docs/life-of-a-request.md): a
+// module imports only from stages below it and from the leaf and support
+// modules (checked by scripts/check-layers.py).
+mod accept;
 mod access_log;
-mod admin;
-mod codec_error;
-mod conn_idle;
+mod attempt;
+mod codec;
 mod conn_manager;
-mod ext_authz_client;
-mod filter_body;
 mod filter_chain;
-#[doc(hidden)]
-pub mod fuzzing;
-mod grpc_timeout;
-mod h2_flood;
+mod request;
+mod router;
+mod upstream;
+
+// Support, below every stage.
 mod heap_trim;
-mod http_filters;
-mod jwks_fetch;
-mod listener;
-mod listeners;
-mod local_reply;
+mod log_time;
 mod maybe_tls;
 mod overload;
-mod park;
-mod path_normalize;
-mod request_limits;
-mod router;
-mod sanitize;
-mod serve_check;
-mod serve_conn;
-mod serve_h1;
-mod server;
 mod stats;
 mod tls;
-mod upstream;
-mod wake_gate;
+
+// Wiring: the threads, admin and xDS, which see everything.
+mod admin;
+#[doc(hidden)]
+pub mod fuzzing;
+mod serve_check;
+mod server;
 mod worker;
 mod xds;
 

@@ -94,10 +94,10 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     let mut refuse =
         |field: &str, what: &str| problems.push(format!("{at}.{field}: {what} is not served yet"));
     // Every HTTP filter the config accepts (jwt_authn, rbac, ext_authz, router) is served.
-    // Served: path normalisation (crate::sanitize), listener filters
+    // Served: path normalisation (crate::conn_manager::sanitize), listener filters
     // (tls_inspector), overload_manager and the runtime keys config/ accepts.
     // `common_http_protocol_options.max_connection_duration` and
-    // `max_stream_duration` are served (crate::serve_conn, crate::request_limits).
+    // `max_stream_duration` are served (crate::codec::serve, crate::conn_manager::limits).
     if h.strip_port != StripPort::None {
         refuse("strip_matching_host_port", "host port stripping");
     }

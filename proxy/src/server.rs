@@ -1,12 +1,13 @@
 //! The main thread: resolves listener addresses, starts the workers, runs admin,
 //! waits for a signal (or `/quitquitquit`), then drains the workers and returns.
 
-use crate::http_filters::HttpFilters;
-use crate::listeners::{Parts, Registry};
+use crate::accept::listeners::{Parts, Registry};
+use crate::filter_chain::HttpFilters;
+use crate::request::phase::Phase;
 use crate::stats::{ClusterStats, WorkerStats};
 use crate::tls::ServerConfigs;
 use crate::upstream::ClusterManager;
-use crate::worker::{self, Phase, WorkerSetup};
+use crate::worker::{self, WorkerSetup};
 use crate::{ServeOptions, admin};
 use arc_swap::ArcSwap;
 use courier_config::Bootstrap;
@@ -241,7 +242,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             });
         }
         if let Some(a) = &bootstrap.admin {
-            let addr = crate::listeners::resolve(&a.address)?;
+            let addr = crate::accept::listeners::resolve(&a.address)?;
             let bound = admin::spawn(addr, Arc::clone(&shared))
                 .await
                 .map_err(|e| format!("admin: bind {addr}: {e}"))?;

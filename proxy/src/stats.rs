@@ -1,7 +1,11 @@
 //! Stats: counters per worker, written only by their worker (relaxed atomics, so
 //! no contention), summed across workers when admin is scraped. Names follow Envoy.
 
+pub mod edge;
+pub mod h2_floods;
+
 use arc_swap::ArcSwap;
+pub use edge::EdgeStats;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -52,7 +56,7 @@ pub struct HcmStats {
     /// the route nor the connection manager enables their type.
     pub ws_on_non_ws_route: Counter,
     /// Edge protections (`downstream_rq_overload_close`, path normalisation, underscores).
-    pub edge: crate::sanitize::EdgeStats,
+    pub edge: EdgeStats,
 }
 
 impl HcmStats {
@@ -310,7 +314,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
         }
     }
     out.extend(crate::overload::get().samples());
-    out.extend(crate::h2_flood::samples());
+    out.extend(h2_floods::samples());
     out.into_iter().collect()
 }
 

@@ -1,12 +1,9 @@
 //! A worker: one OS thread, one current-thread runtime, its own listening
 //! sockets, and every connection it accepts, start to end.
 
-use crate::conn_manager::{self, ConnInfo};
-use crate::filter_chain::{self, Codec};
-use crate::http_filters;
-use crate::listener;
-use crate::listeners::{ActiveListener, ListenerSet};
-use crate::serve_conn;
+use crate::accept::chain;
+use crate::accept::listeners::{ActiveListener, ListenerSet};
+use crate::request::conn::ConnInfo;
 use crate::stats::{ListenerStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -22,20 +19,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 
-/// How far the server has gone towards stopping; phases only move forward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Phase {
-    /// Accepting and serving.
-    Serving,
-    /// Listeners closed (`/drain_listeners`); open connections carry on.
-    ListenersStopped,
-    /// Listeners closed and open connections asked to finish
-    /// (`/drain_listeners?graceful`): `connection: close` / GOAWAY.
-    ConnectionsDraining,
-    /// The server is exiting: drain, then the worker stops.
-    Shutdown,
-}
-
 /// What a worker needs to start.
 pub struct WorkerSetup {
     /// Worker number.
@@ -50,7 +33,7 @@ pub struct WorkerSetup {
     /// balancer cursors are this worker's own, thread-local).
     pub clusters: Arc<ClusterManager>,
     /// The server's phase.
-    pub shutdown: watch::Receiver<Phase>,
+    pub shutdown: watch::Receiver<crate::request::phase::Phase>,
     /// How long connections get to finish once draining.
     pub drain_time: Duration,
     /// Reports whether this worker bound its sockets.
@@ -128,7 +111,7 @@ fn reconcile(
             continue;
         }
         let addr = l.address;
-        let bound = listener::bind(addr, true, l.config.freebind)
+        let bound = crate::accept::socket::bind(addr, true, l.config.freebind)
             .and_then(|s| TcpListener::from_std(s.into()));
         match bound {
             Ok(socket) => {
@@ -196,7 +179,7 @@ async fn serve(setup: WorkerSetup) {
             }
         };
         tokio::select! {
-            _ = shutdown.wait_for(|p| *p == Phase::Shutdown) => break,
+            _ = shutdown.wait_for(|p| *p == crate::request::phase::Phase::Shutdown) => break,
             () = changed => {
                 let next = Arc::clone(&set.borrow_and_update());
                 reconcile(&next, &mut running, &ctx);
@@ -227,7 +210,7 @@ struct AcceptCtx {
     snapshot: Arc<ArcSwap<Snapshot>>,
     stats: Arc<WorkerStats>,
     clusters: Arc<ClusterManager>,
-    shutdown: watch::Receiver<Phase>,
+    shutdown: watch::Receiver<crate::request::phase::Phase>,
     tracker: Arc<Tracker>,
     drain_time: Duration,
 }
@@ -298,14 +281,14 @@ where
 async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
     let overload = crate::overload::get();
     let mut phase = ctx.shutdown.clone();
-    let mut batch = crate::accept_batch::AcceptBatch::default();
+    let mut batch = crate::accept::batch::AcceptBatch::default();
     loop {
         let max = current.load().config.max_accepts_per_event;
         let accepted = tokio::select! {
             a = batch.accept(&listener, max) => a,
             // Returning drops (closes) this worker's socket: new connections
             // are refused once every worker has closed its own.
-            _ = phase.wait_for(|p| *p >= Phase::ListenersStopped) => return,
+            _ = phase.wait_for(|p| *p >= crate::request::phase::Phase::ListenersStopped) => return,
         };
         let (stream, peer) = match accepted {
             Ok(c) => c,
@@ -361,14 +344,14 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
-            let filter_chain::Accepted {
+            let chain::Accepted {
                 stream,
                 filter_chain_index,
                 alpn,
                 server_name,
-            } = match Box::pin(filter_chain::accept(stream, l, &active.tls)).await {
+            } = match Box::pin(chain::accept(stream, l, &active.tls)).await {
                 Ok(a) => a,
-                Err(e @ filter_chain::Refused::Config(_)) => {
+                Err(e @ chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");
                     return None;
                 }
@@ -377,10 +360,10 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                     return None;
                 }
             };
-            let chain = filter_chain::chain_at(l, filter_chain_index);
-            let codec = chain.map_or(Codec::Auto, |fc| {
+            let chain = crate::request::conn::chain_at(l, filter_chain_index);
+            let codec = chain.map_or(crate::codec::Codec::Auto, |fc| {
                 let codec_type = fc.http_connection_manager.codec_type;
-                filter_chain::codec(codec_type, alpn.as_deref())
+                crate::codec::codec(codec_type, alpn.as_deref())
             });
             let limits = active.limits(filter_chain_index);
             let filters = active
@@ -392,7 +375,7 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 peer,
                 local,
                 tls: stream.is_tls(),
-                facts: http_filters::conn_facts(
+                facts: crate::filter_chain::conn_facts(
                     peer,
                     local,
                     filters.as_ref().map(|_| &stream),
@@ -401,9 +384,9 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 http_filters: filters,
                 buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
                 server_name,
-                id: conn_manager::next_connection_id(),
+                id: crate::request::conn::next_connection_id(),
             });
-            let conn = serve_conn::Conn {
+            let conn = crate::codec::serve::Conn {
                 info,
                 codec,
                 limits,
@@ -412,7 +395,7 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 worker_stats,
                 clusters,
                 shutdown,
-                listener_drain: Some(serve_conn::ListenerDrain {
+                listener_drain: Some(crate::codec::serve::ListenerDrain {
                     signal: active.drain_signal(filter_chain_index),
                     drain_time,
                 }),
@@ -420,8 +403,8 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The version's `Arc` is not held by the connection: a retired
             // version's TLS and filters go once its last handshake is done.
             drop(active);
-            // The connection's state is boxed here (see `serve_conn::serve`).
-            Some((serve_conn::serve(stream, conn), guards))
+            // The connection's state is boxed here (see `crate::codec::serve::serve`).
+            Some((crate::codec::serve::serve(stream, conn), guards))
         });
         tokio::spawn(ConnTask::Accepting(accepting));
     }

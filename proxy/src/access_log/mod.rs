@@ -8,14 +8,15 @@
 
 pub mod body;
 mod render;
-pub mod time;
 pub mod writer;
 
+use crate::request::body::RequestProgress;
+use crate::router::facts::Upstreamed;
 use courier_config::listener::access_log::AccessLog;
 use http::{HeaderMap, Method, Uri, Version};
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
@@ -39,20 +40,11 @@ impl Logs {
             Logs::Hcm {
                 listener,
                 filter_chain_index,
-            } => crate::filter_chain::chain_at(listener, *filter_chain_index)
+            } => crate::request::conn::chain_at(listener, *filter_chain_index)
                 .map_or(&[], |fc| &fc.http_connection_manager.access_log[..]),
             Logs::Admin(logs) => logs,
         }
     }
-}
-
-/// The upstream a request was sent to, kept on the response for the log.
-#[derive(Debug, Clone)]
-pub struct Upstreamed {
-    /// The host picked (none when the cluster had no healthy host).
-    pub host: Option<Arc<crate::upstream::host::Host>>,
-    /// The cluster's name.
-    pub cluster: Arc<courier_config::cluster::Cluster>,
 }
 
 /// The matched route's name, kept on the response for the log.
@@ -63,10 +55,6 @@ pub struct RouteName(pub String);
 /// moved onto the response only when the request is logged.
 #[derive(Debug, Clone, Default)]
 pub struct DynamicMetadata(pub courier_config::core::MetadataMap);
-
-/// `%RESPONSE_CODE_DETAILS%` when the router set it (upstream resets).
-#[derive(Debug, Clone)]
-pub struct Details(pub String);
 
 /// Marks a direct response (`%RESPONSE_CODE_DETAILS%` `direct_response`).
 #[derive(Debug, Clone, Copy)]
@@ -99,26 +87,6 @@ pub struct Pending {
     pub connection_id: u64,
     /// How far the request body has been read.
     pub request: Arc<RequestProgress>,
-}
-
-/// The request body's progress, written by [`body::RequestBody`] (which may run
-/// on an upstream HTTP/2 connection's task, hence atomics).
-#[derive(Debug)]
-pub struct RequestProgress {
-    /// Body bytes read.
-    pub received: AtomicU64,
-    /// Milliseconds from the start to the end of the body; `u64::MAX` until then.
-    pub done_ms: AtomicU64,
-}
-
-impl RequestProgress {
-    /// Progress of a request; one without a body is complete at once.
-    pub fn new(end_stream: bool) -> Self {
-        Self {
-            received: AtomicU64::new(0),
-            done_ms: AtomicU64::new(if end_stream { 0 } else { u64::MAX }),
-        }
-    }
 }
 
 /// Holds a request's [`Pending`] while it is answered: if the request is dropped

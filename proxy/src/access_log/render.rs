@@ -2,7 +2,8 @@
 //! form), typed JSON values for lone commands (numbers for the numeric ones,
 //! `null` for missing).
 
-use super::{Entry, long_flag, time};
+use super::{Entry, long_flag};
+use crate::log_time as time;
 use courier_config::format::{Command, FormatString, HeaderLookup, Part};
 use courier_config::listener::access_log::{AccessLog, JsonValue, LogFormat};
 use std::borrow::Cow;
@@ -256,8 +257,9 @@ fn header<'a>(h: &HeaderLookup, get: impl Fn(&str) -> Option<&'a str>) -> Option
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Logs, Pending, RequestProgress, ResponseSide};
+    use super::super::{Logs, Pending, ResponseSide};
     use super::*;
+    use crate::request::body::RequestProgress;
     use courier_config::format::parse;
     use courier_config::listener::access_log::Sink;
     use std::sync::Arc;

@@ -7,11 +7,12 @@ mod clusters;
 pub(crate) mod config_dump;
 
 use crate::access_log::body::LoggedBody;
-use crate::access_log::{Logs, Pending, RequestProgress, ResponseSide};
-use crate::local_reply::{Body, reply};
+use crate::access_log::{Logs, Pending, ResponseSide};
+use crate::request::body::RequestProgress;
+use crate::request::local_reply::{Body, reply};
+use crate::request::phase::Phase;
 use crate::server::{Shared, State};
 use crate::stats;
-use crate::worker::Phase;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;

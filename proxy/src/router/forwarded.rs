@@ -3,7 +3,7 @@
 //! requests, `x-forwarded-proto`, `x-envoy-external-address`, stripping Envoy's
 //! control headers from edge requests, and `x-request-id`.
 
-use crate::conn_manager::ConnInfo;
+use crate::request::conn::ConnInfo;
 use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;

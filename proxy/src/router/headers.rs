@@ -2,7 +2,7 @@
 //! route, virtual-host and route-config level), the format-string commands their
 //! values may use, and hop-by-hop header removal.
 
-use crate::conn_manager::ConnInfo;
+use crate::request::conn::ConnInfo;
 use courier_config::format::{Command, FormatString, HeaderLookup, Part};
 use courier_config::route::{AppendAction, HeaderMutations};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -236,37 +236,6 @@ pub fn number(n: u64) -> HeaderValue {
     digits.map_or_else(|| HeaderValue::from(n), HeaderValue::from_static)
 }
 
-/// Copies every header value into one new buffer and points the values at it.
-///
-/// Header values parsed from a connection are slices of that connection's read
-/// buffer, and a slice keeps the whole buffer (8 KiB or more) alive. An HTTP/2
-/// connection's HPACK encoder keeps the values it indexes for as long as they
-/// stay in its table, so without this each table entry of a response could pin
-/// an upstream connection's read buffer for the downstream connection's life.
-/// One allocation of the values' own size instead.
-pub fn compact(headers: &mut HeaderMap) {
-    let total: usize = headers.values().map(|v| v.len()).sum();
-    if total == 0 {
-        return;
-    }
-    let mut buf = bytes::BytesMut::with_capacity(total);
-    for v in headers.values() {
-        buf.extend_from_slice(v.as_bytes());
-    }
-    let buf = buf.freeze();
-    let mut at = 0;
-    for v in headers.values_mut() {
-        let end = at + v.len();
-        let sensitive = v.is_sensitive();
-        // The bytes were a valid value a moment ago: this cannot fail.
-        if let Ok(mut copy) = HeaderValue::from_maybe_shared(buf.slice(at..end)) {
-            copy.set_sensitive(sensitive);
-            *v = copy;
-        }
-        at = end;
-    }
-}
-
 /// Removes the hop-by-hop headers (and those `connection` names) before a message
 /// crosses the proxy; `te: trailers` survives (gRPC needs it).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
@@ -349,7 +318,7 @@ mod tests {
         h.append("x-list", HeaderValue::from_static(""));
         h.append("x-list", HeaderValue::from_static("b"));
         let before = h.clone();
-        compact(&mut h);
+        crate::request::headers::compact(&mut h);
         assert_eq!(h, before);
         assert!(h.get("authorization").unwrap().is_sensitive());
         let list: Vec<&[u8]> = h.get_all("x-list").iter().map(|v| v.as_bytes()).collect();

@@ -5,18 +5,16 @@
 //! Envoy's local replies (503 `no healthy upstream`, 503 connect failure, 504
 //! `upstream request timeout`).
 
-mod attempt;
 pub mod body;
+pub mod facts;
 pub mod forwarded;
 pub mod headers;
-mod hedge;
-pub mod retry;
 mod rewrite;
-mod tee;
 pub mod upgrade;
 
-use crate::conn_manager::ConnInfo;
-use crate::local_reply::reply;
+use crate::attempt::{self, retry};
+use crate::request::conn::ConnInfo;
+use crate::request::local_reply::reply;
 use crate::stats::{ClusterStats, WorkerStats};
 use crate::upstream::pool::{self, UpstreamBody};
 use crate::upstream::{ClusterManager, lb};
@@ -53,7 +51,7 @@ pub struct Matched<'a> {
     pub random: u64,
     /// The request's progress: the router notes on it when its attempt
     /// timeout will wake the request's task.
-    pub progress: &'a crate::router::body::Progress,
+    pub progress: &'a crate::request::progress::Progress,
 }
 
 impl<'a> Matched<'a> {
@@ -162,7 +160,7 @@ impl Out<'_> {
 }
 
 /// Forwards `req` along `action`; with `logging`, the response carries the
-/// upstream it came from ([`crate::access_log::Upstreamed`]).
+/// upstream it came from ([`crate::router::facts::Upstreamed`]).
 pub async fn forward(
     req: Request<UpstreamBody>,
     action: &RouteAction,
@@ -217,17 +215,18 @@ pub async fn forward(
             None,
         );
         if logging {
-            resp.extensions_mut().insert(crate::access_log::Upstreamed {
-                host: None,
-                cluster: std::sync::Arc::clone(&cluster.config),
-            });
+            resp.extensions_mut()
+                .insert(crate::router::facts::Upstreamed {
+                    host: None,
+                    cluster: std::sync::Arc::clone(&cluster.config),
+                });
         }
         return resp;
     };
 
     // An upgrade the connection manager let through (its type is enabled).
     let upgrade =
-        crate::request_limits::upgrade_type(&req).and_then(|t| HeaderValue::from_str(t).ok());
+        crate::request::headers::upgrade_type(&req).and_then(|t| HeaderValue::from_str(t).ok());
     let (mut parts, body) = req.into_parts();
     let levels = m.request_levels(weighted);
     rewrite::prepare(
@@ -382,7 +381,7 @@ pub async fn forward(
             );
             if logging {
                 resp.extensions_mut()
-                    .insert(crate::access_log::Details(e.details()));
+                    .insert(crate::router::facts::Details(e.details()));
             }
             resp
         }
@@ -414,10 +413,11 @@ pub async fn forward(
     // For the access log's %UPSTREAM_HOST% and %UPSTREAM_CLUSTER% (no
     // allocation for the extension when nothing logs).
     if logging {
-        resp.extensions_mut().insert(crate::access_log::Upstreamed {
-            host: Some(std::sync::Arc::clone(&done.host)),
-            cluster: std::sync::Arc::clone(&cluster.config),
-        });
+        resp.extensions_mut()
+            .insert(crate::router::facts::Upstreamed {
+                host: Some(std::sync::Arc::clone(&done.host)),
+                cluster: std::sync::Arc::clone(&cluster.config),
+            });
     }
     resp
 }
@@ -483,7 +483,7 @@ pub fn response_headers<B, R>(
     route: &Route,
 ) {
     let status = resp.status().as_u16();
-    let authority = crate::conn_manager::authority(req).unwrap_or("");
+    let authority = crate::request::conn::authority(req).unwrap_or("");
     let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
     let (method, scheme) = (
         req.method().as_str(),

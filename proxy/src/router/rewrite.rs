@@ -3,7 +3,7 @@
 //! the URI form the upstream protocol wants.
 
 use super::headers::{self, FormatCtx};
-use crate::conn_manager::ConnInfo;
+use crate::request::conn::ConnInfo;
 use crate::upstream::host::Host;
 use courier_config::cluster::UpstreamProtocol;
 use courier_config::route::{
@@ -45,7 +45,7 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         parts.version = http::Version::HTTP_11;
         return;
     }
-    let mut authority = crate::conn_manager::authority_of(&parts.uri, &parts.headers)
+    let mut authority = crate::request::conn::authority_of(&parts.uri, &parts.headers)
         .unwrap_or("")
         .to_string();
     let full_path = parts

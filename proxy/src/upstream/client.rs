@@ -210,7 +210,7 @@ fn for_protocol<B>(mut req: Request<B>, protocol: UpstreamProtocol) -> Request<B
 
 /// A request body of `bytes`, for [`ClusterClient::send_streaming`].
 pub fn full_body(bytes: Bytes) -> UpstreamBody {
-    UpstreamBody::new(crate::router::body::RequestBody::full(bytes), None)
+    UpstreamBody::new(crate::request::body::RequestBody::full(bytes), None)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ use tokio::net::TcpStream;
 mod auto;
 
 /// The body type of requests sent upstream.
-pub type UpstreamBody = crate::access_log::body::RequestBody;
+pub type UpstreamBody = crate::request::body::UpstreamBody;
 
 /// (cluster, host, HIGH routing priority, TLS name): as in Envoy, each priority
 /// has its own pools, whose connections and pending requests count against that
@@ -583,7 +583,7 @@ async fn send_h2_on(
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     // The connection's HPACK encoder keeps the values it indexes: not as slices
     // that pin the downstream connection's read buffer.
-    crate::router::headers::compact(req.headers_mut());
+    crate::request::headers::compact(req.headers_mut());
     streams.open.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {

@@ -2,7 +2,7 @@
 //! assignments and listeners in force (and warming), each with its version and
 //! when it was applied, in Envoy's admin shapes.
 
-use crate::listeners::Registry;
+use crate::accept::listeners::Registry;
 use crate::upstream::ClusterManager;
 use courier_xds::ResourceType;
 
@@ -23,7 +23,7 @@ fn dump(
                 .filter(|(name, _)| keep(name))
                 .map(|(_, e)| {
                     let mut when = String::new();
-                    crate::access_log::time::default_format(e.last_updated, &mut when);
+                    crate::log_time::default_format(e.last_updated, &mut when);
                     serde_json::json!({
                         "version_info": e.version,
                         field: any_json(&e.any(t)),
@@ -95,10 +95,10 @@ pub fn merge_dump(
 /// `dynamic_listeners`: each LDS listener's version in force
 /// (`active_state`) and the one warming (`warming_state`), as Envoy.
 fn listeners_dump(registry: &Registry) -> Vec<serde_json::Value> {
-    let state = |l: &crate::listeners::ActiveListener| {
+    let state = |l: &crate::accept::listeners::ActiveListener| {
         let d = l.dynamic.as_ref()?;
         let mut when = String::new();
-        crate::access_log::time::default_format(d.last_updated, &mut when);
+        crate::log_time::default_format(d.last_updated, &mut when);
         let listener = any_json(&d.raw);
         Some(serde_json::json!({
             "version_info": d.version_info,

@@ -5,8 +5,8 @@
 //! arrive and it is done (or its RDS source's `initial_fetch_timeout`), while
 //! the version in force, if any, keeps serving. Runs on the main thread.
 
-use crate::http_filters::HttpFilters;
-use crate::listeners::{ActiveListener, Dynamic, Parts, Registry};
+use crate::accept::listeners::{ActiveListener, Dynamic, Parts, Registry};
+use crate::filter_chain::HttpFilters;
 use crate::tls::ServerConfigs;
 use crate::upstream::client::ClusterClient;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -315,7 +315,7 @@ impl Lds {
         // counters), as their connections do.
         if let Some(old) = self.registry.get(&l.name)
             && let Some(d) = &old.dynamic
-            && let Some(kept) = crate::listeners::kept_chains(&d.raw, &up.raw)
+            && let Some(kept) = crate::accept::listeners::kept_chains(&d.raw, &up.raw)
         {
             for (j, i) in kept.iter().enumerate() {
                 if let Some(i) = i {

@@ -279,7 +279,7 @@ pub fn start(
     bootstrap: &Bootstrap,
     snapshot: &Arc<ArcSwap<Snapshot>>,
     clusters: &Arc<ClusterManager>,
-    registry: &Arc<crate::listeners::Registry>,
+    registry: &Arc<crate::accept::listeners::Registry>,
 ) -> Result<Option<Xds>, String> {
     let resolve = Clusters(Arc::clone(clusters));
     let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();

@@ -92,7 +92,7 @@ fn type_name(kind: Kind) -> &'static str {
 /// but for the time).
 fn render(event: &Event<'_>, now: SystemTime) -> String {
     let mut timestamp = String::with_capacity(24);
-    crate::access_log::time::default_format(now, &mut timestamp);
+    crate::log_time::default_format(now, &mut timestamp);
     // An unejection leaves the type at its default, as Envoy's does.
     let (kind, action, enforced) = match event.eject {
         Some((kind, _, enforced)) => (kind, "EJECT", enforced),

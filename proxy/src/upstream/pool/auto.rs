@@ -224,7 +224,7 @@ pub(super) async fn adopt_h2(
         .await
         .map_err(|e| (from_hyper(&e), None))?;
     let mut req = to_h2(req);
-    crate::router::headers::compact(req.headers_mut());
+    crate::request::headers::compact(req.headers_mut());
     streams.open.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {

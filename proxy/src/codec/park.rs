@@ -8,8 +8,8 @@
 //! looks for a quiet socket) and, while a park is under way, keeps hyper from
 //! shutting the socket down when it ends its codec.
 
-use crate::conn_idle::Activity;
-use crate::h2_flood::PREFACE as H2_PREFACE;
+use crate::codec::h2_flood::PREFACE as H2_PREFACE;
+use crate::codec::idle::Activity;
 use bytes::Bytes;
 use std::io;
 use std::pin::Pin;

@@ -79,7 +79,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     tls: false,
                     server_name: None,
                     id: 0,
-                    facts: crate::http_filters::conn_facts(
+                    facts: crate::filter_chain::conn_facts(
                         "127.0.0.1:1000".parse().unwrap(),
                         "127.0.0.1:2000".parse().unwrap(),
                         None,

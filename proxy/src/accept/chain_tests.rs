@@ -1,6 +1,7 @@
 //! Chain selection order, in process, on listeners loaded from YAML.
 
-use super::{Codec, ConnectionFacts, codec, select};
+use super::{ConnectionFacts, select};
+use crate::codec::{Codec, codec};
 use courier_config::listener::Listener;
 use courier_config::listener::hcm::CodecType;
 

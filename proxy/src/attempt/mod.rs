@@ -2,9 +2,11 @@
 //! per-try and route timeouts, retries with back-off and host predicates, and
 //! the request body held for replay up to the buffer limit.
 
-use super::body::RequestBody;
-use super::retry::{Decision, Outcome, Retry, Timeouts};
-use super::tee::{Tee, Teed};
+mod hedge;
+pub mod retry;
+
+use crate::request::body::RequestBody;
+use crate::request::tee::{Tee, Teed};
 use crate::stats::ClusterStats;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
@@ -17,6 +19,7 @@ use http::{HeaderMap, Request, Response};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use retry::{Decision, Outcome, Retry, Timeouts};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -45,7 +48,7 @@ pub struct Attempts<'a> {
     /// here (an unhedged one's from the request's end, see `deadlines`).
     pub started: Instant,
     /// The request's progress, told when an attempt timeout is armed.
-    pub progress: &'a crate::router::body::Progress,
+    pub progress: &'a crate::request::progress::Progress,
     /// `hedge_on_per_try_timeout`: a per-try timeout starts a retry without
     /// cancelling the attempt.
     pub hedge: bool,
@@ -229,7 +232,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         return match parts {
             // Boxed: hedging is rare, and its state would otherwise sit in
             // every request's future.
-            Some(p) => Box::pin(super::hedge::run(a, p, body, teed, host)).await,
+            Some(p) => Box::pin(hedge::run(a, p, body, teed, host)).await,
             None => Done {
                 last: Final::Failed(SendError::Termination),
                 host,
@@ -420,7 +423,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
 async fn timed<F: Future>(
     mut sent: std::pin::Pin<&mut F>,
     timeouts: &Timeouts,
-    progress: &crate::router::body::Progress,
+    progress: &crate::request::progress::Progress,
 ) -> (Option<Deadline>, Option<F::Output>) {
     let attempt_start = Instant::now();
     loop {

@@ -3,17 +3,17 @@
 //! codec-error and flood wrappers on the socket, and the connection's end
 //! (drain, idle timeout, `max_connection_duration`).
 
-use crate::codec_error::CodecErrors;
-use crate::conn_idle::{Activity, Tracked};
-use crate::conn_manager::{self, ConnInfo};
-use crate::filter_chain::Codec;
-use crate::park::Parkable;
-use crate::request_limits::ResetStream;
+use crate::codec::Codec;
+use crate::codec::error::CodecErrors;
+use crate::codec::idle::{Activity, Tracked};
+use crate::codec::park::Parkable;
+use crate::conn_manager;
+use crate::conn_manager::limits::ResetStream;
+use crate::request::conn::ConnInfo;
+use crate::request::phase::Phase;
 use crate::router::Upstream;
-use crate::serve_h1;
 use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
-use crate::worker::Phase;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use courier_config::listener::hcm::HttpConnectionManager;
@@ -192,7 +192,7 @@ macro_rules! serve_until_drained {
         tokio::pin!(drain, idle, lifetime, retired);
         // The ends are polled only when they woke, not on each of the codec's
         // wakes per request.
-        let mut gate = $crate::wake_gate::WakeGate::default();
+        let mut gate = $crate::codec::wake_gate::WakeGate::default();
         let ends = std::future::poll_fn(|cx| {
             gate.poll(cx, |cx| {
                 if drain.as_mut().poll(cx).is_ready() {
@@ -390,7 +390,7 @@ where
                 // HTTP/2's HPACK table keeps the values it indexes: not as
                 // slices of an upstream connection's read buffer.
                 if !h1 {
-                    crate::router::headers::compact(resp.headers_mut());
+                    crate::request::headers::compact(resp.headers_mut());
                 }
                 // hyper closes an HTTP/1.1 connection after a response saying so.
                 if keepalive_off(h1, &shared.activity) {
@@ -410,7 +410,7 @@ where
     };
     let io = Parkable::new(
         CodecErrors::new(
-            crate::h2_flood::FloodGuard::with_limits(
+            crate::codec::h2_flood::FloodGuard::with_limits(
                 stream,
                 Some(Arc::clone(&activity)),
                 &limits.h2_flood,
@@ -424,7 +424,7 @@ where
     let lifetime = limits
         .max_connection_duration
         .map(|t| tokio::time::Instant::now() + t);
-    let h1 = serve_h1::H1 {
+    let h1 = crate::codec::h1::H1 {
         limits,
         activity,
         stats: Arc::clone(&stats),
@@ -440,7 +440,7 @@ where
     // few pointers, and HTTP/2's box (see `http2_after`) comes once the
     // HTTP/1.1 one is gone.
     Serving {
-        h1: Some(Box::pin(serve_h1::serve(io, service, h1))),
+        h1: Some(Box::pin(crate::codec::h1::serve(io, service, h1))),
         h2: None,
         stats,
     }
@@ -457,7 +457,7 @@ struct Serving<F> {
 
 impl<F, S, Svc, B> Future for Serving<F>
 where
-    F: Future<Output = serve_h1::Served<S, Svc>>,
+    F: Future<Output = crate::codec::h1::Served<S, Svc>>,
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B> + Send + 'static,
     Svc::Future: Send + 'static,
@@ -488,7 +488,7 @@ where
 
 /// The HTTP/2 serving future, boxed, if the connection is HTTP/2.
 fn http2_after<S, Svc, B>(
-    served: serve_h1::Served<S, Svc>,
+    served: crate::codec::h1::Served<S, Svc>,
 ) -> Option<Pin<Box<impl Future<Output = ()> + Send + use<S, Svc, B>>>>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -501,13 +501,13 @@ where
 {
     match served {
         // Boxed, with hyper's connection inline: one allocation.
-        serve_h1::Served::Http2(io, service, h) => Some(Box::pin(serve_h2(io, service, h))),
-        serve_h1::Served::Done => None,
+        crate::codec::h1::Served::Http2(io, service, h) => Some(Box::pin(serve_h2(io, service, h))),
+        crate::codec::h1::Served::Done => None,
     }
 }
 
 /// Serves HTTP/2 on `io` (its preface possibly waiting in the replay buffer).
-async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: serve_h1::H1)
+async fn serve_h2<S, Svc, B>(io: Parkable<S>, service: Svc, h: crate::codec::h1::H1)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Svc: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
@@ -520,7 +520,7 @@ where
     let mut h = h;
     // By reference: an `async fn`'s arguments stay in its future beside what
     // they are moved to.
-    let serve_h1::H1 {
+    let crate::codec::h1::H1 {
         limits,
         activity,
         stats,

@@ -1,8 +1,12 @@
 //! The HTTP filter chains (jwt_authn, RBAC) of every connection manager, built once at
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
-use crate::ext_authz_client::ClusterAuthz;
-use crate::jwks_fetch::ClusterJwksFetcher;
+pub mod body;
+pub mod ext_authz_client;
+pub mod jwks_fetch;
+
+use crate::filter_chain::ext_authz_client::ClusterAuthz;
+use crate::filter_chain::jwks_fetch::ClusterJwksFetcher;
 use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;

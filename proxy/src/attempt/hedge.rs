@@ -5,9 +5,9 @@
 //! was already hedged is kept only in case nothing better arrives, as Envoy does
 //! not retry an attempt twice.
 
-use super::attempt::{Attempts, Done, Final, HeldBody, pick, request};
 use super::retry::{Decision, Outcome};
-use super::tee::Teed;
+use super::{Attempts, Done, Final, HeldBody, pick, request};
+use crate::request::tee::Teed;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
 use crate::upstream::outlier;
@@ -116,12 +116,12 @@ pub(super) async fn run(
                 (Some(h), Some(slot)) => {
                     let b = match &mut body {
                         HeldBody::Whole(d, t) => crate::upstream::pool::UpstreamBody::new(
-                            super::body::RequestBody::replay(d.clone(), t.clone(), None),
+                            crate::request::body::RequestBody::replay(d.clone(), t.clone(), None),
                             None,
                         ),
                         HeldBody::Once(b) => b.take().unwrap_or_else(|| {
                             crate::upstream::pool::UpstreamBody::new(
-                                super::body::RequestBody::full(bytes::Bytes::new()),
+                                crate::request::body::RequestBody::full(bytes::Bytes::new()),
                                 None,
                             )
                         }),

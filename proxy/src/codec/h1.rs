@@ -16,12 +16,12 @@
 //! Envoy's drain sequence, which a park does not interrupt; the request
 //! headers timer lives in the socket wrapper, which a park keeps.
 
-use crate::conn_idle::Activity;
-use crate::park::{Parkable, Woken};
-use crate::serve_conn::{Limits, ListenerDrain};
+use crate::codec::idle::Activity;
+use crate::codec::park::{Parkable, Woken};
+use crate::codec::serve::{Limits, ListenerDrain};
+use crate::codec::wake_gate::WakeGate;
+use crate::request::phase::Phase;
 use crate::stats::HcmStats;
-use crate::wake_gate::WakeGate;
-use crate::worker::Phase;
 use hyper::body::{Body, Incoming};
 use hyper::service::HttpService;
 use hyper_util::rt::TokioIo;
@@ -479,5 +479,5 @@ where
 }
 
 #[cfg(test)]
-#[path = "serve_h1_tests.rs"]
+#[path = "h1_tests.rs"]
 mod tests;

@@ -14,8 +14,8 @@
 //! chain matches on TLS facts) to read SNI and ALPN; courier reads them the same
 //! way, from the first byte (0x16: a TLS handshake record) and the ClientHello.
 
+use crate::request::conn::chain_at;
 use crate::tls::{DownstreamStream, ServerConfigs};
-use courier_config::listener::hcm::CodecType;
 use courier_config::listener::{FilterChain, Listener, TransportProtocol};
 use rustls::server::Acceptor;
 use std::time::Duration;
@@ -38,16 +38,6 @@ pub struct ConnectionFacts<'a> {
     pub server_name: Option<&'a str>,
     /// ALPN protocols the client offered, in its order.
     pub alpn: &'a [Vec<u8>],
-}
-
-/// The filter chain at `index` in [`Listener::all_filter_chains`] order
-/// (`filter_chains`, then `default_filter_chain`).
-pub fn chain_at(listener: &Listener, index: usize) -> Option<&FilterChain> {
-    match listener.filter_chains.get(index) {
-        Some(fc) => Some(fc),
-        None if index == listener.filter_chains.len() => listener.default_filter_chain.as_deref(),
-        None => None,
-    }
 }
 
 /// Whether any chain matches on something, so the connection must be inspected
@@ -240,28 +230,6 @@ async fn accept_inner(
     })
 }
 
-/// Which HTTP versions to serve on a connection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Codec {
-    /// HTTP/1.1 or HTTP/2 by the client's preface.
-    Auto,
-    /// HTTP/1.1 only.
-    Http1,
-    /// HTTP/2 only.
-    Http2,
-}
-
-/// The codec for a connection: `codec_type` when fixed; with AUTO, what ALPN
-/// negotiated (h2 or http/1.1), else the preface decides (Envoy's rule).
-pub fn codec(codec_type: CodecType, alpn: Option<&[u8]>) -> Codec {
-    match (codec_type, alpn) {
-        (CodecType::Http1, _) => Codec::Http1,
-        (CodecType::Http2, _) => Codec::Http2,
-        (CodecType::Auto, Some(b"h2")) => Codec::Http2,
-        (CodecType::Auto, Some(b"http/1.1" | b"http/1.0")) => Codec::Http1,
-        (CodecType::Auto, _) => Codec::Auto,
-    }
-}
-
 #[cfg(test)]
+#[path = "chain_tests.rs"]
 mod tests;

@@ -5,8 +5,7 @@
 //! it; workers read their own copy of each listener lock-free (worker.rs), so
 //! nothing here is on the request path.
 
-use crate::http_filters::HttpFilters;
-use crate::listener;
+use crate::filter_chain::HttpFilters;
 use crate::overload::Limit;
 use crate::stats::{self, WorkerStats};
 use crate::tls::ServerConfigs;
@@ -54,7 +53,7 @@ pub struct ActiveListener {
     pub hcm_stats: Vec<usize>,
     /// The connection manager's limits of each filter chain (`chain_at`
     /// order), shared by the chain's connections.
-    limits: Vec<Arc<crate::serve_conn::Limits>>,
+    limits: Vec<Arc<crate::codec::serve::Limits>>,
     /// The runtime's `connection_limit` of this listener, if any.
     pub connection_limit: Option<Arc<Limit>>,
     /// Set for LDS listeners.
@@ -94,10 +93,10 @@ impl ActiveListener {
 
     /// The connection manager's limits of filter chain `chain` (Envoy's
     /// defaults if it has none).
-    pub(crate) fn limits(&self, chain: usize) -> Arc<crate::serve_conn::Limits> {
+    pub(crate) fn limits(&self, chain: usize) -> Arc<crate::codec::serve::Limits> {
         match self.limits.get(chain) {
             Some(l) => Arc::clone(l),
-            None => Arc::new(crate::serve_conn::Limits::of(None)),
+            None => Arc::new(crate::codec::serve::Limits::of(None)),
         }
     }
 
@@ -282,7 +281,7 @@ impl Registry {
             }
             _ => {
                 let addr = resolve(&l.address)?;
-                let socket = listener::bind(addr, false, l.freebind)
+                let socket = crate::accept::socket::bind(addr, false, l.freebind)
                     .map_err(|e| format!("bind {addr}: {e}"))?;
                 let local = socket
                     .local_addr()
@@ -300,7 +299,7 @@ impl Registry {
         let limits = l
             .all_filter_chains()
             .map(|fc| {
-                Arc::new(crate::serve_conn::Limits::of(Some(
+                Arc::new(crate::codec::serve::Limits::of(Some(
                     &fc.http_connection_manager,
                 )))
             })

@@ -4,14 +4,13 @@
 //! counted per thread (`heap_trim::test_parks`).
 
 use super::PARK_AFTER;
-use crate::conn_manager::{self, ConnInfo};
-use crate::filter_chain::{self, Codec};
-use crate::http_filters::HttpFilters;
-use crate::serve_conn;
+use crate::codec::Codec;
+use crate::filter_chain::HttpFilters;
+use crate::request::conn::{ConnInfo, chain_at, next_connection_id};
+use crate::request::phase::Phase;
 use crate::stats::WorkerStats;
 use crate::upstream::ClusterManager;
 use crate::upstream::client::ClusterClient;
-use crate::worker::Phase;
 use arc_swap::ArcSwap;
 use courier_config::snapshot::Snapshot;
 use std::net::SocketAddr;
@@ -78,11 +77,11 @@ fn serve(codec: &str, extra: &str) -> Served {
         .expect("listener");
     let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
     let local = SocketAddr::from(([127, 0, 0, 1], 10000));
-    let limits = Arc::new(serve_conn::Limits::of(
-        filter_chain::chain_at(&listener, 0).map(|fc| &*fc.http_connection_manager),
+    let limits = Arc::new(crate::codec::serve::Limits::of(
+        chain_at(&listener, 0).map(|fc| &*fc.http_connection_manager),
     ));
-    let codec = filter_chain::chain_at(&listener, 0).map_or(Codec::Auto, |fc| {
-        filter_chain::codec(fc.http_connection_manager.codec_type, None)
+    let codec = chain_at(&listener, 0).map_or(Codec::Auto, |fc| {
+        crate::codec::codec(fc.http_connection_manager.codec_type, None)
     });
     let info = Arc::new(ConnInfo {
         listener,
@@ -90,22 +89,22 @@ fn serve(codec: &str, extra: &str) -> Served {
         peer,
         local,
         tls: false,
-        facts: crate::http_filters::conn_facts(peer, local, None, None),
+        facts: crate::filter_chain::conn_facts(peer, local, None, None),
         http_filters: http_filters.chain(0, 0),
         buffer_limit: 1 << 20,
         server_name: None,
-        id: conn_manager::next_connection_id(),
+        id: next_connection_id(),
     });
     let (phase, shutdown) = watch::channel(Phase::Serving);
     let (retire, signal) = watch::channel(false);
-    let conn = serve_conn::Conn {
+    let conn = crate::codec::serve::Conn {
         info,
         codec,
         limits,
         snapshot,
         worker_stats: Arc::new(WorkerStats::default()),
         hcm_stats: Arc::default(),
-        listener_drain: Some(serve_conn::ListenerDrain {
+        listener_drain: Some(crate::codec::serve::ListenerDrain {
             signal,
             drain_time: Duration::from_secs(4),
         }),
@@ -113,7 +112,7 @@ fn serve(codec: &str, extra: &str) -> Served {
         shutdown,
     };
     let (client, server) = tokio::io::duplex(64 * 1024);
-    let task = tokio::spawn(serve_conn::serve(server, conn));
+    let task = tokio::spawn(crate::codec::serve::serve(server, conn));
     Served {
         client,
         phase,

@@ -13,7 +13,7 @@
 //! connection is closed. (hyper's own header timer also runs while a keep-alive
 //! connection waits for its next request, and closes silently.)
 
-use crate::conn_idle::Activity;
+use crate::codec::idle::Activity;
 use bytes::Bytes;
 use std::future::Future;
 use std::io;

@@ -20,7 +20,7 @@
 //! opened (`inbound_priority_frames_flood`), WINDOW_UPDATE frames over
 //! `1 + 2 * (streams + 10 * DATA frames sent)` (`inbound_window_update_frames_flood`).
 
-use crate::conn_idle::Activity;
+use crate::codec::idle::Activity;
 use courier_config::listener::http_options::H2FloodLimits;
 use std::collections::VecDeque;
 use std::io;
@@ -70,37 +70,9 @@ fn queue_cap(frames: usize) -> usize {
 pub(crate) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const ENHANCE_YOUR_CALM: u32 = 0xb;
 
-static CONTROL_FLOODS: AtomicU64 = AtomicU64::new(0);
-static FLOODS: AtomicU64 = AtomicU64::new(0);
-static EMPTY_FLOODS: AtomicU64 = AtomicU64::new(0);
-static PRIORITY_FLOODS: AtomicU64 = AtomicU64::new(0);
-static WINDOW_UPDATE_FLOODS: AtomicU64 = AtomicU64::new(0);
-
-/// The process's flood counters by Envoy's names.
-pub fn samples() -> [(String, u64); 5] {
-    [
-        (
-            "http2.inbound_empty_frames_flood".to_string(),
-            EMPTY_FLOODS.load(Ordering::Relaxed),
-        ),
-        (
-            "http2.inbound_priority_frames_flood".to_string(),
-            PRIORITY_FLOODS.load(Ordering::Relaxed),
-        ),
-        (
-            "http2.inbound_window_update_frames_flood".to_string(),
-            WINDOW_UPDATE_FLOODS.load(Ordering::Relaxed),
-        ),
-        (
-            "http2.outbound_control_flood".to_string(),
-            CONTROL_FLOODS.load(Ordering::Relaxed),
-        ),
-        (
-            "http2.outbound_flood".to_string(),
-            FLOODS.load(Ordering::Relaxed),
-        ),
-    ]
-}
+pub(crate) use crate::stats::h2_floods::{
+    CONTROL_FLOODS, EMPTY_FLOODS, FLOODS, PRIORITY_FLOODS, WINDOW_UPDATE_FLOODS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {

@@ -2,9 +2,10 @@
 //! count limits (431), framing Envoy's codec refuses (400), upgrade types that
 //! are not enabled (403), and the request and stream idle timers (408/504).
 
-use crate::local_reply::{ReplyTo, local_reply};
+use crate::request::local_reply::{ReplyTo, local_reply};
+use crate::request::progress::Progress;
 use crate::router::ResponseFlag;
-use crate::router::body::{Progress, ResponseBody};
+use crate::router::body::ResponseBody;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::route::{Action, Route};
 use http::{HeaderValue, Request, Response, StatusCode, Version, header};
@@ -96,7 +97,7 @@ pub fn refuse<B>(
     let h2 = req.version() == Version::HTTP_2;
     // Only for a refusal: it looks a header up.
     let to = || ReplyTo::of(req);
-    let authority = crate::conn_manager::authority(req);
+    let authority = crate::request::conn::authority(req);
     let scan = scan(req, authority);
     let too_many =
         req.headers().len() > hcm.common_http_protocol_options.max_headers_count as usize;
@@ -190,25 +191,6 @@ pub fn upgrade_refused<B>(
     Some(closing(ReplyTo::of(req), StatusCode::FORBIDDEN, ""))
 }
 
-/// The upgrade an HTTP/1.1 request asks for (`connection: upgrade` and
-/// `upgrade: <type>`).
-pub fn upgrade_type<B>(req: &Request<B>) -> Option<&str> {
-    if req.version() != Version::HTTP_11 {
-        return None;
-    }
-    let asks = req
-        .headers()
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|t| t.trim().eq_ignore_ascii_case("upgrade"));
-    if !asks {
-        return None;
-    }
-    req.headers().get(header::UPGRADE)?.to_str().ok()
-}
-
 /// Runs `respond` under `request_timeout` (until the whole request has been
 /// read: 408 `request timeout`) and `stream_idle_timeout` (no request event for
 /// that long before the response: 408 `stream timeout` while the request is
@@ -224,7 +206,7 @@ pub async fn timed<F: Future<Output = Response<ResponseBody>>>(
     progress: Arc<Progress>,
     hcm: &HttpConnectionManager,
     to: ReplyTo,
-    stats: &crate::sanitize::EdgeStats,
+    stats: &crate::stats::EdgeStats,
 ) -> Response<ResponseBody> {
     let overload = crate::overload::of(hcm.bypass_overload_manager);
     // `reduce_timeouts` shortens the stream idle timer under memory pressure.

@@ -2,68 +2,15 @@
 //! (503), `headers_with_underscores_action`, and the path transformations
 //! (`path_with_escaped_slashes_action`, `normalize_path`, `merge_slashes`).
 
-use crate::local_reply::{ReplyTo, local_reply};
-use crate::path_normalize::{self, Outcome, Settings};
-use crate::request_limits;
+use crate::conn_manager::path_normalize::{self, Outcome, Settings};
+use crate::request::local_reply::{ReplyTo, local_reply};
 use crate::router::ResponseFlag;
 use crate::router::body::ResponseBody;
-use crate::stats::Counter;
+use crate::stats::EdgeStats;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::http_options::HeadersWithUnderscores;
 use http::uri::PathAndQuery;
 use http::{HeaderValue, Request, Response, StatusCode, Uri, header};
-
-/// Counters of the edge checks (`http.<prefix>.*`).
-#[derive(Debug, Default)]
-pub struct EdgeStats {
-    /// `downstream_rq_overload_close`.
-    pub overload_close: Counter,
-    /// `downstream_rq_failed_path_normalization`.
-    pub failed_path_normalization: Counter,
-    /// `downstream_rq_redirected_with_normalized_path`.
-    pub redirected_with_normalized_path: Counter,
-    /// `requests_rejected_with_underscores_in_headers`.
-    pub rejected_underscores: Counter,
-    /// `dropped_headers_with_underscores`.
-    pub dropped_underscores: Counter,
-    /// `downstream_cx_max_duration_reached`.
-    pub cx_max_duration_reached: Counter,
-    /// `downstream_rq_max_duration_reached`.
-    pub rq_max_duration_reached: Counter,
-}
-
-impl EdgeStats {
-    /// Samples by Envoy's names (relative to `http.<prefix>.`).
-    pub fn samples(&self) -> [(&'static str, u64); 7] {
-        [
-            ("downstream_rq_overload_close", self.overload_close.get()),
-            (
-                "downstream_rq_failed_path_normalization",
-                self.failed_path_normalization.get(),
-            ),
-            (
-                "downstream_rq_redirected_with_normalized_path",
-                self.redirected_with_normalized_path.get(),
-            ),
-            (
-                "requests_rejected_with_underscores_in_headers",
-                self.rejected_underscores.get(),
-            ),
-            (
-                "dropped_headers_with_underscores",
-                self.dropped_underscores.get(),
-            ),
-            (
-                "downstream_cx_max_duration_reached",
-                self.cx_max_duration_reached.get(),
-            ),
-            (
-                "downstream_rq_max_duration_reached",
-                self.rq_max_duration_reached.get(),
-            ),
-        ]
-    }
-}
 
 /// Applies the edge checks to `req`; a response when the request is answered here.
 pub fn check<B>(
@@ -92,7 +39,7 @@ pub fn check<B>(
             if req.headers().keys().any(|k| k.as_str().contains('_')) {
                 stats.rejected_underscores.inc();
                 // Envoy's codec refuses it: HTTP/1.1 400 and close, HTTP/2 reset.
-                return Some(request_limits::codec_refusal(
+                return Some(crate::conn_manager::limits::codec_refusal(
                     req.version(),
                     ReplyTo::of(req),
                     StatusCode::BAD_REQUEST,

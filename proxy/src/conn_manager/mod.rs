@@ -4,15 +4,21 @@
 //! redirects here; forwarding is the router's), applying the connection manager's
 //! response rules.
 
-use crate::access_log::body::{LoggedBody, RequestBody};
+pub mod grpc_timeout;
+pub mod limits;
+pub mod path_normalize;
+pub mod sanitize;
+
+use crate::access_log::body::LoggedBody;
 use crate::access_log::{
-    Details, DirectResponse, DynamicMetadata, Guard, Logs, Pending, RequestProgress, ResponseSide,
-    RouteName, Upstreamed,
+    DirectResponse, DynamicMetadata, Guard, Logs, Pending, ResponseSide, RouteName,
 };
-use crate::http_filters;
-use crate::local_reply::{Body, ReplyTo, local_reply, reply};
-use crate::request_limits;
-use crate::router::body::{Progress, ResponseBody};
+use crate::request::body::{RequestProgress, UpstreamBody};
+use crate::request::conn::{ConnInfo, authority, authority_of};
+use crate::request::local_reply::{Body, ReplyTo, local_reply, reply};
+use crate::request::progress::Progress;
+use crate::router::body::ResponseBody;
+use crate::router::facts::{Details, Upstreamed};
 use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
 use crate::stats::HcmStats;
 use courier_config::listener::hcm::HttpConnectionManager;
@@ -25,46 +31,11 @@ use courier_filters::{FilterChain, RequestState, Verdict};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
 use hyper::body::Incoming;
 use std::borrow::Cow;
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 use std::time::SystemTime;
 use tokio::time::Instant;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
-
-/// Facts about a downstream connection that requests on it need.
-#[derive(Debug)]
-pub struct ConnInfo {
-    /// The listener (the version the connection was accepted under).
-    pub listener: Arc<courier_config::listener::Listener>,
-    /// The peer's address.
-    pub peer: SocketAddr,
-    /// Our address on the connection.
-    pub local: SocketAddr,
-    /// Whether the connection is TLS (`x-forwarded-proto: https`).
-    pub tls: bool,
-    /// Index of the connection's filter chain: in `filter_chains`, or one past
-    /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
-    pub filter_chain_index: usize,
-    /// The TLS client's SNI, if any.
-    pub server_name: Option<String>,
-    /// The connection's id (`%CONNECTION_ID%`), unique in the process.
-    pub id: u64,
-    /// What HTTP filters see of the connection.
-    pub facts: courier_filters::ConnFacts,
-    /// The connection manager's HTTP filter chain, when it has filters to run.
-    pub http_filters: Option<Arc<courier_filters::FilterChain>>,
-    /// The listener's `per_connection_buffer_limit_bytes`: as in Envoy, the
-    /// most request body held for retries when the route sets no limit.
-    pub buffer_limit: u64,
-}
-
-/// The next connection id (one relaxed increment per connection, not per request).
-pub fn next_connection_id() -> u64 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
 
 /// A request head as the route matcher sees it.
 struct View<'a> {
@@ -142,18 +113,6 @@ fn select<'a>(rc: &'a RouteConfig, head: &View<'_>) -> Option<(&'a VirtualHost, 
         .and_then(|vh| Some((vh, vh.select_route(head)?)))
 }
 
-/// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
-pub fn authority<B>(req: &Request<B>) -> Option<&str> {
-    authority_of(req.uri(), req.headers())
-}
-
-/// `:authority` from a request head's parts.
-pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
-    uri.authority()
-        .map(|a| a.as_str())
-        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
-}
-
 /// Handles one request on a connection of listener `info.listener`, with
 /// the connection manager of filter chain `info.filter_chain_index`. With an
 /// upstream response comes the request's progress, which drives the stream
@@ -168,18 +127,19 @@ pub async fn handle(
     server: Option<&HeaderValue>,
 ) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
-    let hcm = crate::filter_chain::chain_at(&info.listener, info.filter_chain_index)
+    let hcm = crate::request::conn::chain_at(&info.listener, info.filter_chain_index)
         .map(|fc| &fc.http_connection_manager);
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
     let mut guard = Guard(None);
     let mut streaming = None;
     let mut resp = match hcm {
         Some(hcm) => 'answer: {
-            let asks_upgrade = match request_limits::refuse(&req, hcm) {
+            let asks_upgrade = match limits::refuse(&req, hcm) {
                 Ok(asks) => asks.0,
                 Err(refused) => break 'answer refused,
             };
-            if let Some(answered) = crate::sanitize::check(&mut req, hcm, &stats.edge) {
+            if let Some(answered) = crate::conn_manager::sanitize::check(&mut req, hcm, &stats.edge)
+            {
                 break 'answer answered;
             }
             let rc = route_config(hcm, snapshot);
@@ -201,8 +161,8 @@ pub async fn handle(
             // access log's wrapper goes outside it.
             let progress = Arc::new(Progress::new());
             let req = req.map(|b| {
-                let timed = crate::router::body::RequestBody::new(b, Arc::clone(&progress));
-                RequestBody::new(timed, log_progress)
+                let timed = crate::request::body::RequestBody::new(b, Arc::clone(&progress));
+                UpstreamBody::new(timed, log_progress)
             });
             // The route's `idle_timeout` is noted on it.
             let route_progress = Arc::clone(&progress);
@@ -219,8 +179,7 @@ pub async fn handle(
                 &route_progress,
                 asks_upgrade.then_some(hcm),
             ));
-            let mut resp =
-                request_limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
+            let mut resp = limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall. Returned beside the
             // response: in its extensions it would cost three allocations.
@@ -305,7 +264,7 @@ fn route_config<'a>(
 // when the request may ask for an upgrade.
 #[allow(clippy::too_many_arguments)]
 async fn respond(
-    mut req: Request<RequestBody>,
+    mut req: Request<UpstreamBody>,
     rc: Option<&Arc<RouteConfig>>,
     stats: &HcmStats,
     info: &ConnInfo,
@@ -324,8 +283,8 @@ async fn respond(
     // Envoy refuses it when it builds the stream's filter chain.
     if let Some(hcm) = upgrades
         && let Some((_, route)) = selected
-        && let Some(kind) = request_limits::upgrade_type(&req)
-        && let Some(mut refused) = request_limits::upgrade_refused(&req, kind, route, hcm)
+        && let Some(kind) = crate::request::headers::upgrade_type(&req)
+        && let Some(mut refused) = limits::upgrade_refused(&req, kind, route, hcm)
     {
         stats.ws_on_non_ws_route.inc();
         if logging {
@@ -342,7 +301,7 @@ async fn respond(
             progress.set_route_idle_timeout(t);
         }
         if let Some(m) = &ra.max_stream_duration
-            && let Some(limit) = m.limit(crate::grpc_timeout::of(req.headers()))
+            && let Some(limit) = m.limit(crate::conn_manager::grpc_timeout::of(req.headers()))
         {
             progress.set_route_max_stream_duration(limit);
         }
@@ -388,7 +347,7 @@ enum Filtered<'a> {
     Answered(Response<ResponseBody>),
     /// On to the router, with the route as the filters left it.
     Continue(
-        Request<RequestBody>,
+        Request<UpstreamBody>,
         Option<(&'a VirtualHost, &'a Route)>,
         RequestState<'a>,
     ),
@@ -398,7 +357,7 @@ enum Filtered<'a> {
 /// matched (the router then answers 404), as in Envoy.
 async fn filter<'a>(
     chain: &FilterChain,
-    req: Request<RequestBody>,
+    req: Request<UpstreamBody>,
     rc: &'a RouteConfig,
     (selected, random): (Option<(&'a VirtualHost, &'a Route)>, u64),
     info: &'a ConnInfo,
@@ -407,13 +366,14 @@ async fn filter<'a>(
 ) -> Filtered<'a> {
     let to = ReplyTo::of(&req);
     let (head, mut body) = req.into_parts();
-    let filter_route = selected.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random));
-    let mut buffered = crate::filter_body::Buffered::default();
+    let filter_route =
+        selected.map(|(vh, r)| crate::filter_chain::selected_route(rc, vh, r, random));
+    let mut buffered = crate::filter_chain::body::Buffered::default();
     let mut held = false;
     if let Some(wanted) = chain.wants_body_on(filter_route)
         && !http_body::Body::is_end_stream(&body)
     {
-        match crate::filter_body::buffer(&mut body, wanted).await {
+        match crate::filter_chain::body::buffer(&mut body, wanted).await {
             Ok(b) => (buffered, held) = (b, true),
             Err(_) => {
                 let mut resp = local_reply(to, StatusCode::PAYLOAD_TOO_LARGE, "Payload Too Large");
@@ -433,7 +393,7 @@ async fn filter<'a>(
         .decode_headers(&mut state, |head| {
             let s = select(rc, &View::parts(head));
             reselected = Some(s);
-            s.map(|(vh, r)| http_filters::selected_route(rc, vh, r, random))
+            s.map(|(vh, r)| crate::filter_chain::selected_route(rc, vh, r, random))
         })
         .await;
     match verdict {
@@ -458,8 +418,8 @@ async fn filter<'a>(
             // A buffered body goes on as the bytes read (then the trailers, or the rest of
             // a partial body still in the stream).
             let body = match state.body.take() {
-                Some(b) => RequestBody::new(
-                    crate::router::body::RequestBody::replay(
+                Some(b) => UpstreamBody::new(
+                    crate::request::body::RequestBody::replay(
                         b,
                         buffered.trailers,
                         buffered.more.then(|| Box::new(body)),
@@ -496,7 +456,7 @@ fn encode(
 /// The router's part: answers a request on the route it selected (404 without one);
 /// `random` picks its weighted cluster (the one the filters saw).
 async fn route(
-    req: Request<RequestBody>,
+    req: Request<UpstreamBody>,
     rc: &RouteConfig,
     (selected, random, progress): (Option<(&VirtualHost, &Route)>, u64, &Progress),
     stats: &HcmStats,
@@ -662,5 +622,4 @@ mod tests {
 }
 
 #[cfg(test)]
-#[path = "conn_manager_local_tests.rs"]
 mod local_tests;

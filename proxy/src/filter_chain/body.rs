@@ -1,7 +1,7 @@
 //! Buffering a request body for a filter that reads it (ext_authz `with_request_body`)
 //! before the chain runs (Envoy's decoder buffer with the filter's limit).
 
-use crate::access_log::body::RequestBody;
+use crate::request::body::UpstreamBody;
 use bytes::{Bytes, BytesMut};
 use courier_filters::BodyWanted;
 use http::HeaderMap;
@@ -31,7 +31,7 @@ pub struct Buffered {
 /// [`BufferError::TooLarge`]; with it, reading stops once `max_bytes` are held (Envoy's
 /// `isBufferFull`), so a large body is never held whole: the filter sends at most
 /// `max_bytes` to its service and the upstream gets the bytes read, then the rest.
-pub async fn buffer(body: &mut RequestBody, wanted: BodyWanted) -> Result<Buffered, BufferError> {
+pub async fn buffer(body: &mut UpstreamBody, wanted: BodyWanted) -> Result<Buffered, BufferError> {
     let mut out = BytesMut::new();
     let max = wanted.max_bytes as usize;
     let mut trailers = None;

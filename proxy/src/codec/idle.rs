@@ -5,7 +5,7 @@
 //! a response body that stalls that long resets the stream (Envoy's behaviour
 //! when the response headers are already out).
 
-use crate::router::body::Progress;
+use crate::request::progress::Progress;
 use crate::stats::HcmStats;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};

@@ -1,0 +1,9 @@
+//! The accept stage: listening sockets ([`socket`]), the listeners a worker
+//! serves and their updates ([`listeners`]), the accept loop's batching
+//! ([`batch`]), and which filter chain (and TLS context) takes a connection
+//! ([`chain`]); the connection then goes to the codec stage ([`crate::codec`]).
+
+pub mod batch;
+pub mod chain;
+pub mod listeners;
+pub mod socket;

@@ -1,0 +1,63 @@
+//! Facts about a downstream connection that the stages below the codec read
+//! ([`ConnInfo`]), and the listener config lookups they share.
+
+use courier_config::listener::{FilterChain, Listener};
+use http::{HeaderMap, Request, Uri, header};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+/// Facts about a downstream connection that requests on it need.
+#[derive(Debug)]
+pub struct ConnInfo {
+    /// The listener (the version the connection was accepted under).
+    pub listener: Arc<courier_config::listener::Listener>,
+    /// The peer's address.
+    pub peer: SocketAddr,
+    /// Our address on the connection.
+    pub local: SocketAddr,
+    /// Whether the connection is TLS (`x-forwarded-proto: https`).
+    pub tls: bool,
+    /// Index of the connection's filter chain: in `filter_chains`, or one past
+    /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
+    pub filter_chain_index: usize,
+    /// The TLS client's SNI, if any.
+    pub server_name: Option<String>,
+    /// The connection's id (`%CONNECTION_ID%`), unique in the process.
+    pub id: u64,
+    /// What HTTP filters see of the connection.
+    pub facts: courier_filters::ConnFacts,
+    /// The connection manager's HTTP filter chain, when it has filters to run.
+    pub http_filters: Option<Arc<courier_filters::FilterChain>>,
+    /// The listener's `per_connection_buffer_limit_bytes`: as in Envoy, the
+    /// most request body held for retries when the route sets no limit.
+    pub buffer_limit: u64,
+}
+
+/// The next connection id (one relaxed increment per connection, not per request).
+pub fn next_connection_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The filter chain at `index` in [`Listener::all_filter_chains`] order
+/// (`filter_chains`, then `default_filter_chain`).
+pub fn chain_at(listener: &Listener, index: usize) -> Option<&FilterChain> {
+    match listener.filter_chains.get(index) {
+        Some(fc) => Some(fc),
+        None if index == listener.filter_chains.len() => listener.default_filter_chain.as_deref(),
+        None => None,
+    }
+}
+
+/// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
+pub fn authority<B>(req: &Request<B>) -> Option<&str> {
+    authority_of(req.uri(), req.headers())
+}
+
+/// `:authority` from a request head's parts.
+pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str> {
+    uri.authority()
+        .map(|a| a.as_str())
+        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
+}
