@@ -314,6 +314,24 @@ async fn a_retired_listener_closes_a_parked_connection_after_the_drain_time() {
     assert!(retired.elapsed() >= Duration::from_secs(4));
 }
 
+/// A request that arrives together with the retirement (one wake of the
+/// connection's task for both, hyper's codec polled first) is answered
+/// `connection: close`, as every request after the retirement is: the
+/// flaky `xds_lds` drain test's race, made deterministic.
+#[tokio::test(start_paused = true)]
+async fn a_request_arriving_with_the_retirement_is_answered_connection_close() {
+    let mut s = serve("HTTP1", "");
+    s.client.write_all(GET).await.unwrap();
+    assert_hello(response(&mut s.client).await);
+    // Not parked: the codec is serving when both events land.
+    s.retire.send_replace(true);
+    s.client.write_all(GET).await.unwrap();
+    let r = response(&mut s.client).await.expect("answered");
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("\r\nconnection: close\r\n"), "{r}");
+    assert_eq!(response(&mut s.client).await, None);
+}
+
 #[tokio::test(start_paused = true)]
 async fn the_idle_timeout_and_drain_sequence_run_while_parked() {
     let extra =

@@ -281,9 +281,17 @@ pub(crate) async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
 }
 
 /// Whether a response of an HTTP/1 stream closes its connection:
-/// `disable_http_keepalive`, or the connection is draining (`max_connection_duration`).
-fn keepalive_off(h1: bool, activity: &Activity) -> bool {
-    h1 && (activity.overload().keepalive_disabled() || activity.draining())
+/// `disable_http_keepalive`, or the connection is draining (`max_connection_duration`,
+/// or its listener version retired).
+///
+/// `retired` is read here as well as by the codec's drain wait: the codec
+/// polls that wait after hyper has read the next request, so a request that
+/// arrives together with the retirement would otherwise be answered
+/// keep-alive. `has_changed` is one atomic load (the signal only ever turns true).
+fn keepalive_off(h1: bool, activity: &Activity, retired: Option<&watch::Receiver<bool>>) -> bool {
+    h1 && (activity.overload().keepalive_disabled()
+        || activity.draining()
+        || retired.is_some_and(|r| r.has_changed().unwrap_or(false)))
 }
 
 /// What a connection's requests share, in one allocation per connection.
@@ -296,6 +304,9 @@ struct PerRequest {
     snapshot: Arc<ArcSwap<Snapshot>>,
     /// The `server` response header, if the chain sets one.
     server: Option<http::HeaderValue>,
+    /// The listener version's drain signal, as it was when the connection
+    /// was accepted (see [`keepalive_off`]).
+    retired: Option<watch::Receiver<bool>>,
 }
 
 /// What serving a connection needs besides its socket.
@@ -356,6 +367,7 @@ where
             activity: Arc::clone(&activity),
             snapshot,
             server: limits.server_header.clone(),
+            retired: listener_drain.as_ref().map(|d| d.signal.clone()),
         });
         let stream_idle = limits.stream_idle_timeout;
         let max_stream = limits.max_stream_duration;
@@ -393,7 +405,7 @@ where
                     crate::request::headers::compact(resp.headers_mut());
                 }
                 // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &shared.activity) {
+                if keepalive_off(h1, &shared.activity, shared.retired.as_ref()) {
                     resp.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),
