@@ -263,8 +263,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         let _ = h.join();
     }
     drop(registry);
-    // Admin's access log lines, buffered on this thread.
-    crate::access_log::writer::flush();
+    // Admin's access log lines, buffered on this thread, and every line the
+    // workers handed over, written before the process exits.
+    crate::access_log::writer::flush_and_wait();
     Ok(())
 }
 

@@ -202,7 +202,7 @@ async fn serve(setup: WorkerSetup) {
     };
     let _ = tokio::time::timeout(setup.drain_time, drained).await;
     // Lines of requests that finished while draining.
-    crate::access_log::writer::flush();
+    crate::access_log::writer::flush_at_exit();
 }
 
 #[derive(Clone)]
