@@ -108,6 +108,7 @@ fn jwt_yaml(jwks: &serde_json::Value, cached: bool) -> String {
 
 fn conn() -> ConnFacts {
     ConnFacts {
+        worker: 0,
         peer: "10.0.0.1:5000".parse().unwrap(),
         source: "10.0.0.1:5000".parse().unwrap(),
         local: "127.0.0.1:8080".parse().unwrap(),

@@ -40,6 +40,7 @@ fn prefix(i: usize) -> String {
 
 fn conn() -> ConnFacts {
     ConnFacts {
+        worker: 0,
         peer: "10.0.0.1:5000".parse().unwrap(),
         source: "10.0.0.1:5000".parse().unwrap(),
         local: "127.0.0.1:8080".parse().unwrap(),

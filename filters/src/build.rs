@@ -1,9 +1,12 @@
 //! Building an HCM's filter chain from its validated `http_filters`.
 
 use crate::chain::{ChainEntry, FilterChain};
+use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
+use crate::jwt_authn::jwks_cache::FetchStats;
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
+use crate::per_worker::PerWorker;
 use crate::rbac::{RbacFilter, RbacStats};
 use courier_config::filters::{HttpFilter as FilterConfig, HttpFilterConfig};
 use std::sync::Arc;
@@ -15,8 +18,10 @@ pub enum FilterStats {
     JwtAuthn {
         /// `stat_prefix` (empty = none).
         stat_prefix: String,
-        /// The counters.
-        stats: Arc<JwtStats>,
+        /// The counters, per worker.
+        stats: Arc<PerWorker<JwtStats>>,
+        /// Remote JWKS fetches.
+        fetch: Arc<FetchStats>,
     },
     /// rbac: `rbac.<rules_stat_prefix>...`, shadow under `<shadow_rules_stat_prefix>`.
     Rbac {
@@ -24,15 +29,17 @@ pub enum FilterStats {
         rules_stat_prefix: String,
         /// `shadow_rules_stat_prefix`, verbatim.
         shadow_rules_stat_prefix: String,
-        /// The counters.
-        stats: Arc<RbacStats>,
+        /// The counters, per worker.
+        stats: Arc<PerWorker<RbacStats>>,
     },
     /// ext_authz: `ext_authz.[<stat_prefix>.]...`.
     ExtAuthz {
         /// `stat_prefix` (empty = none).
         stat_prefix: String,
-        /// The counters.
-        stats: Arc<ExtAuthzStats>,
+        /// The counters, per worker.
+        stats: Arc<PerWorker<ExtAuthzStats>>,
+        /// The outcomes per route target cluster.
+        clusters: Arc<PerCluster>,
     },
 }
 
@@ -63,6 +70,7 @@ pub fn build_chain_with(
                 stats.push(FilterStats::JwtAuthn {
                     stat_prefix: c.stat_prefix.clone(),
                     stats: Arc::clone(filter.stats()),
+                    fetch: Arc::clone(filter.fetch_stats()),
                 });
                 Box::new(filter)
             }
@@ -86,6 +94,7 @@ pub fn build_chain_with(
                 stats.push(FilterStats::ExtAuthz {
                     stat_prefix: c.stat_prefix.clone(),
                     stats: Arc::clone(filter.stats()),
+                    clusters: Arc::clone(filter.cluster_stats()),
                 });
                 Box::new(filter)
             }

@@ -6,6 +6,7 @@ pub mod build;
 pub mod chain;
 pub mod ext_authz;
 pub mod jwt_authn;
+pub mod per_worker;
 pub mod rbac;
 pub mod request;
 #[cfg(test)]

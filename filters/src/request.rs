@@ -22,6 +22,9 @@ pub struct ConnFacts {
     pub local: SocketAddr,
     /// TLS facts; `None` for a plaintext connection.
     pub tls: Option<TlsFacts>,
+    /// The worker serving the connection: which copy of a filter's
+    /// [`crate::per_worker::PerWorker`] counters its requests count in.
+    pub worker: usize,
 }
 
 /// What the TLS handshake established.

@@ -40,6 +40,7 @@ pub fn per_route_config(name: &str, yaml: &str) -> PerRouteConfig {
 /// A plaintext connection from 10.0.0.1:5000 to 127.0.0.1:8080.
 pub fn plain_conn() -> ConnFacts {
     ConnFacts {
+        worker: 0,
         peer: "10.0.0.1:5000".parse().unwrap(),
         source: "10.0.0.1:5000".parse().unwrap(),
         local: "127.0.0.1:8080".parse().unwrap(),

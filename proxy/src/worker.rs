@@ -144,6 +144,7 @@ async fn serve(setup: WorkerSetup) {
         shutdown: setup.shutdown.clone(),
         tracker: Arc::clone(&tracker),
         drain_time: setup.drain_time,
+        worker: setup.index,
     };
     let mut set = setup.listeners.clone();
     let mut running = HashMap::new();
@@ -213,6 +214,8 @@ struct AcceptCtx {
     shutdown: watch::Receiver<crate::request::phase::Phase>,
     tracker: Arc<Tracker>,
     drain_time: Duration,
+    /// The worker's number (its copy of the filters' per-worker counters).
+    worker: usize,
 }
 
 /// A connection counted in its listener's `downstream_cx_active` until dropped.
@@ -332,6 +335,7 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
         let worker_stats = Arc::clone(&ctx.stats);
         let shutdown = ctx.shutdown.clone();
         let drain_time = ctx.drain_time;
+        let worker = ctx.worker;
         // The accept phase's state is large (the listener, addresses, the
         // filter chain's box): boxed, and gone once the connection serves.
         let accepting = Box::pin(async move {
@@ -375,12 +379,15 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 peer,
                 local,
                 tls: stream.is_tls(),
-                facts: crate::filter_chain::conn_facts(
-                    peer,
-                    local,
-                    filters.as_ref().map(|_| &stream),
-                    server_name.as_deref(),
-                ),
+                facts: courier_filters::ConnFacts {
+                    worker,
+                    ..crate::filter_chain::conn_facts(
+                        peer,
+                        local,
+                        filters.as_ref().map(|_| &stream),
+                        server_name.as_deref(),
+                    )
+                },
                 http_filters: filters,
                 buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
                 server_name,

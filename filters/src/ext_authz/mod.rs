@@ -13,6 +13,7 @@ pub mod outcome;
 pub mod wire;
 
 use crate::chain::{BodyWanted, Decision, HttpFilter, LocalReply, Verdict};
+use crate::per_worker::PerWorker;
 use crate::request::RequestState;
 use bytes::Bytes;
 use courier_config::config_source::GrpcService;
@@ -76,8 +77,6 @@ pub struct ExtAuthzStats {
     pub failure_mode_allowed: AtomicU64,
     /// Requests not checked because the filter was disabled at runtime.
     pub disabled: AtomicU64,
-    /// The outcomes again per route target cluster (`cluster.<name>.ext_authz.…`).
-    pub clusters: cluster_stats::PerCluster,
 }
 
 /// The ext_authz filter.
@@ -86,7 +85,9 @@ pub struct ExtAuthzFilter {
     name: String,
     config: Arc<ExtAuthz>,
     transport: Arc<dyn AuthzTransport>,
-    stats: Arc<ExtAuthzStats>,
+    stats: Arc<PerWorker<ExtAuthzStats>>,
+    /// The outcomes again per route target cluster (`cluster.<name>.ext_authz.…`).
+    clusters: Arc<cluster_stats::PerCluster>,
 }
 
 impl std::fmt::Debug for ExtAuthzFilter {
@@ -103,12 +104,18 @@ impl ExtAuthzFilter {
             config,
             transport,
             stats: Arc::default(),
+            clusters: Arc::default(),
         }
     }
 
     /// The filter's counters.
-    pub fn stats(&self) -> &Arc<ExtAuthzStats> {
+    pub fn stats(&self) -> &Arc<PerWorker<ExtAuthzStats>> {
         &self.stats
+    }
+
+    /// The filter's counters per route target cluster.
+    pub fn cluster_stats(&self) -> &Arc<cluster_stats::PerCluster> {
+        &self.clusters
     }
 
     /// `filter_enabled` (a share of requests, drawn per request) and
@@ -177,11 +184,12 @@ impl ExtAuthzFilter {
         let cluster = req.route.and_then(|r| r.cluster);
         let count = |which: fn(&cluster_stats::ClusterAuthzStats) -> &AtomicU64| {
             if let Some(c) = cluster {
-                self.stats.clusters.count(c, which);
+                self.clusters.count(c, which);
             }
         };
         let started = tokio::time::Instant::now();
         let outcome = self.call(req, context, body).await;
+        let stats = self.stats.get(req.conn.worker);
         // The check saw `x-envoy-auth-partial-body`; the upstream does not (as Envoy).
         if cfg
             .with_request_body
@@ -191,7 +199,7 @@ impl ExtAuthzFilter {
         }
         match outcome {
             Outcome::Ok(mut allow) => {
-                self.stats.ok.fetch_add(1, Ordering::Relaxed);
+                stats.ok.fetch_add(1, Ordering::Relaxed);
                 count(|s| &s.ok);
                 // Envoy adds the call's duration (ms) to the metadata an answer carries.
                 if let Some(md) = allow.metadata.as_mut().filter(|m| !m.is_empty()) {
@@ -217,17 +225,15 @@ impl ExtAuthzFilter {
                 Verdict::Continue
             }
             Outcome::Denied(reply) => {
-                self.stats.denied.fetch_add(1, Ordering::Relaxed);
+                stats.denied.fetch_add(1, Ordering::Relaxed);
                 count(|s| &s.denied);
                 Verdict::Respond(reply)
             }
             Outcome::Error(reply) => {
-                self.stats.error.fetch_add(1, Ordering::Relaxed);
+                stats.error.fetch_add(1, Ordering::Relaxed);
                 count(|s| &s.error);
                 if cfg.failure_mode_allow {
-                    self.stats
-                        .failure_mode_allowed
-                        .fetch_add(1, Ordering::Relaxed);
+                    stats.failure_mode_allowed.fetch_add(1, Ordering::Relaxed);
                     count(|s| &s.failure_mode_allowed);
                     if cfg.failure_mode_allow_header_add {
                         req.head.headers.insert(
@@ -280,7 +286,10 @@ impl HttpFilter for ExtAuthzFilter {
                 return Decision::Continue;
             }
             _ if !self.enabled(req) => {
-                self.stats.disabled.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .get(req.conn.worker)
+                    .disabled
+                    .fetch_add(1, Ordering::Relaxed);
                 if !self.config.deny_at_disable {
                     return Decision::Continue;
                 }

@@ -160,7 +160,7 @@ async fn ok_applies_mutations_metadata_and_response_headers() {
     // The call's duration in ms joins the answer's metadata (as Envoy's).
     assert!(req.metadata[FILTER_NAME]["ext_authz_duration"].is_u64());
     assert!(req.route_cache_cleared());
-    assert_eq!(f.stats().ok.load(Ordering::SeqCst), 1);
+    assert_eq!(f.stats().sum(|s| &s.ok), 1);
 }
 
 #[tokio::test]
@@ -202,7 +202,7 @@ async fn errors_and_timeouts_fail_closed_or_open() {
         let r = reply(run(&f, &mut req, None).await);
         assert_eq!((r.status.as_u16(), r.body.len()), (503, 0));
         assert_eq!(r.details, "ext_authz_error");
-        assert_eq!(f.stats().error.load(Ordering::SeqCst), 1);
+        assert_eq!(f.stats().sum(|s| &s.error), 1);
 
         let f = filter(
             "  failure_mode_allow: true\n  failure_mode_allow_header_add: true\n",
@@ -215,7 +215,7 @@ async fn errors_and_timeouts_fail_closed_or_open() {
             req.head.headers["x-envoy-auth-failure-mode-allowed"],
             "true"
         );
-        assert_eq!(f.stats().failure_mode_allowed.load(Ordering::SeqCst), 1);
+        assert_eq!(f.stats().sum(|s| &s.failure_mode_allowed), 1);
     }
 }
 
@@ -379,7 +379,7 @@ async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
     req.route = route();
     assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
     assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
-    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
+    assert_eq!(f.stats().sum(|s| &s.disabled), 1);
     // deny_at_disable: status_on_error with an empty body.
     let f = filter(
         "  filter_enabled: {default_value: {numerator: 0}}\n  deny_at_disable: {default_value: true}\n  status_on_error: {code: 503}\n",
@@ -389,7 +389,7 @@ async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
     req.route = route();
     let r = reply(run(&f, &mut req, None).await);
     assert_eq!((r.status.as_u16(), r.body.len()), (503, 0));
-    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
+    assert_eq!(f.stats().sum(|s| &s.disabled), 1);
     assert_eq!(fake.calls.load(Ordering::SeqCst), 0);
     // filter_enabled_metadata: checked only when earlier metadata matches.
     let f = filter(
@@ -407,5 +407,5 @@ async fn disabled_by_filter_enabled_or_metadata_counts_and_may_deny() {
     req.merge_metadata("ns", md);
     assert!(matches!(run(&f, &mut req, None).await, Verdict::Continue));
     assert_eq!(fake.calls.load(Ordering::SeqCst), 1);
-    assert_eq!(f.stats().disabled.load(Ordering::SeqCst), 1);
+    assert_eq!(f.stats().sum(|s| &s.disabled), 1);
 }

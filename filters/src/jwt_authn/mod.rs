@@ -11,6 +11,7 @@ pub mod token;
 pub mod token_cache;
 
 use crate::chain::{Decision, HttpFilter, LocalReply, Verdict};
+use crate::per_worker::PerWorker;
 use crate::request::RequestState;
 use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::jwt_authn::{
@@ -45,8 +46,6 @@ pub struct JwtStats {
     pub jwt_cache_hit: AtomicU64,
     /// Verified-token cache misses.
     pub jwt_cache_miss: AtomicU64,
-    /// Remote JWKS fetches.
-    pub fetch: FetchStats,
 }
 
 /// Per-provider runtime state.
@@ -61,7 +60,9 @@ pub struct JwtAuthnFilter {
     config: Arc<JwtAuthn>,
     runtime: Vec<ProviderRuntime>,
     fetcher: Option<Arc<dyn JwksFetcher>>,
-    stats: Arc<JwtStats>,
+    stats: Arc<PerWorker<JwtStats>>,
+    /// Remote JWKS fetches (on the main thread, and on a worker only on a miss).
+    fetch_stats: Arc<FetchStats>,
     /// Headers the filter itself writes, removed from every checked request first so a
     /// client cannot spoof them.
     own_headers: Vec<HeaderName>,
@@ -114,14 +115,20 @@ impl JwtAuthnFilter {
             config,
             runtime,
             fetcher,
-            stats: Arc::new(JwtStats::default()),
+            stats: Arc::default(),
+            fetch_stats: Arc::default(),
             own_headers,
         }
     }
 
     /// The filter's counters.
-    pub fn stats(&self) -> &Arc<JwtStats> {
+    pub fn stats(&self) -> &Arc<PerWorker<JwtStats>> {
         &self.stats
+    }
+
+    /// The filter's remote JWKS fetch counters.
+    pub fn fetch_stats(&self) -> &Arc<FetchStats> {
+        &self.fetch_stats
     }
 
     /// The filter's config (stat prefix for rendering).
@@ -140,7 +147,7 @@ impl JwtAuthnFilter {
             if let (true, Some(remote)) = (waits, &r.remote) {
                 ok &= match &self.fetcher {
                     Some(fetcher) => remote
-                        .fetch(fetcher.as_ref(), &self.stats.fetch)
+                        .fetch(fetcher.as_ref(), &self.fetch_stats)
                         .await
                         .is_some(),
                     None => false,
@@ -215,14 +222,20 @@ impl JwtAuthnFilter {
         self.record_failures(req, failed);
         match outcome {
             Ok(verified) => {
-                self.stats.allowed.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .get(req.conn.worker)
+                    .allowed
+                    .fetch_add(1, Ordering::Relaxed);
                 for v in verified {
                     self.apply(req, &v);
                 }
                 Verdict::Continue
             }
             Err(status) => {
-                self.stats.denied.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .get(req.conn.worker)
+                    .denied
+                    .fetch_add(1, Ordering::Relaxed);
                 Verdict::Respond(self.failure(req, status))
             }
         }
@@ -355,7 +368,7 @@ impl JwtAuthnFilter {
                 &self.fetcher,
             ) {
                 (Some(remote), Some(fetcher)) => {
-                    remote.fetch(fetcher.as_ref(), &self.stats.fetch).await
+                    remote.fetch(fetcher.as_ref(), &self.fetch_stats).await
                 }
                 _ => None,
             };
@@ -365,6 +378,7 @@ impl JwtAuthnFilter {
                 filter: self,
                 head: &req.head,
                 fetched: &fetched,
+                worker: req.conn.worker,
             }
             .run(requirement, &mut failed);
             match outcome {
@@ -411,7 +425,7 @@ impl HttpFilter for JwtAuthnFilter {
         let Some(fetcher) = &self.fetcher else {
             return Vec::new();
         };
-        let stats = &self.stats.fetch;
+        let stats = &self.fetch_stats;
         self.runtime
             .iter()
             .filter_map(|r| r.remote.as_ref())
@@ -430,6 +444,7 @@ impl HttpFilter for JwtAuthnFilter {
     ) -> Decision<'r> {
         if self.config.bypass_cors_preflight && Self::is_cors_preflight(req) {
             self.stats
+                .get(req.conn.worker)
                 .cors_preflight_bypassed
                 .fetch_add(1, Ordering::Relaxed);
             return Decision::Continue;
@@ -438,7 +453,10 @@ impl HttpFilter for JwtAuthnFilter {
             Ok(Some(r)) => r,
             Ok(None) => return Decision::Continue,
             Err(reply) => {
-                self.stats.denied.fetch_add(1, Ordering::Relaxed);
+                self.stats
+                    .get(req.conn.worker)
+                    .denied
+                    .fetch_add(1, Ordering::Relaxed);
                 return Decision::Respond(*reply);
             }
         };
@@ -451,6 +469,7 @@ impl HttpFilter for JwtAuthnFilter {
             filter: self,
             head: &req.head,
             fetched,
+            worker: req.conn.worker,
         }
         .run(requirement, &mut failed);
         let verdict = match outcome {

@@ -68,6 +68,8 @@ pub struct Eval<'f, 'x> {
     pub head: &'x Parts,
     /// JWKS fetched during this request.
     pub fetched: &'x Fetched,
+    /// The worker evaluating it (its copy of the filter's counters).
+    pub worker: usize,
 }
 
 impl<'f> Eval<'f, '_> {
@@ -220,12 +222,18 @@ impl<'f> Eval<'f, '_> {
         let now = now_secs();
         let cache = f.runtime[i].cache.as_ref();
         if let Some(hit) = cache.and_then(|c| c.get(token)) {
-            f.stats.jwt_cache_hit.fetch_add(1, Ordering::Relaxed);
+            f.stats
+                .get(self.worker)
+                .jwt_cache_hit
+                .fetch_add(1, Ordering::Relaxed);
             token::check_claims(p, audiences, &hit.jwt, now).map_err(Stop::Failed)?;
             return Ok(JwtRef::Cached(hit));
         }
         if cache.is_some() {
-            f.stats.jwt_cache_miss.fetch_add(1, Ordering::Relaxed);
+            f.stats
+                .get(self.worker)
+                .jwt_cache_miss
+                .fetch_add(1, Ordering::Relaxed);
         }
         let jwt = token::parse(token).map_err(Stop::Failed)?;
         if check_issuer && !p.issuer.is_empty() && jwt.issuer() != p.issuer {

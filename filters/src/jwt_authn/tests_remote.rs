@@ -63,7 +63,7 @@ async fn remote_jwks_is_fetched_once_shared_and_cached() {
     let mut r4 = state(&conn, head("GET", "/z", &[("authorization", &auth)]));
     assert!(matches!(run(&f, &mut r4, None).await, Verdict::Continue));
     assert_eq!(fetcher.calls.load(Relaxed), 2);
-    assert_eq!(f.stats().fetch.success.load(Relaxed), 2);
+    assert_eq!(f.fetch_stats().success.load(Relaxed), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -97,7 +97,7 @@ async fn failed_remote_fetch_is_401_and_retried_by_the_next_request() {
         &reply(run_sync(&f, &mut req, None)).body[..],
         b"Jwt is missing"
     );
-    assert_eq!(f.stats().fetch.failed.load(Relaxed), 2);
+    assert_eq!(f.fetch_stats().failed.load(Relaxed), 2);
 }
 
 /// Fails the first `fail` fetches, then serves `body`.
@@ -195,6 +195,6 @@ async fn background_refresh_keeps_the_last_keys_in_use() {
     ));
     fetcher.open.notify_one();
     tokio::time::sleep(std::time::Duration::from_secs(1)).await;
-    assert_eq!(f.stats().fetch.success.load(Relaxed), 2);
+    assert_eq!(f.fetch_stats().success.load(Relaxed), 2);
     task.abort();
 }

@@ -5,6 +5,7 @@
 pub mod eval;
 
 use crate::chain::{Decision, HttpFilter, LocalReply};
+use crate::per_worker::PerWorker;
 use crate::request::RequestState;
 use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::rbac::{RbacAction, RbacFilter as RbacConfig};
@@ -60,34 +61,33 @@ fn inc(c: &AtomicU64) {
 #[derive(Debug)]
 pub struct RbacFilter {
     config: Arc<RbacConfig>,
-    stats: Arc<RbacStats>,
+    stats: Arc<PerWorker<RbacStats>>,
 }
 
 impl RbacFilter {
     /// A filter for this config.
     pub fn new(config: Arc<RbacConfig>) -> Self {
-        let per_policy = match (&config.rules, config.track_per_rule_stats) {
-            (Some(e), true) => e
-                .policies
-                .iter()
-                .map(|p| PolicyStats {
-                    name: p.name.clone(),
-                    ..PolicyStats::default()
-                })
-                .collect(),
+        let per_policy: Vec<String> = match (&config.rules, config.track_per_rule_stats) {
+            (Some(e), true) => e.policies.iter().map(|p| p.name.clone()).collect(),
             _ => Vec::new(),
         };
         Self {
             config,
-            stats: Arc::new(RbacStats {
-                per_policy,
+            stats: Arc::new(PerWorker::new(|| RbacStats {
+                per_policy: per_policy
+                    .iter()
+                    .map(|name: &String| PolicyStats {
+                        name: name.clone(),
+                        ..PolicyStats::default()
+                    })
+                    .collect(),
                 ..RbacStats::default()
-            }),
+            })),
         }
     }
 
     /// The filter's counters.
-    pub fn stats(&self) -> &Arc<RbacStats> {
+    pub fn stats(&self) -> &Arc<PerWorker<RbacStats>> {
         &self.stats
     }
 
@@ -104,12 +104,13 @@ impl RbacFilter {
         own: bool,
         req: &mut RequestState<'_>,
     ) -> Option<LocalReply> {
+        let stats = self.stats.get(req.conn.worker);
         if let Some(shadow) = &config.shadow_rules {
             let r = eval::evaluate(shadow, req);
             inc(if r.allowed {
-                &self.stats.shadow_allowed
+                &stats.shadow_allowed
             } else {
-                &self.stats.shadow_denied
+                &stats.shadow_denied
             });
             let prefix = &config.shadow_rules_stat_prefix;
             let mut md = serde_json::Map::new();
@@ -129,9 +130,9 @@ impl RbacFilter {
         let r = eval::evaluate(engine, req);
         if engine.action == RbacAction::Log {
             inc(if r.matched.is_some() {
-                &self.stats.logged
+                &stats.logged
             } else {
-                &self.stats.not_logged
+                &stats.not_logged
             });
             req.set_metadata(
                 COMMON_NAMESPACE,
@@ -142,17 +143,17 @@ impl RbacFilter {
         }
         // per_policy follows the filter's own engine order: a position, not a name search.
         let policy_stats = match (own, r.position) {
-            (true, Some(i)) => self.stats.per_policy.get(i),
+            (true, Some(i)) => stats.per_policy.get(i),
             _ => None,
         };
         if r.allowed {
-            inc(&self.stats.allowed);
+            inc(&stats.allowed);
             if let Some(s) = policy_stats {
                 inc(&s.allowed);
             }
             return None;
         }
-        inc(&self.stats.denied);
+        inc(&stats.denied);
         if let Some(s) = policy_stats {
             inc(&s.denied);
         }

@@ -1,6 +1,6 @@
 use super::*;
 use crate::chain::Verdict;
-use crate::request::{PeerCert, SelectedRoute, TlsFacts};
+use crate::request::{ConnFacts, PeerCert, SelectedRoute, TlsFacts};
 use crate::test_support::{
     filter_config, head, per_route_config, plain_conn, reply, run_sync, state,
 };
@@ -53,7 +53,46 @@ rules:
     // The query is not part of url_path: /public?/admin passes.
     let mut req = state(&conn, head("GET", "/public?/admin", &[]));
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
-    assert_eq!(get(f.stats()), [2, 1, 0, 0, 0, 0]);
+    assert_eq!(get(f.stats().get(0)), [2, 1, 0, 0, 0, 0]);
+}
+
+/// Each worker counts in its own copy of the counters (no cache line shared
+/// by workers on the request path); the stat is their sum.
+#[test]
+fn workers_count_in_their_own_copies() {
+    let f = rbac(
+        r#"
+rules:
+  action: DENY
+  policies:
+    "block admin":
+      permissions: [{url_path: {path: {prefix: /admin}}}]
+      principals: [{any: true}]
+"#,
+    );
+    let on_worker = |worker: usize| ConnFacts {
+        worker,
+        ..plain_conn()
+    };
+    let (w0, w1) = (on_worker(0), on_worker(1));
+    let mut req = state(&w0, head("GET", "/public", &[]));
+    assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
+    for _ in 0..2 {
+        let mut req = state(&w1, head("GET", "/admin", &[]));
+        assert_eq!(reply(run_sync(&f, &mut req, None)).status, 403);
+    }
+    let stats = f.stats();
+    if std::ptr::eq(stats.get(0), stats.get(1)) {
+        // A one-core machine keeps one copy.
+        assert_eq!(get(stats.get(0)), [1, 2, 0, 0, 0, 0]);
+    } else {
+        assert_eq!(get(stats.get(0)), [1, 0, 0, 0, 0, 0]);
+        assert_eq!(get(stats.get(1)), [0, 2, 0, 0, 0, 0]);
+    }
+    assert_eq!(
+        (stats.sum(|s| &s.allowed), stats.sum(|s| &s.denied)),
+        (1, 2)
+    );
 }
 
 /// envoy-reference 11 case 29.
@@ -82,7 +121,7 @@ shadow_rules:
     let md = &req.metadata[METADATA_NAMESPACE];
     assert_eq!(md["shadow_engine_result"], "allowed");
     assert!(md.get("shadow_effective_policy_id").is_none());
-    assert_eq!(get(f.stats()), [2, 0, 1, 1, 0, 0]);
+    assert_eq!(get(f.stats().get(0)), [2, 0, 1, 1, 0, 0]);
 }
 
 #[test]
@@ -316,7 +355,7 @@ rules:
     let mut req = state(&conn, head("GET", "/x", &[]));
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
     assert_eq!(req.metadata[COMMON_NAMESPACE]["access_log_hint"], false);
-    assert_eq!(get(f.stats()), [0, 0, 0, 0, 1, 1]);
+    assert_eq!(get(f.stats().get(0)), [0, 0, 0, 0, 1, 1]);
 }
 
 #[test]
@@ -360,7 +399,7 @@ rules:
     let conn = plain_conn();
     let mut req = state(&conn, head("GET", "/", &[]));
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
-    let p = &f.stats().per_policy[0];
+    let p = &f.stats().get(0).per_policy[0];
     assert_eq!((p.name.as_str(), p.allowed.load(Relaxed)), ("gets", 1));
 }
 

@@ -157,9 +157,10 @@ impl HttpFilters {
     }
 
     /// The filters' counters under Envoy's names (`http.<hcm prefix>.jwt_authn.…`,
-    /// `http.<hcm prefix>.rbac.<rules_stat_prefix>…`), added to `out`.
+    /// `http.<hcm prefix>.rbac.<rules_stat_prefix>…`), each summed over the
+    /// workers' copies, added to `out`.
     pub fn samples(&self, out: &mut Vec<Sample>) {
-        self.for_each_counter(&mut |name, c| out.push((name, c.load(Ordering::Relaxed))));
+        self.for_each_counter(&mut |name, copies| out.push((name, sum(copies))));
         // ext_authz per route cluster: filters of several connection managers count into
         // the same cluster's counter, as in Envoy (one stat in the cluster's scope); Envoy
         // creates each on first use, so a counter never counted is absent.
@@ -172,20 +173,27 @@ impl HttpFilters {
 
     /// Zeroes the filters' counters (`/reset_counters`).
     pub fn reset_counters(&self) {
-        self.for_each_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
+        self.for_each_counter(&mut |_, copies| {
+            copies.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        });
         self.for_each_cluster_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
     }
 
     /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
     fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
         for (_, _, s) in &self.stats {
-            if let FilterStats::ExtAuthz { stat_prefix, stats } = s {
+            if let FilterStats::ExtAuthz {
+                stat_prefix,
+                clusters,
+                ..
+            } = s
+            {
                 let p = if stat_prefix.is_empty() {
                     "ext_authz.".to_string()
                 } else {
                     format!("ext_authz.{stat_prefix}.")
                 };
-                stats.clusters.each(|cluster, c| {
+                clusters.each(|cluster, c| {
                     add(format!("cluster.{cluster}.{p}ok"), &c.ok);
                     add(format!("cluster.{cluster}.{p}denied"), &c.denied);
                     add(format!("cluster.{cluster}.{p}error"), &c.error);
@@ -198,40 +206,54 @@ impl HttpFilters {
         }
     }
 
-    fn for_each_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
+    /// Each filter counter by its Envoy name, with its copies (one per worker,
+    /// or one for counters kept once).
+    fn for_each_counter(&self, add: &mut dyn FnMut(String, &[&AtomicU64])) {
         for (_, hcm, s) in &self.stats {
             match s {
-                FilterStats::JwtAuthn { stat_prefix, stats } => {
+                FilterStats::JwtAuthn {
+                    stat_prefix,
+                    stats,
+                    fetch,
+                } => {
                     let p = if stat_prefix.is_empty() {
                         format!("http.{hcm}.jwt_authn.")
                     } else {
                         format!("http.{hcm}.jwt_authn.{stat_prefix}.")
                     };
-                    add(format!("{p}allowed"), &stats.allowed);
-                    add(format!("{p}denied"), &stats.denied);
+                    add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
+                    add(format!("{p}denied"), &stats.each(|s| &s.denied));
                     add(
                         format!("{p}cors_preflight_bypassed"),
-                        &stats.cors_preflight_bypassed,
+                        &stats.each(|s| &s.cors_preflight_bypassed),
                     );
-                    add(format!("{p}jwt_cache_hit"), &stats.jwt_cache_hit);
-                    add(format!("{p}jwt_cache_miss"), &stats.jwt_cache_miss);
-                    add(format!("{p}jwks_fetch_success"), &stats.fetch.success);
-                    add(format!("{p}jwks_fetch_failed"), &stats.fetch.failed);
+                    add(
+                        format!("{p}jwt_cache_hit"),
+                        &stats.each(|s| &s.jwt_cache_hit),
+                    );
+                    add(
+                        format!("{p}jwt_cache_miss"),
+                        &stats.each(|s| &s.jwt_cache_miss),
+                    );
+                    add(format!("{p}jwks_fetch_success"), &[&fetch.success]);
+                    add(format!("{p}jwks_fetch_failed"), &[&fetch.failed]);
                 }
-                FilterStats::ExtAuthz { stat_prefix, stats } => {
+                FilterStats::ExtAuthz {
+                    stat_prefix, stats, ..
+                } => {
                     let p = if stat_prefix.is_empty() {
                         format!("http.{hcm}.ext_authz.")
                     } else {
                         format!("http.{hcm}.ext_authz.{stat_prefix}.")
                     };
-                    add(format!("{p}ok"), &stats.ok);
-                    add(format!("{p}denied"), &stats.denied);
-                    add(format!("{p}error"), &stats.error);
+                    add(format!("{p}ok"), &stats.each(|s| &s.ok));
+                    add(format!("{p}denied"), &stats.each(|s| &s.denied));
+                    add(format!("{p}error"), &stats.each(|s| &s.error));
                     add(
                         format!("{p}failure_mode_allowed"),
-                        &stats.failure_mode_allowed,
+                        &stats.each(|s| &s.failure_mode_allowed),
                     );
-                    add(format!("{p}disabled"), &stats.disabled);
+                    add(format!("{p}disabled"), &stats.each(|s| &s.disabled));
                 }
                 FilterStats::Rbac {
                     rules_stat_prefix,
@@ -240,26 +262,36 @@ impl HttpFilters {
                 } => {
                     let p = format!("http.{hcm}.rbac.{rules_stat_prefix}");
                     let shadow = format!("http.{hcm}.rbac.{shadow_rules_stat_prefix}");
-                    add(format!("{p}allowed"), &stats.allowed);
-                    add(format!("{p}denied"), &stats.denied);
-                    add(format!("{shadow}shadow_allowed"), &stats.shadow_allowed);
-                    add(format!("{shadow}shadow_denied"), &stats.shadow_denied);
+                    add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
+                    add(format!("{p}denied"), &stats.each(|s| &s.denied));
+                    add(
+                        format!("{shadow}shadow_allowed"),
+                        &stats.each(|s| &s.shadow_allowed),
+                    );
+                    add(
+                        format!("{shadow}shadow_denied"),
+                        &stats.each(|s| &s.shadow_denied),
+                    );
                     // Envoy creates these on first use: absent until counted.
-                    let lazy = [
-                        ("logged".to_string(), &stats.logged),
-                        ("not_logged".to_string(), &stats.not_logged),
-                    ]
-                    .into_iter()
-                    .chain(stats.per_policy.iter().flat_map(|policy| {
+                    let mut lazy = vec![
+                        ("logged".to_string(), stats.each(|s| &s.logged)),
+                        ("not_logged".to_string(), stats.each(|s| &s.not_logged)),
+                    ];
+                    let policies = stats.get(0).per_policy.iter().enumerate();
+                    for (i, policy) in policies {
                         let name = &policy.name;
-                        [
-                            (format!("policy.{name}.allowed"), &policy.allowed),
-                            (format!("policy.{name}.denied"), &policy.denied),
-                        ]
-                    }));
-                    for (name, c) in lazy {
-                        if c.load(Ordering::Relaxed) != 0 {
-                            add(format!("{p}{name}"), c);
+                        let copies = |f: fn(&courier_filters::rbac::PolicyStats) -> &AtomicU64| {
+                            stats
+                                .iter()
+                                .filter_map(|s| s.per_policy.get(i).map(f))
+                                .collect::<Vec<_>>()
+                        };
+                        lazy.push((format!("policy.{name}.allowed"), copies(|p| &p.allowed)));
+                        lazy.push((format!("policy.{name}.denied"), copies(|p| &p.denied)));
+                    }
+                    for (name, copies) in lazy {
+                        if sum(&copies) != 0 {
+                            add(format!("{p}{name}"), &copies);
                         }
                     }
                 }
@@ -277,6 +309,7 @@ pub fn conn_facts(
     sni: Option<&str>,
 ) -> ConnFacts {
     ConnFacts {
+        worker: 0,
         peer,
         source: peer,
         local,
@@ -321,4 +354,9 @@ pub fn selected_route<'a>(
         metadata: Some(&route.metadata),
         cluster,
     }
+}
+
+/// The sum of a counter's copies.
+fn sum(copies: &[&AtomicU64]) -> u64 {
+    copies.iter().map(|c| c.load(Ordering::Relaxed)).sum()
 }
