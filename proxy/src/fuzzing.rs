@@ -119,7 +119,9 @@ impl Http1Harness {
             info,
             codec: Codec::Http1,
             limits,
-            snapshot: Arc::clone(&self.snapshot),
+            snapshot: Arc::new(crate::request::snapshot::WorkerSnapshot::new(Arc::clone(
+                &self.snapshot,
+            ))),
             worker_stats: Arc::new(WorkerStats::default()),
             hcm_stats: Arc::default(),
             listener_drain: None,

@@ -4,6 +4,7 @@
 use crate::accept::chain;
 use crate::accept::listeners::{ActiveListener, ListenerSet};
 use crate::request::conn::ConnInfo;
+use crate::request::snapshot::WorkerSnapshot;
 use crate::stats::{ListenerStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -138,7 +139,7 @@ fn reconcile(
 async fn serve(setup: WorkerSetup) {
     let tracker = Arc::new(Tracker::default());
     let ctx = AcceptCtx {
-        snapshot: Arc::clone(&setup.snapshot),
+        snapshot: Arc::new(WorkerSnapshot::new(Arc::clone(&setup.snapshot))),
         stats: Arc::clone(&setup.stats),
         clusters: Arc::clone(&setup.clusters),
         shutdown: setup.shutdown.clone(),
@@ -208,7 +209,8 @@ async fn serve(setup: WorkerSetup) {
 
 #[derive(Clone)]
 struct AcceptCtx {
-    snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The config in force, through this worker's own handle.
+    snapshot: Arc<WorkerSnapshot>,
     stats: Arc<WorkerStats>,
     clusters: Arc<ClusterManager>,
     shutdown: watch::Receiver<crate::request::phase::Phase>,

@@ -101,7 +101,7 @@ fn serve(codec: &str, extra: &str) -> Served {
         info,
         codec,
         limits,
-        snapshot,
+        snapshot: Arc::new(crate::request::snapshot::WorkerSnapshot::new(snapshot)),
         worker_stats: Arc::new(WorkerStats::default()),
         hcm_stats: Arc::default(),
         listener_drain: Some(crate::codec::serve::ListenerDrain {

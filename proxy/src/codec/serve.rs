@@ -11,14 +11,13 @@ use crate::conn_manager;
 use crate::conn_manager::limits::ResetStream;
 use crate::request::conn::ConnInfo;
 use crate::request::phase::Phase;
+use crate::request::snapshot::WorkerSnapshot;
 use crate::router::Upstream;
 use crate::stats::{HcmStats, WorkerStats};
 use crate::upstream::ClusterManager;
-use arc_swap::ArcSwap;
 use bytes::Bytes;
 use courier_config::listener::hcm::HttpConnectionManager;
 use courier_config::listener::http_options::H2FloodLimits;
-use courier_config::snapshot::Snapshot;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::future::Future;
@@ -301,7 +300,7 @@ struct PerRequest {
     worker_stats: Arc<WorkerStats>,
     clusters: Arc<ClusterManager>,
     activity: Arc<Activity>,
-    snapshot: Arc<ArcSwap<Snapshot>>,
+    snapshot: Arc<WorkerSnapshot>,
     /// The `server` response header, if the chain sets one.
     server: Option<http::HeaderValue>,
     /// The listener version's drain signal, as it was when the connection
@@ -317,8 +316,8 @@ pub(crate) struct Conn {
     pub codec: Codec,
     /// The connection manager's limits (shared by the filter chain's connections).
     pub limits: Arc<Limits>,
-    /// The config in force.
-    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    /// The config in force, through the worker's own handle.
+    pub snapshot: Arc<WorkerSnapshot>,
     /// The worker's stats.
     pub worker_stats: Arc<WorkerStats>,
     /// The connection manager's stats.
@@ -375,7 +374,7 @@ where
             let h1 = req.version() != http::Version::HTTP_2;
             let stream = shared.activity.stream();
             let started = tokio::time::Instant::now();
-            let snapshot = shared.snapshot.load_full();
+            let snapshot = shared.snapshot.load();
             let shared = Arc::clone(&shared);
             async move {
                 let up = Upstream {

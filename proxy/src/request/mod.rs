@@ -12,4 +12,5 @@ pub mod headers;
 pub mod local_reply;
 pub mod phase;
 pub mod progress;
+pub mod snapshot;
 pub mod tee;
