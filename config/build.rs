@@ -58,6 +58,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
     "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
     "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+    "envoy.extensions.regex_engines.v3.GoogleRE2",
     // Well-known types an `Any` may carry.
     "google.protobuf.Empty",
     "google.protobuf.Struct",

@@ -25,15 +25,22 @@ pub(crate) const SUPPORT: &[Support] = &[
             "layered_runtime",
             "cluster_manager",
             "bootstrap_extensions",
+            "deferred_stat_options",
+            "default_regex_engine",
         ],
     ),
+    (
+        "envoy.config.bootstrap.v3.Bootstrap.DeferredStatOptions",
+        &["enable_deferred_creation_stats"],
+    ),
+    ("envoy.extensions.regex_engines.v3.GoogleRE2", &[]),
     (
         "envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
         &["buffer_size_kb"],
     ),
     (
         "envoy.config.bootstrap.v3.ClusterManager",
-        &["outlier_detection"],
+        &["outlier_detection", "enable_deferred_cluster_creation"],
     ),
     (
         "envoy.config.bootstrap.v3.ClusterManager.OutlierDetection",
@@ -49,7 +56,7 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.bootstrap.v3.Admin",
-        &["access_log", "access_log_path", "address"],
+        &["access_log", "access_log_path", "address", "profile_path"],
     ),
     ("envoy.config.core.v3.BuildVersion", ALL),
 ];
@@ -76,6 +83,10 @@ pub struct Admin {
     pub address: SocketAddress,
     /// Access logs of admin requests (`access_log`, or the deprecated `access_log_path`).
     pub access_log: Vec<AccessLog>,
+    /// `profile_path`: where `/cpuprofiler` would write its profile. courier,
+    /// like an Envoy built without gperftools (the 1.40 release), has no CPU
+    /// profiler: `/cpuprofiler?enable=y` answers that it failed to start.
+    pub profile_path: String,
 }
 
 /// Dynamic resources: where LDS and CDS come from, and the ADS stream.
@@ -104,11 +115,15 @@ pub struct Bootstrap {
     pub dynamic_resources: Option<DynamicResources>,
     /// The overload manager, if configured.
     pub overload_manager: Option<crate::overload::OverloadManager>,
-    /// The runtime keys courier reads (`layered_runtime` static layers).
-    pub runtime: crate::overload::Runtime,
+    /// `layered_runtime`: its layers and the keys courier reads from them.
+    pub runtime: crate::runtime::Runtime,
     /// `cluster_manager.outlier_detection.event_log_path`: where outlier
     /// ejection and unejection events are appended as JSON lines.
     pub outlier_event_log_path: Option<String>,
+    /// `deferred_stat_options.enable_deferred_creation_stats`: a cluster's
+    /// traffic stats (`cluster.<name>.upstream_*`) exist from its first use
+    /// on, not from its creation.
+    pub deferred_cluster_stats: bool,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -187,7 +202,7 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     let runtime = bs
         .layered_runtime
         .as_ref()
-        .map(|r| crate::overload::runtime(r, &root.field("layered_runtime"), ctx))
+        .map(|r| crate::runtime::translate(r, &root.field("layered_runtime"), ctx))
         .unwrap_or_default();
     // An empty path, as in Envoy, means no event log.
     let outlier_event_log_path = bs
@@ -196,6 +211,13 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .and_then(|cm| cm.outlier_detection.as_ref())
         .map(|o| o.event_log_path.clone())
         .filter(|p| !p.is_empty());
+    if let Some(e) = &bs.default_regex_engine {
+        default_regex_engine(e, &root.field("default_regex_engine"), ctx);
+    }
+    // `cluster_manager.enable_deferred_cluster_creation` (in the support table)
+    // asks that a worker's part of a cluster be made at its first use: courier's
+    // workers create their connection pools for a cluster's host when a request
+    // first goes to it, and hold nothing else per cluster, so that is its way.
     Bootstrap {
         node,
         admin,
@@ -205,6 +227,30 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         overload_manager,
         runtime,
         outlier_event_log_path,
+        deferred_cluster_stats: bs
+            .deferred_stat_options
+            .as_ref()
+            .is_some_and(|d| d.enable_deferred_creation_stats),
+    }
+}
+
+/// `default_regex_engine`: Envoy has one engine, Google RE2, and so does
+/// courier's config (RE2's syntax, linear-time matching, through the `regex`
+/// crate); any other engine is refused.
+fn default_regex_engine(
+    e: &envoy_types::pb::envoy::config::core::v3::TypedExtensionConfig,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) {
+    use envoy_types::pb::envoy::extensions::regex_engines::v3::GoogleRe2;
+    let tp = path.field("typed_config");
+    match e.typed_config.as_ref() {
+        Some(any) if any.type_url == crate::extensions::GOOGLE_RE2 => {
+            // Its fields are checked by the support table (it has none).
+            let _ = core::unpack::<GoogleRe2>(any, &tp, ctx);
+        }
+        Some(any) => ctx.unsupported(&tp, format!("regex engine {}", any.type_url)),
+        None => ctx.error(&tp, "is required"),
     }
 }
 
@@ -260,6 +306,7 @@ fn admin(a: &pb::Admin, path: &Path<'_>, ctx: &mut Ctx) -> Option<Admin> {
     Some(Admin {
         address,
         access_log,
+        profile_path: a.profile_path.clone(),
     })
 }
 
@@ -328,3 +375,7 @@ fn bootstrap_extensions(
         }
     }
 }
+
+#[cfg(test)]
+#[path = "bootstrap_tests.rs"]
+mod tests;

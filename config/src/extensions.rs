@@ -53,6 +53,8 @@ pub const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns
 /// The internal-listener bootstrap extension.
 pub const INTERNAL_LISTENER: &str =
     "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
+/// The Google RE2 regex engine (`default_regex_engine`).
+pub const GOOGLE_RE2: &str = "type.googleapis.com/envoy.extensions.regex_engines.v3.GoogleRE2";
 /// Typed load-balancing policies that map onto courier's built-in balancers.
 pub const LB_ROUND_ROBIN: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";

@@ -29,6 +29,7 @@ pub mod overload;
 mod path;
 pub mod resource;
 pub mod route;
+pub mod runtime;
 pub mod snapshot;
 mod support;
 pub mod tls;

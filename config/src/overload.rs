@@ -1,5 +1,6 @@
-//! `overload_manager` and `layered_runtime`: the resource monitors, overload
-//! actions and runtime keys courier implements for edge deployments.
+//! `overload_manager`: the resource monitors, overload
+//! actions courier implements for edge deployments (the runtime keys that
+//! set connection limits are read by [`crate::runtime`]).
 //!
 //! Monitors: `fixed_heap` (courier measures its resident set, the closest
 //! equivalent without tcmalloc's heap statistics) and
@@ -7,18 +8,14 @@
 //! `stop_accepting_connections`, `disable_http_keepalive`, `shrink_heap`
 //! (glibc's free memory released every 10 s while active) and
 //! `reduce_timeouts` (the connection and stream idle timers), with threshold or
-//! scaled triggers. Runtime: static layers with
-//! `envoy.resource_limits.listener.<name>.connection_limit` and
-//! `overload.global_downstream_max_connections`.
+//! scaled triggers.
 
 use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::support::Support;
-use envoy_types::pb::envoy::config::bootstrap::v3 as bpb;
 use envoy_types::pb::envoy::config::overload::v3 as pb;
 use envoy_types::pb::envoy::extensions::resource_monitors::downstream_connections::v3::DownstreamConnectionsConfig;
 use envoy_types::pb::envoy::extensions::resource_monitors::fixed_heap::v3::FixedHeapConfig;
-use std::collections::HashMap;
 use std::time::Duration;
 
 /// Fields of the overload and runtime messages courier implements.
@@ -59,11 +56,6 @@ pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
         &["max_active_downstream_connections"],
-    ),
-    ("envoy.config.bootstrap.v3.LayeredRuntime", &["layers"]),
-    (
-        "envoy.config.bootstrap.v3.RuntimeLayer",
-        &["name", "static_layer"],
     ),
 ];
 
@@ -387,73 +379,6 @@ fn timer_scales(
             continue;
         }
         out.push(TimerScale { timer, min });
-    }
-}
-
-/// The runtime keys courier reads, from the static layers (later layers win).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Runtime {
-    /// `envoy.resource_limits.listener.<name>.connection_limit`, by listener name.
-    pub listener_connection_limits: HashMap<String, u64>,
-    /// `overload.global_downstream_max_connections` (deprecated in Envoy for the
-    /// monitor, still honoured).
-    pub global_downstream_max_connections: Option<u64>,
-}
-
-/// Translates `layered_runtime`.
-pub fn runtime(r: &bpb::LayeredRuntime, path: &Path<'_>, ctx: &mut Ctx) -> Runtime {
-    let mut out = Runtime::default();
-    let lp = path.field("layers");
-    for (i, layer) in r.layers.iter().enumerate() {
-        let p = lp.index(i);
-        let Some(bpb::runtime_layer::LayerSpecifier::StaticLayer(s)) = &layer.layer_specifier
-        else {
-            ctx.unsupported(&p, "runtime layers other than static_layer");
-            continue;
-        };
-        let mut flat = Vec::new();
-        flatten(
-            &serde_json::Value::Object(crate::core::struct_to_json(s)),
-            String::new(),
-            &mut flat,
-        );
-        let sp = p.field("static_layer");
-        for (key, value) in flat {
-            let kp = sp.key(&key);
-            let Some(n) = value.as_f64().filter(|n| *n >= 0.0 && n.fract() == 0.0) else {
-                ctx.error(&kp, "must be a non-negative integer");
-                continue;
-            };
-            let n = n as u64;
-            if key == "overload.global_downstream_max_connections" {
-                out.global_downstream_max_connections = Some(n);
-            } else if let Some(name) = key
-                .strip_prefix("envoy.resource_limits.listener.")
-                .and_then(|k| k.strip_suffix(".connection_limit"))
-            {
-                out.listener_connection_limits.insert(name.to_string(), n);
-            } else {
-                ctx.unsupported(&kp, format!("runtime key {key}"));
-            }
-        }
-    }
-    out
-}
-
-/// Runtime keys are the dotted paths to the leaves of the layer.
-fn flatten(v: &serde_json::Value, prefix: String, out: &mut Vec<(String, serde_json::Value)>) {
-    match v {
-        serde_json::Value::Object(m) => {
-            for (k, v) in m {
-                let key = if prefix.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{prefix}.{k}")
-                };
-                flatten(v, key, out);
-            }
-        }
-        leaf => out.push((prefix, leaf.clone())),
     }
 }
 

@@ -57,6 +57,10 @@ pub struct Shared {
     pub admin_logs: Arc<[courier_config::listener::access_log::AccessLog]>,
     /// The xDS client, when some xDS source is configured (stats, `/config_dump`).
     pub xds: Option<courier_xds::XdsHandle>,
+    /// The runtime's layers (`/runtime`, `/runtime_modify`).
+    pub runtime: crate::admin::runtime::RuntimeAdmin,
+    /// With `deferred_stat_options`, which clusters' traffic stats exist.
+    pub deferred_stats: Option<crate::admin::deferred_stats::DeferredStats>,
 }
 
 impl Shared {
@@ -203,6 +207,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .map(|a| a.access_log.clone())
             .unwrap_or_default()
             .into(),
+        runtime: crate::admin::runtime::RuntimeAdmin::new(&bootstrap.runtime),
+        deferred_stats: bootstrap
+            .deferred_cluster_stats
+            .then(crate::admin::deferred_stats::DeferredStats::default),
     });
     for l in &registry.current().listeners {
         tracing::info!(listener = %l.name(), addr = %l.address, "listening");

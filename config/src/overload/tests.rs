@@ -125,38 +125,6 @@ fn global_connection_monitor() {
 }
 
 #[test]
-fn runtime_static_layers() {
-    let b = load(
-        listener(json!({})),
-        json!({"layered_runtime": {"layers": [
-            {"name": "a", "static_layer": {
-                "envoy": {"resource_limits": {"listener": {"l": {"connection_limit": 10}}}},
-                "overload": {"global_downstream_max_connections": 50},
-            }},
-            {"name": "b", "static_layer": {"envoy.resource_limits.listener.l.connection_limit": 7}},
-        ]}}),
-    )
-    .unwrap();
-    assert_eq!(b.runtime.listener_connection_limits.get("l"), Some(&7));
-    assert_eq!(b.runtime.global_downstream_max_connections, Some(50));
-}
-
-#[test]
-fn unknown_runtime_keys_and_layers_refused() {
-    let err = load(
-        listener(json!({})),
-        json!({"layered_runtime": {"layers": [
-            {"name": "a", "static_layer": {"upstream": {"use_http2": 1}}},
-            {"name": "b", "admin_layer": {}},
-        ]}}),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("upstream.use_http2"), "{err}");
-    assert!(err.contains("layered_runtime.layers[1]"), "{err}");
-}
-
-#[test]
 fn tls_inspector_accepted_other_listener_filters_refused() {
     let inspector = json!({"name": crate::listener::TLS_INSPECTOR, "typed_config": {
         "@type": "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector"}});

@@ -1,10 +1,14 @@
 //! The admin endpoint (`admin.address`), served on the main thread: `/ready`,
 //! `/stats`, `/stats/prometheus`, `/server_info`, `/listeners`, `/clusters`,
-//! `/config_dump`, `/logging`, and the POST-only `/drain_listeners`,
-//! `/reset_counters`, `/quitquitquit`. Requests are logged to `admin.access_log`.
+//! `/config_dump`, `/logging`, `/runtime`, and the POST-only `/drain_listeners`,
+//! `/reset_counters`, `/quitquitquit`, `/runtime_modify`, `/cpuprofiler`,
+//! `/heapprofiler`. Requests are logged to `admin.access_log`.
 
 mod clusters;
 pub(crate) mod config_dump;
+pub mod deferred_stats;
+mod profiler;
+pub mod runtime;
 
 use crate::access_log::body::LoggedBody;
 use crate::access_log::{Logs, Pending, ResponseSide};
@@ -100,6 +104,9 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             | "/healthcheck/fail"
             | "/healthcheck/ok"
             | "/reset_counters"
+            | "/runtime_modify"
+            | "/cpuprofiler"
+            | "/heapprofiler"
     ) || (path == "/logging" && !query.is_empty());
     if mutating && req.method() != Method::POST {
         return reply(
@@ -168,6 +175,11 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             reply(StatusCode::OK, "OK\n")
         }
         "/reset_counters" => {
+            // Deferred traffic stats counted since the last scrape exist in
+            // Envoy before the reset and after it: note them first.
+            if shared.deferred_stats.is_some() {
+                let _ = samples(shared);
+            }
             stats::reset_counters(&shared.stats);
             shared.http_filters.reset_counters();
             shared.listeners.reset_counters();
@@ -183,13 +195,17 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             reply(StatusCode::OK, "OK\n")
         }
         "/logging" => logging(query, shared),
+        "/runtime" => json(shared.runtime.show()),
+        "/runtime_modify" => shared.runtime.modify(query),
+        "/cpuprofiler" => profiler::cpu(query),
+        "/heapprofiler" => profiler::heap(),
         "/quitquitquit" => {
             shared.quit.notify_one();
             reply(StatusCode::OK, "OK\n")
         }
         _ => reply(
             StatusCode::NOT_FOUND,
-            "invalid path. admin commands are: /clusters /config_dump /drain_listeners /listeners /logging /quitquitquit /ready /reset_counters /server_info /stats /stats/prometheus\n",
+            "invalid path. admin commands are: /clusters /config_dump /cpuprofiler /drain_listeners /heapprofiler /listeners /logging /quitquitquit /ready /reset_counters /runtime /runtime_modify /server_info /stats /stats/prometheus\n",
         ),
     }
 }
@@ -248,6 +264,9 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     shared.clusters.dynamic_samples(&mut samples);
     if let Some(x) = &shared.xds {
         crate::xds::samples(x, &mut samples);
+    }
+    if let Some(d) = &shared.deferred_stats {
+        d.hide_unused(&mut samples);
     }
     samples.sort();
     // Filters of connection managers sharing a stat prefix count under the same

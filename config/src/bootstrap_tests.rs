@@ -1,0 +1,49 @@
+//! The bootstrap-level switches of the control planes' bootstraps.
+
+use crate::listener::test_util::listener;
+use serde_json::{Value, json};
+
+fn load(extra: Value) -> Result<crate::Bootstrap, crate::ConfigError> {
+    let mut v = listener(json!({}));
+    if let (Some(o), Value::Object(e)) = (v.as_object_mut(), extra) {
+        o.extend(e);
+    }
+    crate::bootstrap_from_str(&v.to_string(), crate::load::Format::Json)
+}
+
+#[test]
+fn deferred_stat_options_defers_cluster_traffic_stats() {
+    let on = load(json!({"deferred_stat_options": {"enable_deferred_creation_stats": true}}));
+    assert!(on.unwrap().deferred_cluster_stats);
+    assert!(!load(json!({})).unwrap().deferred_cluster_stats);
+}
+
+#[test]
+fn google_re2_is_the_one_regex_engine() {
+    let re2 = json!({"name": "envoy.regex_engines.google_re2", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.regex_engines.v3.GoogleRE2"}});
+    load(json!({ "default_regex_engine": re2 })).unwrap();
+    let other = json!({"name": "x", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}});
+    let err = load(json!({ "default_regex_engine": other }))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("default_regex_engine.typed_config: regex engine type.googleapis.com/envoy.extensions.filters.http.router.v3.Router is not supported"),
+        "{err}"
+    );
+}
+
+#[test]
+fn deferred_cluster_creation_and_profile_path_load() {
+    let b = load(json!({
+        "cluster_manager": {"enable_deferred_cluster_creation": true},
+        "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0}},
+                  "profile_path": "/var/lib/istio/data/envoy.prof"},
+    }))
+    .unwrap();
+    assert_eq!(
+        b.admin.unwrap().profile_path,
+        "/var/lib/istio/data/envoy.prof"
+    );
+}

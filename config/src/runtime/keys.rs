@@ -1,0 +1,154 @@
+//! What each runtime key means to courier. One check serves the bootstrap's
+//! static layers and admin's `/runtime_modify`, so a key means the same from
+//! either. A key courier does not give a meaning to is refused, never kept and
+//! ignored; the exceptions are the keys Envoy 1.40 itself keeps without acting
+//! on them (feature flags it no longer has), which only show in `/runtime`.
+
+use super::envoy_flags::ENVOY_1_40_FLAGS;
+
+/// What a runtime key (with its value) does in courier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Meaning {
+    /// Shown in `/runtime` only: Envoy 1.40 does nothing else with it either
+    /// (a feature flag it no longer has, or one set to the behaviour courier has).
+    Kept,
+    /// `envoy.resource_limits.listener.<name>.connection_limit`.
+    ListenerConnectionLimit(String, u64),
+    /// `overload.global_downstream_max_connections`.
+    GlobalDownstreamMaxConnections(u64),
+}
+
+/// Why a key or its value is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// Nothing in courier reads the key.
+    #[error("runtime key {0} is not supported")]
+    Unsupported(String),
+    /// The key is an integer.
+    #[error("must be a non-negative integer, found \"{0}\"")]
+    NotAnInteger(String),
+    /// The key is a boolean feature flag.
+    #[error("must be true or false, found \"{0}\"")]
+    NotABoolean(String),
+    /// courier has the behaviour of one value of the flag only.
+    #[error("{key}: {value} is not supported ({why})")]
+    Value {
+        /// The flag.
+        key: String,
+        /// The value asked for.
+        value: String,
+        /// What courier does instead.
+        why: &'static str,
+    },
+}
+
+/// Feature flags whose behaviour courier has one way: the value that selects it,
+/// and what courier does.
+const ONE_WAY_FLAGS: &[(&str, bool, &str)] = &[
+    // Envoy 1.40's default (false): a batch host update rebuilds per priority.
+    // The rebuilt balancers are the same either way; courier has the default.
+    (
+        "envoy.reloadable_features.coalesce_lb_rebuilds_on_batch_update",
+        false,
+        "only false, Envoy 1.40's default, is supported",
+    ),
+    // courier's HTTP/1 parser drops a request target's `#fragment` before
+    // routing (`/a#b` is forwarded as `/a`), which is Envoy's behaviour with
+    // this flag off; Envoy's default (on) answers 400 instead.
+    (
+        "envoy.reloadable_features.http_reject_path_with_fragment",
+        false,
+        "courier strips a path's fragment, as Envoy with false",
+    ),
+    // Envoy 1.40 default: false. courier's fixed_heap monitor measures the
+    // resident set, the closest it has to the physical heap this selects;
+    // true (allocated bytes) it cannot measure.
+    (
+        "envoy.reloadable_features.fixed_heap_use_allocated",
+        false,
+        "courier's fixed_heap monitor measures the resident set, as with false",
+    ),
+];
+
+/// The meaning of `key` set to `value` (a layer's value in Envoy's text form:
+/// `true`, `5000`, `1.5`, any string).
+pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
+    if key == "overload.global_downstream_max_connections" {
+        return integer(value).map(Meaning::GlobalDownstreamMaxConnections);
+    }
+    if let Some(name) = key
+        .strip_prefix("envoy.resource_limits.listener.")
+        .and_then(|k| k.strip_suffix(".connection_limit"))
+    {
+        return integer(value).map(|n| Meaning::ListenerConnectionLimit(name.to_string(), n));
+    }
+    if key.starts_with("envoy.deprecated_features:") {
+        // Allows a deprecated field Envoy would otherwise refuse. courier refuses
+        // no field for being deprecated, so allowing is what it does already.
+        return match boolean(value)? {
+            true => Ok(Meaning::Kept),
+            false => Err(KeyError::Value {
+                key: key.to_string(),
+                value: value.to_string(),
+                why: "courier refuses no field for being deprecated",
+            }),
+        };
+    }
+    if key == "re2.max_program_size.error_level" || key == "re2.max_program_size.warn_level" {
+        return re2_program_size(key, value);
+    }
+    if key.starts_with("envoy.reloadable_features.") || key.starts_with("envoy.restart_features.") {
+        return feature_flag(key, value);
+    }
+    Err(KeyError::Unsupported(key.to_string()))
+}
+
+fn feature_flag(key: &str, value: &str) -> Result<Meaning, KeyError> {
+    if let Some(&(_, way, why)) = ONE_WAY_FLAGS.iter().find(|(k, _, _)| *k == key) {
+        return if boolean(value)? == way {
+            Ok(Meaning::Kept)
+        } else {
+            Err(KeyError::Value {
+                key: key.to_string(),
+                value: value.to_string(),
+                why,
+            })
+        };
+    }
+    if ENVOY_1_40_FLAGS.binary_search(&key).is_ok() {
+        return Err(KeyError::Unsupported(key.to_string()));
+    }
+    // A flag Envoy 1.40 does not have: it keeps the value and reads it nowhere.
+    Ok(Meaning::Kept)
+}
+
+/// RE2's program-size thresholds. courier compiles regexes with the `regex`
+/// crate and sets no program-size limit and no warning: the values that mean
+/// "no limit" (at or above 2^32 - 1, what Envoy's counter can hold) are that.
+fn re2_program_size(key: &str, value: &str) -> Result<Meaning, KeyError> {
+    if integer(value)? >= u64::from(u32::MAX) {
+        Ok(Meaning::Kept)
+    } else {
+        Err(KeyError::Value {
+            key: key.to_string(),
+            value: value.to_string(),
+            why: "courier sets no RE2 program-size limit: only 4294967295 (no limit) is supported",
+        })
+    }
+}
+
+/// Envoy reads integer keys from numbers and from strings that hold one.
+fn integer(value: &str) -> Result<u64, KeyError> {
+    value
+        .parse::<u64>()
+        .map_err(|_| KeyError::NotAnInteger(value.to_string()))
+}
+
+/// Envoy's feature flags take `true` / `false` (a boolean, or its text).
+fn boolean(value: &str) -> Result<bool, KeyError> {
+    match value {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        other => Err(KeyError::NotABoolean(other.to_string())),
+    }
+}

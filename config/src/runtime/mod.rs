@@ -1,0 +1,190 @@
+//! `layered_runtime`: the runtime's layers, in Envoy's order (a later layer's
+//! value wins), and the keys courier gives a meaning to ([`keys::check`]).
+//!
+//! Static layers keep every value as Envoy does, in its text form (numbers,
+//! booleans and strings; a list or a null is refused as by Envoy), for admin's
+//! `/runtime`. An admin layer holds what `/runtime_modify` sets at run time.
+//! `rtds_layer` (runtime over xDS) is refused with its path.
+
+mod envoy_flags;
+pub mod keys;
+
+use crate::ctx::Ctx;
+use crate::path::Path;
+use crate::support::Support;
+use envoy_types::pb::envoy::config::bootstrap::v3 as bpb;
+use std::collections::{BTreeMap, HashMap};
+
+/// Fields of the runtime messages courier implements.
+pub(crate) const SUPPORT: &[Support] = &[
+    ("envoy.config.bootstrap.v3.LayeredRuntime", &["layers"]),
+    (
+        "envoy.config.bootstrap.v3.RuntimeLayer",
+        &["name", "static_layer", "admin_layer"],
+    ),
+    ("envoy.config.bootstrap.v3.RuntimeLayer.AdminLayer", &[]),
+];
+
+/// One layer of the runtime.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layer {
+    /// The layer's name (`/runtime` lists them).
+    pub name: String,
+    /// Its values.
+    pub kind: LayerKind,
+}
+
+/// Where a layer's values come from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LayerKind {
+    /// `static_layer`: flattened keys (`a.b.c`) and their values as text.
+    Static(BTreeMap<String, String>),
+    /// `admin_layer`: empty at start; `/runtime_modify` writes it.
+    Admin,
+}
+
+/// The runtime: its layers and the values courier reads from them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Runtime {
+    /// The layers, in order.
+    pub layers: Vec<Layer>,
+    /// `envoy.resource_limits.listener.<name>.connection_limit`, by listener name.
+    pub listener_connection_limits: HashMap<String, u64>,
+    /// `overload.global_downstream_max_connections` (deprecated in Envoy for the
+    /// monitor, still honoured).
+    pub global_downstream_max_connections: Option<u64>,
+}
+
+impl Runtime {
+    /// Whether a layer takes `/runtime_modify` (Envoy answers 503 without one).
+    pub fn has_admin_layer(&self) -> bool {
+        self.layers.iter().any(|l| l.kind == LayerKind::Admin)
+    }
+}
+
+/// Translates `layered_runtime`.
+pub fn translate(r: &bpb::LayeredRuntime, path: &Path<'_>, ctx: &mut Ctx) -> Runtime {
+    use bpb::runtime_layer::LayerSpecifier;
+    let mut out = Runtime::default();
+    let lp = path.field("layers");
+    for (i, layer) in r.layers.iter().enumerate() {
+        let p = lp.index(i);
+        let kind = match &layer.layer_specifier {
+            Some(LayerSpecifier::StaticLayer(s)) => {
+                LayerKind::Static(static_layer(s, &p.field("static_layer"), &mut out, ctx))
+            }
+            Some(LayerSpecifier::AdminLayer(_)) => {
+                // Envoy: "Too many admin layers specified in LayeredRuntime, at most one may be specified".
+                if out.has_admin_layer() {
+                    ctx.error(
+                        &p.field("admin_layer"),
+                        "at most one admin layer may be specified",
+                    );
+                }
+                LayerKind::Admin
+            }
+            Some(LayerSpecifier::RtdsLayer(_)) => {
+                ctx.unsupported(&p.field("rtds_layer"), "rtds_layer");
+                continue;
+            }
+            Some(LayerSpecifier::DiskLayer(_)) => {
+                ctx.unsupported(&p.field("disk_layer"), "disk_layer");
+                continue;
+            }
+            None => {
+                ctx.error(
+                    &p,
+                    "a layer needs static_layer, admin_layer, rtds_layer or disk_layer",
+                );
+                continue;
+            }
+        };
+        out.layers.push(Layer {
+            name: layer.name.clone(),
+            kind,
+        });
+    }
+    out
+}
+
+/// Flattens a static layer, checks each key and applies what it means (a later
+/// layer's value replaces an earlier one's).
+fn static_layer(
+    s: &envoy_types::pb::google::protobuf::Struct,
+    path: &Path<'_>,
+    out: &mut Runtime,
+    ctx: &mut Ctx,
+) -> BTreeMap<String, String> {
+    let mut flat = Vec::new();
+    flatten(
+        &serde_json::Value::Object(crate::core::struct_to_json(s)),
+        String::new(),
+        &mut flat,
+    );
+    let mut values = BTreeMap::new();
+    for (key, value) in flat {
+        let kp = path.key(&key);
+        let Some(text) = text(&value) else {
+            // As Envoy: "Invalid runtime entry value for <key>".
+            ctx.error(&kp, "invalid runtime entry value (a list or a null)");
+            continue;
+        };
+        match keys::check(&key, &text) {
+            Ok(meaning) => apply(meaning, out),
+            Err(e) => {
+                ctx.error(&kp, e.to_string());
+                continue;
+            }
+        }
+        values.insert(key, text);
+    }
+    values
+}
+
+fn apply(meaning: keys::Meaning, out: &mut Runtime) {
+    match meaning {
+        keys::Meaning::Kept => {}
+        keys::Meaning::ListenerConnectionLimit(name, n) => {
+            out.listener_connection_limits.insert(name, n);
+        }
+        keys::Meaning::GlobalDownstreamMaxConnections(n) => {
+            out.global_downstream_max_connections = Some(n);
+        }
+    }
+}
+
+/// A leaf's value as Envoy shows it: integral numbers without a fraction.
+fn text(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        serde_json::Value::Number(n) => Some(match n.as_f64() {
+            Some(f) if f.fract() == 0.0 && f.abs() < 9.0e15 => format!("{}", f as i64),
+            Some(f) => f.to_string(),
+            None => n.to_string(),
+        }),
+        serde_json::Value::Null | serde_json::Value::Array(_) | serde_json::Value::Object(_) => {
+            None
+        }
+    }
+}
+
+/// Runtime keys are the dotted paths to the leaves of the layer.
+fn flatten(v: &serde_json::Value, prefix: String, out: &mut Vec<(String, serde_json::Value)>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, v) in m {
+                let key = if prefix.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(v, key, out);
+            }
+        }
+        leaf => out.push((prefix, leaf.clone())),
+    }
+}
+
+#[cfg(test)]
+mod tests;
