@@ -4,7 +4,7 @@
 //! profiler; `admin.profile_path`, where a profile would go, is kept for
 //! `/config_dump` and written by nothing, as in that build.
 
-use crate::local_reply::{Body, reply};
+use crate::request::local_reply::{Body, reply};
 use http::{Response, StatusCode};
 
 /// `POST /cpuprofiler?enable=<y|n>`.

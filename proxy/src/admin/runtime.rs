@@ -7,7 +7,7 @@
 //! limits) are refused here with the reason: taking them and doing nothing
 //! would be the silent ignore courier never does.
 
-use crate::local_reply::{Body, reply};
+use crate::request::local_reply::{Body, reply};
 use arc_swap::ArcSwap;
 use courier_config::runtime::keys::{self, Meaning};
 use courier_config::runtime::{LayerKind, Runtime};
