@@ -5,8 +5,10 @@
 //! was already hedged is kept only in case nothing better arrives, as Envoy does
 //! not retry an attempt twice.
 
-use super::retry::{Decision, Outcome};
-use super::{Attempts, Done, Final, HeldBody, pick, request};
+use super::one::{self, Ended};
+use super::retry::Outcome;
+use super::{Attempts, Done, Final, HeldBody, pick};
+use crate::request::body::{RequestBody, UpstreamBody};
 use crate::request::tee::Teed;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
@@ -48,21 +50,6 @@ enum Event {
     // Boxed: a response is large next to a timer tick.
     Done(usize, Box<Result<(Response<Incoming>, Lease), Failed>>),
     Timer,
-}
-
-/// Whether the body can be sent again: held whole, or copied whole while sent.
-fn replayable(body: &mut HeldBody, teed: &mut Option<oneshot::Receiver<Teed>>) -> bool {
-    if matches!(body, HeldBody::Whole(..)) {
-        return true;
-    }
-    if let Some(rx) = teed.as_mut()
-        && let Ok((d, t)) = rx.try_recv()
-    {
-        *body = HeldBody::Whole(d, t);
-        *teed = None;
-        return true;
-    }
-    false
 }
 
 /// Runs hedged attempts: the first to `host`. The caller checked that there is
@@ -114,20 +101,14 @@ pub(super) async fn run(
                     fallback = fallback.or(Some(Final::Overflow));
                 }
                 (Some(h), Some(slot)) => {
-                    let b = match &mut body {
-                        HeldBody::Whole(d, t) => crate::upstream::pool::UpstreamBody::new(
-                            crate::request::body::RequestBody::replay(d.clone(), t.clone(), None),
-                            None,
-                        ),
-                        HeldBody::Once(b) => b.take().unwrap_or_else(|| {
-                            crate::upstream::pool::UpstreamBody::new(
-                                crate::request::body::RequestBody::full(bytes::Bytes::new()),
-                                None,
-                            )
-                        }),
-                    };
+                    // The body of the first attempt goes once; others with it
+                    // in flight send none (they are never started: a body that
+                    // cannot be sent again is never retried).
+                    let b = one::next_body(&mut body).unwrap_or_else(|| {
+                        UpstreamBody::new(RequestBody::full(bytes::Bytes::new()), None)
+                    });
                     attempt += 1;
-                    let req = request(&parts, b, count_upstream.then_some(attempt));
+                    let req = one::request(&parts, b, count_upstream.then_some(attempt));
                     tried.push(h.address);
                     let host = Arc::clone(&h);
                     last_host = Arc::clone(&h);
@@ -175,34 +156,22 @@ pub(super) async fn run(
             let Some(r) = retry.as_mut() else {
                 return false;
             };
-            if next.is_some() || !r.retriable(outcome) || !replayable(body, &mut teed) {
+            if next.is_some() {
                 return false;
             }
-            let response = match outcome {
-                Outcome::Response(_, headers) => Some(headers),
-                _ => None,
-            };
-            match r.next(response) {
-                Decision::LimitExceeded => {
-                    stats.rq_retry_limit_exceeded.inc();
+            match one::next(r, outcome, false, body, &mut teed, cluster, stats, high) {
+                one::Next::Retry(wait, slot) => {
+                    *next = Some(Next {
+                        at: now + wait,
+                        slot: Some(slot),
+                    });
+                    true
+                }
+                one::Next::LimitExceeded => {
                     limit_exceeded = true;
                     false
                 }
-                Decision::Retry(wait, kind) => match cluster.circuit.try_retry(high) {
-                    None => {
-                        stats.rq_retry_overflow.inc();
-                        false
-                    }
-                    Some(s) => {
-                        stats.rq_retry.inc();
-                        kind.count(stats);
-                        *next = Some(Next {
-                            at: now + wait,
-                            slot: Some(s),
-                        });
-                        true
-                    }
-                },
+                one::Next::NotRetriable | one::Next::NotReplayable | one::Next::Overflow => false,
             }
         };
         match event {
@@ -232,13 +201,10 @@ pub(super) async fn run(
             }
             Event::Done(i, result) => {
                 let f = flights.swap_remove(i);
-                match *result {
-                    Ok((resp, mut lease)) => {
-                        stats.rq_total.inc();
-                        stats.response(resp.status().as_u16());
-                        if f.soft.is_some() {
-                            outlier::record_status(cluster, &f.host, resp.status().as_u16());
-                        }
+                // A per-try timeout already counted as its outlier event.
+                let outlier = f.soft.is_some();
+                match one::record(cluster, stats, &f.host, *result, &mut body, outlier) {
+                    Ended::Response(resp, mut lease) => {
                         let retriable = retry.as_ref().is_some_and(|r| {
                             r.retriable(Outcome::Response(resp.status().as_u16(), resp.headers()))
                         });
@@ -272,22 +238,9 @@ pub(super) async fn run(
                             limit_exceeded,
                         );
                     }
-                    Err((SendError::Overflow, _)) => {
-                        stats.rq_pending_overflow.inc();
-                        fallback = fallback.or(Some(Final::Overflow));
-                    }
-                    Err((SendError::PoolOverflow, _)) => {
-                        fallback = fallback.or(Some(Final::PoolOverflow));
-                    }
-                    Err((e, back)) => {
-                        if e.attached() {
-                            stats.rq_total.inc();
-                        }
-                        stats.response(503);
-                        outlier::record_failure(cluster, &f.host, &e);
-                        if let (HeldBody::Once(slot @ None), Some(r)) = (&mut body, back) {
-                            *slot = Some(r.into_body());
-                        }
+                    Ended::Overflow => fallback = fallback.or(Some(Final::Overflow)),
+                    Ended::PoolOverflow => fallback = fallback.or(Some(Final::PoolOverflow)),
+                    Ended::Failed(e, _) => {
                         if !f.hedged {
                             schedule(&mut retry, Outcome::Failed(&e), &mut body, &mut next);
                         }

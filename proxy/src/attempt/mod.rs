@@ -3,6 +3,7 @@
 //! the request body held for replay up to the buffer limit.
 
 mod hedge;
+mod one;
 pub mod retry;
 
 use crate::request::body::RequestBody;
@@ -13,13 +14,14 @@ use crate::upstream::host::Host;
 use crate::upstream::pool::{self, Lease, SendError, UpstreamBody};
 use crate::upstream::{UpstreamCluster, lb, outlier};
 use bytes::{Bytes, BytesMut};
-use http::header::{HeaderName, HeaderValue};
+use http::header::HeaderName;
 use http::request::Parts;
-use http::{HeaderMap, Request, Response};
+use http::{HeaderMap, Response};
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use retry::{Decision, Outcome, Retry, Timeouts};
+use one::Ended;
+use retry::{Outcome, Retry, Timeouts};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -132,37 +134,6 @@ fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
             .is_some_and(|n| n <= limit)
 }
 
-pub(super) fn request(
-    parts: &Parts,
-    body: UpstreamBody,
-    attempt: Option<u32>,
-) -> Request<UpstreamBody> {
-    let mut r = Request::new(body);
-    *r.method_mut() = parts.method.clone();
-    *r.uri_mut() = parts.uri.clone();
-    *r.version_mut() = parts.version;
-    *r.headers_mut() = parts.headers.clone();
-    with_attempt(r, attempt)
-}
-
-/// [`request`] for the only attempt: the head is moved, not copied (its
-/// extensions are dropped as the copy drops them).
-fn request_once(
-    mut parts: Parts,
-    body: UpstreamBody,
-    attempt: Option<u32>,
-) -> Request<UpstreamBody> {
-    parts.extensions.clear();
-    with_attempt(Request::from_parts(parts, body), attempt)
-}
-
-fn with_attempt(mut r: Request<UpstreamBody>, attempt: Option<u32>) -> Request<UpstreamBody> {
-    if let Some(n) = attempt {
-        r.headers_mut().insert(ATTEMPT_COUNT, HeaderValue::from(n));
-    }
-    r
-}
-
 /// Picks a host for a retry: `previous_hosts` rejects hosts already tried, for
 /// up to `host_selection_retry_max_attempts` extra picks; the last pick is used
 /// when every pick was rejected, as in Envoy.
@@ -261,21 +232,15 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         if parts.is_none() {
             return done(Final::Failed(SendError::Termination), host, false);
         }
-        let b = match &mut body {
-            HeldBody::Whole(d, t) => {
-                UpstreamBody::new(RequestBody::replay(d.clone(), t.clone(), None), None)
-            }
-            HeldBody::Once(b) => match b.take() {
-                Some(b) => b,
-                None => return done(Final::Failed(SendError::Termination), host, false),
-            },
+        let Some(b) = one::next_body(&mut body) else {
+            return done(Final::Failed(SendError::Termination), host, false);
         };
         let count = count_upstream.then_some(attempt);
         // Without a retry policy the head goes once: moved, not copied.
         let req = match (&retry, parts.as_ref()) {
-            (Some(_), Some(template)) => request(template, b, count),
+            (Some(_), Some(template)) => one::request(template, b, count),
             _ => match parts.take() {
-                Some(p) => request_once(p, b, count),
+                Some(p) => one::request_once(p, b, count),
                 None => return done(Final::Failed(SendError::Termination), host, false),
             },
         };
@@ -297,7 +262,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         }
         let per_try = try_deadline.is_some_and(|d| d.per_try);
         let idle_first = try_deadline.is_some_and(|d| d.idle);
-        let (last, mut outcome_replayable) = match result {
+        let (last, replayable) = match result {
             None => {
                 stats.rq_total.inc();
                 stats.response(504);
@@ -314,42 +279,16 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 }
                 (Final::Timeout, matches!(body, HeldBody::Whole(..)))
             }
-            Some(Err((SendError::Overflow, _))) => {
-                // max_pending_requests: refused, never retried.
-                stats.rq_pending_overflow.inc();
-                return done(Final::Overflow, host, false);
-            }
-            // No pool for the host: Envoy answers as without a host, no retry.
-            Some(Err((SendError::PoolOverflow, _))) => {
-                return done(Final::PoolOverflow, host, false);
-            }
-            Some(Err((e, back))) => {
-                if e.attached() {
-                    stats.rq_total.inc();
+            Some(result) => match one::record(cluster, stats, &host, result, &mut body, true) {
+                Ended::Overflow => return done(Final::Overflow, host, false),
+                Ended::PoolOverflow => return done(Final::PoolOverflow, host, false),
+                Ended::Failed(e, replayable) => (Final::Failed(e), replayable),
+                Ended::Response(resp, mut lease) => {
+                    lease.hold(slot);
+                    let whole = matches!(body, HeldBody::Whole(..));
+                    (Final::Response(resp, lease), whole)
                 }
-                stats.response(503);
-                outlier::record_failure(cluster, &host, &e);
-                // A connect failure gives the request back: its body was never sent.
-                let replayable = match (&mut body, back) {
-                    (HeldBody::Whole(..), _) => true,
-                    (HeldBody::Once(slot), Some(r)) => {
-                        *slot = Some(r.into_body());
-                        true
-                    }
-                    (HeldBody::Once(_), None) => false,
-                };
-                (Final::Failed(e), replayable)
-            }
-            Some(Ok((resp, mut lease))) => {
-                stats.rq_total.inc();
-                stats.response(resp.status().as_u16());
-                outlier::record_status(cluster, &host, resp.status().as_u16());
-                lease.hold(slot);
-                (
-                    Final::Response(resp, lease),
-                    matches!(body, HeldBody::Whole(..)),
-                )
-            }
+            },
         };
         let Some(r) = retry.as_mut() else {
             return done(last, host, false);
@@ -359,44 +298,22 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             Final::Failed(e) => Outcome::Failed(e),
             _ => Outcome::PerTryTimeout,
         };
-        if !r.retriable(outcome) {
-            if retried {
-                stats.rq_retry_success.inc();
+        let wait = match one::next(
+            r, outcome, replayable, &mut body, &mut teed, cluster, stats, high,
+        ) {
+            one::Next::Retry(wait, slot) => {
+                retry_slot = Some(slot);
+                wait
             }
-            return done(last, host, false);
-        }
-        // A body copied as it was sent can be sent again once it has ended
-        // within the limit.
-        if !outcome_replayable
-            && let Some(rx) = teed.as_mut()
-            && let Ok((d, t)) = rx.try_recv()
-        {
-            body = HeldBody::Whole(d, t);
-            teed = None;
-            outcome_replayable = true;
-        }
-        // Past the buffer limit the request cannot be sent again.
-        if !outcome_replayable {
-            return done(last, host, false);
-        }
-        let response = match &last {
-            Final::Response(resp, _) => Some(resp.headers()),
-            _ => None,
-        };
-        let (wait, kind) = match r.next(response) {
-            Decision::Retry(d, kind) => (d, kind),
-            Decision::LimitExceeded => {
-                stats.rq_retry_limit_exceeded.inc();
-                return done(last, host, true);
+            one::Next::NotRetriable => {
+                if retried {
+                    stats.rq_retry_success.inc();
+                }
+                return done(last, host, false);
             }
+            one::Next::LimitExceeded => return done(last, host, true),
+            one::Next::NotReplayable | one::Next::Overflow => return done(last, host, false),
         };
-        let Some(s) = cluster.circuit.try_retry(high) else {
-            stats.rq_retry_overflow.inc();
-            return done(last, host, false);
-        };
-        retry_slot = Some(s);
-        stats.rq_retry.inc();
-        kind.count(stats);
         // The failed attempt's response (and connection) is dropped here.
         drop(last);
         let wake = Instant::now() + wait;
