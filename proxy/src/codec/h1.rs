@@ -16,6 +16,7 @@
 //! Envoy's drain sequence, which a park does not interrupt; the request
 //! headers timer lives in the socket wrapper, which a park keeps.
 
+use crate::codec::ends::{self, End, Ends, Fired, retired};
 use crate::codec::idle::Activity;
 use crate::codec::park::{Parkable, Woken};
 use crate::codec::serve::{Limits, ListenerDrain};
@@ -26,13 +27,12 @@ use hyper::body::{Body, Incoming};
 use hyper::service::HttpService;
 use hyper_util::rt::TokioIo;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::task::Poll;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 /// How long an HTTP/1.1 connection must be quiet (no stream in flight,
 /// nothing read) before it parks. A keep-alive client under load sends its
@@ -84,147 +84,6 @@ enum Control {
     Tick,
     /// One of the connection's ends.
     End(End),
-}
-
-/// What ends the connection, or starts its end.
-enum End {
-    /// The server drains: graceful shutdown now.
-    Drain,
-    /// The drain sequence's time is up: graceful shutdown (`true`), or closed.
-    Deadline(bool),
-}
-
-/// What has happened of the connection's ends, kept across parks: each event
-/// fires once.
-#[derive(Default)]
-struct Fired {
-    idle: bool,
-    lifetime: bool,
-    retired: bool,
-    /// The drain sequence's end, once started, and whether it ends gracefully.
-    deadline: Option<(Instant, bool)>,
-}
-
-impl Fired {
-    /// Starts Envoy's drain sequence (`connection: close` on the responses
-    /// from now on), ending `after` from now; a sequence already started keeps
-    /// its sooner end. The new end, if it changed.
-    fn start_drain(&mut self, activity: &Activity, after: Duration, graceful: bool) -> bool {
-        activity.start_draining();
-        let at = Instant::now() + after;
-        match self.deadline {
-            Some((d, _)) if d <= at => false,
-            _ => {
-                self.deadline = Some((at, graceful));
-                true
-            }
-        }
-    }
-
-    /// The idle timeout is reached: Envoy's drain sequence, `drain_timeout`
-    /// more, then closed. Whether the sequence's end changed.
-    fn idle_reached(&mut self, activity: &Activity, drain_timeout: Duration) -> bool {
-        self.idle = true;
-        self.start_drain(activity, drain_timeout, true)
-    }
-
-    /// `max_connection_duration` is reached: the same drain sequence, counted.
-    fn lifetime_reached(
-        &mut self,
-        activity: &Activity,
-        stats: &HcmStats,
-        drain_timeout: Duration,
-    ) -> bool {
-        self.lifetime = true;
-        stats.edge.cx_max_duration_reached.inc();
-        self.start_drain(activity, drain_timeout, true)
-    }
-
-    /// The listener version is retired: whatever is still open after its
-    /// drain time (none: the server's drain applies) is closed.
-    fn retired_reached(&mut self, activity: &Activity, drain_time: Option<Duration>) -> bool {
-        self.retired = true;
-        drain_time.is_some_and(|t| self.start_drain(activity, t, false))
-    }
-}
-
-/// Resolves once the listener version is retired, with its drain time; to
-/// `None` if it never will be (the server is stopping and the server's
-/// drain applies).
-async fn retired(drain: &mut Option<ListenerDrain>) -> Option<Duration> {
-    let d = drain.as_mut()?;
-    d.signal.wait_for(|retired| *retired).await.ok()?;
-    Some(d.drain_time)
-}
-
-/// The events that end a connection while its codec serves (each future is
-/// pinned in the codec's boxed future, built anew per codec from what has
-/// [`Fired`], and polled until it fires once).
-struct Ends<'p, D, I, L, R> {
-    drain: Option<Pin<&'p mut D>>,
-    idle: Option<Pin<&'p mut I>>,
-    lifetime: Option<Pin<&'p mut L>>,
-    retired: Option<Pin<&'p mut R>>,
-    deadline: Option<(Pin<Box<Sleep>>, bool)>,
-    fired: &'p mut Fired,
-    activity: &'p Activity,
-    stats: &'p HcmStats,
-    drain_timeout: Duration,
-}
-
-impl<D, I, L, R> Ends<'_, D, I, L, R>
-where
-    D: Future<Output = ()>,
-    I: Future<Output = ()>,
-    L: Future<Output = ()>,
-    R: Future<Output = Option<Duration>>,
-{
-    /// Arms the drain sequence's timer anew when its end `changed`.
-    fn rearm(&mut self, changed: bool) {
-        if changed && let Some((at, graceful)) = self.fired.deadline {
-            self.deadline = Some((Box::pin(tokio::time::sleep_until(at)), graceful));
-        }
-    }
-
-    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<End> {
-        if let Some(d) = self.drain.as_mut()
-            && d.as_mut().poll(cx).is_ready()
-        {
-            self.drain = None;
-            return Poll::Ready(End::Drain);
-        }
-        if let Some(i) = self.idle.as_mut()
-            && i.as_mut().poll(cx).is_ready()
-        {
-            self.idle = None;
-            let changed = self.fired.idle_reached(self.activity, self.drain_timeout);
-            self.rearm(changed);
-        }
-        if let Some(l) = self.lifetime.as_mut()
-            && l.as_mut().poll(cx).is_ready()
-        {
-            self.lifetime = None;
-            let changed =
-                self.fired
-                    .lifetime_reached(self.activity, self.stats, self.drain_timeout);
-            self.rearm(changed);
-        }
-        if let Some(r) = self.retired.as_mut()
-            && let Poll::Ready(drain_time) = r.as_mut().poll(cx)
-        {
-            self.retired = None;
-            let changed = self.fired.retired_reached(self.activity, drain_time);
-            self.rearm(changed);
-        }
-        if let Some((s, graceful)) = self.deadline.as_mut()
-            && s.as_mut().poll(cx).is_ready()
-        {
-            let graceful = *graceful;
-            self.deadline = None;
-            return Poll::Ready(End::Deadline(graceful));
-        }
-        Poll::Pending
-    }
 }
 
 /// Waits, parked, for the client to send (`true`) or for the connection to
@@ -319,40 +178,19 @@ where
         ..
     } = h;
     let (limits, activity, stats): (&Limits, &Activity, &HcmStats) = (limits, activity, stats);
-    let drain = async {
-        // The watch guard must not live across the await below.
-        let _ = shutdown
-            .wait_for(|p| *p >= Phase::ConnectionsDraining)
-            .await;
-    };
-    let idle = async {
-        match limits.idle_timeout {
-            Some(t) => activity.idle_for(t).await,
-            None => std::future::pending().await,
-        }
-    };
-    let lifetime = async {
-        match lifetime {
-            Some(at) => tokio::time::sleep_until(*at).await,
-            None => std::future::pending().await,
-        }
-    };
-    let retired = retired(listener_drain);
+    let drain = ends::drained(shutdown);
+    let idle = ends::idle(limits, activity);
+    let lifetime = ends::lifetime(*lifetime);
+    let retired = ends::retired(listener_drain);
     tokio::pin!(drain, idle, lifetime, retired);
-    let deadline = fired
-        .deadline
-        .map(|(at, graceful)| (Box::pin(tokio::time::sleep_until(at)), graceful));
-    let mut ends = Ends {
-        drain: Some(drain),
-        idle: (!fired.idle).then_some(idle),
-        lifetime: (!fired.lifetime).then_some(lifetime),
-        retired: (!fired.retired).then_some(retired),
-        deadline,
-        fired,
-        activity,
-        stats,
-        drain_timeout: limits.drain_timeout,
+    let events = ends::Events {
+        drain,
+        idle,
+        lifetime,
+        retired,
     };
+    let drain_timeout = limits.drain_timeout;
+    let mut ends = Ends::new(events, fired, activity, stats, drain_timeout, false);
     let heads_at_start = activity.heads();
     let reads_at_start = activity.reads();
     let mut reads_at_tick = reads_at_start;
@@ -399,7 +237,7 @@ where
                         tick.as_mut().reset(Instant::now() + PARK_AFTER);
                     }
                 }
-                Control::End(End::Drain | End::Deadline(true)) => {
+                Control::End(End::Drain | End::Deadline(true) | End::GoAway) => {
                     // Connection: close on a request in flight; an idle
                     // codec closes at once.
                     closing = true;

@@ -270,6 +270,57 @@ async fn the_h2_preface_split_across_reads_is_served_as_http2_on_auto() {
     assert_eq!(head[3], 4, "{head:?}");
 }
 
+/// Reads HTTP/2 frames until one of type `kind`; `None` at EOF.
+async fn frame_of(c: &mut DuplexStream, kind: u8) -> Option<Vec<u8>> {
+    for _ in 0..64 {
+        let mut head = [0u8; 9];
+        if c.read_exact(&mut head).await.is_err() {
+            return None;
+        }
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        c.read_exact(&mut payload).await.ok()?;
+        if head[3] == kind {
+            return Some(payload);
+        }
+    }
+    panic!("no frame of type {kind}");
+}
+
+/// HTTP/2 ends as HTTP/1.1 does, through the same end state
+/// (crate::codec::ends): a retired listener version sends GOAWAY at once and
+/// closes the connection at its drain time (4 s here).
+#[tokio::test(start_paused = true)]
+async fn a_retired_listener_sends_goaway_on_http2_then_closes_at_the_drain_time() {
+    let mut s = serve("HTTP2", "");
+    s.client
+        .write_all(super::super::h2_flood::PREFACE)
+        .await
+        .unwrap();
+    s.client
+        .write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0])
+        .await
+        .unwrap();
+    assert!(
+        frame_of(&mut s.client, 4).await.is_some(),
+        "server SETTINGS"
+    );
+    let retired = Instant::now();
+    s.retire.send_replace(true);
+    let goaway = frame_of(&mut s.client, 7).await.expect("GOAWAY");
+    // NO_ERROR: a graceful GOAWAY.
+    assert_eq!(goaway[4..8], [0, 0, 0, 0], "{goaway:?}");
+    assert!(retired.elapsed() < Duration::from_secs(1));
+    // Nothing more until the drain time closes it.
+    let mut rest = Vec::new();
+    let _ = s.client.read_to_end(&mut rest).await;
+    assert!(
+        retired.elapsed() >= Duration::from_secs(4),
+        "{:?}",
+        retired.elapsed()
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_parked_connection_closes_when_the_server_drains() {
     let mut s = serve("HTTP1", "");

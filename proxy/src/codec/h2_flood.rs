@@ -20,12 +20,10 @@
 //! opened (`inbound_priority_frames_flood`), WINDOW_UPDATE frames over
 //! `1 + 2 * (streams + 10 * DATA frames sent)` (`inbound_window_update_frames_flood`).
 
-use crate::codec::idle::Activity;
 use courier_config::listener::http_options::H2FloodLimits;
 use std::collections::VecDeque;
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -93,8 +91,6 @@ pub struct FloodGuard<S> {
     /// Bytes of the client preface matched so far; `PREFACE.len()` once it is
     /// HTTP/2, and [`NOT_HTTP2`] once it is not.
     preface: usize,
-    /// Told when the connection turns out to be HTTP/2.
-    activity: Option<Arc<Activity>>,
     limits: H2FloodLimits,
     /// What HTTP/2 is counted with, allocated once the connection speaks it
     /// (preface read or first frame written): an HTTP/1.1 connection, parked
@@ -287,20 +283,18 @@ impl Frames {
 }
 
 impl<S> FloodGuard<S> {
-    /// Wraps a downstream socket with Envoy's default limits; `activity`
-    /// learns whether it speaks HTTP/2.
+    /// Wraps a downstream socket with Envoy's default limits.
     #[cfg(test)]
-    pub fn new(inner: S, activity: Option<Arc<Activity>>) -> Self {
-        Self::with_limits(inner, activity, &H2FloodLimits::default())
+    pub fn new(inner: S) -> Self {
+        Self::with_limits(inner, &H2FloodLimits::default())
     }
 
     /// Wraps a downstream socket with the connection manager's limits.
-    pub fn with_limits(inner: S, activity: Option<Arc<Activity>>, limits: &H2FloodLimits) -> Self {
+    pub fn with_limits(inner: S, limits: &H2FloodLimits) -> Self {
         FloodGuard {
             inner,
             mode: Mode::Unknown,
             preface: 0,
-            activity,
             limits: *limits,
             h2: None,
         }
@@ -399,9 +393,6 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FloodGuard<S> {
                 };
                 if this.mode == Mode::Http1 {
                     return Pin::new(&mut this.inner).poll_write(cx, buf);
-                }
-                if let Some(a) = this.activity.take() {
-                    a.saw_http2();
                 }
             }
             Mode::Http2 => {}

@@ -15,7 +15,7 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 #[tokio::test]
 async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
     let (near, mut far) = duplex(1024);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     let before = CONTROL_FLOODS.load(Ordering::Relaxed);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     guard.write_all(&frame(HEADERS, 4, 7, b"x")).await.unwrap();
@@ -65,7 +65,7 @@ async fn ping_acks_the_peer_does_not_read_close_the_connection_with_goaway() {
 #[tokio::test]
 async fn a_reading_peer_never_queues() {
     let (near, mut far) = duplex(64 * 1024);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     let reader = tokio::spawn(async move {
         let mut buf = vec![0u8; 4096];
         let mut total = 0usize;
@@ -90,7 +90,7 @@ async fn a_reading_peer_never_queues() {
 #[tokio::test]
 async fn http1_passes_through() {
     let (near, mut far) = duplex(16);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     let w = tokio::spawn(async move {
         for _ in 0..100 {
             guard.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.unwrap();
@@ -106,7 +106,7 @@ async fn http1_passes_through() {
 async fn queued_output_drains_once_the_peer_reads() {
     let (near, far) = duplex(1024);
     let (mut far_rd, _far_wr) = tokio::io::split(far);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     let data = frame(0, 0, 1, &[7; 1000]);
     for _ in 0..50 {
@@ -136,7 +136,7 @@ async fn settings_acks_and_resets_count_as_control_frames_and_data_as_frames() {
         (0, 0, &[1][..], &FLOODS),
     ] {
         let (near, _far) = duplex(64);
-        let mut guard = FloodGuard::new(near, None);
+        let mut guard = FloodGuard::new(near);
         guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
         let before = counter.load(Ordering::Relaxed);
         let f = frame(kind, flags, 1, payload);
@@ -204,7 +204,7 @@ async fn inbound_floods_close_the_connection() {
     ];
     for (frames, counter) in cases {
         let (near, mut far) = duplex(64 * 1024);
-        let mut guard = FloodGuard::new(near, None);
+        let mut guard = FloodGuard::new(near);
         let before = counter.load(Ordering::Relaxed);
         far.write_all(PREFACE).await.unwrap();
         far.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
@@ -220,7 +220,7 @@ async fn ordinary_http2_and_http1_input_passes() {
     // Empty DATA with END_STREAM, WINDOW_UPDATEs within what DATA sent allows,
     // a PRIORITY per stream: all fine.
     let (near, mut far) = duplex(64 * 1024);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     for _ in 0..3 {
         guard.write_all(&frame(DATA, 0, 1, b"abc")).await.unwrap();
@@ -237,7 +237,7 @@ async fn ordinary_http2_and_http1_input_passes() {
     assert!(!read_fails(&mut guard).await);
     // HTTP/1 is never walked.
     let (near, mut far) = duplex(64 * 1024);
-    let mut guard = FloodGuard::new(near, None);
+    let mut guard = FloodGuard::new(near);
     far.write_all(b"POST / HTTP/1.1\r\n\r\n\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0")
         .await
         .unwrap();
@@ -255,7 +255,7 @@ async fn configured_limits_replace_envoys_defaults() {
     };
     // 21 queued PING ACKs the peer does not read are a flood (the default allows 1 000).
     let (near, _far) = duplex(64);
-    let mut guard = FloodGuard::with_limits(near, None, &limits);
+    let mut guard = FloodGuard::with_limits(near, &limits);
     guard.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
     let ack = frame(PING, ACK, 0, &[0; 8]);
     let mut written = 0;
@@ -274,7 +274,7 @@ async fn configured_limits_replace_envoys_defaults() {
         (5, PRIORITY, &[0, 0, 0, 0, 16][..], true),
     ] {
         let (near, mut far) = duplex(64 * 1024);
-        let mut guard = FloodGuard::with_limits(near, None, &limits);
+        let mut guard = FloodGuard::with_limits(near, &limits);
         far.write_all(PREFACE).await.unwrap();
         far.write_all(&headers).await.unwrap();
         for _ in 0..n {

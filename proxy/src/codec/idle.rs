@@ -28,12 +28,10 @@ pub struct Activity {
     idle_since_ms: AtomicU64,
     /// Reads that returned bytes to the codec, ever (parking looks for none).
     reads: AtomicU64,
-    /// [`HTTP2`], [`DRAINING`] and [`PARKING`].
+    /// [`DRAINING`], [`PARKING`] and [`BYPASS_OVERLOAD`].
     flags: AtomicU8,
 }
 
-/// The connection speaks HTTP/2.
-const HTTP2: u8 = 1;
 /// The connection is draining (`max_connection_duration`): HTTP/1 responses
 /// close it.
 const DRAINING: u8 = 2;
@@ -64,16 +62,6 @@ impl Activity {
     /// The overload state this connection goes by ([`crate::overload::of`]).
     pub fn overload(&self) -> &'static crate::overload::Overload {
         crate::overload::of(self.flags.load(Ordering::Relaxed) & BYPASS_OVERLOAD != 0)
-    }
-
-    /// Notes that the connection speaks HTTP/2.
-    pub fn saw_http2(&self) {
-        self.flags.fetch_or(HTTP2, Ordering::Relaxed);
-    }
-
-    /// Whether the connection has been seen speaking HTTP/2.
-    pub fn http2(&self) -> bool {
-        self.flags.load(Ordering::Relaxed) & HTTP2 != 0
     }
 
     /// The connection starts draining.

@@ -4,6 +4,7 @@
 
 use courier_config::listener::hcm::CodecType;
 
+pub mod ends;
 pub mod error;
 pub mod h1;
 pub mod h2_flood;

@@ -4,6 +4,7 @@
 //! (drain, idle timeout, `max_connection_duration`).
 
 use crate::codec::Codec;
+use crate::codec::ends::{self, End, Ends, Fired};
 use crate::codec::error::CodecErrors;
 use crate::codec::idle::{Activity, Tracked};
 use crate::codec::park::Parkable;
@@ -158,104 +159,6 @@ impl Limits {
     }
 }
 
-/// Drives a hyper connection (`$conn`, any of hyper's connection types) to its
-/// end; once the server drains it shuts it down gracefully and lets it finish;
-/// once idle for `$limits.idle_timeout` it drains as Envoy (HTTP/1.1: closed
-/// after `drain_timeout`). At
-/// `max_connection_duration` it drains as Envoy: HTTP/2 at once (GOAWAY, streams
-/// in flight finish); HTTP/1 answers `connection: close` from then on and is
-/// closed once idle after `drain_timeout`.
-macro_rules! serve_until_drained {
-    ($conn:expr, $shutdown:ident, $activity:ident, $limits:expr, $stats:expr, $retired:expr, $lifetime:expr) => {{
-        let conn = $conn;
-        tokio::pin!(conn);
-        let retired = listener_retired($retired);
-        let drain = async {
-            // The watch guard must not live across the await below.
-            let _ = $shutdown
-                .wait_for(|p| *p >= Phase::ConnectionsDraining)
-                .await;
-        };
-        let idle = async {
-            match $limits.idle_timeout {
-                Some(t) => $activity.idle_for(t).await,
-                None => std::future::pending().await,
-            }
-        };
-        let lifetime = async {
-            match $lifetime {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(drain, idle, lifetime, retired);
-        // The ends are polled only when they woke, not on each of the codec's
-        // wakes per request.
-        let mut gate = $crate::codec::wake_gate::WakeGate::default();
-        let ends = std::future::poll_fn(|cx| {
-            gate.poll(cx, |cx| {
-                if drain.as_mut().poll(cx).is_ready() {
-                    return std::task::Poll::Ready(ConnEnd::Drain);
-                }
-                if let std::task::Poll::Ready(t) = retired.as_mut().poll(cx) {
-                    return std::task::Poll::Ready(ConnEnd::Retired(t));
-                }
-                if idle.as_mut().poll(cx).is_ready() {
-                    return std::task::Poll::Ready(ConnEnd::Idle);
-                }
-                lifetime.as_mut().poll(cx).map(|()| ConnEnd::Lifetime)
-            })
-        });
-        tokio::select! {
-            biased;
-            _ = conn.as_mut() => {}
-            end = ends => match end {
-                end @ (ConnEnd::Idle | ConnEnd::Lifetime) => {
-                    if matches!(end, ConnEnd::Lifetime) {
-                        $stats.edge.cx_max_duration_reached.inc();
-                    }
-                    // Envoy's drain sequence: GOAWAY on HTTP/2; an HTTP/1.1
-                    // connection gets `drain_timeout` more (a request in it is
-                    // answered with `connection: close`), then closes.
-                    $activity.start_draining();
-                    if !$activity.http2() {
-                        let _ = tokio::time::timeout($limits.drain_timeout, conn.as_mut()).await;
-                    }
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-                ConnEnd::Drain => {
-                    // Connection: close on HTTP/1.1, GOAWAY on HTTP/2; in-flight requests finish.
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
-                }
-                ConnEnd::Retired(drain_time) => {
-                    // The listener version was replaced or removed: HTTP/1
-                    // responses say `connection: close` from now on, HTTP/2 gets
-                    // GOAWAY; whatever is still open after the drain time is closed.
-                    $activity.start_draining();
-                    if $activity.http2() {
-                        conn.as_mut().graceful_shutdown();
-                    }
-                    let _ = tokio::time::timeout(drain_time, conn.as_mut()).await;
-                }
-            }
-        }
-    }};
-}
-
-/// What ended or started ending a connection in [`serve_until_drained`].
-enum ConnEnd {
-    /// Idle for the idle timeout.
-    Idle,
-    /// The server drains.
-    Drain,
-    /// The listener version was retired; the connection gets this long.
-    Retired(Duration),
-    /// `max_connection_duration` reached.
-    Lifetime,
-}
-
 /// What tells a connection its listener version is retired (LDS update or
 /// removal), and how long it then gets.
 #[derive(Clone)]
@@ -264,19 +167,6 @@ pub(crate) struct ListenerDrain {
     pub signal: watch::Receiver<bool>,
     /// The server's `--drain-time-s`.
     pub drain_time: Duration,
-}
-
-/// Resolves to the drain time once the connection's listener version is retired.
-pub(crate) async fn listener_retired(drain: Option<ListenerDrain>) -> Duration {
-    let Some(mut d) = drain else {
-        return std::future::pending().await;
-    };
-    let retired = d.signal.wait_for(|retired| *retired).await.is_ok();
-    if !retired {
-        // Never retired (the server is stopping): the server's drain applies.
-        std::future::pending::<()>().await;
-    }
-    d.drain_time
 }
 
 /// Whether a response of an HTTP/1 stream closes its connection:
@@ -421,11 +311,7 @@ where
     };
     let io = Parkable::new(
         CodecErrors::new(
-            crate::codec::h2_flood::FloodGuard::with_limits(
-                stream,
-                Some(Arc::clone(&activity)),
-                &limits.h2_flood,
-            ),
+            crate::codec::h2_flood::FloodGuard::with_limits(stream, &limits.h2_flood),
             limits.server_name.clone(),
             &activity,
             limits.request_headers_timeout,
@@ -540,15 +426,41 @@ where
         lifetime,
         ..
     } = &mut h;
+    let (limits, activity, stats): (&Limits, &Activity, &HcmStats) = (limits, activity, stats);
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     limits.h2(&mut builder);
-    serve_until_drained!(
-        builder.serve_connection(TokioIo::new(io), service),
-        shutdown,
-        activity,
-        limits,
-        stats,
-        listener_drain.take(),
-        *lifetime
-    );
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    // The same ends as HTTP/1.1's (crate::codec::ends), fresh: nothing has
+    // fired before a connection speaks HTTP/2.
+    let mut fired = Fired::default();
+    let drain = ends::drained(shutdown);
+    let idle = ends::idle(limits, activity);
+    let lifetime = ends::lifetime(*lifetime);
+    let retired = ends::retired(listener_drain);
+    tokio::pin!(drain, idle, lifetime, retired);
+    let events = ends::Events {
+        drain,
+        idle,
+        lifetime,
+        retired,
+    };
+    let drain_timeout = limits.drain_timeout;
+    let mut ends = Ends::new(events, &mut fired, activity, stats, drain_timeout, true);
+    // The ends are polled only when they woke, not on each of the codec's
+    // wakes per request.
+    let mut gate = crate::codec::wake_gate::WakeGate::default();
+    loop {
+        let end = std::future::poll_fn(|cx| gate.poll(cx, |cx| ends.poll_end(cx)));
+        tokio::select! {
+            biased;
+            _ = conn.as_mut() => return,
+            end = end => match end {
+                // GOAWAY; the streams in flight finish.
+                End::Drain | End::GoAway | End::Deadline(true) => conn.as_mut().graceful_shutdown(),
+                // A retired listener's drain time is up: closed.
+                End::Deadline(false) => return,
+            },
+        }
+    }
 }
