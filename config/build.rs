@@ -42,6 +42,11 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
     "envoy.extensions.filters.http.rbac.v3.RBAC",
     "envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+    // The RBAC unified matcher's inputs and input matchers.
+    "envoy.extensions.matching.common_inputs.network.v3.SourceIPInput",
+    "envoy.type.matcher.v3.HttpRequestHeaderMatchInput",
+    "envoy.extensions.matching.input_matchers.ip.v3.Ip",
+    "envoy.extensions.matching.input_matchers.metadata.v3.Metadata",
     "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
     "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
     "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",

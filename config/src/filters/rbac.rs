@@ -2,8 +2,9 @@
 //! compiled into trees of precompiled matchers.
 //!
 //! Implemented: `rules` and `shadow_rules` with every Permission and Principal kind of
-//! envoy-reference 4.1 except the extension-typed ones. Refused through the support table
-//! (so reported at their own path): the unified `matcher` / `shadow_matcher` trees, CEL
+//! envoy-reference 4.1 except the extension-typed ones, and their unified-matcher form
+//! `matcher` / `shadow_matcher` ([`super::rbac_matcher`]). Refused through the support
+//! table (so reported at their own path): CEL
 //! `condition` / `checked_condition` / `cel_config`, `audit_logging_options`, and the
 //! Permission kinds `matcher`, `uri_template` and Principal kinds `filter_state`, `custom`.
 
@@ -27,6 +28,10 @@ pub struct RbacFilter {
     pub shadow_rules_stat_prefix: String,
     /// Per-policy `policy.<name>.allowed|denied` counters.
     pub track_per_rule_stats: bool,
+    /// The enforced engine in its unified-matcher form (`matcher`), instead of `rules`.
+    pub matcher: Option<super::rbac_matcher::RbacMatcher>,
+    /// The shadow engine in its unified-matcher form (`shadow_matcher`).
+    pub shadow_matcher: Option<super::rbac_matcher::RbacMatcher>,
 }
 
 /// Per-route RBAC override (`RBACPerRoute`).
@@ -118,6 +123,8 @@ pub enum Permission {
     Metadata(SourcedMetadata),
     /// The TLS SNI (empty string when there is none).
     RequestedServerName(StringMatcher),
+    /// The local port as text (the unified matcher's `DestinationPortInput`).
+    DestinationPortText(StringMatcher),
 }
 
 /// A compiled `Principal` (who sends the request).
@@ -150,8 +157,6 @@ pub enum Principal {
 
 /// Translates the RBAC filter config.
 pub fn translate(r: &filter_pb::Rbac, path: &Path<'_>, ctx: &mut Ctx) -> Option<RbacFilter> {
-    // `matcher` / `shadow_matcher` are refused by the support table at their own path;
-    // nothing to do here (reporting again would duplicate the error).
     let before = ctx.error_count();
     let rules = r
         .rules
@@ -161,6 +166,23 @@ pub fn translate(r: &filter_pb::Rbac, path: &Path<'_>, ctx: &mut Ctx) -> Option<
         .shadow_rules
         .as_ref()
         .map(|e| engine(e, &path.field("shadow_rules"), ctx));
+    let matcher = r
+        .matcher
+        .as_ref()
+        .and_then(|m| super::rbac_matcher::translate(m, &path.field("matcher"), ctx));
+    let shadow_matcher = r
+        .shadow_matcher
+        .as_ref()
+        .and_then(|m| super::rbac_matcher::translate(m, &path.field("shadow_matcher"), ctx));
+    // With both forms set, the matcher is the engine and the rules are
+    // ignored, as Envoy does (it warns: "RBAC rules are ignored when matcher
+    // is configured").
+    let rules = if matcher.is_some() { None } else { rules };
+    let shadow_rules = if shadow_matcher.is_some() {
+        None
+    } else {
+        shadow_rules
+    };
     if ctx.error_count() > before {
         return None;
     }
@@ -170,6 +192,8 @@ pub fn translate(r: &filter_pb::Rbac, path: &Path<'_>, ctx: &mut Ctx) -> Option<
         shadow_rules,
         shadow_rules_stat_prefix: r.shadow_rules_stat_prefix.clone(),
         track_per_rule_stats: r.track_per_rule_stats,
+        matcher,
+        shadow_matcher,
     })
 }
 

@@ -126,20 +126,12 @@ rules:
     q:
       permissions: [{any: true}]
       principals: [{filter_state: {key: k, string_match: {exact: v}}}]
-matcher:
-  on_no_match:
-    action:
-      name: a
-      typed_config:
-        "@type": type.googleapis.com/envoy.config.rbac.v3.Action
-        name: all
 "#,
     ));
     e.sort();
     assert_eq!(
         e,
         [
-            "typed_config.matcher: matcher is not supported",
             "typed_config.rules.policies[\"p\"].condition: condition is not supported",
             "typed_config.rules.policies[\"q\"].principals[0].filter_state: filter_state is not supported",
         ]
@@ -221,4 +213,77 @@ rules:
         })
         .collect();
     assert_eq!(ranges, ["10.0.0.0/8", "::/0"]);
+}
+
+/// The unified matcher: what courier does not implement of it is refused at
+/// its path (a tree, nested matchers, `keep_matching`, LOG, other inputs and
+/// input matchers); an empty list is an error, as in Envoy.
+#[test]
+fn matcher_forms_courier_lacks_are_refused_at_their_path() {
+    let action = r#"{action: {name: a, typed_config: {"@type": type.googleapis.com/envoy.config.rbac.v3.Action, name: a, action: LOG}}}"#;
+    let header = r#"{single_predicate: {input: {name: h, typed_config: {"@type": type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput, header_name: x}}, value_match: {exact: 'v'}}}"#;
+    let server_name = r#"{single_predicate: {input: {name: s, typed_config: {"@type": type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.ServerNameInput}}, value_match: {exact: 'v'}}}"#;
+    let e = errors(rbac(&format!(
+        r#"
+matcher:
+  matcher_list:
+    matchers:
+    - {{predicate: {header}, on_match: {action}}}
+    - {{predicate: {server_name}, on_match: {{keep_matching: true}}}}
+shadow_matcher:
+  matcher_list: {{matchers: []}}
+"#
+    )));
+    assert_eq!(
+        e,
+        [
+            "typed_config.matcher.matcher_list.matchers[0].on_match.action.typed_config.action: LOG in a matcher is not supported",
+            "typed_config.matcher.matcher_list.matchers[1].predicate.single_predicate.input.typed_config: matcher input envoy.extensions.matching.common_inputs.network.v3.ServerNameInput is not supported",
+            "typed_config.matcher.matcher_list.matchers[1].on_match.keep_matching: keep_matching is not supported",
+            "typed_config.shadow_matcher.matcher_list.matchers: needs at least one matcher",
+        ]
+    );
+}
+
+/// A matcher compiles to predicates over the same tests as `rules`.
+#[test]
+fn matcher_compiles_to_rbac_predicates() {
+    let r = rbac(
+        r#"
+matcher:
+  matcher_list:
+    matchers:
+    - predicate:
+        not_matcher:
+          single_predicate:
+            input: {name: ip, typed_config: {"@type": type.googleapis.com/envoy.extensions.matching.common_inputs.network.v3.SourceIPInput}}
+            custom_match: {name: m, typed_config: {"@type": type.googleapis.com/envoy.extensions.matching.input_matchers.ip.v3.Ip, cidr_ranges: [{address_prefix: 10.0.0.0, prefix_len: 8}, {address_prefix: 192.168.0.0, prefix_len: 16}], stat_prefix: ip}}
+      on_match: {action: {name: allow, typed_config: {"@type": type.googleapis.com/envoy.config.rbac.v3.Action, name: allow-outside}}}
+  on_no_match: {action: {name: d, typed_config: {"@type": type.googleapis.com/envoy.config.rbac.v3.Action, name: fallback, action: DENY}}}
+"#,
+    )
+    .unwrap();
+    let m = r.matcher.expect("matcher");
+    assert!(r.rules.is_none());
+    let (pred, action) = &m.rules[0];
+    assert_eq!(
+        (action.name.as_str(), action.action),
+        ("allow-outside", RbacAction::Allow)
+    );
+    let crate::filters::rbac_matcher::Predicate::Not(inner) = pred else {
+        panic!("{pred:?}");
+    };
+    let crate::filters::rbac_matcher::Predicate::Or(cidrs) = &**inner else {
+        panic!("{inner:?}");
+    };
+    assert_eq!(cidrs.len(), 2);
+    assert!(matches!(
+        cidrs[0],
+        crate::filters::rbac_matcher::Predicate::Principal(Principal::RemoteIp(_))
+    ));
+    let fallback = m.on_no_match.expect("on_no_match");
+    assert_eq!(
+        (fallback.name.as_str(), fallback.action),
+        ("fallback", RbacAction::Deny)
+    );
 }

@@ -5,6 +5,7 @@ use crate::request::RequestState;
 use courier_config::filters::rbac::{
     MetadataSource, Permission, Principal, RbacAction, RbacEngine, RbacPolicy, SourcedMetadata,
 };
+use courier_config::filters::rbac_matcher::{MatchedAction, Predicate, RbacMatcher};
 use courier_config::matcher::HeaderMatcher;
 use std::net::IpAddr;
 
@@ -162,6 +163,7 @@ fn permission(p: &Permission, req: &RequestState<'_>) -> bool {
             *start <= port && port < *end
         }
         Permission::Metadata(m) => metadata(m, req),
+        Permission::DestinationPortText(sm) => sm.matches(&req.conn.local.port().to_string()),
         Permission::RequestedServerName(sm) => {
             let sni = req
                 .conn
@@ -231,5 +233,28 @@ fn metadata(m: &SourcedMetadata, req: &RequestState<'_>) -> bool {
             Some(md) => m.matcher.matches(md),
             None => m.matcher.matches(&courier_config::core::MetadataMap::new()),
         },
+    }
+}
+
+/// The action a unified matcher decides on for `req`: the first predicate that
+/// matches, else `on_no_match`; `None` (denied) when neither.
+pub fn evaluate_matcher<'m>(
+    m: &'m RbacMatcher,
+    req: &RequestState<'_>,
+) -> Option<&'m MatchedAction> {
+    m.rules
+        .iter()
+        .find(|(p, _)| predicate(p, req))
+        .map(|(_, a)| a)
+        .or(m.on_no_match.as_ref())
+}
+
+fn predicate(p: &Predicate, req: &RequestState<'_>) -> bool {
+    match p {
+        Predicate::And(v) => v.iter().all(|x| predicate(x, req)),
+        Predicate::Or(v) => v.iter().any(|x| predicate(x, req)),
+        Predicate::Not(x) => !predicate(x, req),
+        Predicate::Permission(x) => permission(x, req),
+        Predicate::Principal(x) => principal(x, req),
     }
 }

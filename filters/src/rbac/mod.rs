@@ -125,6 +125,39 @@ impl RbacFilter {
                 Value::String(if r.allowed { "allowed" } else { "denied" }.into()),
             );
             req.merge_metadata(METADATA_NAMESPACE, md);
+        } else if let Some(shadow) = &config.shadow_matcher {
+            let matched = eval::evaluate_matcher(shadow, req);
+            let allowed = matched.is_some_and(|a| a.action == RbacAction::Allow);
+            inc(if allowed {
+                &stats.shadow_allowed
+            } else {
+                &stats.shadow_denied
+            });
+            let prefix = &config.shadow_rules_stat_prefix;
+            let mut md = serde_json::Map::new();
+            if let Some(a) = matched.filter(|a| !a.name.is_empty()) {
+                md.insert(
+                    format!("{prefix}shadow_effective_policy_id"),
+                    Value::String(a.name.clone()),
+                );
+            }
+            md.insert(
+                format!("{prefix}shadow_engine_result"),
+                Value::String(if allowed { "allowed" } else { "denied" }.into()),
+            );
+            req.merge_metadata(METADATA_NAMESPACE, md);
+        }
+        if let Some(m) = &config.matcher {
+            // The unified matcher: the action of the first predicate that
+            // matches, else `on_no_match`, else denied (Envoy's default).
+            let matched = eval::evaluate_matcher(m, req);
+            if matched.is_some_and(|a| a.action == RbacAction::Allow) {
+                inc(&stats.allowed);
+                return None;
+            }
+            inc(&stats.denied);
+            let name = matched.map_or("none", |a| a.name.as_str());
+            return Some(denied(name));
         }
         let engine = config.rules.as_ref()?;
         let r = eval::evaluate(engine, req);
@@ -158,12 +191,17 @@ impl RbacFilter {
             inc(&s.denied);
         }
         let name = r.matched.map_or("none", |p| p.name.as_str());
-        let details = format!(
-            "rbac_access_denied_matched_policy[{}]",
-            name.replace(char::is_whitespace, "_")
-        );
-        Some(LocalReply::new(StatusCode::FORBIDDEN, DENIED_BODY, details))
+        Some(denied(name))
     }
+}
+
+/// The 403 for a request denied with effective policy `name`.
+fn denied(name: &str) -> LocalReply {
+    let details = format!(
+        "rbac_access_denied_matched_policy[{}]",
+        name.replace(char::is_whitespace, "_")
+    );
+    LocalReply::new(StatusCode::FORBIDDEN, DENIED_BODY, details)
 }
 
 impl HttpFilter for RbacFilter {
