@@ -112,7 +112,7 @@ impl Http1Harness {
                 .listeners
                 .first()
                 .and_then(|l| filter_chain::chain_at(l, 0))
-                .map(|fc| &*fc.http_connection_manager);
+                .and_then(|fc| fc.hcm().map(|h| &**h));
             Arc::new(serve_conn::Limits::of(hcm).with_half_close())
         };
         let conn = serve_conn::Conn {

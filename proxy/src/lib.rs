@@ -22,6 +22,7 @@ mod h2_flood;
 mod heap_trim;
 mod http_filters;
 mod jwks_fetch;
+mod l4;
 mod listener;
 mod listeners;
 mod local_reply;
