@@ -189,7 +189,8 @@ pub fn http_filters_from_bootstrap(yaml: &str) -> Vec<courier_config::filters::H
         .listeners
         .first()
         .and_then(|l| l.filter_chains.first())
-        .map(|c| c.http_connection_manager.http_filters.clone())
+        .and_then(|c| c.hcm())
+        .map(|h| h.http_filters.clone())
         .unwrap_or_default()
 }
 

@@ -59,8 +59,8 @@ fn route_config(json: serde_json::Value) -> Arc<RouteConfig> {
     let bootstrap = courier_config::bootstrap_from_str(&text, Format::Json)
         .unwrap_or_else(|e| panic!("bench config is invalid: {e:?}"));
     let chain = &bootstrap.listeners[0].filter_chains[0];
-    match &chain.http_connection_manager.route_specifier {
-        RouteSpecifier::Inline(rc) => rc.clone(),
+    match chain.hcm().map(|h| &h.route_specifier) {
+        Some(RouteSpecifier::Inline(rc)) => rc.clone(),
         other => panic!("expected an inline route config, got {other:?}"),
     }
 }

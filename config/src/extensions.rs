@@ -26,6 +26,9 @@ pub const RBAC_PER_ROUTE: &str =
 pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 /// The HTTP connection manager network filter.
 pub const HTTP_CONNECTION_MANAGER: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+/// The TCP proxy network filter.
+pub const TCP_PROXY: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 /// The TLS transport socket, downstream side.
 pub const DOWNSTREAM_TLS: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";

@@ -44,7 +44,7 @@ static_resources:
 #[test]
 fn typed_structs_are_the_messages_they_name() {
     let b = bootstrap_from_str(FILTERS, Format::Yaml).unwrap_or_else(|e| panic!("{e}"));
-    let hcm = &b.listeners[0].filter_chains[0].http_connection_manager;
+    let hcm = b.listeners[0].filter_chains[0].hcm().expect("an HCM");
     assert_eq!(hcm.stat_prefix, "ingress");
     assert_eq!(hcm.http_filters.len(), 2, "RBAC, then the router");
     assert!(!hcm.implicit_router);

@@ -85,9 +85,9 @@ fn tables() -> &'static Vec<Arc<RouteConfig>> {
                 .all_filter_chains()
                 .next()
                 .expect("a filter chain");
-            match &fc.http_connection_manager.route_specifier {
-                RouteSpecifier::Inline(rc) => Arc::clone(rc),
-                RouteSpecifier::Rds { .. } => panic!("inline routes expected"),
+            match fc.hcm().map(|h| &h.route_specifier) {
+                Some(RouteSpecifier::Inline(rc)) => Arc::clone(rc),
+                _ => panic!("inline routes expected"),
             }
         })
         .collect()

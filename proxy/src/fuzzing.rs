@@ -112,7 +112,7 @@ impl Http1Harness {
                 .listeners
                 .first()
                 .and_then(|l| chain_at(l, 0))
-                .map(|fc| &*fc.http_connection_manager);
+                .and_then(|fc| fc.hcm().map(|h| &**h));
             Arc::new(crate::codec::serve::Limits::of(hcm).with_half_close())
         };
         let conn = crate::codec::serve::Conn {

@@ -15,6 +15,7 @@ mod attempt;
 mod codec;
 mod conn_manager;
 mod filter_chain;
+mod l4;
 mod request;
 mod router;
 mod upstream;

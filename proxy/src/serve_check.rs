@@ -82,11 +82,10 @@ pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
     // default chain and TLS termination are served: every chain's connection
     // manager is checked.
     for fc in l.all_filter_chains() {
-        hcm(
-            &fc.http_connection_manager,
-            &format!("{at}.{}", fc.hcm_config_path),
-            problems,
-        );
+        // A TCP proxy chain serves everything its config accepts.
+        if let Some(h) = fc.hcm() {
+            hcm(h, &format!("{at}.{}", fc.hcm_config_path), problems);
+        }
     }
 }
 

@@ -285,7 +285,7 @@ fn check_access_logs(bootstrap: &Bootstrap) -> Result<(), String> {
         .listeners
         .iter()
         .flat_map(|l| l.all_filter_chains())
-        .flat_map(|fc| fc.http_connection_manager.access_log.iter());
+        .flat_map(crate::l4::chain_access_logs);
     let admin_logs = bootstrap.admin.iter().flat_map(|a| a.access_log.iter());
     for log in hcm_logs.chain(admin_logs) {
         if let Sink::File(path) = &log.sink {

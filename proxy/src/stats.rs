@@ -24,6 +24,20 @@ impl Counter {
         self.0.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// Adds `n`.
+    pub fn add(&self, n: u64) {
+        if n > 0 {
+            self.0.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Subtracts `n` (for gauges).
+    pub fn sub(&self, n: u64) {
+        if n > 0 {
+            self.0.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
     /// The current value.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
@@ -114,6 +128,9 @@ pub struct ClusterStats {
     pub cx_overflow: Counter,
     /// `upstream_cx_pool_overflow`: requests refused by `max_connection_pools`.
     pub cx_pool_overflow: Counter,
+    /// `upstream_cx_connect_attempts_exceeded`: TCP proxy connections that
+    /// gave up after `max_connect_attempts` failed connects.
+    pub cx_connect_attempts_exceeded: Counter,
 }
 
 impl Default for ClusterStats {
@@ -138,6 +155,7 @@ impl Default for ClusterStats {
             rq_pending_overflow: Counter::default(),
             cx_overflow: Counter::default(),
             cx_pool_overflow: Counter::default(),
+            cx_connect_attempts_exceeded: Counter::default(),
         }
     }
 }
@@ -333,6 +351,10 @@ fn cluster_values(c: &ClusterStats, add: &mut dyn FnMut(&str, u64)) {
     add("upstream_cx_connect_timeout", c.cx_connect_timeout.get());
     add("upstream_cx_none_healthy", c.cx_none_healthy.get());
     add("upstream_rq_timeout", c.rq_timeout.get());
+    add(
+        "upstream_cx_connect_attempts_exceeded",
+        c.cx_connect_attempts_exceeded.get(),
+    );
     for (stat, v) in c.resilience() {
         add(stat, v);
     }
@@ -368,6 +390,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
                 &c.cx_connect_timeout,
                 &c.cx_none_healthy,
                 &c.rq_timeout,
+                &c.cx_connect_attempts_exceeded,
             ];
             counters.into_iter().for_each(Counter::reset);
             c.resilience_counters().into_iter().for_each(Counter::reset);
@@ -409,7 +432,7 @@ pub fn render_prometheus(samples: &[Sample]) -> String {
     }
     let mut s = String::new();
     for (family, lines) in families {
-        let kind = if family.ends_with("_active") {
+        let kind = if family.ends_with("_active") || family.ends_with("_buffered") {
             "gauge"
         } else {
             "counter"
@@ -432,6 +455,7 @@ fn prometheus_name(name: &str) -> Option<(String, String)> {
     let owner_label = match scope {
         "http" => format!("envoy_http_conn_manager_prefix=\"{owner}\""),
         "cluster" => format!("envoy_cluster_name=\"{owner}\""),
+        "tcp" => format!("envoy_tcp_prefix=\"{owner}\""),
         _ => return None,
     };
     let code_prefix = if scope == "http" {

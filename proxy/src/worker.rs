@@ -367,10 +367,32 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 }
             };
             let chain = crate::request::conn::chain_at(l, filter_chain_index);
-            let codec = chain.map_or(crate::codec::Codec::Auto, |fc| {
-                let codec_type = fc.http_connection_manager.codec_type;
-                crate::codec::codec(codec_type, alpn.as_deref())
-            });
+            if let Some(tcp) = chain.and_then(|fc| fc.tcp_proxy()) {
+                // Raw bytes to a cluster, on a task that holds the guards.
+                let session = crate::l4::Session {
+                    config: Arc::clone(tcp),
+                    stats: active
+                        .tcp_stats
+                        .get(filter_chain_index)
+                        .cloned()
+                        .flatten()
+                        .unwrap_or_default(),
+                    peer,
+                    local,
+                    server_name,
+                    buffer_limit: l.per_connection_buffer_limit_bytes,
+                    clusters,
+                    worker_stats,
+                    drain: Some((active.drain_signal(filter_chain_index), drain_time)),
+                };
+                crate::l4::spawn(stream, session, guards);
+                return None;
+            }
+            let codec = chain
+                .and_then(|fc| fc.hcm())
+                .map_or(crate::codec::Codec::Auto, |h| {
+                    crate::codec::codec(h.codec_type, alpn.as_deref())
+                });
             let limits = active.limits(filter_chain_index);
             let filters = active
                 .http_filters

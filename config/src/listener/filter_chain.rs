@@ -1,14 +1,17 @@
-//! Filter chains: their matches (SNI, transport protocol, ALPN), TLS, and the one
-//! network filter courier implements, the HTTP connection manager.
+//! Filter chains: their matches (SNI, transport protocol, ALPN), TLS, and the
+//! terminal network filter courier implements: the HTTP connection manager or
+//! the TCP proxy.
 
 use super::hcm::{self, HttpConnectionManager};
+use super::tcp_proxy::{self, TcpProxy};
 use crate::core;
 use crate::ctx::Ctx;
-use crate::extensions::HTTP_CONNECTION_MANAGER;
+use crate::extensions::{HTTP_CONNECTION_MANAGER, TCP_PROXY};
 use crate::path::Path;
 use crate::tls::{self, DownstreamTls};
 use envoy_types::pb::envoy::config::listener::v3 as pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager as HcmProto;
+use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy as TcpProxyProto;
 use std::sync::Arc;
 
 /// The transport protocol a filter chain matches.
@@ -40,11 +43,38 @@ pub struct FilterChain {
     pub filter_chain_match: FilterChainMatch,
     /// TLS termination; `None` = plaintext.
     pub tls: Option<Arc<DownstreamTls>>,
-    /// The connection manager, the chain's only network filter.
-    pub http_connection_manager: Arc<HttpConnectionManager>,
-    /// Where the connection manager's config sits in its listener
+    /// The chain's only network filter.
+    pub network: NetworkFilter,
+    /// Where the network filter's config sits in its listener
     /// (`filter_chains[0].filters[0].typed_config`), for messages that refer back to it.
     pub hcm_config_path: String,
+}
+
+/// The terminal network filter of a chain.
+#[derive(Debug, Clone)]
+pub enum NetworkFilter {
+    /// `envoy.filters.network.http_connection_manager`.
+    Http(Arc<HttpConnectionManager>),
+    /// `envoy.filters.network.tcp_proxy`.
+    Tcp(Arc<TcpProxy>),
+}
+
+impl FilterChain {
+    /// The chain's connection manager, unless it proxies TCP.
+    pub fn hcm(&self) -> Option<&Arc<HttpConnectionManager>> {
+        match &self.network {
+            NetworkFilter::Http(h) => Some(h),
+            NetworkFilter::Tcp(_) => None,
+        }
+    }
+
+    /// The chain's TCP proxy, unless it serves HTTP.
+    pub fn tcp_proxy(&self) -> Option<&Arc<TcpProxy>> {
+        match &self.network {
+            NetworkFilter::Tcp(t) => Some(t),
+            NetworkFilter::Http(_) => None,
+        }
+    }
 }
 
 /// Translates one `FilterChain`. `rel` is its path relative to the listener, as text.
@@ -69,7 +99,7 @@ pub(crate) fn translate(
         // Envoy accepts a chain without filters (it closes every connection).
         ctx.error(
             &fp,
-            "a filter chain needs an envoy.filters.network.http_connection_manager filter",
+            "a filter chain needs an envoy.filters.network.http_connection_manager or envoy.filters.network.tcp_proxy filter",
         );
         return None;
     }
@@ -77,37 +107,60 @@ pub(crate) fn translate(
     let mut found = None;
     for (k, f) in fc.filters.iter().enumerate() {
         let p = fp.index(k);
-        let Some(hcm) = network_filter(f, &p, ctx) else {
+        let Some(decoded) = network_filter(f, &p, ctx) else {
             continue;
         };
         if k != last {
+            let kind = match decoded {
+                Decoded::Http(_) => "envoy.filters.network.http_connection_manager",
+                Decoded::Tcp(_) => "envoy.filters.network.tcp_proxy",
+            };
             ctx.error(
                 &p,
                 format!(
-                    "terminal filter named {} of type envoy.filters.network.http_connection_manager must be the last filter in a network filter chain",
+                    "terminal filter named {} of type {kind} must be the last filter in a network filter chain",
                     f.name
                 ),
             );
         }
         let tp = p.field("typed_config");
-        found = hcm::translate(&hcm, &tp, ctx).map(|h| (k, h));
+        found = match decoded {
+            Decoded::Http(h) => {
+                hcm::translate(&h, &tp, ctx).map(|h| (k, NetworkFilter::Http(Arc::new(h))))
+            }
+            Decoded::Tcp(t) => {
+                tcp_proxy::translate(&t, &tp, ctx).map(|t| (k, NetworkFilter::Tcp(Arc::new(t))))
+            }
+        };
     }
-    let (k, hcm) = found?;
+    let (k, network) = found?;
     Some(FilterChain {
         name: fc.name.clone(),
         filter_chain_match,
         tls,
-        http_connection_manager: Arc::new(hcm),
+        network,
         hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
     })
 }
 
-/// Decodes a network filter if it is a connection manager; refuses any other.
-fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<HcmProto> {
+/// A network filter's decoded config.
+enum Decoded {
+    Http(Box<HcmProto>),
+    Tcp(Box<TcpProxyProto>),
+}
+
+/// Decodes a network filter if it is a connection manager or a TCP proxy;
+/// refuses any other.
+fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<Decoded> {
     use pb::filter::ConfigType;
     match &f.config_type {
         Some(ConfigType::TypedConfig(any)) if any.type_url == HTTP_CONNECTION_MANAGER => {
             core::unpack::<HcmProto>(any, &path.field("typed_config"), ctx)
+                .map(|h| Decoded::Http(Box::new(h)))
+        }
+        Some(ConfigType::TypedConfig(any)) if any.type_url == TCP_PROXY => {
+            core::unpack::<TcpProxyProto>(any, &path.field("typed_config"), ctx)
+                .map(|t| Decoded::Tcp(Box::new(t)))
         }
         Some(ConfigType::TypedConfig(any)) => {
             let name = if f.name.is_empty() {
@@ -128,6 +181,10 @@ fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<HcmP
                     &path.field("typed_config"),
                     "is required (an HttpConnectionManager)",
                 ),
+                // Its config has required fields (stat_prefix, a cluster).
+                "envoy.filters.network.tcp_proxy" | "envoy.tcp_proxy" => {
+                    ctx.error(&path.field("typed_config"), "is required (a TcpProxy)")
+                }
                 "" => ctx.error(path, "name or typed_config is required"),
                 name => ctx.unsupported(path, format!("network filter {name}")),
             }

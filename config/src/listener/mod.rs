@@ -4,9 +4,11 @@ pub mod access_log;
 pub mod filter_chain;
 pub mod hcm;
 pub mod http_options;
+pub mod tcp_proxy;
 
-pub use filter_chain::{FilterChain, FilterChainMatch, TransportProtocol};
+pub use filter_chain::{FilterChain, FilterChainMatch, NetworkFilter, TransportProtocol};
 pub use hcm::{HttpConnectionManager, RouteSpecifier};
+pub use tcp_proxy::TcpProxy;
 
 use crate::config_source::ConfigSourceKind;
 use crate::core::{self, SocketAddress};
@@ -62,14 +64,16 @@ const OWN: &[Support] = &[
     ),
 ];
 
-const LEN: usize = OWN.len() + hcm::SUPPORT.len() + access_log::SUPPORT.len();
+const LEN: usize =
+    OWN.len() + hcm::SUPPORT.len() + access_log::SUPPORT.len() + tcp_proxy::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
-/// manager, access logs).
-pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([OWN, hcm::SUPPORT, access_log::SUPPORT]);
+/// manager, TCP proxy, access logs).
+pub(crate) const SUPPORT: &[Support] =
+    &concat::<LEN>([OWN, hcm::SUPPORT, access_log::SUPPORT, tcp_proxy::SUPPORT]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 3]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 4]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;
@@ -156,7 +160,7 @@ impl Listener {
     /// The `path_config_source` files named by this listener's RDS connection managers.
     pub fn rds_path_sources(&self) -> Vec<RdsPathSource<'_>> {
         self.all_filter_chains()
-            .filter_map(|fc| match &fc.http_connection_manager.route_specifier {
+            .filter_map(|fc| match &fc.hcm()?.route_specifier {
                 RouteSpecifier::Rds { config_source, .. } => match &config_source.kind {
                     ConfigSourceKind::Path { path, .. } => Some(RdsPathSource {
                         field: format!(
@@ -211,8 +215,9 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             .iter_mut()
             .chain(default_filter_chain.as_deref_mut())
         {
-            std::sync::Arc::make_mut(&mut fc.http_connection_manager).bypass_overload_manager =
-                true;
+            if let NetworkFilter::Http(h) = &mut fc.network {
+                std::sync::Arc::make_mut(h).bypass_overload_manager = true;
+            }
         }
     }
     if l.filter_chains.is_empty() && l.default_filter_chain.is_none() {

@@ -17,7 +17,8 @@ fn only_listener(v: &serde_json::Value) -> Listener {
 
 fn only_hcm(v: &serde_json::Value) -> HttpConnectionManager {
     only_listener(v).filter_chains[0]
-        .http_connection_manager
+        .hcm()
+        .expect("a connection manager")
         .as_ref()
         .clone()
 }
@@ -37,7 +38,7 @@ fn minimal_listener_and_defaults() {
         fc.hcm_config_path,
         "filter_chains[0].filters[0].typed_config"
     );
-    let h = &fc.http_connection_manager;
+    let h = fc.hcm().unwrap();
     assert_eq!(h.codec_type, CodecType::Auto);
     assert_eq!(h.stat_prefix, "ingress");
     assert!(matches!(&h.route_specifier, RouteSpecifier::Inline(rc) if rc.name == "r"));
@@ -197,19 +198,33 @@ fn network_filters() {
         "stat_prefix": "t", "cluster": "c"}});
     assert_eq!(
         errors(&chain(json!({"filters": [hcm_filter(json!({})), tcp]}))),
-        [
-            format!(
-                "{L}.filter_chains[0].filters[0]: terminal filter named envoy.filters.network.http_connection_manager of type envoy.filters.network.http_connection_manager must be the last filter in a network filter chain"
-            ),
-            format!(
-                "{L}.filter_chains[0].filters[1]: network filter envoy.filters.network.tcp_proxy is not supported"
-            ),
-        ]
+        [format!(
+            "{L}.filter_chains[0].filters[0]: terminal filter named envoy.filters.network.http_connection_manager of type envoy.filters.network.http_connection_manager must be the last filter in a network filter chain"
+        ),]
+    );
+    assert_eq!(
+        errors(&chain(
+            json!({"filters": [tcp.clone(), hcm_filter(json!({}))]})
+        )),
+        [format!(
+            "{L}.filter_chains[0].filters[0]: terminal filter named envoy.filters.network.tcp_proxy of type envoy.filters.network.tcp_proxy must be the last filter in a network filter chain"
+        )]
+    );
+    let l = only_listener(&chain(json!({"filters": [tcp]})));
+    assert!(l.filter_chains[0].hcm().is_none());
+    assert_eq!(l.filter_chains[0].tcp_proxy().unwrap().stat_prefix, "t");
+    let echo = json!({"name": "envoy.filters.network.echo", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.echo.v3.Echo"}});
+    assert_eq!(
+        errors(&chain(json!({"filters": [echo]}))),
+        [format!(
+            "{L}.filter_chains[0].filters[0]: network filter envoy.filters.network.echo is not supported"
+        )]
     );
     assert_eq!(
         errors(&chain(json!({"filters": []}))),
         [format!(
-            "{L}.filter_chains[0].filters: a filter chain needs an envoy.filters.network.http_connection_manager filter"
+            "{L}.filter_chains[0].filters: a filter chain needs an envoy.filters.network.http_connection_manager or envoy.filters.network.tcp_proxy filter"
         )]
     );
 }
@@ -221,7 +236,7 @@ fn default_filter_chain() {
         "default_filter_chain": {"filters": [hcm_filter(json!({"stat_prefix": "d"}))]},
     })));
     let d = l.default_filter_chain.as_ref().unwrap();
-    assert_eq!(d.http_connection_manager.stat_prefix, "d");
+    assert_eq!(d.hcm().unwrap().stat_prefix, "d");
     assert_eq!(
         d.hcm_config_path,
         "default_filter_chain.filters[0].typed_config"
@@ -363,7 +378,7 @@ fn rds_and_path_sources() {
     let bs = crate::bootstrap_from_proto(&proto, &mut ctx);
     assert!(!ctx.has_errors());
     let l = &bs.listeners[0];
-    let h = &l.filter_chains[0].http_connection_manager;
+    let h = l.filter_chains[0].hcm().unwrap();
     assert!(
         matches!(&h.route_specifier, RouteSpecifier::Rds { route_config_name, .. } if route_config_name == "routes")
     );

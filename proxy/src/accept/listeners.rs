@@ -51,6 +51,8 @@ pub struct ActiveListener {
     pub listener_stats: usize,
     /// Slot in [`WorkerStats::hcm`] of each filter chain (`chain_at` order).
     pub hcm_stats: Vec<usize>,
+    /// The `tcp.<stat_prefix>.*` stats of each TCP proxy chain (`chain_at` order).
+    pub tcp_stats: Vec<Option<Arc<crate::l4::TcpStats>>>,
     /// The connection manager's limits of each filter chain (`chain_at`
     /// order), shared by the chain's connections.
     limits: Vec<Arc<crate::codec::serve::Limits>>,
@@ -294,15 +296,21 @@ impl Registry {
         let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(address));
         let hcm_stats = l
             .all_filter_chains()
-            .map(|fc| self.slot(|w| &w.listeners, &fc.http_connection_manager.stat_prefix))
+            .map(|fc| {
+                fc.hcm()
+                    .map_or(usize::MAX, |h| self.slot(|w| &w.listeners, &h.stat_prefix))
+            })
+            .collect();
+        let tcp_stats = l
+            .all_filter_chains()
+            .map(|fc| {
+                fc.tcp_proxy()
+                    .map(|t| crate::l4::stats::register(&t.stat_prefix))
+            })
             .collect();
         let limits = l
             .all_filter_chains()
-            .map(|fc| {
-                Arc::new(crate::codec::serve::Limits::of(Some(
-                    &fc.http_connection_manager,
-                )))
-            })
+            .map(|fc| Arc::new(crate::codec::serve::Limits::of(fc.hcm().map(|h| &**h))))
             .collect();
         // Chains identical to one of the version in force keep its drain
         // signal (and so its connections).
@@ -333,6 +341,7 @@ impl Registry {
             filters_index: parts.http_filters.1,
             listener_stats,
             hcm_stats,
+            tcp_stats,
             limits,
             in_place: kept.is_some(),
             dynamic: parts.dynamic,

@@ -32,6 +32,14 @@ pub enum Logs {
     },
     /// Admin's `access_log`.
     Admin(Arc<[AccessLog]>),
+    /// A TCP proxy's `access_log`: HTTP commands render as missing, as
+    /// Envoy's do for a connection without a request.
+    Tcp {
+        /// The proxy's config.
+        config: Arc<courier_config::listener::TcpProxy>,
+        /// Upstream connect attempts (`%UPSTREAM_REQUEST_ATTEMPT_COUNT%`).
+        attempts: u32,
+    },
 }
 
 impl Logs {
@@ -41,8 +49,10 @@ impl Logs {
                 listener,
                 filter_chain_index,
             } => crate::request::conn::chain_at(listener, *filter_chain_index)
-                .map_or(&[], |fc| &fc.http_connection_manager.access_log[..]),
+                .and_then(|fc| fc.hcm())
+                .map_or(&[], |h| &h.access_log[..]),
             Logs::Admin(logs) => logs,
+            Logs::Tcp { config, .. } => &config.access_log,
         }
     }
 }
@@ -180,6 +190,7 @@ pub fn long_flag(short: &str) -> &'static str {
         "DC" => "DownstreamConnectionTermination",
         "DPE" => "DownstreamProtocolError",
         "UPE" => "UpstreamProtocolError",
+        "DT" => "DurationTimeout",
         _ => "-",
     }
 }

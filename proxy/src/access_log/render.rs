@@ -107,6 +107,26 @@ fn ms(d: std::time::Duration) -> u64 {
 
 fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
     let (req, resp) = (e.req, e.resp);
+    if let super::Logs::Tcp { attempts, .. } = &req.logs {
+        // A TCP connection has no request, response or route; flags may be several.
+        match c {
+            Command::Request(_)
+            | Command::Response(_)
+            | Command::Trailer(_)
+            | Command::Protocol
+            | Command::ResponseCodeDetails
+            | Command::ResponseDuration
+            | Command::RequestDuration
+            | Command::RouteName => return None,
+            Command::ResponseFlagsLong => {
+                return Some(Value::Text(Cow::Owned(long_flags(resp.flag))));
+            }
+            Command::UpstreamRequestAttemptCount => {
+                return Some(Value::Number(u64::from(*attempts)));
+            }
+            _ => {}
+        }
+    }
     let owned = |s: String| Some(Value::Text(Cow::Owned(s)));
     let text = |s: &'a str| Some(Value::Text(Cow::Borrowed(s)));
     match c {
@@ -199,6 +219,18 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         }
         Command::UpstreamLocalAddress | Command::UpstreamTransportFailureReason => None,
     }
+}
+
+/// `%RESPONSE_FLAGS_LONG%` of a comma-separated list of short flags.
+fn long_flags(short: Option<&str>) -> String {
+    let Some(short) = short else {
+        return "-".to_string();
+    };
+    short
+        .split(',')
+        .map(long_flag)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// A metadata value as Envoy prints it in text: strings bare, the rest as JSON.

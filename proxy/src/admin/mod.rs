@@ -183,6 +183,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             stats::reset_counters(&shared.stats);
             shared.http_filters.reset_counters();
             shared.listeners.reset_counters();
+            crate::l4::stats::reset_counters();
             for c in shared.clusters.clusters() {
                 for level in &c.hosts().priorities {
                     for h in level.all() {
@@ -259,6 +260,7 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
     shared.listeners.samples(&mut samples);
+    crate::l4::stats::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);

@@ -78,10 +78,10 @@ fn serve(codec: &str, extra: &str) -> Served {
     let peer = SocketAddr::from(([192, 0, 2, 1], 40000));
     let local = SocketAddr::from(([127, 0, 0, 1], 10000));
     let limits = Arc::new(crate::codec::serve::Limits::of(
-        chain_at(&listener, 0).map(|fc| &*fc.http_connection_manager),
+        chain_at(&listener, 0).and_then(|fc| fc.hcm().map(|h| &**h)),
     ));
     let codec = chain_at(&listener, 0).map_or(Codec::Auto, |fc| {
-        crate::codec::codec(fc.http_connection_manager.codec_type, None)
+        crate::codec::codec(fc.hcm().unwrap().codec_type, None)
     });
     let info = Arc::new(ConnInfo {
         listener,

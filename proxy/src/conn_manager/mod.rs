@@ -128,7 +128,7 @@ pub async fn handle(
 ) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
     let hcm = crate::request::conn::chain_at(&info.listener, info.filter_chain_index)
-        .map(|fc| &fc.http_connection_manager);
+        .and_then(|fc| fc.hcm());
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
     let mut guard = Guard(None);
     let mut streaming = None;

@@ -48,15 +48,21 @@ impl HttpFilters {
         for (row, l) in listeners.into_iter().enumerate() {
             let mut chains = Vec::new();
             for (index, fc) in l.all_filter_chains().enumerate() {
+                // A TCP proxy chain keeps its place with an empty chain.
+                let (filters, prefix) = fc
+                    .hcm()
+                    .map_or((&[][..], ""), |h| (&h.http_filters[..], &h.stat_prefix[..]));
                 let (chain, stats) = courier_filters::build_chain_with(
-                    &fc.http_connection_manager.http_filters,
+                    filters,
                     Some(Arc::clone(&fetcher)),
                     Some(Arc::clone(&authz)),
                 )
                 .map_err(|e| format!("listener {}: {e}", l.name))?;
-                let prefix = &fc.http_connection_manager.stat_prefix;
-                out.stats
-                    .extend(stats.into_iter().map(|s| ((row, index), prefix.clone(), s)));
+                out.stats.extend(
+                    stats
+                        .into_iter()
+                        .map(|s| ((row, index), prefix.to_string(), s)),
+                );
                 chains.push(Arc::new(chain));
             }
             out.chains.push(chains);

@@ -603,13 +603,18 @@ async fn send_h2_on(
 
 /// An open upstream connection, counted in its host's `cx_active`, holding its
 /// cluster's `max_connections` slot and, for a pooled one, keeping its pool.
-pub(super) struct OpenConn(
+pub(crate) struct OpenConn(
     Arc<Host>,
     #[allow(dead_code)] super::circuit::Held,
     #[allow(dead_code)] Option<PoolConn>,
 );
 
 impl OpenConn {
+    /// A connection of no pool (the TCP proxy's), holding its `max_connections` slot.
+    pub(crate) fn unpooled(host: &Arc<Host>, slot: super::circuit::Held) -> Self {
+        Self::new(host, slot, None)
+    }
+
     pub(super) fn new(
         host: &Arc<Host>,
         slot: super::circuit::Held,
@@ -641,7 +646,7 @@ impl Drop for OpenConn {
 /// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
 /// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
 /// "connected" event, raised after the TLS handshake).
-pub(super) async fn connect(
+pub(crate) async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,
     stats: &ClusterStats,

@@ -69,10 +69,10 @@ fn rds_of(l: &Listener) -> (BTreeSet<String>, Option<Duration>) {
     let mut names = BTreeSet::new();
     let mut timeout = Some(Duration::ZERO);
     for fc in l.all_filter_chains() {
-        if let RouteSpecifier::Rds {
+        if let Some(RouteSpecifier::Rds {
             route_config_name,
             config_source,
-        } = &fc.http_connection_manager.route_specifier
+        }) = fc.hcm().map(|h| &h.route_specifier)
         {
             names.insert(route_config_name.clone());
             timeout = match (timeout, config_source.initial_fetch_timeout) {
@@ -285,8 +285,8 @@ impl Lds {
         let mut problems = Vec::new();
         crate::serve_check::listener(l, "", &mut problems);
         for fc in l.all_filter_chains() {
-            let hcm = &fc.http_connection_manager;
-            if let RouteSpecifier::Rds { config_source, .. } = &hcm.route_specifier
+            if let Some(RouteSpecifier::Rds { config_source, .. }) =
+                fc.hcm().map(|h| &h.route_specifier)
                 && !self.rds_kinds.contains(&config_source.kind)
             {
                 problems.push(format!(
@@ -294,7 +294,7 @@ impl Lds {
                     fc.hcm_config_path
                 ));
             }
-            for log in &hcm.access_log {
+            for log in crate::l4::chain_access_logs(fc) {
                 if let courier_config::listener::access_log::Sink::File(path) = &log.sink
                     && let Err(e) = crate::access_log::writer::open(path)
                 {

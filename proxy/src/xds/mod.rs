@@ -299,10 +299,10 @@ pub fn start(
     let mut rds = BTreeSet::new();
     for l in &bootstrap.listeners {
         for fc in l.all_filter_chains() {
-            if let RouteSpecifier::Rds {
+            if let Some(RouteSpecifier::Rds {
                 config_source,
                 route_config_name,
-            } = &fc.http_connection_manager.route_specifier
+            }) = fc.hcm().map(|h| &h.route_specifier)
             {
                 rds.insert(route_config_name.clone());
                 sources.push((ResourceType::RouteConfig, config_source.clone()));
