@@ -427,9 +427,16 @@ fn tls_certificate(
         ctx,
     );
     let key = pem::private_key(tc.private_key.as_ref(), &path.field("private_key"), ctx);
+    let (chain, key) = (chain?, key?);
+    // Envoy refuses a key that is not the certificate's
+    // (`KEY_VALUES_MISMATCH`): it could never complete a handshake.
+    if let Err(e) = pem::key_matches(&chain, &key) {
+        ctx.error(&path.field("private_key"), e);
+        return None;
+    }
     Some(TlsCertificate {
-        certificate_chain: chain?,
-        private_key: key?,
+        certificate_chain: chain,
+        private_key: key,
     })
 }
 

@@ -96,3 +96,26 @@ pub(crate) fn private_key(
         }
     }
 }
+
+/// Whether `key` is the private key of the chain's leaf certificate; the
+/// reason when it is not. A key the crypto provider cannot load is refused as
+/// unusable.
+pub(crate) fn key_matches(
+    chain: &[CertificateDer<'static>],
+    key: &PrivateKeyDer<'static>,
+) -> Result<(), String> {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(key.clone_key())
+        .map_err(|e| format!("the private key cannot be used: {e}"))?;
+    let certified = rustls::sign::CertifiedKey::new(chain.to_vec(), signing);
+    match certified.keys_match() {
+        Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch)) => {
+            Err("does not match the certificate's public key (KEY_VALUES_MISMATCH)".into())
+        }
+        // Matching, or not known: a certificate webpki does not parse (an
+        // X.509 v1 one, which Envoy serves) is not compared here.
+        _ => Ok(()),
+    }
+}

@@ -235,3 +235,26 @@ fn upstream_contexts() {
         ]
     );
 }
+
+/// A private key that is not the certificate's is refused at its path, as
+/// Envoy refuses it (`KEY_VALUES_MISMATCH`); the certificate's own loads.
+#[test]
+fn a_private_key_of_another_certificate_is_refused() {
+    let other = rcgen::KeyPair::generate().unwrap();
+    let mismatched = json!({
+        "certificate_chain": {"inline_string": CERT},
+        "private_key": {"inline_string": other.serialize_pem()},
+    });
+    let e = errors(&chain(downstream_socket(
+        json!({"tls_certificates": [mismatched]}),
+    )));
+    assert_eq!(
+        e,
+        [format!(
+            "{TS}.typed_config.common_tls_context.tls_certificates[0].private_key: does not match the certificate's public key (KEY_VALUES_MISMATCH)"
+        )]
+    );
+    loaded(&chain(downstream_socket(
+        json!({"tls_certificates": [cert()]}),
+    )));
+}
