@@ -43,6 +43,17 @@ pub struct TcpStats {
     pub flush_active: Counter,
 }
 
+/// Counters Envoy 1.40 keeps for features courier's config refuses
+/// (`check_drain_close`, the overload manager's TCP close, early data,
+/// delayed connect modes): always zero here, listed so `/stats` names the
+/// same set as Envoy.
+const ALWAYS_ZERO: [&str; 4] = [
+    "downstream_cx_drain_close",
+    "downstream_cx_overload_close",
+    "early_data_received_count_total",
+    "route_delayed_total",
+];
+
 impl TcpStats {
     fn values(&self) -> [(&'static str, u64); 12] {
         [
@@ -120,6 +131,9 @@ pub fn samples(out: &mut Vec<Sample>) {
     for (prefix, s) in table().load().iter() {
         for (name, v) in s.values() {
             out.push((format!("tcp.{prefix}.{name}"), v));
+        }
+        for name in ALWAYS_ZERO {
+            out.push((format!("tcp.{prefix}.{name}"), 0));
         }
     }
 }
