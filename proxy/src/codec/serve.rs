@@ -5,6 +5,7 @@
 
 use crate::codec::Codec;
 use crate::codec::error::CodecErrors;
+use crate::codec::h1_check::{H1Check, Rules};
 use crate::codec::idle::{Activity, Tracked};
 use crate::codec::park::Parkable;
 use crate::conn_manager;
@@ -51,6 +52,8 @@ pub(crate) struct Limits {
     half_close: bool,
     /// The listener's `bypass_overload_manager`.
     bypass_overload: bool,
+    /// `http_protocol_options.accept_http_10`.
+    accept_http_10: bool,
 }
 
 /// hyper's smallest HTTP/1.1 read buffer.
@@ -83,6 +86,7 @@ impl Limits {
                 half_close: false,
                 drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
                 bypass_overload: false,
+                accept_http_10: false,
             };
         };
         let server_name = Bytes::from(h.server_name.clone());
@@ -103,6 +107,7 @@ impl Limits {
             half_close: false,
             drain_timeout: h.drain_timeout,
             bypass_overload: h.bypass_overload_manager,
+            accept_http_10: h.http_protocol_options.accept_http_10,
         }
     }
 
@@ -429,6 +434,9 @@ where
             limits.server_name.clone(),
             &activity,
             limits.request_headers_timeout,
+            // HTTP/2 has no heads to check; AUTO finds its preface unchecked.
+            (!matches!(codec, Codec::Http2))
+                .then(|| H1Check::new(Rules::new(limits.accept_http_10), limits.h1_buffer())),
         ),
         Arc::clone(&activity),
     );
