@@ -531,7 +531,9 @@ fn headers(mut rest: &[u8]) -> Framed {
                 f.transfer_encodings += 1;
                 // hyper's rule: the last coding decides.
                 let last = value.rsplit(|&b| b == b',').next().unwrap_or(value);
-                if !trim(last).eq_ignore_ascii_case(b"chunked") {
+                // A value with control bytes is hyper's to refuse (400, as Envoy).
+                let valid = value.iter().all(|&b| b >= 0x20 && b != 0x7f || b == b'\t');
+                if valid && !trim(last).eq_ignore_ascii_case(b"chunked") {
                     f.not_chunked = true;
                 }
             }

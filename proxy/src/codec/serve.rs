@@ -377,6 +377,12 @@ where
         let max_stream = limits.max_stream_duration;
         service_fn(move |req| {
             let h1 = req.version() != http::Version::HTTP_2;
+            // HTTP/1.0 closes after the response (hyper does), and Envoy says so.
+            let http10_close = req.version() == http::Version::HTTP_10
+                && !req
+                    .headers()
+                    .get(http::header::CONNECTION)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"keep-alive"));
             let stream = shared.activity.stream();
             let started = tokio::time::Instant::now();
             let snapshot = shared.snapshot.load();
@@ -409,7 +415,7 @@ where
                     crate::request::headers::compact(resp.headers_mut());
                 }
                 // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &shared.activity, shared.retired.as_ref()) {
+                if http10_close || keepalive_off(h1, &shared.activity, shared.retired.as_ref()) {
                     resp.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),
