@@ -80,6 +80,8 @@ impl Shared {
 
 /// Runs the server until shutdown.
 pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
+    // Before any worker serves: the codec reads it per connection.
+    crate::codec::h1_check::set_reject_fragment(bootstrap.runtime.reject_path_with_fragment);
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
     // Certificates and keys are checked here, before any socket is bound.
     let tls = Arc::new(ServerConfigs::build(

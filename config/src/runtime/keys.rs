@@ -16,6 +16,9 @@ pub enum Meaning {
     ListenerConnectionLimit(String, u64),
     /// `overload.global_downstream_max_connections`.
     GlobalDownstreamMaxConnections(u64),
+    /// `envoy.reloadable_features.http_reject_path_with_fragment`: a request
+    /// target with a `#fragment` is refused (400), or the fragment stripped.
+    RejectPathWithFragment(bool),
 }
 
 /// Why a key or its value is refused.
@@ -51,14 +54,6 @@ const ONE_WAY_FLAGS: &[(&str, bool, &str)] = &[
         "envoy.reloadable_features.coalesce_lb_rebuilds_on_batch_update",
         false,
         "only false, Envoy 1.40's default, is supported",
-    ),
-    // courier's HTTP/1 parser drops a request target's `#fragment` before
-    // routing (`/a#b` is forwarded as `/a`), which is Envoy's behaviour with
-    // this flag off; Envoy's default (on) answers 400 instead.
-    (
-        "envoy.reloadable_features.http_reject_path_with_fragment",
-        false,
-        "courier strips a path's fragment, as Envoy with false",
     ),
     // Envoy 1.40 default: false. courier's fixed_heap monitor measures the
     // resident set, the closest it has to the physical heap this selects;
@@ -96,6 +91,9 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     }
     if key == "re2.max_program_size.error_level" || key == "re2.max_program_size.warn_level" {
         return re2_program_size(key, value);
+    }
+    if key == "envoy.reloadable_features.http_reject_path_with_fragment" {
+        return boolean(value).map(Meaning::RejectPathWithFragment);
     }
     if key.starts_with("envoy.reloadable_features.") || key.starts_with("envoy.restart_features.") {
         return feature_flag(key, value);

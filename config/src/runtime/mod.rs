@@ -44,7 +44,7 @@ pub enum LayerKind {
 }
 
 /// The runtime: its layers and the values courier reads from them.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Runtime {
     /// The layers, in order.
     pub layers: Vec<Layer>,
@@ -53,6 +53,20 @@ pub struct Runtime {
     /// `overload.global_downstream_max_connections` (deprecated in Envoy for the
     /// monitor, still honoured).
     pub global_downstream_max_connections: Option<u64>,
+    /// `envoy.reloadable_features.http_reject_path_with_fragment` (Envoy
+    /// 1.40's default: on).
+    pub reject_path_with_fragment: bool,
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Runtime {
+            layers: Vec::new(),
+            listener_connection_limits: HashMap::new(),
+            global_downstream_max_connections: None,
+            reject_path_with_fragment: true,
+        }
+    }
 }
 
 impl Runtime {
@@ -150,6 +164,7 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::GlobalDownstreamMaxConnections(n) => {
             out.global_downstream_max_connections = Some(n);
         }
+        keys::Meaning::RejectPathWithFragment(on) => out.reject_path_with_fragment = on,
     }
 }
 

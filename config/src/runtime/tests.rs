@@ -55,6 +55,8 @@ fn corpus_layers_keep_their_values_as_text() {
     assert_eq!(values["re2.max_program_size.error_level"], "4294967295");
     assert_eq!(values["overload.global_downstream_max_connections"], "5000");
     assert_eq!(rt.global_downstream_max_connections, Some(5000));
+    // Stripped, as Envoy with the flag off.
+    assert!(!rt.reject_path_with_fragment);
 }
 
 #[test]
@@ -62,7 +64,7 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
     let err = load(json!([
         {"name": "a", "static_layer": {
             "upstream": {"use_http2": 1},
-            "envoy.reloadable_features.http_reject_path_with_fragment": true,
+            "envoy.reloadable_features.http_reject_path_with_fragment": "yes",
             "envoy.reloadable_features.fixed_heap_use_allocated": true,
             "envoy.reloadable_features.async_host_selection": false,
             "re2.max_program_size.error_level": "32768",
@@ -78,7 +80,7 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
     .to_string();
     for needle in [
         "layers[0].static_layer[\"upstream.use_http2\"]: runtime key upstream.use_http2 is not supported",
-        "http_reject_path_with_fragment: true is not supported (courier strips a path's fragment",
+        "http_reject_path_with_fragment\"]: must be true or false, found \"yes\"",
         "fixed_heap_use_allocated: true is not supported",
         "runtime key envoy.reloadable_features.async_host_selection is not supported",
         "re2.max_program_size.error_level: 32768 is not supported",

@@ -209,7 +209,8 @@ mod tests {
         ));
         for query in [
             "envoy.reloadable_features.old=1&upstream.use_http2=0",
-            "envoy.reloadable_features.http_reject_path_with_fragment=true",
+            // Read from the static layers only.
+            "envoy.reloadable_features.http_reject_path_with_fragment=false",
             "overload.global_downstream_max_connections=10",
         ] {
             assert_eq!(

@@ -7,12 +7,18 @@
 //! socket recognises hyper's automatic response among the bytes hyper writes
 //! and writes Envoy's instead.
 //!
+//! On HTTP/1.1 it also checks the request bytes before hyper reads them
+//! ([`H1Check`]: Envoy's framing and request-target rules hyper keeps
+//! otherwise, obs-fold and bare CR cleaned), and writes the refused
+//! request's reply in place of the 400 hyper answers to it.
+//!
 //! It also keeps `request_headers_timeout` as Envoy does: armed by the first
 //! byte of a request (HTTP/1.1, no request in progress), disarmed when its
 //! headers are complete; when it fires, `408 request header timeout` and the
 //! connection is closed. (hyper's own header timer also runs while a keep-alive
 //! connection waits for its next request, and closes silently.)
 
+use crate::codec::h1_check::{H1Check, Refusal};
 use crate::codec::idle::Activity;
 use bytes::Bytes;
 use std::future::Future;
@@ -38,6 +44,18 @@ pub struct CodecErrors<S> {
     headers_timer: Option<HeadersTimer>,
     /// The request headers timer fired: EOF once the 408 is out.
     timed_out: bool,
+    /// HTTP/1.1's check of the request bytes (none on HTTP/2).
+    check: Option<Box<Checking>>,
+}
+
+/// The request check and the bytes it holds (boxed: most connections
+/// never hold any, and a parked connection keeps this wrapper).
+struct Checking {
+    check: H1Check,
+    /// An incomplete head, held back from hyper.
+    held: Vec<u8>,
+    /// Checked bytes that did not fit hyper's buffer yet.
+    out: Vec<u8>,
 }
 
 /// `request_headers_timeout` on an HTTP/1.1 connection.
@@ -89,6 +107,7 @@ impl<S> CodecErrors<S> {
         server: Bytes,
         activity: &Arc<Activity>,
         request_headers_timeout: Option<Duration>,
+        check: Option<H1Check>,
     ) -> Self {
         CodecErrors {
             inner,
@@ -102,15 +121,67 @@ impl<S> CodecErrors<S> {
                 first_read: true,
             }),
             timed_out: false,
+            check: check.map(|check| {
+                Box::new(Checking {
+                    check,
+                    held: Vec::new(),
+                    out: Vec::new(),
+                })
+            }),
         }
+    }
+}
+
+impl Checking {
+    /// Checks the bytes just read into `buf` (after `before`): what may go to
+    /// hyper stays in `buf`, the rest is held or queued. False when nothing
+    /// is left in `buf` to return.
+    fn on_read(&mut self, buf: &mut ReadBuf<'_>, before: usize) -> bool {
+        if self.held.is_empty() {
+            let region = &mut buf.filled_mut()[before..];
+            let c = self.check.check(region);
+            self.held.extend_from_slice(&region[c.held..]);
+            buf.set_filled(before + c.deliver);
+        } else {
+            // The rest of a held head: checked from the head's start.
+            self.held.extend_from_slice(&buf.filled()[before..]);
+            buf.set_filled(before);
+            let c = self.check.check(&mut self.held);
+            let n = c.deliver.min(buf.remaining());
+            buf.put_slice(&self.held[..n]);
+            self.out.extend_from_slice(&self.held[n..c.deliver]);
+            self.held.drain(..c.held);
+        }
+        buf.filled().len() > before
+    }
+
+    /// Puts queued bytes into `buf`; false when there were none.
+    fn drain_out(&mut self, buf: &mut ReadBuf<'_>) -> bool {
+        if self.out.is_empty() {
+            return false;
+        }
+        let n = self.out.len().min(buf.remaining());
+        buf.put_slice(&self.out[..n]);
+        self.out.drain(..n);
+        true
+    }
+
+    /// The connection ended: hyper gets a held head as it is.
+    fn on_eof(&mut self) {
+        self.out.append(&mut self.held);
     }
 }
 
 /// Envoy's local reply that closes the connection.
 fn closing_reply(status_line: &str, body: &str, server: &[u8]) -> Vec<u8> {
     let date = httpdate::fmt_http_date(std::time::SystemTime::now());
+    let content_type = if body.is_empty() {
+        ""
+    } else {
+        "content-type: text/plain\r\n"
+    };
     let mut out = format!(
-        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\ncontent-type: text/plain\r\ndate: {date}\r\nserver: ",
+        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\n{content_type}date: {date}\r\nserver: ",
         body.len()
     )
     .into_bytes();
@@ -178,6 +249,14 @@ impl<S: AsyncWrite + Unpin> CodecErrors<S> {
 
     /// Takes `buf` whole when it is hyper's automatic error response.
     fn intercept(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Option<Poll<io::Result<usize>>> {
+        if let Some(refusal) = self.check.as_ref().and_then(|c| c.check.refusal())
+            && buf.starts_with(b"HTTP/1.1 400 ")
+            && rewrite(buf, b"").is_some()
+        {
+            // hyper's 400 to the head the check refused (it refuses nothing
+            // after it): Envoy's reply to that request.
+            return Some(self.replace(cx, buf.len(), refusal));
+        }
         // Cheap tests first: every response hyper writes starts with a status
         // line, and its own replies are 4xx or 5xx (`HTTP/1.1 400 ...`).
         if buf.len() > 200
@@ -188,11 +267,26 @@ impl<S: AsyncWrite + Unpin> CodecErrors<S> {
         }
         let reply = rewrite(buf, &self.server)?;
         self.pending = Bytes::from(reply);
+        Some(self.flush_replaced(cx, buf.len()))
+    }
+
+    /// Writes `refusal` in place of hyper's `len` bytes.
+    fn replace(
+        &mut self,
+        cx: &mut Context<'_>,
+        len: usize,
+        refusal: Refusal,
+    ) -> Poll<io::Result<usize>> {
+        self.pending = Bytes::from(closing_reply(refusal.status, refusal.body, &self.server));
+        self.flush_replaced(cx, len)
+    }
+
+    fn flush_replaced(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<io::Result<usize>> {
         // hyper's bytes count as written; ours are flushed now or on the next call.
-        Some(match self.poll_pending(cx) {
+        match self.poll_pending(cx) {
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            _ => Poll::Ready(Ok(buf.len())),
-        })
+            _ => Poll::Ready(Ok(len)),
+        }
     }
 }
 
@@ -208,6 +302,40 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for CodecErrors<S> {
             ready!(this.poll_pending(cx))?;
             return Poll::Ready(Ok(()));
         }
+        if let Some(c) = this.check.as_mut()
+            && c.drain_out(buf)
+        {
+            return Poll::Ready(Ok(()));
+        }
+        loop {
+            let before = buf.filled().len();
+            let polled = this.read_timed(cx, buf);
+            let Some(c) = this.check.as_mut() else {
+                return polled;
+            };
+            if !matches!(polled, Poll::Ready(Ok(()))) || !c.check.active() && c.held.is_empty() {
+                return polled;
+            }
+            if buf.filled().len() == before {
+                if buf.remaining() > 0 {
+                    // The end: a held head goes to hyper as it is, then the end.
+                    c.on_eof();
+                    c.drain_out(buf);
+                }
+                return polled;
+            }
+            if c.on_read(buf, before) {
+                return polled;
+            }
+            // All of it held back: read on (until the socket has no more).
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> CodecErrors<S> {
+    /// Reads from the socket, keeping `request_headers_timeout`.
+    fn read_timed(&mut self, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        let this = self;
         let before = buf.filled().len();
         let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
         let Some(timer) = this.headers_timer.as_mut() else {

@@ -7,6 +7,7 @@ use courier_config::listener::hcm::CodecType;
 pub mod ends;
 pub mod error;
 pub mod h1;
+pub mod h1_check;
 pub mod h2_flood;
 pub mod idle;
 pub mod park;

@@ -6,6 +6,7 @@
 use crate::codec::Codec;
 use crate::codec::ends::{self, End, Ends, Fired};
 use crate::codec::error::CodecErrors;
+use crate::codec::h1_check::{H1Check, Rules};
 use crate::codec::idle::{Activity, Tracked};
 use crate::codec::park::Parkable;
 use crate::conn_manager;
@@ -52,6 +53,8 @@ pub(crate) struct Limits {
     half_close: bool,
     /// The listener's `bypass_overload_manager`.
     bypass_overload: bool,
+    /// `http_protocol_options.accept_http_10`.
+    accept_http_10: bool,
 }
 
 /// hyper's smallest HTTP/1.1 read buffer.
@@ -84,6 +87,7 @@ impl Limits {
                 half_close: false,
                 drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
                 bypass_overload: false,
+                accept_http_10: false,
             };
         };
         let server_name = Bytes::from(h.server_name.clone());
@@ -104,6 +108,7 @@ impl Limits {
             half_close: false,
             drain_timeout: h.drain_timeout,
             bypass_overload: h.bypass_overload_manager,
+            accept_http_10: h.http_protocol_options.accept_http_10,
         }
     }
 
@@ -262,6 +267,12 @@ where
         let max_stream = limits.max_stream_duration;
         service_fn(move |req| {
             let h1 = req.version() != http::Version::HTTP_2;
+            // HTTP/1.0 closes after the response (hyper does), and Envoy says so.
+            let http10_close = req.version() == http::Version::HTTP_10
+                && !req
+                    .headers()
+                    .get(http::header::CONNECTION)
+                    .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"keep-alive"));
             let stream = shared.activity.stream();
             let started = tokio::time::Instant::now();
             let snapshot = shared.snapshot.load();
@@ -294,7 +305,7 @@ where
                     crate::request::headers::compact(resp.headers_mut());
                 }
                 // hyper closes an HTTP/1.1 connection after a response saying so.
-                if keepalive_off(h1, &shared.activity, shared.retired.as_ref()) {
+                if http10_close || keepalive_off(h1, &shared.activity, shared.retired.as_ref()) {
                     resp.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),
@@ -315,6 +326,9 @@ where
             limits.server_name.clone(),
             &activity,
             limits.request_headers_timeout,
+            // HTTP/2 has no heads to check; AUTO finds its preface unchecked.
+            (!matches!(codec, Codec::Http2))
+                .then(|| H1Check::new(Rules::new(limits.accept_http_10), limits.h1_buffer())),
         ),
         Arc::clone(&activity),
     );

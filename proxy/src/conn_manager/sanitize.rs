@@ -30,6 +30,24 @@ pub fn check<B>(
         resp.extensions_mut().insert(ResponseFlag("OL"));
         return Some(resp);
     }
+    // HTTP/1.0 without a host: `default_host_for_http_10` (Envoy's codec).
+    if req.version() == http::Version::HTTP_10
+        && !req.headers().contains_key(header::HOST)
+        && let Some(host) = &hcm.http_protocol_options.default_host_for_http_10
+        && let Ok(v) = HeaderValue::from_str(host)
+    {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    // Envoy answers `Expect: 100-continue` itself (so does hyper, when the
+    // body is first read) and does not pass it on without `proxy_100_continue`.
+    if !hcm.proxy_100_continue
+        && req
+            .headers()
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+    {
+        req.headers_mut().remove(header::EXPECT);
+    }
     match hcm
         .common_http_protocol_options
         .headers_with_underscores_action

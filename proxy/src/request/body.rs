@@ -133,6 +133,8 @@ impl Body for RequestBody {
                     }
                 }
                 Poll::Ready(None) => p.finish(),
+                // Not a client gone mid-body: that is no reply's business.
+                Poll::Ready(Some(Err(e))) if !e.is_incomplete_message() => p.body_failed(),
                 _ => {}
             }
         }

@@ -23,6 +23,8 @@ pub struct Progress {
     /// When the router's armed attempt timeout wakes the request's task, in
     /// nanoseconds from `start` (`NO_OVERRIDE`: no such timer).
     router_wake_ns: std::sync::atomic::AtomicU64,
+    /// The downstream's body was malformed (its codec refused it).
+    body_failed: std::sync::atomic::AtomicBool,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX;
@@ -38,6 +40,7 @@ impl Progress {
             idle_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             duration_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             router_wake_ns: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
+            body_failed: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -129,6 +132,18 @@ impl Progress {
             0 => None,
             ms => Some(std::time::Duration::from_millis(ms)),
         }
+    }
+
+    /// The downstream's codec refused the request body (a malformed chunk).
+    pub fn body_failed(&self) {
+        self.body_failed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the downstream's codec refused the request body: the request
+    /// is answered as Envoy's codec answers it (400), whatever the upstream did.
+    pub fn has_body_failed(&self) -> bool {
+        self.body_failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether the whole request body has been read.

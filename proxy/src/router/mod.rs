@@ -361,6 +361,20 @@ pub async fn forward(
             "UH",
             None,
         ),
+        // hyper refused the downstream's body mid-way (a malformed chunk
+        // after the head went upstream): Envoy's codec answers 400 and closes.
+        attempt::Final::Failed(_) if m.progress.has_body_failed() => {
+            let mut resp = out.local(
+                seen.as_ref(),
+                StatusCode::BAD_REQUEST,
+                "Bad Request",
+                "DPE",
+                host_text,
+            );
+            resp.headers_mut()
+                .insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+            resp
+        }
         attempt::Final::Failed(e) => {
             let retried = if done.attempts > 1 {
                 "retried and the latest "
