@@ -158,15 +158,15 @@ impl Connector for ClusterConnector {
         Box::pin(async move {
             let no_host = || XdsError::Connect(format!("cluster {} has no host", self.cluster));
             let cluster = self.clusters.get(&self.cluster).ok_or_else(no_host)?;
-            let addr = {
+            let (addr, socket) = {
                 // A random host per attempt: a reconnect may try another one.
                 let hosts = cluster.hosts();
                 let n = hosts.hosts().count();
                 let pick = fastrand::usize(..n.max(1));
-                hosts.hosts().nth(pick).map(|h| h.address)
+                hosts.hosts().nth(pick).map(|h| (h.address, h.socket))
             }
             .ok_or_else(no_host)?;
-            let Some(tls) = cluster.tls.clone() else {
+            let Some(tls) = cluster.sockets.tls(socket).cloned() else {
                 return UriConnector::new(format!("http://{addr}")).connect().await;
             };
             // The URI only names the authority; the connector dials `addr`.
