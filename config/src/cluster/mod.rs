@@ -8,6 +8,7 @@
 mod circuit_breaker;
 mod endpoint;
 mod health_check;
+mod keepalive;
 mod lb;
 mod outlier;
 mod protocol;
@@ -23,6 +24,7 @@ pub use health_check::{
     GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec, HealthCheckKind, HttpHealthCheck,
     RequestHeader, StatusRange,
 };
+pub use keepalive::Http2Keepalive;
 pub use lb::{LbPolicy, LoadBalancer};
 pub use outlier::OutlierDetection;
 pub use protocol::{AutoSni, Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};

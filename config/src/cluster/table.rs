@@ -293,6 +293,14 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_concurrent_streams",
             "initial_stream_window_size",
             "initial_connection_window_size",
+            // Upstream only: the connection manager refuses it in code.
+            "connection_keepalive",
         ],
+    ),
+    (
+        // `connection_idle_interval` (a PING before a request on an idle
+        // connection) is refused by its absence: hyper's client cannot do it.
+        "envoy.config.core.v3.KeepaliveSettings",
+        &["interval", "timeout", "interval_jitter"],
     ),
 ];

@@ -10,6 +10,7 @@ pub mod client;
 pub mod dns;
 pub mod health_check;
 pub mod host;
+pub mod keepalive;
 pub mod lazy;
 pub mod lb;
 pub mod outlier;

@@ -556,11 +556,12 @@ async fn h2_join(
     stream: UpstreamStream,
 ) -> Result<H2Stream, hyper::Error> {
     let h2 = &cluster.config.http.http2;
-    let (send, conn) = http2::Builder::new(TokioExecutor::new())
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
         .initial_stream_window_size(h2.initial_stream_window_size)
-        .initial_connection_window_size(h2.initial_connection_window_size)
-        .handshake(TokioIo::new(stream))
-        .await?;
+        .initial_connection_window_size(h2.initial_connection_window_size);
+    super::keepalive::apply(&mut builder, h2.keepalive.as_ref());
+    let (send, conn) = builder.handshake(TokioIo::new(stream)).await?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
     let streams = Arc::new(H2Streams {
         open: AtomicU32::new(0),
