@@ -45,6 +45,9 @@ pub struct HealthCheck {
     pub reuse_connection: bool,
     /// What a check sends and expects.
     pub kind: HealthCheckKind,
+    /// `transport_socket_match_criteria`: the cluster's transport socket its
+    /// connections use; `None` = each host's own.
+    pub transport_socket: Option<super::socket_match::SocketIndex>,
 }
 
 /// The kind of check.
@@ -127,10 +130,11 @@ pub struct GrpcHealthCheck {
 }
 
 /// Translates one `HealthCheck`. `protocol` is the cluster's, to check that gRPC
-/// checks have HTTP/2.
+/// checks have HTTP/2; `sockets` its `transport_socket_matches`.
 pub(super) fn translate(
     h: &cpb::HealthCheck,
     protocol: &UpstreamHttp,
+    sockets: &[super::socket_match::TransportSocketMatch],
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<HealthCheck> {
@@ -202,6 +206,10 @@ pub(super) fn translate(
         no_traffic_healthy_interval,
         reuse_connection: core::bool_or(h.reuse_connection.as_ref(), true),
         kind,
+        transport_socket: h
+            .transport_socket_match_criteria
+            .as_ref()
+            .map(|c| super::socket_match::health_check_socket(sockets, c)),
     })
 }
 

@@ -8,9 +8,11 @@
 mod circuit_breaker;
 mod endpoint;
 mod health_check;
+mod keepalive;
 mod lb;
 mod outlier;
 mod protocol;
+mod socket_match;
 mod table;
 mod values;
 
@@ -22,9 +24,13 @@ pub use health_check::{
     GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec, HealthCheckKind, HttpHealthCheck,
     RequestHeader, StatusRange,
 };
+pub use keepalive::Http2Keepalive;
 pub use lb::{LbPolicy, LoadBalancer};
 pub use outlier::OutlierDetection;
 pub use protocol::{AutoSni, Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
+pub use socket_match::{
+    DEFAULT_SOCKET, SocketIndex, TransportSocketMatch, resolve as resolve_socket,
+};
 pub(crate) use table::SUPPORT;
 
 use crate::config_source::{self, ConfigSource};
@@ -71,6 +77,9 @@ pub struct Cluster {
     pub http: UpstreamHttp,
     /// Upstream TLS, when the cluster has a TLS `transport_socket`.
     pub tls: Option<Box<UpstreamTls>>,
+    /// `transport_socket_matches`: the sockets of hosts whose metadata match
+    /// (host socket index `i + 1` is match `i`; 0 is [`Self::tls`]).
+    pub transport_socket_matches: Vec<TransportSocketMatch>,
     /// `metadata.filter_metadata`.
     pub metadata: MetadataMap,
     /// `ignore_health_on_host_removal`: a host that leaves the EDS assignment
@@ -176,6 +185,7 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         .as_ref()
         .and_then(|ts| crate::tls::upstream(ts, &path.field("transport_socket"), ctx))
         .map(Box::new);
+    let transport_socket_matches = socket_match::translate(c, path, ctx);
     let http = protocol::translate(c, path, ctx);
     let lb = lb::translate(c, path, ctx);
     let circuit_breakers = circuit_breaker::translate(c.circuit_breakers.as_ref(), path, ctx);
@@ -188,7 +198,9 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         .health_checks
         .iter()
         .enumerate()
-        .filter_map(|(i, h)| health_check::translate(h, &http, &hp.index(i), ctx))
+        .filter_map(|(i, h)| {
+            health_check::translate(h, &http, &transport_socket_matches, &hp.index(i), ctx)
+        })
         .collect();
     Some(Cluster {
         name: c.name.clone(),
@@ -206,6 +218,7 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         health_checks,
         http,
         tls,
+        transport_socket_matches,
         metadata: core::metadata(c.metadata.as_ref()),
         ignore_health_on_host_removal: c.ignore_health_on_host_removal,
         tcp_keepalive: c

@@ -88,7 +88,7 @@ pub enum UpstreamProtocol {
 }
 
 /// HTTP/2 settings (`Http2ProtocolOptions`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Http2Options {
     /// SETTINGS_MAX_CONCURRENT_STREAMS (default 2^31 - 1).
     pub max_concurrent_streams: u32,
@@ -96,6 +96,8 @@ pub struct Http2Options {
     pub initial_stream_window_size: u32,
     /// Initial connection window (default 256 MiB).
     pub initial_connection_window_size: u32,
+    /// `connection_keepalive`: PINGs and their ACK timeout, when set.
+    pub keepalive: Option<super::keepalive::Http2Keepalive>,
 }
 
 impl Default for Http2Options {
@@ -104,6 +106,7 @@ impl Default for Http2Options {
             max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
             initial_stream_window_size: DEFAULT_WINDOW_SIZE,
             initial_connection_window_size: DEFAULT_WINDOW_SIZE,
+            keepalive: None,
         }
     }
 }
@@ -473,5 +476,9 @@ fn http2(o: &cpb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2
             &path.field("initial_connection_window_size"),
             ctx,
         ),
+        keepalive: o
+            .connection_keepalive
+            .as_ref()
+            .and_then(|k| super::keepalive::translate(k, &path.field("connection_keepalive"), ctx)),
     }
 }

@@ -37,7 +37,12 @@ pub(crate) const SUPPORT: &[Support] = &[
             "cluster_type",
             "ignore_health_on_host_removal",
             "upstream_connection_options",
+            "transport_socket_matches",
         ],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.TransportSocketMatch",
+        &["name", "match", "transport_socket"],
     ),
     (
         // `set_local_interface_name_on_upstream_connections` and
@@ -213,6 +218,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "unhealthy_interval",
             "unhealthy_edge_interval",
             "healthy_edge_interval",
+            "transport_socket_match_criteria",
         ],
     ),
     (
@@ -287,6 +293,14 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_concurrent_streams",
             "initial_stream_window_size",
             "initial_connection_window_size",
+            // Upstream only: the connection manager refuses it in code.
+            "connection_keepalive",
         ],
+    ),
+    (
+        // `connection_idle_interval` (a PING before a request on an idle
+        // connection) is refused by its absence: hyper's client cannot do it.
+        "envoy.config.core.v3.KeepaliveSettings",
+        &["interval", "timeout", "interval_jitter"],
     ),
 ];

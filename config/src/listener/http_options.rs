@@ -189,6 +189,14 @@ pub fn http1(o: &pb::Http1ProtocolOptions) -> Http1Options {
 /// Translates `http2_protocol_options`, checking Envoy's ranges.
 pub fn http2(o: &pb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2Options {
     const MAX: u32 = 2_147_483_647;
+    // Accepted by the (per-message) support table for upstream connections;
+    // downstream, courier's server sends no keepalive PINGs.
+    if o.connection_keepalive.is_some() {
+        ctx.unsupported(
+            &path.field("connection_keepalive"),
+            "connection_keepalive on downstream connections",
+        );
+    }
     let mut ranged = |v: Option<&envoy_types::pb::google::protobuf::UInt32Value>,
                       default: u32,
                       min: u32,

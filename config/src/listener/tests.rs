@@ -324,7 +324,7 @@ fn hcm_errors() {
         "codec_type": "HTTP3",
         "stat_prefix": "",
         "max_request_headers_kb": 9000,
-        "http2_protocol_options": {"initial_connection_window_size": 100, "hpack_table_size": 1},
+        "http2_protocol_options": {"initial_connection_window_size": 100, "hpack_table_size": 1, "connection_keepalive": {"timeout": "1s"}},
         "http_protocol_options": {"allow_chunked_length": true},
         "strip_matching_host_port": true,
         "strip_any_host_port": true,
@@ -339,6 +339,9 @@ fn hcm_errors() {
             "{HCM}.http_protocol_options.allow_chunked_length: allow_chunked_length is not supported"
         ),
         format!("{HCM}.http2_protocol_options.hpack_table_size: hpack_table_size is not supported"),
+        format!(
+            "{HCM}.http2_protocol_options.connection_keepalive: connection_keepalive on downstream connections is not supported"
+        ),
         format!("{HCM}.via: via is not supported"),
         format!("{HCM}.codec_type: HTTP3 is not supported"),
         format!("{HCM}.stat_prefix: must not be empty"),

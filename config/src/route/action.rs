@@ -117,6 +117,8 @@ pub struct RouteAction {
     /// `upgrade_configs`: upgrade types this route enables or disables, over
     /// the connection manager's.
     pub upgrade_configs: Vec<RouteUpgrade>,
+    /// `request_mirror_policies`: copies of each request sent elsewhere.
+    pub request_mirror_policies: Vec<super::mirror::MirrorPolicy>,
 }
 
 /// A route's word on one upgrade type (`RouteAction.UpgradeConfig`).
@@ -330,6 +332,12 @@ pub(crate) fn route_action(
         }
     });
     let upgrade_configs = route_upgrades(&ra.upgrade_configs, &path.field("upgrade_configs"), ctx);
+    let request_mirror_policies = super::mirror::translate(
+        &ra.request_mirror_policies,
+        &path.field("request_mirror_policies"),
+        settings,
+        ctx,
+    );
     use envoy_types::pb::envoy::config::core::v3::RoutingPriority as Rp;
     let priority = match Rp::try_from(ra.priority) {
         Ok(Rp::Default) => RoutingPriority::Default,
@@ -358,6 +366,7 @@ pub(crate) fn route_action(
         priority,
         max_stream_duration,
         upgrade_configs,
+        request_mirror_policies,
     })
 }
 

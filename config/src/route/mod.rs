@@ -9,6 +9,7 @@ pub mod action;
 mod back_off;
 pub mod entry;
 pub mod headers;
+pub mod mirror;
 pub mod redirect;
 pub mod retry;
 pub mod rewrite;
@@ -136,6 +137,15 @@ pub(crate) const SUPPORT: &[Support] = &[
             "priority",
             "max_stream_duration",
             "upgrade_configs",
+            "request_mirror_policies",
+        ],
+    ),
+    (
+        "envoy.config.route.v3.RouteAction.RequestMirrorPolicy",
+        &[
+            "cluster",
+            "runtime_fraction",
+            "disable_shadow_host_suffix_append",
         ],
     ),
     (

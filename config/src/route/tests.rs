@@ -246,7 +246,7 @@ virtual_hosts:
     route:
       cluster: backend
       hash_policy: [{header: {header_name: x}}]
-      request_mirror_policies: [{cluster: backend}]
+      request_mirror_policies: [{cluster: backend, cluster_header: x, runtime_fraction: {default_value: {numerator: 1}, runtime_key: k}}]
   - match: {connect_matcher: {}}
     route: {cluster: backend}
   - match: {prefix: /}
@@ -262,10 +262,45 @@ virtual_hosts:
             "virtual_hosts[0].require_tls: require_tls is not supported",
             "virtual_hosts[0].routes[0].match.runtime_fraction: runtime_fraction is not supported",
             "virtual_hosts[0].routes[0].route.hash_policy: hash_policy is not supported",
-            "virtual_hosts[0].routes[0].route.request_mirror_policies: request_mirror_policies is not supported",
+            "virtual_hosts[0].routes[0].route.request_mirror_policies[0].cluster_header: cluster_header is not supported",
+            "virtual_hosts[0].routes[0].route.request_mirror_policies[0].runtime_fraction.runtime_key: runtime_key is not supported",
             "virtual_hosts[0].routes[1].match.connect_matcher: connect_matcher is not supported",
             "virtual_hosts[0].routes[2].non_forwarding_action: non_forwarding_action is not supported",
         ]
+    );
+}
+
+#[test]
+fn request_mirror_policies() {
+    let yaml = r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /}
+    route:
+      cluster: backend
+      request_mirror_policies:
+      - cluster: backend
+      - cluster: backend
+        disable_shadow_host_suffix_append: true
+        runtime_fraction: {default_value: {numerator: 250000, denominator: MILLION}}
+"#;
+    let rc = ok(yaml);
+    let Action::Route(a) = &rc.virtual_hosts[0].routes[0].action else {
+        panic!()
+    };
+    let m = &a.request_mirror_policies;
+    assert_eq!((m[0].fraction, m[0].shadow_suffix), (None, true));
+    assert_eq!((m[1].fraction, m[1].shadow_suffix), (Some(0.25), false));
+    assert_eq!(mirror::shadow_host("a.com"), "a.com-shadow");
+    assert_eq!(mirror::shadow_host("a.com:8080"), "a.com-shadow:8080");
+    let bad = "name: r\nvirtual_hosts:\n- name: a\n  domains: [\"*\"]\n  routes:\n  - match: {prefix: /}\n    route: {cluster: backend, request_mirror_policies: [{runtime_fraction: {}}]}\n";
+    let got = errs(bad);
+    assert!(
+        got.contains(&"virtual_hosts[0].routes[0].route.request_mirror_policies[0].cluster: must not be empty".to_string()),
+        "{got:?}"
     );
 }
 

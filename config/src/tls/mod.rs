@@ -46,6 +46,14 @@ pub(crate) const SUPPORT: &[Support] = &[
             "alpn_protocols",
             "tls_certificate_sds_secret_configs",
             "validation_context_sds_secret_config",
+            "combined_validation_context",
+        ],
+    ),
+    (
+        "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext.CombinedCertificateValidationContext",
+        &[
+            "default_validation_context",
+            "validation_context_sds_secret_config",
         ],
     ),
     (
@@ -390,7 +398,10 @@ fn common(
             &path.field("validation_context_sds_secret_config"),
             ctx,
         ),
-        // The other forms (combined, providers) are refused by the support table.
+        Some(V::CombinedValidationContext(cvc)) => {
+            secrets::combined(cvc, &path.field("combined_validation_context"), ctx)
+        }
+        // The certificate-provider forms are refused by the support table.
         _ => Ok(None),
     };
     let (min_version, max_version) =
@@ -446,6 +457,17 @@ fn validation(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Result<Option<CertificateValidation>, ()> {
+    let (trusted_ca, san_matchers) = validation_fields(v, path, ctx)?;
+    checked_validation(trusted_ca, san_matchers, path, ctx)
+}
+
+/// A validation context's roots and SAN matchers, before the check that SAN
+/// matchers come with roots (a combined context checks the merged result).
+fn validation_fields(
+    v: &pb::CertificateValidationContext,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Result<(Option<Vec<CertificateDer<'static>>>, Vec<SanMatcher>), ()> {
     use pb::subject_alt_name_matcher::SanType as T;
     let before = ctx.error_count();
     let mut san_matchers = Vec::new();
@@ -489,31 +511,42 @@ fn validation(
             });
         }
     }
-    let trusted_ca = match &v.trusted_ca {
-        Some(ds) => pem::certificates(
+    let trusted_ca = v.trusted_ca.as_ref().and_then(|ds| {
+        pem::certificates(
             Some(ds),
             "trusted CA certificates",
             &path.field("trusted_ca"),
             ctx,
-        ),
-        None => {
-            if !san_matchers.is_empty() {
-                // Envoy's wording.
-                ctx.error(
-                    path,
-                    "SAN-based verification of peer certificates without trusted CA is insecure and not allowed",
-                );
-            }
-            None
-        }
-    };
+        )
+    });
     if ctx.error_count() > before {
         return Err(());
     }
-    Ok(trusted_ca.map(|trusted_ca| CertificateValidation {
-        trusted_ca,
-        san_matchers,
-    }))
+    Ok((trusted_ca, san_matchers))
+}
+
+/// Envoy's rule on a (merged) validation context: SAN matchers need roots.
+fn checked_validation(
+    trusted_ca: Option<Vec<CertificateDer<'static>>>,
+    san_matchers: Vec<SanMatcher>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Result<Option<CertificateValidation>, ()> {
+    match trusted_ca {
+        Some(trusted_ca) => Ok(Some(CertificateValidation {
+            trusted_ca,
+            san_matchers,
+        })),
+        None if san_matchers.is_empty() => Ok(None),
+        None => {
+            // Envoy's wording.
+            ctx.error(
+                path,
+                "SAN-based verification of peer certificates without trusted CA is insecure and not allowed",
+            );
+            Err(())
+        }
+    }
 }
 
 fn versions(

@@ -134,3 +134,36 @@ pub(super) fn validation(
         }
     }
 }
+
+/// A `combined_validation_context`: its `default_validation_context` merged
+/// with the static secret its `validation_context_sds_secret_config` names, as
+/// Envoy merges them (the default, then the secret's fields over it: the
+/// secret's `trusted_ca` replaces the default's, SAN matchers add up, the
+/// default's first); the merged context is then checked as one.
+pub(super) fn combined(
+    cvc: &pb::common_tls_context::CombinedCertificateValidationContext,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Result<Option<CertificateValidation>, ()> {
+    let dp = path.field("default_validation_context");
+    let sp = path.field("validation_context_sds_secret_config");
+    // PGV: both are required.
+    let Some(default) = &cvc.default_validation_context else {
+        ctx.error(&dp, "is required");
+        return Err(());
+    };
+    let Some(sds) = &cvc.validation_context_sds_secret_config else {
+        ctx.error(&sp, "is required");
+        return Err(());
+    };
+    let (default_ca, mut san_matchers) = super::validation_fields(default, &dp, ctx)?;
+    let secret = validation(sds, &sp, ctx)?;
+    let trusted_ca = match secret {
+        Some(v) => {
+            san_matchers.extend(v.san_matchers);
+            Some(v.trusted_ca)
+        }
+        None => default_ca,
+    };
+    super::checked_validation(trusted_ca, san_matchers, path, ctx)
+}

@@ -263,6 +263,7 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::l4::stats::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
+    crate::upstream::socket::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);
     if let Some(x) = &shared.xds {
         crate::xds::samples(x, &mut samples);

@@ -9,6 +9,7 @@ pub mod body;
 pub mod facts;
 pub mod forwarded;
 pub mod headers;
+mod mirror;
 mod rewrite;
 pub mod upgrade;
 
@@ -298,6 +299,23 @@ pub async fn forward(
             limit_exceeded: false,
         }
     } else {
+        let buffer_limit = m
+            .route
+            .request_body_buffer_limit
+            .or(m.vhost.request_body_buffer_limit)
+            .unwrap_or(conn.buffer_limit);
+        let body = if action.request_mirror_policies.is_empty() {
+            body
+        } else {
+            mirror::start(
+                &action.request_mirror_policies,
+                &parts,
+                body,
+                up,
+                buffer_limit,
+                action.timeout,
+            )
+        };
         let a = attempt::Attempts {
             cluster: &cluster,
             stats,
@@ -305,11 +323,7 @@ pub async fn forward(
             retry,
             timeouts,
             count_upstream: m.vhost.include_request_attempt_count,
-            buffer_limit: m
-                .route
-                .request_body_buffer_limit
-                .or(m.vhost.request_body_buffer_limit)
-                .unwrap_or(conn.buffer_limit),
+            buffer_limit,
             started,
             progress: m.progress,
             hedge: action

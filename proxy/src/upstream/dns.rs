@@ -4,6 +4,7 @@
 //! set that workers pick up on their next request.
 
 use super::host::{self, Host, HostSet, LocalitySpan};
+use super::socket::HostSockets;
 use courier_config::cluster::{Discovery, DnsLookupFamily, LoadAssignment};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
@@ -50,18 +51,21 @@ pub fn host_set(
     logical: bool,
     previous: Option<&HostSet>,
     locality_weighted: bool,
+    sockets: &HostSockets<'_>,
 ) -> HostSet {
     let mut priorities: Vec<Vec<Arc<Host>>> = Vec::with_capacity(la.priorities.len());
     let mut spans: Vec<Vec<LocalitySpan>> = Vec::new();
     for (p, level) in la.priorities.iter().enumerate() {
         let mut hosts = Vec::new();
         let mut level_spans = Vec::new();
+        let level_sockets = sockets.level(level);
         for (weight, endpoints) in host::level_groups(level, locality_weighted) {
             let start = hosts.len();
             for (i, e) in endpoints {
                 let addrs = answers.get(p).and_then(|a| a.get(i));
                 for addr in addrs.into_iter().flatten() {
-                    hosts.push(host::resolved_host(e, *addr, previous));
+                    let socket = HostSockets::of(&level_sockets, i);
+                    hosts.push(host::resolved_host(e, *addr, previous, (socket, sockets)));
                     if logical {
                         break;
                     }
@@ -167,7 +171,7 @@ mod tests {
         let a2: SocketAddr = "127.0.0.2:1".parse().unwrap();
         let b: SocketAddr = "127.0.0.1:2".parse().unwrap();
         let answers = vec![vec![vec![a, a2], vec![b]]];
-        let s = host_set(&la, &answers, false, None, true);
+        let s = host_set(&la, &answers, false, None, true, &HostSockets::NONE);
         let l = s.localities(0).unwrap();
         let hosts = |i| {
             l.healthy(i)
@@ -179,11 +183,11 @@ mod tests {
         };
         assert_eq!((hosts(0), hosts(1)), (vec![a, a2], vec![b]));
         // LOGICAL_DNS keeps the first address of each.
-        let s = host_set(&la, &answers, true, Some(&s), true);
+        let s = host_set(&la, &answers, true, Some(&s), true, &HostSockets::NONE);
         let l = s.localities(0).unwrap();
         assert_eq!(l.healthy(0).unwrap().0.len(), 1);
         assert!(
-            host_set(&la, &answers, false, None, false)
+            host_set(&la, &answers, false, None, false, &HostSockets::NONE)
                 .localities(0)
                 .is_none()
         );

@@ -235,9 +235,13 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
     let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::Fail;
     };
-    // A TLS cluster is checked over TLS (the cluster's transport socket, as in
-    // Envoy): a failed handshake fails the check.
-    match &cluster.tls {
+    // A TLS host is checked over TLS (its transport socket, or the one the
+    // check's `transport_socket_match_criteria` picks, as in Envoy): a failed
+    // handshake fails the check.
+    match cluster
+        .sockets
+        .tls(hc.transport_socket.unwrap_or(host.socket))
+    {
         None => probe(cluster, hc, hostname, tcp).await,
         Some(tls) => {
             let handshake = match check_alpn(cluster, hc) {

@@ -3,7 +3,8 @@
 //! worker always sees one consistent set.
 
 use super::lazy::Lazy;
-use courier_config::cluster::{Endpoint, LoadAssignment, Priority};
+use super::socket::HostSockets;
+use courier_config::cluster::{Endpoint, LoadAssignment, Priority, SocketIndex};
 use once_cell::race::OnceBox;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -26,6 +27,9 @@ pub struct Host {
     pub weight: u32,
     /// Whether the control plane's `health_status` lets the balancer pick it.
     pub healthy: bool,
+    /// Its cluster's transport socket for it (`transport_socket_matches`,
+    /// chosen by its metadata when it was built; 0: the cluster's own).
+    pub socket: SocketIndex,
     /// Requests in flight to this host, over all workers.
     active: AtomicU64,
     /// Per-host stats admin's `/clusters` reports (shared by all workers, as
@@ -73,12 +77,19 @@ impl Host {
             hostname: (!hostname.is_empty()).then(|| Box::new(hostname)),
             weight: weight.max(1),
             healthy,
+            socket: courier_config::cluster::DEFAULT_SOCKET,
             active: AtomicU64::new(0),
             stats: Lazy::default(),
             outlier: Default::default(),
             health: Default::default(),
             pending_removal: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// This host with connections over its cluster's transport socket `socket`.
+    pub fn with_socket(mut self, socket: SocketIndex) -> Self {
+        self.socket = socket;
+        self
     }
 
     /// Whether the host is kept only until it fails a health check.
@@ -604,8 +615,12 @@ fn distribute(availability: &[u32], total: u32) -> Vec<u32> {
 
 /// The hosts of a STATIC cluster (endpoints are IP literals), grouped by
 /// locality when `locality_weighted`.
-pub fn static_hosts(la: &LoadAssignment, locality_weighted: bool) -> HostSet {
-    static_hosts_reusing(la, None, locality_weighted)
+pub fn static_hosts(
+    la: &LoadAssignment,
+    locality_weighted: bool,
+    sockets: &HostSockets<'_>,
+) -> HostSet {
+    static_hosts_reusing(la, None, locality_weighted, sockets)
 }
 
 /// The endpoints of one priority level in the order their hosts are listed,
@@ -673,6 +688,7 @@ pub fn static_hosts_reusing(
     la: &LoadAssignment,
     previous: Option<&HostSet>,
     locality_weighted: bool,
+    sockets: &HostSockets<'_>,
 ) -> HostSet {
     // Envoy keys hosts by address; an index keeps large updates linear.
     let by_addr: std::collections::HashMap<SocketAddr, &Arc<Host>> = previous
@@ -687,23 +703,29 @@ pub fn static_hosts_reusing(
             let mut hosts =
                 Vec::with_capacity(p.localities.iter().map(|l| l.endpoints.len()).sum());
             let mut level = Vec::new();
+            let level_sockets = sockets.level(p);
             for (weight, endpoints) in level_groups(p, locality_weighted) {
                 let start = hosts.len();
-                hosts.extend(endpoints.into_iter().filter_map(|(_, e)| {
+                hosts.extend(endpoints.into_iter().filter_map(|(i, e)| {
                     let ip = e.address.ip?;
                     let address = SocketAddr::new(ip, e.address.port);
                     let hostname = e.hostname.clone().unwrap_or_default();
                     let healthy = e.health_status.is_healthy();
+                    let socket = HostSockets::of(&level_sockets, i);
                     if let Some(h) = by_addr.get(&address).filter(|h| {
                         h.hostname() == hostname
                             && h.weight == e.weight.max(1)
                             && h.healthy == healthy
+                            && h.socket == socket
                     }) {
                         // Back in the assignment: no longer on its way out.
                         h.set_pending_removal(false);
                         return Some(Arc::clone(h));
                     }
-                    Some(Arc::new(Host::new(address, hostname, e.weight, healthy)))
+                    sockets.count(socket);
+                    Some(Arc::new(
+                        Host::new(address, hostname, e.weight, healthy).with_socket(socket),
+                    ))
                 }));
                 level.push(LocalitySpan {
                     hosts: hosts.len() - start,
@@ -727,6 +749,7 @@ pub fn resolved_host(
     endpoint: &Endpoint,
     address: SocketAddr,
     previous: Option<&HostSet>,
+    (socket, sockets): (SocketIndex, &HostSockets<'_>),
 ) -> Arc<Host> {
     let hostname = endpoint
         .hostname
@@ -739,11 +762,13 @@ pub fn resolved_host(
                 && h.hostname() == hostname
                 && h.weight == endpoint.weight.max(1)
                 && h.healthy == healthy
+                && h.socket == socket
         })
     }) {
         return Arc::clone(h);
     }
-    Arc::new(Host::new(address, hostname, endpoint.weight, healthy))
+    sockets.count(socket);
+    Arc::new(Host::new(address, hostname, endpoint.weight, healthy).with_socket(socket))
 }
 
 #[cfg(test)]
@@ -887,10 +912,10 @@ pub(in crate::upstream) mod tests {
             ],
             140,
         );
-        let flat = static_hosts(&la, false);
+        let flat = static_hosts(&la, false, &HostSockets::NONE);
         assert_eq!(ports(flat.priorities[0].all()), [1, 2, 3, 4, 5]);
         assert!(flat.localities(0).is_none());
-        let s = static_hosts(&la, true);
+        let s = static_hosts(&la, true, &HostSockets::NONE);
         assert_eq!(ports(s.priorities[0].all()), [1, 4, 2, 3, 5]);
         let l = s.localities(0).unwrap();
         assert_eq!(
@@ -918,7 +943,7 @@ pub(in crate::upstream) mod tests {
         }
         assert_eq!(counts, [2, 3, 0]);
         // An EDS update keeps the layout and the host objects.
-        let again = static_hosts_reusing(&la, Some(&s), true);
+        let again = static_hosts_reusing(&la, Some(&s), true, &HostSockets::NONE);
         assert!(Arc::ptr_eq(
             &again.priorities[0].all()[0],
             &s.priorities[0].all()[0]
@@ -932,7 +957,7 @@ pub(in crate::upstream) mod tests {
             &[(Some("a"), Some(1), &[1, 2]), (Some("b"), Some(1), &[3, 4])],
             140,
         );
-        let s = static_hosts(&la, true);
+        let s = static_hosts(&la, true, &HostSockets::NONE);
         assert_eq!(s.localities(0).unwrap().schedule().len(), 2);
         // Port 2 fails its health check: A's weight becomes 0.7, 7 : 10.
         s.priorities[0].all()[1].health.set_failed(true);
@@ -949,7 +974,7 @@ pub(in crate::upstream) mod tests {
             &[(Some("a"), Some(1), &[1, 2]), (Some("b"), Some(1), &[3, 4])],
             200,
         );
-        let s = static_hosts(&la, true);
+        let s = static_hosts(&la, true, &HostSockets::NONE);
         s.priorities[0].all()[1].health.set_failed(true);
         let l = s.rebuilt();
         assert_eq!(l.localities(0).unwrap().schedule().len(), 2);

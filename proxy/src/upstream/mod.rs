@@ -10,11 +10,13 @@ pub mod client;
 pub mod dns;
 pub mod health_check;
 pub mod host;
+pub mod keepalive;
 pub mod lazy;
 pub mod lb;
 pub mod outlier;
 mod pending;
 pub mod pool;
+pub mod socket;
 pub mod stream;
 pub mod tls;
 pub mod unary;
@@ -53,8 +55,9 @@ pub struct UpstreamCluster {
     pub config: Arc<Cluster>,
     /// Its current hosts.
     hosts: ArcSwap<HostSet>,
-    /// TLS to its hosts, when its transport socket asks for it.
-    pub tls: Option<tls::UpstreamTlsContext>,
+    /// Its transport sockets (its own and its `transport_socket_matches`'):
+    /// TLS to each host as the host's socket asks.
+    pub sockets: socket::Sockets,
     /// Circuit breakers and retry budget (counts shared by every worker, and
     /// by the versions of the cluster that share [`Self::index`]).
     pub circuit: Arc<circuit::Circuit>,
@@ -70,6 +73,11 @@ impl UpstreamCluster {
     /// The current host set.
     pub fn hosts(&self) -> arc_swap::Guard<Arc<HostSet>> {
         self.hosts.load()
+    }
+
+    /// TLS to `host` (its socket's), `None` for plaintext.
+    pub fn tls_for(&self, host: &host::Host) -> Option<&tls::UpstreamTlsContext> {
+        self.sockets.tls(host.socket)
     }
 
     /// Whether CDS removed or replaced it.
@@ -195,6 +203,11 @@ impl ClusterManager {
             p.config.discovery == config.discovery
                 && p.config.load_assignment == config.load_assignment
                 && p.config.lb.locality_weighted == config.lb.locality_weighted
+                // Hosts carry the socket their metadata chose.
+                && p.config.transport_socket_matches.iter().map(|m| &m.criteria).eq(config
+                    .transport_socket_matches
+                    .iter()
+                    .map(|m| &m.criteria))
         });
         let stats = previous
             .as_ref()
@@ -290,7 +303,12 @@ pub fn set_eds_hosts(
     }
     let previous = c.hosts.load_full();
     let mut set = match la {
-        Some(la) => host::static_hosts_reusing(la, Some(&previous), c.config.lb.locality_weighted),
+        Some(la) => host::static_hosts_reusing(
+            la,
+            Some(&previous),
+            c.config.lb.locality_weighted,
+            &socket::HostSockets::new(&c.config, &c.sockets),
+        ),
         None => HostSet::default(),
     };
     // Envoy keeps a host that left the assignment while active health checks
@@ -327,7 +345,9 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
             }
             if let Some(answers) = dns::resolve(&la, family).await {
                 let previous = cluster.hosts.load_full();
-                let set = dns::host_set(&la, &answers, logical, Some(&previous), locality);
+                let sockets = socket::HostSockets::new(&cluster.config, &cluster.sockets);
+                let set =
+                    dns::host_set(&la, &answers, logical, Some(&previous), locality, &sockets);
                 cluster.hosts.store(Arc::new(set));
             }
         }
@@ -336,10 +356,13 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
 
 /// Whether connections made for `old` serve `new` as they are: the same
 /// protocol and options, buffer limit and breakers, and no TLS (TLS contexts
-/// are not compared: a TLS cluster's update always starts new pools).
+/// are not compared: a TLS cluster's update always starts new pools; nor are
+/// transport socket matches).
 fn same_connections(old: &Cluster, new: &Cluster) -> bool {
     old.tls.is_none()
         && new.tls.is_none()
+        && old.transport_socket_matches.is_empty()
+        && new.transport_socket_matches.is_empty()
         && old.http == new.http
         && old.per_connection_buffer_limit_bytes == new.per_connection_buffer_limit_bytes
         && old.circuit_breakers == new.circuit_breakers
@@ -352,21 +375,21 @@ fn build(
     hosts: Option<Arc<HostSet>>,
     stats: Arc<crate::stats::ClusterStats>,
 ) -> Result<UpstreamCluster, String> {
-    let tls = match &config.tls {
-        Some(t) => Some(
-            tls::UpstreamTlsContext::new(t, config.http.protocol)
-                .map_err(|e| format!("cluster {}: TLS: {e}", config.name))?,
-        ),
-        None => None,
-    };
-    let hosts = hosts.unwrap_or_else(|| Arc::new(initial_hosts(&config)));
+    let sockets =
+        socket::Sockets::new(&config).map_err(|e| format!("cluster {}: TLS: {e}", config.name))?;
+    let hosts = hosts.unwrap_or_else(|| {
+        Arc::new(initial_hosts(
+            &config,
+            &socket::HostSockets::new(&config, &sockets),
+        ))
+    });
     Ok(UpstreamCluster {
         index,
         lb_slot: index,
         stat_slot,
         stats,
         hosts: ArcSwap::new(hosts),
-        tls,
+        sockets,
         circuit: Arc::new(circuit::Circuit::new(config.circuit_breakers.clone())),
         outlier: config
             .outlier_detection
@@ -377,20 +400,20 @@ fn build(
     })
 }
 
-fn initial_hosts(c: &Cluster) -> HostSet {
+fn initial_hosts(c: &Cluster, sockets: &socket::HostSockets<'_>) -> HostSet {
     let Some(la) = &c.load_assignment else {
         return HostSet::default();
     };
     let locality = c.lb.locality_weighted;
     match &c.discovery {
-        Discovery::Static => host::static_hosts(la, locality),
+        Discovery::Static => host::static_hosts(la, locality, sockets),
         Discovery::StrictDns(d) => {
             let answers = dns::resolve_blocking(la, d.lookup_family);
-            dns::host_set(la, &answers, false, None, locality)
+            dns::host_set(la, &answers, false, None, locality, sockets)
         }
         Discovery::LogicalDns(d) => {
             let answers = dns::resolve_blocking(la, d.lookup_family);
-            dns::host_set(la, &answers, true, None, locality)
+            dns::host_set(la, &answers, true, None, locality, sockets)
         }
         // Hosts arrive with the first ClusterLoadAssignment (crate::xds).
         Discovery::Eds { .. } => HostSet::default(),

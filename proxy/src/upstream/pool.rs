@@ -13,7 +13,7 @@ use super::host::{ActiveRequest, Host};
 use super::pending::Pending;
 use super::stream::UpstreamStream;
 use crate::stats::ClusterStats;
-use courier_config::cluster::UpstreamProtocol;
+use courier_config::cluster::{SocketIndex, UpstreamProtocol};
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
@@ -31,11 +31,14 @@ mod auto;
 /// The body type of requests sent upstream.
 pub type UpstreamBody = crate::request::body::UpstreamBody;
 
-/// (cluster, host, HIGH routing priority, TLS name): as in Envoy, each priority
-/// has its own pools, whose connections and pending requests count against that
-/// priority's circuit-breaker thresholds; and each SNI / SAN a request sets
-/// (`upstream_http_protocol_options`) its own ([`auto::name_id`], 0 for none).
-pub(super) type Key = (usize, SocketAddr, bool, u64);
+/// (cluster, host, HIGH routing priority, TLS name, transport socket): as in
+/// Envoy, each priority has its own pools, whose connections and pending
+/// requests count against that priority's circuit-breaker thresholds; each SNI
+/// / SAN a request sets (`upstream_http_protocol_options`) its own
+/// ([`auto::name_id`], 0 for none); and each transport socket the host's
+/// metadata chose (`transport_socket_matches`) its own, so that a host whose
+/// socket changed never reuses a connection made with the old one.
+pub(super) type Key = (usize, SocketAddr, bool, u64, SocketIndex);
 
 /// One worker's pool for one host and priority. It exists while it has a
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
@@ -143,12 +146,12 @@ pub fn sweep(clusters: &super::ClusterManager) {
         };
         // Each cluster's live index and host addresses, looked up once per sweep:
         // a scan of the host set per pool would cost pools x hosts each second.
-        let mut live: HashMap<Arc<str>, Option<(usize, std::collections::HashSet<SocketAddr>)>> =
-            HashMap::new();
-        p.retain(|&(index, addr, _, _), pool| {
+        type Live = Option<(usize, std::collections::HashSet<(SocketAddr, SocketIndex)>)>;
+        let mut live: HashMap<Arc<str>, Live> = HashMap::new();
+        p.retain(|&(index, addr, _, _, socket), pool| {
             let cluster = live.entry(Arc::clone(&pool.cluster)).or_insert_with(|| {
                 clusters.get(&pool.cluster).map(|c| {
-                    let hosts = c.hosts().hosts().map(|h| h.address).collect();
+                    let hosts = c.hosts().hosts().map(|h| (h.address, h.socket)).collect();
                     (c.index, hosts)
                 })
             });
@@ -156,7 +159,7 @@ pub fn sweep(clusters: &super::ClusterManager) {
             // host's after a few sweeps.
             match cluster {
                 Some((i, hosts)) if *i == index => {
-                    if hosts.contains(&addr) {
+                    if hosts.contains(&(addr, socket)) {
                         pool.missed = 0;
                     } else {
                         pool.missed = pool.missed.saturating_add(1);
@@ -335,14 +338,14 @@ pub async fn send_attempt_at(
     high: bool,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
-    if let Some(name) = auto::request_name(cluster, &req) {
+    if let Some(name) = auto::request_name(cluster, host, &req) {
         // Boxed: rare, and its state would otherwise sit in every request's future.
         return Box::pin(auto::send_named(
             cluster, host, req, stats, high, active, name,
         ))
         .await;
     }
-    let key = (cluster.index, host.address, high, 0);
+    let key = (cluster.index, host.address, high, 0, host.socket);
     match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // Boxed: ALPN picks the protocol of each new connection.
@@ -553,11 +556,12 @@ async fn h2_join(
     stream: UpstreamStream,
 ) -> Result<H2Stream, hyper::Error> {
     let h2 = &cluster.config.http.http2;
-    let (send, conn) = http2::Builder::new(TokioExecutor::new())
+    let mut builder = http2::Builder::new(TokioExecutor::new());
+    builder
         .initial_stream_window_size(h2.initial_stream_window_size)
-        .initial_connection_window_size(h2.initial_connection_window_size)
-        .handshake(TokioIo::new(stream))
-        .await?;
+        .initial_connection_window_size(h2.initial_connection_window_size);
+    super::keepalive::apply(&mut builder, h2.keepalive.as_ref());
+    let (send, conn) = builder.handshake(TokioIo::new(stream)).await?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
     let streams = Arc::new(H2Streams {
         open: AtomicU32::new(0),
@@ -665,7 +669,7 @@ pub(crate) async fn connect(
         if let Some(k) = &cluster.config.tcp_keepalive {
             keepalive(&tcp, k);
         }
-        match &cluster.tls {
+        match cluster.tls_for(host) {
             None => Ok(UpstreamStream::Plain(tcp)),
             Some(tls) => match tls.handshake(tcp, addr, auto::current().as_ref()).await {
                 Ok(s) => Ok(UpstreamStream::Tls(Box::new(s))),

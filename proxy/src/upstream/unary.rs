@@ -96,7 +96,7 @@ pub(super) async fn call(
     stats: &ClusterStats,
 ) -> Result<UnaryResponse, SendError> {
     let _active = host.start_request();
-    let key = (cluster.index, host.address, false, 0);
+    let key = (cluster.index, host.address, false, 0, host.socket);
     let max = cluster.config.http.http2.max_concurrent_streams;
     let mut req = Some((head, body));
     let (resp, stream) = match poll_fn(|cx| start_pooled(key, max, &mut req, cx)).await {
@@ -240,7 +240,7 @@ async fn start_new(
     };
     let stream = pool::connect(cluster, host, stats).await?;
     let h2c = &cluster.config.http.http2;
-    let (mut tx, conn) = h2::client::Builder::new()
+    let (mut tx, mut conn) = h2::client::Builder::new()
         .initial_window_size(h2c.initial_stream_window_size)
         .initial_connection_window_size(h2c.initial_connection_window_size)
         // hyper's client defaults, which the routing pool runs with.
@@ -256,8 +256,20 @@ async fn start_new(
     });
     let open = OpenConn::new(host, slot, None);
     let watched = Arc::clone(&state);
+    let pings = h2c.keepalive.and_then(|k| Some((conn.ping_pong()?, k)));
     tokio::spawn(async move {
-        let _ = conn.await;
+        match pings {
+            // A missed ACK ends the loop, and dropping `conn` closes it.
+            Some((pings, k)) => {
+                tokio::select! {
+                    _ = &mut conn => {}
+                    () = super::keepalive::ping_loop(pings, k) => {}
+                }
+            }
+            None => {
+                let _ = conn.await;
+            }
+        }
         watched.closed.store(true, Ordering::Relaxed);
         drop(open);
     });

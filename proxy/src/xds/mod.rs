@@ -22,7 +22,7 @@ use courier_config::snapshot::Snapshot;
 use courier_xds::from_config::{self, Resolve};
 use courier_xds::{
     Client, ClientConfig, Connector, Consumer, Interest, ResourceType, RestTransport, Source,
-    Update, UriConnector, Verdict, XdsError,
+    Update, Verdict, XdsError,
 };
 pub use dump::merge_dump;
 use envoy_types::pb::envoy::config::core::v3::Node;
@@ -158,21 +158,40 @@ impl Connector for ClusterConnector {
         Box::pin(async move {
             let no_host = || XdsError::Connect(format!("cluster {} has no host", self.cluster));
             let cluster = self.clusters.get(&self.cluster).ok_or_else(no_host)?;
-            let addr = {
+            let (addr, socket) = {
                 // A random host per attempt: a reconnect may try another one.
                 let hosts = cluster.hosts();
                 let n = hosts.hosts().count();
                 let pick = fastrand::usize(..n.max(1));
-                hosts.hosts().nth(pick).map(|h| h.address)
+                hosts.hosts().nth(pick).map(|h| (h.address, h.socket))
             }
             .ok_or_else(no_host)?;
-            let Some(tls) = cluster.tls.clone() else {
-                return UriConnector::new(format!("http://{addr}")).connect().await;
+            // The cluster's connect timeout and HTTP/2 keepalive (tonic's
+            // channel is hyper's client: see upstream::keepalive for how its
+            // PINGs differ from Envoy's).
+            let endpoint = |uri: String| -> Result<tonic::transport::Endpoint, XdsError> {
+                let mut e = tonic::transport::Endpoint::from_shared(uri)
+                    .map_err(|e| XdsError::Connect(e.to_string()))?
+                    .connect_timeout(cluster.config.connect_timeout);
+                let k = cluster.config.http.http2.keepalive;
+                if let Some((k, every)) =
+                    k.and_then(|k| Some((k, crate::upstream::keepalive::interval(&k)?)))
+                {
+                    e = e
+                        .http2_keep_alive_interval(every)
+                        .keep_alive_timeout(k.timeout)
+                        .keep_alive_while_idle(true);
+                }
+                Ok(e)
+            };
+            let Some(tls) = cluster.sockets.tls(socket).cloned() else {
+                return endpoint(format!("http://{addr}"))?
+                    .connect()
+                    .await
+                    .map_err(|e| XdsError::Connect(format!("{addr}: {e}")));
             };
             // The URI only names the authority; the connector dials `addr`.
-            tonic::transport::Endpoint::from_shared(format!("http://{}", self.cluster))
-                .map_err(|e| XdsError::Connect(e.to_string()))?
-                .connect_timeout(cluster.config.connect_timeout)
+            endpoint(format!("http://{}", self.cluster))?
                 .connect_with_connector(TlsDial { addr, tls })
                 .await
                 .map_err(|e| XdsError::Connect(format!("{addr} (TLS): {e}")))

@@ -18,6 +18,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 
 pub mod programmable;
+pub mod tls_upstream;
 
 /// An echo upstream: answers 200 with `x-upstream: <name>`, and a body listing
 /// what it saw: `<METHOD> <path> <version>` then one `name: value` line per header.

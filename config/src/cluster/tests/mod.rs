@@ -5,6 +5,7 @@ use crate::load::Format;
 
 mod endpoints;
 mod policies;
+mod socket_match;
 mod upstream;
 
 /// Loads a bootstrap whose `static_resources.clusters` is `clusters` (a YAML list).

@@ -290,3 +290,42 @@ fn upstream_http2_flood_limits_are_refused() {
         ]
     );
 }
+
+#[test]
+fn http2_connection_keepalive() {
+    let h2 = |k: &str| {
+        hpo(&format!(
+            "      explicit_http_config: {{http2_protocol_options: {{connection_keepalive: {k}}}}}\n"
+        ))
+    };
+    let c = cluster(&with_ep(&h2("{interval: 30s, timeout: 5s}")));
+    let k = c.http.http2.keepalive.unwrap();
+    assert_eq!(k.interval, Some(Duration::from_secs(30)));
+    assert_eq!(k.timeout, Duration::from_secs(5));
+    assert_eq!(k.interval_jitter_percent, 15.0, "Envoy's default jitter");
+    let c = cluster(&with_ep(&h2("{timeout: 1s, interval_jitter: {value: 5}}")));
+    let k = c.http.http2.keepalive.unwrap();
+    assert_eq!((k.interval, k.interval_jitter_percent), (None, 5.0));
+
+    for (k, want) in [
+        (
+            "{interval: 1s}",
+            "connection_keepalive.timeout: is required",
+        ),
+        (
+            "{timeout: 0s}",
+            "connection_keepalive.timeout: must be at least 1ms",
+        ),
+        (
+            "{timeout: 1s, interval: 0.0001s}",
+            "connection_keepalive.interval: must be at least 1ms",
+        ),
+        (
+            "{timeout: 1s, connection_idle_interval: 1s}",
+            "connection_keepalive.connection_idle_interval: connection_idle_interval is not supported",
+        ),
+    ] {
+        let errs = errors(&with_ep(&h2(k)));
+        assert!(errs.iter().any(|e| e.ends_with(want)), "{k}: {errs:?}");
+    }
+}

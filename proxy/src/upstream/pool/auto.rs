@@ -50,17 +50,19 @@ fn name_id(name: &AutoName) -> u64 {
     })
 }
 
-/// What `req` sets on a new TLS connection of `cluster`, as Envoy's router: the
+/// What `req` sets on a new TLS connection of `cluster` to `host` (none when
+/// the host's socket is plaintext), as Envoy's router: the
 /// request's host (after the route's host rewrite; the upstream request's
 /// authority), or the value of `override_auto_sni_header` when present and not
 /// empty (all its values joined with `,`), without the port. An IP address is
 /// not sent as SNI but is still the SAN required.
 pub(super) fn request_name(
     cluster: &UpstreamCluster,
+    host: &Host,
     req: &Request<UpstreamBody>,
 ) -> Option<AutoName> {
     let auto = &cluster.config.http.auto_sni;
-    if !auto.any() || cluster.tls.is_none() {
+    if !auto.any() || cluster.tls_for(host).is_none() {
         return None;
     }
     let host = || {
@@ -124,7 +126,13 @@ pub(super) async fn send_named(
     active: ActiveRequest,
     name: AutoName,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
-    let key = (cluster.index, host.address, high, name_id(&name));
+    let key = (
+        cluster.index,
+        host.address,
+        high,
+        name_id(&name),
+        host.socket,
+    );
     NAME.scope(name, async move {
         match cluster.config.http.protocol {
             UpstreamProtocol::Http2 => super::send_h2(cluster, host, key, req, stats, active).await,

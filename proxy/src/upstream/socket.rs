@@ -1,0 +1,125 @@
+//! `transport_socket_matches` on the data plane: each host's transport socket is
+//! chosen once, when the host is built (as Envoy resolves it at host creation),
+//! and counted in `cluster.<name>.<match>.total_match_count`.
+
+use super::tls::UpstreamTlsContext;
+use crate::stats::{Counter, Sample};
+use courier_config::cluster::{
+    Cluster, DEFAULT_SOCKET, Priority, SocketIndex, TransportSocketMatch, resolve_socket,
+};
+
+/// A cluster's transport sockets: its own (`transport_socket`) and its
+/// matches', by [`SocketIndex`].
+#[derive(Debug)]
+pub struct Sockets {
+    /// Index 0: the cluster's own; `i + 1`: match `i`. `None`: plaintext.
+    tls: Box<[Option<UpstreamTlsContext>]>,
+    /// Hosts built with each socket (`total_match_count`), by the same index.
+    counts: Box<[Counter]>,
+}
+
+impl Sockets {
+    /// Builds the TLS contexts of `config`'s sockets.
+    pub fn new(config: &Cluster) -> Result<Self, String> {
+        let protocol = config.http.protocol;
+        let build = |tls: Option<&courier_config::tls::UpstreamTls>| {
+            tls.map(|t| UpstreamTlsContext::new(t, protocol))
+                .transpose()
+        };
+        let mut tls = vec![build(config.tls.as_deref())?];
+        for (i, m) in config.transport_socket_matches.iter().enumerate() {
+            tls.push(
+                build(m.tls.as_deref())
+                    .map_err(|e| format!("transport_socket_matches[{i}] ({}): {e}", m.name))?,
+            );
+        }
+        let counts = tls.iter().map(|_| Counter::default()).collect();
+        Ok(Self {
+            tls: tls.into_boxed_slice(),
+            counts,
+        })
+    }
+
+    /// The TLS of connections over socket `socket` (`None`: plaintext).
+    pub fn tls(&self, socket: SocketIndex) -> Option<&UpstreamTlsContext> {
+        self.tls.get(usize::from(socket))?.as_ref()
+    }
+
+    /// `cluster.<name>.<match>.total_match_count` and
+    /// `cluster.<name>.default.total_match_count`, as every Envoy cluster has.
+    pub fn samples(&self, stat_name: &str, config: &Cluster, out: &mut Vec<Sample>) {
+        let names = std::iter::once("default").chain(
+            config
+                .transport_socket_matches
+                .iter()
+                .map(|m| m.name.as_str()),
+        );
+        for (name, count) in names.zip(self.counts.iter()) {
+            out.push((
+                format!("cluster.{stat_name}.{name}.total_match_count"),
+                count.get(),
+            ));
+        }
+    }
+}
+
+/// What a host builder needs to give each host its socket: the cluster's
+/// matches and the counters of the sockets chosen.
+#[derive(Debug, Clone, Copy)]
+pub struct HostSockets<'a> {
+    matches: &'a [TransportSocketMatch],
+    counts: &'a [Counter],
+}
+
+impl<'a> HostSockets<'a> {
+    /// No matches and nothing counted.
+    #[cfg(test)]
+    pub const NONE: HostSockets<'static> = HostSockets {
+        matches: &[],
+        counts: &[],
+    };
+
+    /// The matches of `config`, counted in `sockets`.
+    pub fn new(config: &'a Cluster, sockets: &'a Sockets) -> Self {
+        Self {
+            matches: &config.transport_socket_matches,
+            counts: &sockets.counts,
+        }
+    }
+
+    /// The socket of each endpoint of `level`, by its index in the level
+    /// (config order over localities); empty when there are no matches.
+    pub fn level(&self, level: &Priority) -> Vec<SocketIndex> {
+        if self.matches.is_empty() {
+            return Vec::new();
+        }
+        level
+            .localities
+            .iter()
+            .flat_map(|l| {
+                l.endpoints
+                    .iter()
+                    .map(|e| resolve_socket(self.matches, &e.metadata, &l.metadata))
+            })
+            .collect()
+    }
+
+    /// Endpoint `i`'s socket in a level's [`Self::level`] list.
+    pub fn of(level: &[SocketIndex], i: usize) -> SocketIndex {
+        level.get(i).copied().unwrap_or(DEFAULT_SOCKET)
+    }
+
+    /// Counts a host built with `socket`.
+    pub fn count(&self, socket: SocketIndex) {
+        if let Some(c) = self.counts.get(usize::from(socket)) {
+            c.inc();
+        }
+    }
+}
+
+/// Every cluster's `total_match_count` samples.
+pub fn samples(clusters: &super::ClusterManager, out: &mut Vec<Sample>) {
+    for c in clusters.clusters() {
+        c.sockets.samples(c.config.stat_name(), &c.config, out);
+    }
+}
