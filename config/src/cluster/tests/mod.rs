@@ -92,9 +92,9 @@ fn misc_fields() {
             "  transport_socket_matches: [{name: m}]\n  cleanup_interval: 1s\n"
         )),
         [
-            // The walker reports in field-number order.
+            // The walker's refusals come first, then the translation's errors.
             format!("{p}.cleanup_interval: cleanup_interval is not supported"),
-            format!("{p}.transport_socket_matches: transport_socket_matches is not supported"),
+            format!("{p}.transport_socket_matches[0].transport_socket: is required"),
         ]
     );
 }
