@@ -427,6 +427,11 @@ impl H1Check {
             // hyper refuses it, as Envoy.
             return Ok(Framing::Opaque);
         };
+        if method.is_empty() || !method.iter().all(|&b| is_tchar(b)) {
+            // A method that is not a token: Envoy's 400 before it looks at the
+            // version (`\x00\x01 garbage` is not HTTP/0.9); hyper refuses it alike.
+            return Ok(Framing::Opaque);
+        }
         let http10 = match version {
             Some(b"HTTP/1.1") => false,
             Some(b"HTTP/1.0") => true,
@@ -598,3 +603,8 @@ fn clean(head: &mut [u8], line: usize) -> usize {
 #[cfg(test)]
 #[path = "h1_check_tests.rs"]
 mod tests;
+
+/// RFC 9110 `tchar`: what a method (a token) is made of.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}

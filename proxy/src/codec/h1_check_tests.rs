@@ -165,6 +165,17 @@ fn envoy_refusals() {
     refused("GET /a#b HTTP/1.1\r\nhost: h\r\n\r\n", FRAGMENT);
 }
 
+/// A request line whose method is not a token is Envoy's 400, whatever its
+/// version: it is left to hyper (which answers 400), never the HTTP/0.9 426.
+#[test]
+fn a_method_that_is_not_a_token_is_left_to_hyper() {
+    for line in ["\x00\x01 garbage", "G(T / HTTP/1.1", "G\tT /"] {
+        let input = format!("{line}\r\n\r\n");
+        let (_, refusal) = same_at_every_split(input.as_bytes());
+        assert_eq!(refusal, None, "{input:?}");
+    }
+}
+
 #[test]
 fn a_refusal_keeps_the_requests_before_it() {
     let first = "GET / HTTP/1.1\r\nhost: h\r\n\r\n";
