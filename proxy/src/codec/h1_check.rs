@@ -198,14 +198,14 @@ impl H1Check {
         while r < data.len() {
             match self.state {
                 State::Off => {
-                    data.copy_within(r.., w);
+                    shift(data, r..data.len(), w);
                     w += data.len() - r;
                     r = data.len();
                 }
                 State::Refused => r = data.len(),
                 State::Body(n) => {
                     let k = usize::try_from(n).unwrap_or(usize::MAX).min(data.len() - r);
-                    data.copy_within(r..r + k, w);
+                    shift(data, r..r + k, w);
                     (r, w) = (r + k, w + k);
                     self.state = match n - k as u64 {
                         0 => State::Head,
@@ -215,7 +215,7 @@ impl H1Check {
                 State::Chunk(c) => {
                     let start = r;
                     let ok = self.chunks(c, data, &mut r);
-                    data.copy_within(start..r, w);
+                    shift(data, start..r, w);
                     w += r - start;
                     if !ok {
                         match undelivered_line {
@@ -249,7 +249,7 @@ impl H1Check {
                         line,
                         verdict,
                     } => {
-                        data.copy_within(r..r + produced, w);
+                        shift(data, r..r + produced, w);
                         let head_at = w;
                         (r, w) = (r + consumed, w + produced);
                         undelivered_line = Some((head_at + line, w));
@@ -473,6 +473,14 @@ impl H1Check {
                 None => Framing::Opaque,
             }
         })
+    }
+}
+
+/// Moves `from` down to `to`: nothing to do (and no bytes touched) unless a
+/// cleaned head made the output shorter than the input.
+fn shift(data: &mut [u8], from: std::ops::Range<usize>, to: usize) {
+    if from.start != to {
+        data.copy_within(from, to);
     }
 }
 
