@@ -410,7 +410,8 @@ async fn access_log_lines() {
     let (mut client, task) = start(tcp, cm, stats).await;
     client.read_to_end(&mut Vec::new()).await.unwrap();
     task.await.unwrap();
-    crate::access_log::writer::flush();
+    // Lines are written by the writer thread: wait for it.
+    crate::access_log::writer::flush_and_wait();
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(lines.len(), 4, "{text}");
