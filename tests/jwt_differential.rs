@@ -79,7 +79,9 @@ const FILTER: &str = r#"
 "#;
 
 /// Conformance cases 20 and 21: the verified payload in metadata read by RBAC, and
-/// `requires_any` with `allow_missing`.
+/// `requires_any` with `allow_missing`; `/scoped`: the payload's space-delimited `scope`
+/// claim normalized to a list (`normalize_payload_in_metadata`) that RBAC's `list_match`
+/// reads, as Envoy Gateway's SecurityPolicy scopes do.
 const FILTER_RBAC: &str = r#"
 - name: envoy.filters.http.jwt_authn
   typed_config:
@@ -88,6 +90,7 @@ const FILTER_RBAC: &str = r#"
       good:
         issuer: https://issuer.test
         payload_in_metadata: p
+        normalize_payload_in_metadata: { space_delimited_claims: [scope] }
         remote_jwks:
           http_uri: { uri: "http://jwks.test/keys", cluster: jwks-good, timeout: 2s }
     rules:
@@ -108,8 +111,20 @@ const FILTER_RBAC: &str = r#"
               filter: envoy.filters.http.jwt_authn
               path: [{ key: p }, { key: sub }]
               value: { string_match: { exact: alice } }
+        writers-on-scoped:
+          permissions: [{ url_path: { path: { prefix: "/scoped" } } }]
+          principals:
+          - metadata:
+              filter: envoy.filters.http.jwt_authn
+              path: [{ key: p }, { key: scope }]
+              value: { list_match: { one_of: { string_match: { exact: write } } } }
         anyone-elsewhere:
-          permissions: [{ not_rule: { url_path: { path: { prefix: "/rbac" } } } }]
+          permissions:
+          - not_rule:
+              or_rules:
+                rules:
+                - url_path: { path: { prefix: "/rbac" } }
+                - url_path: { path: { prefix: "/scoped" } }
           principals: [{ any: true }]
 "#;
 
@@ -302,6 +317,14 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
         ),
         ("bob", ed.token("bob")),
         (
+            "scope read write",
+            ed.token_with(serde_json::json!({"sub": "a", "scope": "read write"})),
+        ),
+        (
+            "scope read",
+            ed.token_with(serde_json::json!({"sub": "a", "scope": " read "})),
+        ),
+        (
             "audience ok",
             ec.token_with(serde_json::json!({"sub": "a", "aud": "https://api.test/"})),
         ),
@@ -373,6 +396,10 @@ fn remote_jwks_and_weighted_cluster_configs_answer_as_envoy_does() {
         g("OPTIONS without preflight headers checked", "/good").method("OPTIONS"),
         r("rbac on jwt payload: alice", "/rbac").header("authorization", &token("alice")),
         r("rbac on jwt payload: bob", "/rbac").header("authorization", &token("bob")),
+        r("normalized scope holds write", "/scoped")
+            .header("authorization", &token("scope read write")),
+        r("normalized scope lacks write", "/scoped").header("authorization", &token("scope read")),
+        r("no scope claim at all", "/scoped").header("authorization", &token("bob")),
         r("requires_any allow_missing: no token", "/any"),
         r("requires_any allow_missing: bad token", "/any")
             .header("authorization", &token("unknown kid")),

@@ -244,3 +244,48 @@ async fn pending_filter_resumes_and_later_filters_see_its_effects() {
     chain.encode_headers(&req, &mut resp);
     assert_eq!(resp["x-slow-response"], "1");
 }
+
+/// The use control planes make of `normalize_payload_in_metadata` (Envoy Gateway's
+/// SecurityPolicy scopes): RBAC's metadata principal matches one scope of a
+/// space-delimited `scope` claim with `list_match`. Without the normalization the claim is
+/// one string and no list matcher can match it.
+#[tokio::test]
+async fn normalized_scope_claim_feeds_rbac_list_match() {
+    let rbac = filter_config(
+        r#"name: rbac
+typed_config:
+  "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+  rules:
+    action: ALLOW
+    policies:
+      writers:
+        permissions: [{any: true}]
+        principals:
+        - metadata: {filter: envoy.filters.http.jwt_authn, path: [{key: p}, {key: scope}], value: {list_match: {one_of: {string_match: {exact: write}}}}}
+"#,
+    );
+    let conn = plain_conn();
+    for (normalize, scope, want) in [
+        (true, "read write", 200),
+        (true, "read", 403),
+        (false, "read write", 403),
+    ] {
+        let extra = if normalize {
+            "      normalize_payload_in_metadata: {space_delimited_claims: [scope]}"
+        } else {
+            ""
+        };
+        let (chain, _) = build_chain(&[jwt_filter(extra), rbac.clone(), router()], None).unwrap();
+        let t = rsa_key().mint(
+            None,
+            &json!({"iss": "https://issuer.example", "sub": "s", "scope": scope, "exp": now() + 60}),
+        );
+        let auth = format!("Bearer {t}");
+        let mut req = state(&conn, head("GET", "/x", &[("authorization", &auth)]));
+        let got = match chain.decode_headers(&mut req, |_| None).await {
+            Verdict::Continue => 200,
+            Verdict::Respond(r) => r.status.as_u16(),
+        };
+        assert_eq!(got, want, "normalize {normalize}, scope {scope:?}");
+    }
+}

@@ -86,6 +86,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "forward_payload_header",
             "pad_forward_payload_header",
             "payload_in_metadata",
+            "normalize_payload_in_metadata",
             "header_in_metadata",
             "failed_status_in_metadata",
             "clock_skew_seconds",
@@ -93,6 +94,10 @@ pub(crate) const SUPPORT: &[Support] = &[
             "claim_to_headers",
             "clear_route_cache",
         ],
+    ),
+    (
+        "envoy.extensions.filters.http.jwt_authn.v3.JwtProvider.NormalizePayload",
+        &["space_delimited_claims"],
     ),
     (
         "envoy.extensions.filters.http.jwt_authn.v3.RemoteJwks",

@@ -336,7 +336,10 @@ impl JwtAuthnFilter {
             req.set_metadata(
                 METADATA_NAMESPACE,
                 key.clone(),
-                Value::Object(v.jwt.payload.clone()),
+                Value::Object(normalized_payload(
+                    &v.jwt.payload,
+                    &p.space_delimited_claims,
+                )),
             );
         }
         if let Some(key) = &p.header_in_metadata {
@@ -389,6 +392,31 @@ impl JwtAuthnFilter {
         }
         self.finish(req, Err(Status::FetchFail), &[])
     }
+}
+
+/// The payload as `payload_in_metadata` writes it: each listed top-level claim that is a
+/// string with at least one word becomes the list of its space-separated words (Envoy's
+/// `normalize_payload_in_metadata`; `scope: "a b"` -> `["a", "b"]`, as RFC 8693 reads
+/// `scope`). Other claims, and a listed claim of only spaces, are left as they are.
+fn normalized_payload(
+    payload: &serde_json::Map<String, Value>,
+    space_delimited: &[String],
+) -> serde_json::Map<String, Value> {
+    let mut out = payload.clone();
+    for name in space_delimited {
+        let Some(Value::String(s)) = payload.get(name) else {
+            continue;
+        };
+        let words: Vec<Value> = s
+            .split(' ')
+            .filter(|w| !w.is_empty())
+            .map(|w| Value::String(w.to_string()))
+            .collect();
+        if !words.is_empty() {
+            out.insert(name.clone(), Value::Array(words));
+        }
+    }
+    out
 }
 
 /// A claim rendered for a header: strings as they are, integral numbers without decimals,

@@ -499,3 +499,36 @@ fn failed_status_in_metadata_records_each_failed_token() {
         json!({"code": 1, "message": "Jwt is missing"})
     );
 }
+
+/// `normalize_payload_in_metadata.space_delimited_claims`: a listed string claim reaches
+/// the payload metadata as the list of its words (empty words dropped, as Envoy's
+/// `StrSplit(.., SkipEmpty)`); a listed claim that is not a string, or has no word, and
+/// every claim not listed, stay as the token has them.
+#[test]
+fn normalize_payload_in_metadata_splits_listed_claims() {
+    let f = jwt(&BASIC.replace(
+        "    payload_in_metadata: p",
+        "    payload_in_metadata: p\n    normalize_payload_in_metadata: {space_delimited_claims: [scope, roles, blank, absent]}",
+    ));
+    let conn = plain_conn();
+    let mut c = good_claims();
+    c["scope"] = json!(" read  write admin ");
+    c["roles"] = json!(["x y"]);
+    c["blank"] = json!("   ");
+    c["other"] = json!("a b");
+    let t = rsa_token(&c);
+    let mut req = state(&conn, head("GET", "/x", &[("authorization", &bearer(&t))]));
+    assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
+    let p = &req.metadata[METADATA_NAMESPACE]["p"];
+    assert_eq!(p["scope"], json!(["read", "write", "admin"]));
+    assert_eq!(p["roles"], json!(["x y"]));
+    assert_eq!(p["blank"], json!("   "));
+    assert_eq!(p["other"], json!("a b"));
+    assert!(p.get("absent").is_none());
+    // The header forwarded is the token's own payload, untouched by the normalization.
+    let fwd = req.head.headers["x-jwt-payload"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(fwd, t.split('.').nth(1).unwrap());
+}

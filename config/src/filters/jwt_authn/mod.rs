@@ -1,8 +1,7 @@
 //! The JWT authentication filter (`envoy.extensions.filters.http.jwt_authn.v3`).
 //!
-//! Refused through the support table (reported at their path): `filter_state_rules`,
-//! `JwtProvider.normalize_payload_in_metadata`, and the
-//! `extract_only_without_validation` requirement.
+//! Refused through the support table (reported at their path): `filter_state_rules`
+//! and the `extract_only_without_validation` requirement.
 
 mod jwks;
 mod rule_match;
@@ -122,6 +121,9 @@ pub struct JwtProvider {
     pub pad_forward_payload_header: bool,
     /// Dynamic-metadata key receiving the payload.
     pub payload_in_metadata: Option<String>,
+    /// `normalize_payload_in_metadata.space_delimited_claims`: top-level string claims
+    /// written to the payload metadata as lists of their space-separated words.
+    pub space_delimited_claims: Vec<String>,
     /// Dynamic-metadata key receiving the JWT header.
     pub header_in_metadata: Option<String>,
     /// Dynamic-metadata key receiving the failure status.
@@ -449,6 +451,11 @@ fn provider(
         forward_payload_header,
         pad_forward_payload_header: p.pad_forward_payload_header,
         payload_in_metadata: non_empty(&p.payload_in_metadata),
+        space_delimited_claims: p
+            .normalize_payload_in_metadata
+            .as_ref()
+            .map(|n| n.space_delimited_claims.clone())
+            .unwrap_or_default(),
         header_in_metadata: non_empty(&p.header_in_metadata),
         failed_status_in_metadata: non_empty(&p.failed_status_in_metadata),
         clock_skew: if p.clock_skew_seconds == 0 {

@@ -312,7 +312,6 @@ fn refused_fields() {
 providers:
   p:
     {}
-    normalize_payload_in_metadata: {{space_delimited_claims: [scope]}}
 filter_state_rules: {{name: state}}
 requirement_map:
   x: {{extract_only_without_validation: {{}}}}
@@ -324,7 +323,6 @@ requirement_map:
         e,
         [
             "typed_config.filter_state_rules: filter_state_rules is not supported",
-            "typed_config.providers[\"p\"].normalize_payload_in_metadata: normalize_payload_in_metadata is not supported",
             "typed_config.requirement_map[\"x\"].extract_only_without_validation: extract_only_without_validation is not supported",
         ]
     );
