@@ -232,10 +232,19 @@ pub(crate) const SUPPORT: &[Support] = &[
             "retriable_statuses",
             "codec_client_type",
             "method",
+            "send",
+            "receive",
+            "response_buffer_size",
         ],
     ),
-    // A TCP connect check; `send`/`receive` payloads are not implemented.
-    ("envoy.config.core.v3.HealthCheck.TcpHealthCheck", &[]),
+    (
+        "envoy.config.core.v3.HealthCheck.TcpHealthCheck",
+        &["send", "receive"],
+    ),
+    (
+        "envoy.config.core.v3.HealthCheck.Payload",
+        &["text", "binary"],
+    ),
     (
         "envoy.config.core.v3.HealthCheck.GrpcHealthCheck",
         &["service_name", "authority"],

@@ -1,4 +1,4 @@
-//! Active health checks (HTTP, gRPC `grpc.health.v1`, TCP connect), run on the
+//! Active health checks (HTTP, gRPC `grpc.health.v1`, TCP), run on the
 //! main thread: one task per host and check. A host starts unhealthy (as in
 //! Envoy, panic mode still routes to it) and turns healthy after one pass; then
 //! `unhealthy_threshold` failures (a non-retriable unexpected status at once)
@@ -9,7 +9,8 @@ use super::UpstreamCluster;
 use super::host::Host;
 use bytes::Bytes;
 use courier_config::cluster::{
-    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck,
+    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck, TcpHealthCheck,
+    payloads_match,
 };
 use http::{Request, header};
 use http_body_util::{BodyExt, Full};
@@ -266,7 +267,7 @@ fn check_alpn(cluster: &UpstreamCluster, hc: &HealthCheck) -> Option<&'static [u
     match &hc.kind {
         HealthCheckKind::Http(h) if h.codec == HealthCheckCodec::Http1 => Some(b"http/1.1"),
         HealthCheckKind::Http(_) | HealthCheckKind::Grpc(_) => Some(b"h2"),
-        HealthCheckKind::TcpConnect => None,
+        HealthCheckKind::Tcp(_) => None,
     }
 }
 
@@ -280,7 +281,7 @@ where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     match &hc.kind {
-        HealthCheckKind::TcpConnect => Verdict::Pass,
+        HealthCheckKind::Tcp(t) => tcp(t, io).await,
         HealthCheckKind::Http(h) => http(cluster, h, hostname, io).await,
         HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, io).await,
     }
@@ -304,7 +305,7 @@ where
         .uri(h.path.as_str())
         .header(header::HOST, authority.as_str())
         .header(header::USER_AGENT, "Envoy/HC")
-        .body(Full::new(Bytes::new()));
+        .body(Full::new(Bytes::from(h.send.clone().unwrap_or_default())));
     if let Ok(r) = &mut req {
         let hs = r.headers_mut();
         for name in &h.request_headers_to_remove {
@@ -319,9 +320,12 @@ where
                 hs.append(n, v);
             }
         }
+        if let Some(send) = &h.send {
+            hs.insert(header::CONTENT_LENGTH, send.len().into());
+        }
     }
     let Ok(req) = req else { return Verdict::Fail };
-    let status = match h.codec {
+    let resp = match h.codec {
         courier_config::cluster::HealthCheckCodec::Http1 => {
             let Ok((mut send, conn)) =
                 hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
@@ -330,7 +334,7 @@ where
             };
             tokio::spawn(conn);
             match send.send_request(req).await {
-                Ok(r) => r.status().as_u16(),
+                Ok(r) => r,
                 Err(_) => return Verdict::Fail,
             }
         }
@@ -343,11 +347,22 @@ where
             };
             tokio::spawn(conn);
             match send.send_request(req).await {
-                Ok(r) => r.status().as_u16(),
+                Ok(r) => r,
                 Err(_) => return Verdict::Fail,
             }
         }
     };
+    let status = resp.status().as_u16();
+    // The body's first `response_buffer_size` bytes must hold the `receive`
+    // payloads; a mismatch fails at once, before the status is looked at.
+    if !h.receive.is_empty() {
+        let Some(body) = body_prefix(resp.into_body(), h.response_buffer_size).await else {
+            return Verdict::Fail;
+        };
+        if !payloads_match(&h.receive, &body) {
+            return Verdict::FailNow;
+        }
+    }
     let within = |ranges: &[std::ops::Range<u16>]| ranges.iter().any(|r| r.contains(&status));
     if within(&h.expected_statuses) {
         Verdict::Pass
@@ -355,6 +370,60 @@ where
         Verdict::Fail
     } else {
         Verdict::FailNow
+    }
+}
+
+/// The first `limit` bytes of a response body (all of it when `limit` is 0);
+/// `None` when the body fails before its end.
+async fn body_prefix(mut body: hyper::body::Incoming, limit: u64) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.ok()?.into_data() else {
+            continue;
+        };
+        let room = if limit == 0 {
+            data.len()
+        } else {
+            (limit as usize).saturating_sub(got.len()).min(data.len())
+        };
+        got.extend_from_slice(&data[..room]);
+    }
+    Some(got)
+}
+
+/// Bytes a TCP check holds while it searches them (Envoy's default connection
+/// buffer limit).
+const TCP_READ_LIMIT: usize = 1 << 20;
+
+/// A TCP check: `send` written, then bytes read until they hold every `receive`
+/// payload in order (Envoy keeps reading until then or the timeout). A peer that
+/// closes first fails the check; no payload expected passes on connect. Past
+/// [`TCP_READ_LIMIT`] bytes without a match nothing more is read and the check
+/// waits for its timeout, as Envoy's read-disabled connection does.
+async fn tcp<T>(t: &TcpHealthCheck, mut io: T) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !t.send.is_empty() && io.write_all(&t.send).await.is_err() {
+        return Verdict::Fail;
+    }
+    if t.receive.is_empty() {
+        return Verdict::Pass;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if got.len() >= TCP_READ_LIMIT {
+            return std::future::pending().await;
+        }
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => return Verdict::Fail,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if payloads_match(&t.receive, &got) {
+            return Verdict::Pass;
+        }
     }
 }
 
