@@ -54,6 +54,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
     "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
     "envoy.extensions.access_loggers.file.v3.FileAccessLog",
+    "envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink",
     "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
     "envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
     "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",

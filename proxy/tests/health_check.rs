@@ -284,3 +284,55 @@ async fn tcp_check_sends_a_payload_and_waits_for_the_answer() {
     answer.store(true, Ordering::SeqCst);
     assert!(eventually(async || hits(&mut h, &work, 30).await > 0).await);
 }
+
+/// `always_log_health_check_failures` / `_success`: with them every failed and
+/// every passed check is an event (without them, only a host's first failure and
+/// its changes are); a host that starts unhealthy and never passes is never
+/// ejected, so its events are failures only, the first marked `first_check`.
+#[tokio::test]
+async fn always_log_flags_log_every_check() {
+    let (good, _) = upstream(|_, _| Act::Status(200)).await;
+    let dead = support::programmable::closed_port();
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("hc.log");
+    let hc = format!(
+        "health_checks:\n- timeout: 1s\n  interval: 0.05s\n  no_traffic_interval: 0.05s\n  unhealthy_threshold: 1\n  healthy_threshold: 1\n  always_log_health_check_failures: true\n  always_log_health_check_success: true\n  event_logger:\n  - name: envoy.health_check.event_sinks.file\n    typed_config:\n      \"@type\": type.googleapis.com/envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink\n      event_log_path: {}\n  tcp_health_check: {{}}\n",
+        log.display()
+    );
+    let _c = courier_with("", "", ROUTES, &static_cluster("u", &[good, dead], &hc)).await;
+    let lines = || -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let port = |v: &serde_json::Value| v["host"]["socket_address"]["port_value"].as_u64();
+    let of = |p: u16| -> Vec<serde_json::Value> {
+        lines()
+            .into_iter()
+            .filter(|v| port(v) == Some(u64::from(p)))
+            .collect()
+    };
+    assert!(eventually(async || of(good.port()).len() >= 3 && of(dead.port()).len() >= 3).await);
+    let g = of(good.port());
+    assert_eq!(g[0]["add_healthy_event"]["first_check"], true);
+    assert_eq!(g[0]["health_checker_type"], "TCP");
+    assert!(
+        g[1..]
+            .iter()
+            .all(|v| v.get("successful_health_check_event").is_some())
+    );
+    let d = of(dead.port());
+    assert!(d.iter().all(|v| v.get("eject_unhealthy_event").is_none()));
+    assert_eq!(d[0]["health_check_failure_event"]["first_check"], true);
+    assert_eq!(
+        d[0]["health_check_failure_event"]["failure_type"],
+        "NETWORK"
+    );
+    assert!(
+        d[1..]
+            .iter()
+            .all(|v| v["health_check_failure_event"]["first_check"] == false)
+    );
+}

@@ -49,6 +49,16 @@ pub struct HealthCheck {
     /// `transport_socket_match_criteria`: the cluster's transport socket its
     /// connections use; `None` = each host's own.
     pub transport_socket: Option<super::socket_match::SocketIndex>,
+    /// Files the check's events go to, one JSON `HealthCheckEvent` per line: the
+    /// `envoy.health_check.event_sinks.file` sinks of `event_logger`, then the
+    /// deprecated `event_log_path`.
+    pub event_logs: Vec<String>,
+    /// `always_log_health_check_failures`: every failed check is an event, not
+    /// only a host's first.
+    pub always_log_failures: bool,
+    /// `always_log_health_check_success`: every passed check that changes
+    /// nothing is an event.
+    pub always_log_success: bool,
 }
 
 /// The kind of check.
@@ -228,6 +238,7 @@ pub(super) fn translate(
         &path.field("interval_jitter"),
         ctx,
     );
+    let event_logs = event_logs(h, path, ctx);
     if ctx.error_count() != errors {
         return None;
     }
@@ -252,7 +263,39 @@ pub(super) fn translate(
             .transport_socket_match_criteria
             .as_ref()
             .map(|c| super::socket_match::health_check_socket(sockets, c)),
+        event_logs,
+        always_log_failures: h.always_log_health_check_failures,
+        always_log_success: h.always_log_health_check_success,
     })
+}
+
+/// The event files of `event_logger` (file sinks only) and `event_log_path`.
+fn event_logs(h: &cpb::HealthCheck, path: &Path<'_>, ctx: &mut Ctx) -> Vec<String> {
+    use envoy_types::pb::envoy::extensions::health_check::event_sinks::file::v3::HealthCheckEventFileSink;
+    const FILE_SINK: &str = "type.googleapis.com/envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink";
+    let mut logs = Vec::new();
+    let lp = path.field("event_logger");
+    for (i, sink) in h.event_logger.iter().enumerate() {
+        let ip = lp.index(i);
+        let sp = ip.field("typed_config");
+        match sink.typed_config.as_ref() {
+            Some(any) if any.type_url == FILE_SINK => {
+                if let Some(f) = core::unpack::<HealthCheckEventFileSink>(any, &sp, ctx) {
+                    if f.event_log_path.is_empty() {
+                        ctx.error(&sp.field("event_log_path"), "must not be empty");
+                    } else {
+                        logs.push(f.event_log_path);
+                    }
+                }
+            }
+            Some(any) => ctx.unsupported(&sp, format!("health check event sink {}", any.type_url)),
+            None => ctx.error(&sp, "is required"),
+        }
+    }
+    if !h.event_log_path.is_empty() {
+        logs.push(h.event_log_path.clone());
+    }
+    logs
 }
 
 fn required_positive(

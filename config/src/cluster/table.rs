@@ -219,7 +219,15 @@ pub(crate) const SUPPORT: &[Support] = &[
             "unhealthy_edge_interval",
             "healthy_edge_interval",
             "transport_socket_match_criteria",
+            "event_logger",
+            "event_log_path",
+            "always_log_health_check_failures",
+            "always_log_health_check_success",
         ],
+    ),
+    (
+        "envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink",
+        crate::support::ALL,
     ),
     (
         "envoy.config.core.v3.HealthCheck.HttpHealthCheck",
