@@ -21,14 +21,14 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 /// Accepts any server certificate, records it, and offers `schemes` (the
 /// client hello's `signature_algorithms`).
 #[derive(Debug)]
 struct Recorder {
     schemes: Vec<SignatureScheme>,
-    seen: Mutex<Option<Vec<u8>>>,
+    seen: OnceLock<Vec<u8>>,
 }
 
 impl ServerCertVerifier for Recorder {
@@ -40,7 +40,7 @@ impl ServerCertVerifier for Recorder {
         _: &[u8],
         _: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        *self.seen.lock().unwrap() = Some(end_entity.to_vec());
+        let _ = self.seen.set(end_entity.to_vec());
         Ok(ServerCertVerified::assertion())
     }
     fn verify_tls12_signature(
@@ -79,7 +79,7 @@ const ANY: &[SignatureScheme] = &[
 fn served(addr: &str, sni: &str, schemes: &[SignatureScheme]) -> Vec<u8> {
     let verifier = Arc::new(Recorder {
         schemes: schemes.to_vec(),
-        seen: Mutex::new(None),
+        seen: OnceLock::new(),
     });
     let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let config = rustls::ClientConfig::builder_with_provider(provider)
@@ -101,7 +101,7 @@ fn served(addr: &str, sni: &str, schemes: &[SignatureScheme]) -> Vec<u8> {
         "{sni}: {}",
         String::from_utf8_lossy(&answer)
     );
-    verifier.seen.lock().unwrap().clone().unwrap()
+    verifier.seen.get().unwrap().clone()
 }
 
 fn pem_der(pem: &Pem) -> Vec<u8> {
