@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod lds;
+pub mod rtds;
 
 use crate::support::*;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
