@@ -222,3 +222,175 @@ async fn rtds_over_ads_sotw() {
     .await
     .expect("in time");
 }
+
+/// What one proxy shows and does with the same RTDS layer.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// `/ready` before the first RTDS answer, and after.
+    ready: (u16, u16),
+    /// `/runtime` once the layer is in.
+    runtime: serde_json::Value,
+    /// `GET /a#frag` with the layer's `http_reject_path_with_fragment: false`.
+    fragment: Option<u16>,
+    /// A second connection while one is open, under the layer's limit of 1.
+    second_connection: Option<u16>,
+    /// The same after an update without the limit key.
+    second_connection_after: Option<u16>,
+    /// `/runtime` after the admin layer overrides a key.
+    runtime_with_admin: serde_json::Value,
+    /// The verdict on a layer with a key courier gives no meaning to.
+    unknown_key: &'static str,
+}
+
+async fn observe(bin: &str, args: &[&str], rtds_config: &str) -> Seen {
+    let url = Runtime::type_url();
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    cp.stop().await;
+    let key = "envoy.resource_limits.listener.ingress.connection_limit";
+    let p =
+        xds_support::lds::start_bin(bin, args, &rtds_bootstrap(cp.addr, rtds_config, None)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = ready_status(&p.admin).await;
+    cp.set(
+        url.clone(),
+        "dynamic",
+        any(&runtime(
+            "dynamic",
+            serde_json::json!({
+                "envoy": {"reloadable_features": {
+                    "http_reject_path_with_fragment": false,
+                    "rtds_test_flag": "on",
+                }},
+                key: 1,
+            }),
+        )),
+    );
+    cp.listen().await;
+    let mut after = 0;
+    for _ in 0..500 {
+        after = ready_status(&p.admin).await;
+        if after == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let listener = xds_support::lds::port_of(&p.admin, "ingress").await;
+    let shown = until_runtime(&p.admin, |r| r["entries"][key]["final_value"] == "1").await;
+    let fragment = raw_status(listener, "/a#frag").await;
+    let held = held_connection(listener).await;
+    let second_connection = raw_status(listener, "/").await;
+    assert_eq!(
+        post(
+            &p.admin,
+            "/runtime_modify?envoy.reloadable_features.rtds_test_flag=off"
+        )
+        .await,
+        200
+    );
+    let runtime_with_admin = runtime_json(&p.admin).await;
+    cp.set(
+        url.clone(),
+        "dynamic",
+        any(&runtime(
+            "dynamic",
+            serde_json::json!({"envoy.reloadable_features.rtds_test_flag": "on"}),
+        )),
+    );
+    until_runtime(&p.admin, |r| r["entries"].get(key).is_none()).await;
+    let second_connection_after = raw_status(listener, "/").await;
+    drop(held);
+    cp.set(
+        url.clone(),
+        "dynamic",
+        any(&runtime(
+            "dynamic",
+            serde_json::json!({"upstream.use_http2": false}),
+        )),
+    );
+    let mut unknown_key = "ack";
+    for _ in 0..20 {
+        let line = cp.saw("Runtime").await;
+        if !line.ends_with("error=-") {
+            unknown_key = "nack";
+            break;
+        }
+        if until_runtime_quick(&p.admin).await {
+            break;
+        }
+    }
+    Seen {
+        ready: (before, after),
+        runtime: shown,
+        fragment,
+        second_connection,
+        second_connection_after,
+        runtime_with_admin,
+        unknown_key,
+    }
+}
+
+/// Whether `/runtime` shows the unknown key (accepted).
+async fn until_runtime_quick(admin: &str) -> bool {
+    runtime_json(admin).await["entries"]
+        .get("upstream.use_http2")
+        .is_some()
+}
+
+/// The same bootstrap and the same `Runtime` resources to real Envoy 1.40 and
+/// to courier: the same `/ready` wait, the same `/runtime` (layers, values,
+/// the admin layer's override), the same behaviour of the keys with a meaning.
+/// The one difference, by design: courier NACKs a key it gives no meaning to
+/// (a bad xDS resource is refused with its path, never half ignored), where
+/// Envoy accepts any key.
+#[tokio::test]
+async fn envoy_and_courier_agree_on_an_rtds_layer() {
+    let Some(envoy) = xds_support::lds::envoy() else {
+        return;
+    };
+    let rtds_config = own_stream("GRPC");
+    let courier = tokio::time::timeout(
+        Duration::from_secs(120),
+        observe(
+            env!("CARGO_BIN_EXE_courier"),
+            &["--concurrency", "1", "--drain-time-s", "1"],
+            &rtds_config,
+        ),
+    )
+    .await
+    .expect("in time");
+    let envoy = tokio::time::timeout(
+        Duration::from_secs(120),
+        observe(
+            &envoy,
+            &[
+                "--concurrency",
+                "1",
+                "--drain-time-s",
+                "1",
+                "--use-dynamic-base-id",
+            ],
+            &rtds_config,
+        ),
+    )
+    .await
+    .expect("in time");
+    assert_eq!(courier.unknown_key, "nack");
+    assert_eq!(envoy.unknown_key, "ack");
+    let (courier, envoy) = (
+        Seen {
+            unknown_key: "",
+            ..courier
+        },
+        Seen {
+            unknown_key: "",
+            ..envoy
+        },
+    );
+    assert_eq!(courier, envoy);
+    assert_eq!(courier.ready, (503, 200));
+    assert_eq!(courier.fragment, Some(200));
+    assert_eq!(
+        (courier.second_connection, courier.second_connection_after),
+        (None, Some(200))
+    );
+}
