@@ -394,3 +394,43 @@ async fn envoy_and_courier_agree_on_an_rtds_layer() {
         (None, Some(200))
     );
 }
+
+/// `path_config_source`: the layer comes from a file holding a
+/// `DiscoveryResponse`, and a rewritten file replaces it.
+#[tokio::test]
+async fn rtds_from_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rtds.yaml");
+    let write = |flag: &str| {
+        let body = format!(
+            "version_info: \"{flag}\"\nresources:\n- \"@type\": type.googleapis.com/envoy.service.runtime.v3.Runtime\n  name: dynamic\n  layer:\n    envoy.reloadable_features.rtds_test_flag: \"{flag}\"\n"
+        );
+        let tmp = dir.path().join("next.yaml");
+        std::fs::write(&tmp, body).unwrap();
+        std::fs::rename(&tmp, &file).unwrap();
+    };
+    write("one");
+    let rtds_config = format!("{{path_config_source: {{path: {}}}}}", file.display());
+    // The bootstrap's xds cluster goes unused here.
+    let c = launch(&rtds_bootstrap(
+        "127.0.0.1:9".parse().unwrap(),
+        &rtds_config,
+        None,
+    ))
+    .await;
+    let flag = "envoy.reloadable_features.rtds_test_flag";
+    until_runtime(&c.admin, |r| r["entries"][flag]["final_value"] == "one").await;
+    write("two");
+    let shown = until_runtime(&c.admin, |r| r["entries"][flag]["final_value"] == "two").await;
+    assert_eq!(
+        shown["entries"][flag]["layer_values"],
+        serde_json::json!(["", "two", ""])
+    );
+    for _ in 0..100 {
+        if ready_status(&c.admin).await == 200 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("not ready");
+}
