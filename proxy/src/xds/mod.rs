@@ -362,7 +362,10 @@ pub fn start(
         // Listeners arriving over LDS get their routes over ADS likewise.
         follow_over_ads(bootstrap, &mut sources, ResourceType::RouteConfig, ls);
     }
-    // Each RTDS layer subscribes to its `Runtime` resource by name.
+    // Each RTDS layer subscribes to its `Runtime` resource by name. `/ready`
+    // waits for the first RTDS answer (whatever it says) as for the other
+    // types' initial fetch; static listeners serve meanwhile with the static
+    // layers' values (Envoy starts its workers after initialization).
     let rtds: BTreeSet<String> = bootstrap
         .runtime
         .rtds_layers()
