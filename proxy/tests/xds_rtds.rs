@@ -238,6 +238,8 @@ struct Seen {
     second_connection_after: Option<u16>,
     /// `/runtime` after the admin layer overrides a key.
     runtime_with_admin: serde_json::Value,
+    /// `runtime.num_layers`, `runtime.num_keys`, `runtime.admin_overrides_active` then.
+    runtime_stats: (u64, u64, u64),
     /// The verdict on a layer with a key courier gives no meaning to.
     unknown_key: &'static str,
 }
@@ -288,6 +290,11 @@ async fn observe(bin: &str, args: &[&str], rtds_config: &str) -> Seen {
         200
     );
     let runtime_with_admin = runtime_json(&p.admin).await;
+    let runtime_stats = (
+        stat_of(&p.admin, "runtime.num_layers").await,
+        stat_of(&p.admin, "runtime.num_keys").await,
+        stat_of(&p.admin, "runtime.admin_overrides_active").await,
+    );
     cp.set(
         url.clone(),
         "dynamic",
@@ -325,6 +332,7 @@ async fn observe(bin: &str, args: &[&str], rtds_config: &str) -> Seen {
         second_connection,
         second_connection_after,
         runtime_with_admin,
+        runtime_stats,
         unknown_key,
     }
 }
@@ -388,6 +396,7 @@ async fn envoy_and_courier_agree_on_an_rtds_layer() {
     );
     assert_eq!(courier, envoy);
     assert_eq!(courier.ready, (503, 200));
+    assert_eq!(courier.runtime_stats, (3, 4, 1));
     assert_eq!(courier.fragment, Some(200));
     assert_eq!(
         (courier.second_connection, courier.second_connection_after),
