@@ -149,14 +149,13 @@ impl Overload {
             return Some(Arc::clone(l));
         }
         let fresh = Limit::new(u64::MAX);
-        let map = self.listeners.rcu(|m| {
+        // One entry per listener name ever built (LDS churn adds small ones).
+        self.listeners.rcu(|m| {
             let mut m = HashMap::clone(m);
             m.entry(name.to_string())
                 .or_insert_with(|| Arc::clone(&fresh));
             m
         });
-        // `rcu` returns the map it replaced: look the name up in the new one.
-        drop(map);
         self.listeners.load().get(name).cloned()
     }
 
@@ -365,6 +364,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use courier_config::overload::{Action, TimerMinimum, Trigger};
+
+    /// RTDS and `/runtime_modify` change the limits of listeners already
+    /// built: lower refuses new connections (open ones stay), none is unlimited.
+    #[test]
+    fn runtime_changes_limits_in_place() {
+        let o = Overload {
+            global: Some(Limit::new(u64::MAX)),
+            ..Overload::default()
+        };
+        let l = o.listener_limit("l").unwrap();
+        let a = o.admit(Some(&l), false, false).unwrap();
+        let b = o.admit(Some(&l), false, false).unwrap();
+        o.set_runtime_limits(Some(3), &HashMap::from([("l".to_string(), 1)]));
+        assert_eq!(
+            o.admit(Some(&l), false, false).unwrap_err(),
+            Refused::Listener
+        );
+        drop((a, b));
+        let c = o.admit(Some(&l), false, false).unwrap();
+        // A listener built later gets the limit in force.
+        o.set_runtime_limits(None, &HashMap::from([("m".to_string(), 0)]));
+        let m = o.listener_limit("m").unwrap();
+        assert_eq!(
+            o.admit(Some(&m), false, false).unwrap_err(),
+            Refused::Listener
+        );
+        // "l" is no longer named: unlimited again, and so is the global count.
+        let more: Vec<_> = (0..5)
+            .map(|_| o.admit(Some(&l), false, false).unwrap())
+            .collect();
+        drop((c, more));
+    }
 
     #[test]
     fn limits_count_and_release() {
