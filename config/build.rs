@@ -29,6 +29,7 @@ const ROOTS: &[&str] = &[
     "envoy.config.route.v3.RouteConfiguration",
     "envoy.config.cluster.v3.Cluster",
     "envoy.config.endpoint.v3.ClusterLoadAssignment",
+    "envoy.service.runtime.v3.Runtime",
     "envoy.service.discovery.v3.DiscoveryRequest",
     "envoy.service.discovery.v3.DiscoveryResponse",
     "envoy.service.discovery.v3.DeltaDiscoveryRequest",
