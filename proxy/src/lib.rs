@@ -78,6 +78,12 @@ impl std::fmt::Debug for LogControl {
     }
 }
 
+/// What in `bootstrap` this build validates but cannot serve yet (each with
+/// its path); `--mode serve` refuses such a config and `--mode validate` says so.
+pub fn unservable(bootstrap: &courier_config::Bootstrap) -> Result<(), Vec<String>> {
+    serve_check::check(bootstrap)
+}
+
 /// Serves `bootstrap` until SIGTERM/SIGINT or `/quitquitquit`, then drains and
 /// returns the process's exit code.
 pub fn serve(bootstrap: courier_config::Bootstrap, opts: &ServeOptions) -> ExitCode {

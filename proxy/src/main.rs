@@ -43,6 +43,17 @@ fn main() -> ExitCode {
                 .config_path
                 .as_ref()
                 .map_or_else(|| "--config-yaml".to_string(), |p| p.display().to_string());
+            // Valid is not enough: a config this build would refuse to serve is
+            // not OK either (Envoy's validate answers whether Envoy can run it).
+            if let Err(problems) = courier::unservable(&bootstrap) {
+                eprintln!(
+                    "error: the configuration '{what}' is valid, but courier cannot serve it yet:"
+                );
+                for p in problems {
+                    eprintln!("error: {p}");
+                }
+                return ExitCode::from(1);
+            }
             println!("configuration '{what}' OK");
             ExitCode::SUCCESS
         }

@@ -9,9 +9,7 @@ use courier_config::cluster::{Cluster, Discovery, UpstreamProtocol};
 use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
-use courier_config::listener::hcm::{
-    HttpConnectionManager, RouteSpecifier, ServerHeaderTransformation, StripPort,
-};
+use courier_config::listener::hcm::{HttpConnectionManager, RouteSpecifier, StripPort};
 use courier_config::route::{Action, HeaderMutations, RouteConfig};
 
 /// Every feature in `bootstrap` that the data plane does not serve yet.
@@ -102,12 +100,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     }
     if h.proxy_100_continue {
         refuse("proxy_100_continue", "100-continue proxying");
-    }
-    if h.server_header_transformation != ServerHeaderTransformation::Overwrite {
-        refuse(
-            "server_header_transformation",
-            "server header transformation",
-        );
     }
     match &h.route_specifier {
         RouteSpecifier::Inline(rc) => routes(rc, &format!("{at}.route_config"), problems),

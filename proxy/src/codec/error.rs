@@ -181,14 +181,24 @@ fn closing_reply(status_line: &str, body: &str, server: &[u8]) -> Vec<u8> {
         "content-type: text/plain\r\n"
     };
     let mut out = format!(
-        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\n{content_type}date: {date}\r\nserver: ",
+        "HTTP/1.1 {status_line}\r\ncontent-length: {}\r\n{content_type}date: {date}\r\n",
         body.len()
     )
     .into_bytes();
-    out.extend_from_slice(server);
-    out.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+    server_line(&mut out, server);
+    out.extend_from_slice(b"connection: close\r\n\r\n");
     out.extend_from_slice(body.as_bytes());
     out
+}
+
+/// `server: <server>\r\n`; nothing for an empty name (`PASS_THROUGH` adds no
+/// `server` header to local replies).
+fn server_line(out: &mut Vec<u8>, server: &[u8]) {
+    if !server.is_empty() {
+        out.extend_from_slice(b"server: ");
+        out.extend_from_slice(server);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
 /// Envoy's reply for hyper's automatic response `head`, when `head` is one.
@@ -227,9 +237,9 @@ fn rewrite(head: &[u8], server: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(format!("\r\ncontent-length: {}\r\n", reason.len()).as_bytes());
     out.extend_from_slice(b"content-type: text/plain\r\ndate: ");
     out.extend_from_slice(date);
-    out.extend_from_slice(b"\r\nserver: ");
-    out.extend_from_slice(server);
-    out.extend_from_slice(b"\r\nconnection: close\r\n\r\n");
+    out.extend_from_slice(b"\r\n");
+    server_line(&mut out, server);
+    out.extend_from_slice(b"connection: close\r\n\r\n");
     out.extend_from_slice(reason);
     Some(out)
 }
@@ -412,7 +422,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for CodecErrors<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::rewrite;
+    use super::{closing_reply, rewrite};
+
+    /// `PASS_THROUGH` (an empty server name): the codec's replies carry no
+    /// `server` header, as Envoy's local replies then do not.
+    #[test]
+    fn an_empty_server_name_writes_no_server_header() {
+        let with = String::from_utf8(closing_reply("400 Bad Request", "", b"envoy")).unwrap();
+        assert!(with.contains("\r\nserver: envoy\r\nconnection: close\r\n\r\n"));
+        let without = String::from_utf8(closing_reply("400 Bad Request", "", b"")).unwrap();
+        assert!(!without.contains("server"), "{without}");
+        assert!(without.ends_with("\r\nconnection: close\r\n\r\n"));
+    }
 
     #[test]
     fn hyper_errors_become_envoy_replies() {

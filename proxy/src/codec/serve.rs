@@ -44,9 +44,9 @@ pub(crate) struct Limits {
     /// The `server` header of the codec's own replies (shared: cloning it
     /// does not allocate per connection).
     server_name: Bytes,
-    /// The `server` header of every response (the same bytes); none without
-    /// a connection manager, as the connection manager sets it.
-    server_header: Option<http::HeaderValue>,
+    /// What becomes of every response's `server` header; none without a
+    /// connection manager, as the connection manager sets it.
+    server_header: Option<crate::request::headers::ServerHeader>,
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
@@ -90,10 +90,26 @@ impl Limits {
                 accept_http_10: false,
             };
         };
+        use crate::request::headers::ServerHeader;
+        use courier_config::listener::hcm::ServerHeaderTransformation as T;
         let server_name = Bytes::from(h.server_name.clone());
+        let value = http::HeaderValue::from_maybe_shared(server_name.clone()).ok();
+        let server_header = match (h.server_header_transformation, value) {
+            (T::PassThrough, _) => Some(ServerHeader::PassThrough),
+            (T::Overwrite, Some(v)) => Some(ServerHeader::Overwrite(v)),
+            (T::AppendIfAbsent, Some(v)) => Some(ServerHeader::AppendIfAbsent(v)),
+            (_, None) => None,
+        };
         Limits {
-            server_header: http::HeaderValue::from_maybe_shared(server_name.clone()).ok(),
-            server_name,
+            server_header,
+            // The codec's own replies carry the server name unless the
+            // upstream's header passes through, when they have none (they are
+            // local replies: Envoy's PASS_THROUGH adds no header to them).
+            server_name: if h.server_header_transformation == T::PassThrough {
+                Bytes::new()
+            } else {
+                server_name
+            },
             max_headers_bytes: h.max_request_headers_kb as usize * 1024,
             max_headers_count: h.common_http_protocol_options.max_headers_count as usize,
             idle_timeout: h.common_http_protocol_options.idle_timeout,
@@ -197,7 +213,7 @@ struct PerRequest {
     activity: Arc<Activity>,
     snapshot: Arc<WorkerSnapshot>,
     /// The `server` response header, if the chain sets one.
-    server: Option<http::HeaderValue>,
+    server: Option<crate::request::headers::ServerHeader>,
     /// The listener version's drain signal, as it was when the connection
     /// was accepted (see [`keepalive_off`]).
     retired: Option<watch::Receiver<bool>>,

@@ -99,7 +99,9 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                         &info,
                         &HcmStats::default(),
                         &up,
-                        Some(&http::HeaderValue::from_static("envoy")),
+                        Some(&crate::request::headers::ServerHeader::Overwrite(
+                            http::HeaderValue::from_static("envoy"),
+                        )),
                     )
                     .await
                     .0,

@@ -116,15 +116,16 @@ fn select<'a>(rc: &'a RouteConfig, head: &View<'_>) -> Option<(&'a VirtualHost, 
 /// Handles one request on a connection of listener `info.listener`, with
 /// the connection manager of filter chain `info.filter_chain_index`. With an
 /// upstream response comes the request's progress, which drives the stream
-/// idle timer while the response body streams. `server` is the `server`
-/// header of every response (built once per filter chain).
+/// idle timer while the response body streams. `server` says what becomes of
+/// each response's `server` header (built once per filter chain; `None`
+/// without a connection manager).
 pub async fn handle(
     mut req: Request<Incoming>,
     snapshot: &Arc<Snapshot>,
     info: &ConnInfo,
     stats: &HcmStats,
     up: &Upstream<'_>,
-    server: Option<&HeaderValue>,
+    server: Option<&crate::request::headers::ServerHeader>,
 ) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
     let hcm = crate::request::conn::chain_at(&info.listener, info.filter_chain_index)
@@ -194,8 +195,8 @@ pub async fn handle(
         // The connection's filter chain index names no chain (not expected).
         None => reply(StatusCode::SERVICE_UNAVAILABLE, "").map(ResponseBody::from),
     };
-    if let Some(v) = server {
-        resp.headers_mut().insert(header::SERVER, v.clone());
+    if let Some(s) = server {
+        s.apply(resp.headers_mut());
     }
     stats.response(resp.status().as_u16());
     let Some(pending) = guard.0.take() else {

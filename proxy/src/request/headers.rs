@@ -51,3 +51,32 @@ pub fn upgrade_type<B>(req: &Request<B>) -> Option<&str> {
     }
     req.headers().get(header::UPGRADE)?.to_str().ok()
 }
+
+/// What the connection manager does with a response's `server` header
+/// (`server_header_transformation`).
+#[derive(Debug, Clone)]
+pub enum ServerHeader {
+    /// Always this value (`OVERWRITE`, the default).
+    Overwrite(HeaderValue),
+    /// This value unless the response has one (`APPEND_IF_ABSENT`).
+    AppendIfAbsent(HeaderValue),
+    /// The response's own, or none (`PASS_THROUGH`).
+    PassThrough,
+}
+
+impl ServerHeader {
+    /// Applies the transformation to a response's headers.
+    pub fn apply(&self, headers: &mut HeaderMap) {
+        match self {
+            Self::Overwrite(v) => {
+                headers.insert(header::SERVER, v.clone());
+            }
+            Self::AppendIfAbsent(v) => {
+                if !headers.contains_key(header::SERVER) {
+                    headers.insert(header::SERVER, v.clone());
+                }
+            }
+            Self::PassThrough => {}
+        }
+    }
+}
