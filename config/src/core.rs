@@ -168,7 +168,10 @@ pub fn socket_only(
     match address(addr, path, ctx)? {
         Address::Socket(sa) => Some(sa),
         Address::Pipe(_) => {
-            ctx.error(&path.field("pipe"), format!("a pipe address is not allowed: {why}"));
+            ctx.error(
+                &path.field("pipe"),
+                format!("a pipe address is not allowed: {why}"),
+            );
             None
         }
     }
@@ -180,7 +183,10 @@ pub fn socket_only(
 pub fn pipe(p: &core::Pipe, path: &Path<'_>, ctx: &mut Ctx) -> Option<Pipe> {
     let mut ok = true;
     if p.path.is_empty() {
-        ctx.error(&path.field("path"), "value length must be at least 1 characters");
+        ctx.error(
+            &path.field("path"),
+            "value length must be at least 1 characters",
+        );
         return None;
     }
     if p.path.len() >= MAX_PIPE_PATH {
@@ -204,11 +210,17 @@ pub fn pipe(p: &core::Pipe, path: &Path<'_>, ctx: &mut Ctx) -> Option<Pipe> {
     if p.mode > 0o777 {
         ctx.error(
             &path.field("mode"),
-            format!("value must be less than or equal to 511 (0777), found {}", p.mode),
+            format!(
+                "value must be less than or equal to 511 (0777), found {}",
+                p.mode
+            ),
         );
         ok = false;
     } else if is_abstract && p.mode != 0 {
-        ctx.error(&path.field("mode"), "Cannot set mode for Abstract AF_UNIX sockets");
+        ctx.error(
+            &path.field("mode"),
+            "Cannot set mode for Abstract AF_UNIX sockets",
+        );
         ok = false;
     }
     ok.then(|| Pipe {

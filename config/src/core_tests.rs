@@ -72,11 +72,20 @@ fn an_abstract_socket_loads_without_a_mode() {
 #[test]
 fn a_mode_over_0777_is_refused_with_its_path() {
     assert_eq!(
-        errors(&bootstrap(pipe("/a.sock", Some(512)), tcp(), pipe("/u.sock", None))),
+        errors(&bootstrap(
+            pipe("/a.sock", Some(512)),
+            tcp(),
+            pipe("/u.sock", None)
+        )),
         ["admin.address.pipe.mode: value must be less than or equal to 511 (0777), found 512"]
     );
     // 0777 itself is Envoy's limit, and loads.
-    load(&bootstrap(pipe("/a.sock", Some(511)), tcp(), pipe("/u.sock", None))).unwrap();
+    load(&bootstrap(
+        pipe("/a.sock", Some(511)),
+        tcp(),
+        pipe("/u.sock", None),
+    ))
+    .unwrap();
 }
 
 #[test]
@@ -108,7 +117,9 @@ fn two_listeners_on_one_pipe_are_refused() {
         .push(second);
     assert_eq!(
         errors(&b),
-        ["static_resources.listeners[1].address: address /l.sock is already used by static_resources.listeners[0]"]
+        [
+            "static_resources.listeners[1].address: address /l.sock is already used by static_resources.listeners[0]"
+        ]
     );
 }
 
@@ -118,17 +129,21 @@ fn a_pipe_in_a_dns_cluster_is_refused() {
     b["static_resources"]["clusters"][0]["type"] = json!("STRICT_DNS");
     assert_eq!(
         errors(&b),
-        ["static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.pipe: a pipe address in a STRICT_DNS or LOGICAL_DNS cluster (which resolve names; Envoy resolves a pipe to no host)"]
+        [
+            "static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.pipe: a pipe address in a STRICT_DNS or LOGICAL_DNS cluster (which resolve names; Envoy resolves a pipe to no host)"
+        ]
     );
 }
 
 #[test]
 fn a_health_check_port_on_a_pipe_endpoint_is_refused() {
     let mut b = bootstrap(tcp(), tcp(), pipe("/u.sock", None));
-    b["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]
-        ["endpoint"]["health_check_config"] = json!({"port_value": 8080});
+    b["static_resources"]["clusters"][0]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]
+        ["health_check_config"] = json!({"port_value": 8080});
     assert_eq!(
         errors(&b),
-        ["static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value: a health check port for a pipe address (it has no port)"]
+        [
+            "static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value: a health check port for a pipe address (it has no port)"
+        ]
     );
 }

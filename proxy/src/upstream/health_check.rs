@@ -211,15 +211,18 @@ fn endpoint_of<'a>(cluster: &'a UpstreamCluster, host: &Host) -> Option<&'a Endp
         .load_assignment
         .as_ref()?
         .endpoints()
-        .find(|e| {
-            e.address.port == host.address.port()
-                && match e.address.ip {
-                    Some(ip) => ip == host.address.ip(),
-                    None => {
-                        e.address.host == host.hostname()
-                            || e.hostname.as_deref() == Some(host.hostname())
+        .find(|e| match &e.address {
+            courier_config::core::Address::Pipe(p) => host.pipe_path() == Some(p.path.as_str()),
+            courier_config::core::Address::Socket(sa) => {
+                sa.port == host.address.port()
+                    && match sa.ip {
+                        Some(ip) => ip == host.address.ip(),
+                        None => {
+                            sa.host == host.hostname()
+                                || e.hostname.as_deref() == Some(host.hostname())
+                        }
                     }
-                }
+            }
         })
 }
 
@@ -232,6 +235,14 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
         target.set_port(p);
     }
     let hostname = endpoint.and_then(|e| e.health_check_hostname.as_deref());
+    if let Some(path) = host.pipe_path() {
+        // A pipe host is checked over its socket (plaintext: the data plane
+        // refuses TLS to pipe hosts).
+        let Ok(unix) = crate::upstream::pool::connect_unix(path).await else {
+            return Verdict::Fail;
+        };
+        return probe(cluster, hc, hostname, unix).await;
+    }
     let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::Fail;
     };

@@ -53,7 +53,14 @@ fn priorities_localities_and_weights() {
     assert_eq!(e.weight, 5);
     assert_eq!(e.health_status, HealthStatus::Draining);
     assert!(!e.health_status.is_healthy());
-    assert_eq!(la.priorities[2].localities[0].endpoints[0].address.socket().unwrap().port, 81);
+    assert_eq!(
+        la.priorities[2].localities[0].endpoints[0]
+            .address
+            .socket()
+            .unwrap()
+            .port,
+        81
+    );
 }
 
 #[test]
