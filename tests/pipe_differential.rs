@@ -7,7 +7,8 @@
 //! over the pipe listener; statuses, bodies, what the upstream received (the
 //! `x-forwarded-for` / `x-envoy-*` rules for a pipe peer), the access log's
 //! address fields, the socket files' modes and `/clusters`' pipe hosts must
-//! match.
+//! match. A third listener on a pipe sets `internal_address_config.unix_sockets`,
+//! which makes its peers internal.
 //!
 //! courier runs always; Envoy when installed (`COURIER_ENVOY`).
 //!
@@ -76,7 +77,7 @@ fn serve_echo(mut s: UnixStream) {
 
 const LOG_FORMAT: &str = "%DOWNSTREAM_REMOTE_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT% [%DOWNSTREAM_LOCAL_PORT%] %DOWNSTREAM_DIRECT_REMOTE_ADDRESS% %UPSTREAM_HOST% %UPSTREAM_CLUSTER% %RESPONSE_CODE% %REQ(:PATH)%\n";
 
-fn hcm(name: &str, log: &Path) -> String {
+fn hcm(name: &str, log: &Path, extra: &str) -> String {
     format!(
         r#"    filter_chains:
     - filters:
@@ -85,7 +86,7 @@ fn hcm(name: &str, log: &Path) -> String {
           "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
           stat_prefix: {name}
           use_remote_address: true
-          access_log:
+{extra}          access_log:
           - name: envoy.access_loggers.file
             typed_config:
               "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
@@ -124,6 +125,9 @@ static_resources:
   - name: pipe_in
     address: {{pipe: {{path: {pipe_in}, mode: 384}}}}
 {pipe}
+  - name: pipe_internal
+    address: {{pipe: {{path: {pipe_internal}}}}}
+{internal}
   clusters:
   - name: envoy-admin
     type: STATIC
@@ -141,8 +145,14 @@ static_resources:
         admin = admin.display(),
         pipe_in = dir.join("in.sock").display(),
         up = up.display(),
-        tcp = hcm("tcp_in", &dir.join("tcp.log")),
-        pipe = hcm("pipe_in", &dir.join("pipe.log")),
+        pipe_internal = dir.join("internal.sock").display(),
+        tcp = hcm("tcp_in", &dir.join("tcp.log"), ""),
+        pipe = hcm("pipe_in", &dir.join("pipe.log"), ""),
+        internal = hcm(
+            "pipe_internal",
+            &dir.join("internal.log"),
+            "          internal_address_config: {unix_sockets: true}\n"
+        ),
     )
 }
 
@@ -182,6 +192,7 @@ fn observe(proxy: &Proxy, dir: &Path) -> BTreeMap<String, String> {
     let mut seen = BTreeMap::new();
     let tcp = proxy.listener("tcp_in").unwrap().to_string();
     let pipe = dir.join("in.sock").display().to_string();
+    let internal = dir.join("internal.sock").display().to_string();
     let edge = [
         ("x-forwarded-for", "1.2.3.4"),
         ("x-envoy-retry-on", "5xx"),
@@ -189,7 +200,7 @@ fn observe(proxy: &Proxy, dir: &Path) -> BTreeMap<String, String> {
         ("x-envoy-external-address", "9.9.9.9"),
         ("x-envoy-downstream-service-node", "n"),
     ];
-    for (via, addr) in [("tcp", &tcp), ("pipe", &pipe)] {
+    for (via, addr) in [("tcp", &tcp), ("pipe", &pipe), ("internal", &internal)] {
         for protocol in [Protocol::Http1, Protocol::H2c] {
             let tag = format!("{via}/{protocol:?}");
             let r = client::send(addr, protocol, &get("/echo", &edge)).unwrap();
@@ -205,6 +216,12 @@ fn observe(proxy: &Proxy, dir: &Path) -> BTreeMap<String, String> {
                     .to_string(),
             );
             seen.insert(format!("{tag} /echo upstream received"), format!("{got:?}"));
+            // Without x-forwarded-for the peer itself decides internal or not.
+            let r = client::send(addr, protocol, &get("/echo", &edge[1..])).unwrap();
+            seen.insert(
+                format!("{tag} /echo without xff upstream received"),
+                format!("{:?}", received(&r)),
+            );
             let r = client::send(addr, protocol, &get("/ready", &[])).unwrap();
             seen.insert(
                 format!("{tag} /ready"),
@@ -271,7 +288,7 @@ fn run(kind: Kind, bin: &Path, root: &Path, up: &Path) -> BTreeMap<String, Strin
     let dir = root.join(kind.to_string());
     std::fs::create_dir_all(&dir).unwrap();
     let yaml = bootstrap(&dir, up);
-    let proxy = Proxy::start(kind, bin, &yaml, &["tcp_in", "pipe_in"]).unwrap();
+    let proxy = Proxy::start(kind, bin, &yaml, &["tcp_in", "pipe_in", "pipe_internal"]).unwrap();
     let seen = observe(&proxy, &dir);
     drop(proxy);
     seen
@@ -314,6 +331,17 @@ fn pipes_as_envoy_serves_them() {
     assert!(
         !pipe_received.contains("x-envoy-internal"),
         "{pipe_received}"
+    );
+    // `internal_address_config.unix_sockets: true`: internal, and what only
+    // internal requests keep (the router consumes `x-envoy-retry-on` either way).
+    let internal = &courier["internal/Http1 /echo without xff upstream received"];
+    assert!(
+        internal.contains("\"x-envoy-internal\": \"true\""),
+        "{internal}"
+    );
+    assert!(
+        internal.contains("\"x-envoy-downstream-service-node\": \"n\""),
+        "{internal}"
     );
 
     let Some(envoy_bin) = envoy_bin() else {

@@ -920,11 +920,11 @@ pub(in crate::upstream) mod tests {
                 endpoints: ports
                     .iter()
                     .map(|&port| Endpoint {
-                        address: SocketAddress {
+                        address: courier_config::core::Address::Socket(SocketAddress {
                             host: "127.0.0.1".into(),
                             ip: Some([127, 0, 0, 1].into()),
                             port,
-                        },
+                        }),
                         hostname: None,
                         health_check_port: None,
                         health_check_hostname: None,
