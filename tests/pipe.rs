@@ -146,6 +146,11 @@ fn pipe_endpoints_speak_http1_and_h2_and_are_health_checked() {
               - match: {prefix: /checked}
                 route: {cluster: checked}
 "#;
+    let checked = format!(
+        "  - name: checked\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: checked\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: \"{}\"}}}}}}}}, {{endpoint: {{address: {{pipe: {{path: \"{}\"}}}}}}}}]}}]\n{HEALTH_CHECK}",
+        up.display(),
+        missing.display()
+    );
     let yaml = format!(
         "admin:\n  address: {{pipe: {{path: \"{admin}\"}}}}\nstatic_resources:\n  listeners:\n{l}\n  clusters:\n{h1}{h2}{checked}",
         admin = dir.path().join("admin.sock").display(),
@@ -156,11 +161,6 @@ fn pipe_endpoints_speak_http1_and_h2_and_are_health_checked() {
         ),
         h1 = pipe_cluster("h1", &up, ""),
         h2 = pipe_cluster("h2", &up, H2),
-        checked = format!(
-            "  - name: checked\n    type: STATIC\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: checked\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: \"{}\"}}}}}}}}, {{endpoint: {{address: {{pipe: {{path: \"{}\"}}}}}}}}]}}]\n{HEALTH_CHECK}",
-            up.display(),
-            missing.display()
-        ),
     );
     let p = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &["in"]).unwrap();
     let addr = p.listener("in").unwrap().to_string();
