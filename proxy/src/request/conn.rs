@@ -126,3 +126,29 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
         .map(|a| a.as_str())
         .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pipe end costs a TCP connection nothing: `Peer` takes no more room
+    /// than the `SocketAddr` it replaced (the pipe variant sits in its niche).
+    #[test]
+    fn a_peer_is_the_size_of_a_socket_address() {
+        assert_eq!(
+            std::mem::size_of::<Peer>(),
+            std::mem::size_of::<SocketAddr>()
+        );
+    }
+
+    #[test]
+    fn peers_print_as_envoy_prints_addresses() {
+        let ip = Peer::Ip("[::1]:80".parse().unwrap());
+        assert_eq!(ip.to_string(), "[::1]:80");
+        assert_eq!(ip.without_port().to_string(), "::1");
+        let pipe = Peer::Pipe(Arc::from("/run/l.sock"));
+        assert_eq!(pipe.to_string(), "/run/l.sock");
+        assert_eq!(pipe.without_port().to_string(), "/run/l.sock");
+        assert_eq!((pipe.ip(), pipe.port()), (None, None));
+    }
+}

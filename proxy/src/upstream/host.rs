@@ -873,6 +873,36 @@ pub(in crate::upstream) mod tests {
         assert!(some.all()[0].outlier.get().is_none());
     }
 
+    /// A pipe host connects to its path and prints it; its stand-in key is
+    /// the same for the same path (so an update finds it again) and never a
+    /// routable address.
+    #[test]
+    fn pipe_hosts_are_keyed_by_their_path() {
+        let h = Host::pipe("/run/a.sock", String::new(), 1, true);
+        assert_eq!(h.pipe_path(), Some("/run/a.sock"));
+        assert_eq!(h.address_text(), "/run/a.sock");
+        assert_eq!(h.address, pipe_key("/run/a.sock"));
+        assert_ne!(pipe_key("/run/a.sock"), pipe_key("/run/b.sock"));
+        let std::net::IpAddr::V6(ip) = h.address.ip() else {
+            panic!("{}", h.address)
+        };
+        assert_eq!(
+            ip.segments()[..4],
+            [0x0100, 0, 0, 0],
+            "RFC 6666 discard prefix"
+        );
+        let tcp = Host::new(
+            SocketAddr::from(([127, 0, 0, 1], 80)),
+            String::new(),
+            1,
+            true,
+        );
+        assert_eq!(
+            (tcp.pipe_path(), tcp.address_text()),
+            (None, "127.0.0.1:80")
+        );
+    }
+
     #[test]
     fn weighted_schedule_is_proportional_and_spread() {
         let hs: Vec<Arc<Host>> = [1u32, 2, 3]
