@@ -143,7 +143,7 @@ fn a_health_check_port_on_a_pipe_endpoint_is_refused() {
     assert_eq!(
         errors(&b),
         [
-            "static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value: a health check port for a pipe address (it has no port)"
+            "static_resources.clusters[0].load_assignment.endpoints[0].lb_endpoints[0].endpoint.health_check_config.port_value: Invalid host configuration: non-zero port for non-IP address"
         ]
     );
 }

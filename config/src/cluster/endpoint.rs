@@ -274,7 +274,7 @@ fn lb_endpoint(
         if hc.port_value != 0 && address.pipe().is_some() {
             ctx.error(
                 &ep.field("health_check_config.port_value"),
-                "a health check port for a pipe address (it has no port)",
+                "Invalid host configuration: non-zero port for non-IP address",
             );
         } else if hc.port_value != 0 {
             match u16::try_from(hc.port_value) {
