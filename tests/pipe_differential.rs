@@ -266,6 +266,19 @@ fn observe(proxy: &Proxy, dir: &Path) -> BTreeMap<String, String> {
         .collect();
     hostnames.sort_unstable();
     seen.insert("/clusters text".into(), format!("{hostnames:?}"));
+    // The pipe listener's stats, named by its path as Envoy names them.
+    let r = client::get(&admin, "/stats").unwrap();
+    let stats = String::from_utf8_lossy(&r.body).replace(&dir.display().to_string(), "<dir>");
+    for name in [
+        "listener.<dir>/in.sock.downstream_cx_total",
+        "listener.<dir>/internal.sock.downstream_cx_total",
+    ] {
+        let line = stats
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}: ")))
+            .map(str::to_string);
+        seen.insert(format!("stat {name}"), format!("{line:?}"));
+    }
     // The socket files' modes.
     for f in ["admin.sock", "in.sock"] {
         let mode = std::fs::metadata(dir.join(f)).unwrap().permissions().mode() & 0o7777;
