@@ -7,7 +7,8 @@
 //! over the pipe listener; statuses, bodies, what the upstream received (the
 //! `x-forwarded-for` / `x-envoy-*` rules for a pipe peer), the access log's
 //! address fields, the socket files' modes and `/clusters`' pipe hosts must
-//! match. A third listener on a pipe sets `internal_address_config.unix_sockets`,
+//! match; a `tcp_proxy` listener on a pipe in front of a pipe upstream must
+//! pass the same bytes and log the same line. A third listener on a pipe sets `internal_address_config.unix_sockets`,
 //! which makes its peers internal.
 //!
 //! courier runs always; Envoy when installed (`COURIER_ENVOY`).
@@ -77,6 +78,25 @@ fn serve_echo(mut s: UnixStream) {
 
 const LOG_FORMAT: &str = "%DOWNSTREAM_REMOTE_ADDRESS% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% %DOWNSTREAM_LOCAL_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT% [%DOWNSTREAM_LOCAL_PORT%] %DOWNSTREAM_DIRECT_REMOTE_ADDRESS% %UPSTREAM_HOST% %UPSTREAM_CLUSTER% %RESPONSE_CODE% %REQ(:PATH)%\n";
 
+const TCP_FORMAT: &str = "%DOWNSTREAM_REMOTE_ADDRESS% %DOWNSTREAM_LOCAL_ADDRESS% %UPSTREAM_HOST% %UPSTREAM_CLUSTER% %BYTES_RECEIVED% %BYTES_SENT% %RESPONSE_FLAGS%\n";
+
+/// A raw upstream on the Unix socket `path`: reads to the client's end, then
+/// answers `got:<bytes>` and closes.
+fn echo_after_eof(path: &Path) {
+    let l = UnixListener::bind(path).unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = s.read_to_end(&mut got);
+                let _ = s.write_all(b"got:");
+                let _ = s.write_all(&got);
+            });
+        }
+    });
+}
+
 fn hcm(name: &str, log: &Path, extra: &str) -> String {
     format!(
         r#"    filter_chains:
@@ -128,7 +148,28 @@ static_resources:
   - name: pipe_internal
     address: {{pipe: {{path: {pipe_internal}}}}}
 {internal}
+  - name: raw_in
+    address: {{pipe: {{path: {raw_in}}}}}
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: raw
+          cluster: raw
+          access_log:
+          - name: envoy.access_loggers.file
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+              path: {raw_log}
+              log_format: {{text_format_source: {{inline_string: "{TCP_FORMAT}"}}}}
   clusters:
+  - name: raw
+    type: STATIC
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: raw
+      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{pipe: {{path: {raw}}}}}}}}}]}}]
   - name: envoy-admin
     type: STATIC
     connect_timeout: 1s
@@ -146,6 +187,10 @@ static_resources:
         pipe_in = dir.join("in.sock").display(),
         up = up.display(),
         pipe_internal = dir.join("internal.sock").display(),
+        raw_in = dir.join("raw_in.sock").display(),
+        raw_log = dir.join("raw.log").display(),
+        raw = up.with_file_name("raw.sock").display(),
+        TCP_FORMAT = TCP_FORMAT.replace('\n', "\\n"),
         tcp = hcm("tcp_in", &dir.join("tcp.log"), ""),
         pipe = hcm("pipe_in", &dir.join("pipe.log"), ""),
         internal = hcm(
@@ -266,6 +311,28 @@ fn observe(proxy: &Proxy, dir: &Path) -> BTreeMap<String, String> {
         .collect();
     hostnames.sort_unstable();
     seen.insert("/clusters text".into(), format!("{hostnames:?}"));
+    // tcp_proxy from a pipe to a pipe: the bytes both ways and the log line.
+    let mut s = UnixStream::connect(dir.join("raw_in.sock")).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(b"raw bytes").unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got);
+    seen.insert(
+        "tcp_proxy reply".into(),
+        String::from_utf8_lossy(&got).into_owned(),
+    );
+    let line = courier_tests::proxies::poll(750, || {
+        std::fs::read_to_string(dir.join("raw.log"))
+            .ok()
+            .filter(|t| t.ends_with('\n'))
+    })
+    .unwrap_or_default();
+    seen.insert(
+        "tcp_proxy access log".into(),
+        line.replace(&dir.display().to_string(), "<dir>"),
+    );
     // The pipe listener's stats, named by its path as Envoy names them.
     let r = client::get(&admin, "/stats").unwrap();
     let stats = String::from_utf8_lossy(&r.body).replace(&dir.display().to_string(), "<dir>");
@@ -301,7 +368,13 @@ fn run(kind: Kind, bin: &Path, root: &Path, up: &Path) -> BTreeMap<String, Strin
     let dir = root.join(kind.to_string());
     std::fs::create_dir_all(&dir).unwrap();
     let yaml = bootstrap(&dir, up);
-    let proxy = Proxy::start(kind, bin, &yaml, &["tcp_in", "pipe_in", "pipe_internal"]).unwrap();
+    let proxy = Proxy::start(
+        kind,
+        bin,
+        &yaml,
+        &["tcp_in", "pipe_in", "pipe_internal", "raw_in"],
+    )
+    .unwrap();
     let seen = observe(&proxy, &dir);
     drop(proxy);
     seen
@@ -312,6 +385,7 @@ fn pipes_as_envoy_serves_them() {
     let root = tempfile::tempdir().unwrap();
     let up = root.path().join("up.sock");
     echo_server(&up);
+    echo_after_eof(&root.path().join("raw.sock"));
     let courier = run(Kind::Courier, &courier_bin(), root.path(), &up);
     for (k, v) in &courier {
         println!("courier {k}: {v}");
@@ -321,6 +395,7 @@ fn pipes_as_envoy_serves_them() {
     assert_eq!(courier["pipe/Http1 /ready"], "200 \"LIVE\\n\"");
     assert_eq!(courier["tcp/H2c /ready"], "200 \"LIVE\\n\"");
     assert_eq!(courier["mode admin.sock"], "644");
+    assert_eq!(courier["tcp_proxy reply"], "got:raw bytes");
     assert_eq!(courier["mode in.sock"], "600");
     assert!(
         courier["/clusters json echo"].contains(&format!(
