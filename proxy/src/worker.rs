@@ -3,8 +3,7 @@
 
 use crate::accept::chain;
 use crate::accept::listeners::{ActiveListener, ListenerSet};
-use crate::request::conn::ConnInfo;
-use crate::request::conn::Peer;
+use crate::request::conn::{ConnInfo, Peer};
 use crate::request::snapshot::WorkerSnapshot;
 use crate::stats::{ListenerStats, WorkerStats};
 use crate::upstream::ClusterManager;
@@ -19,11 +18,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::{Notify, watch};
 
 /// The address filters see for a pipe connection's ends.
 const UNSPECIFIED: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
-use tokio::sync::{Notify, watch};
 
 /// What a worker needs to start.
 pub struct WorkerSetup {
@@ -384,15 +383,16 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
+            let accepted = match incoming {
+                Incoming::Tcp(stream, _) => Box::pin(chain::accept(stream, l, &active.tls)).await,
+                Incoming::Unix(stream) => chain::accept_unix(stream, l),
+            };
             let chain::Accepted {
                 stream,
                 filter_chain_index,
                 alpn,
                 server_name,
-            } = match match incoming {
-                Incoming::Tcp(stream, _) => Box::pin(chain::accept(stream, l, &active.tls)).await,
-                Incoming::Unix(stream) => chain::accept_unix(stream, l),
-            } {
+            } = match accepted {
                 Ok(a) => a,
                 Err(e @ chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");
