@@ -3,7 +3,7 @@
 
 use crate::cluster::{self, Cluster};
 use crate::config_source::{self, ApiConfigSource, ConfigSource};
-use crate::core::{self, MetadataMap, SocketAddress};
+use crate::core::{self, Address, MetadataMap};
 use crate::ctx::Ctx;
 use crate::listener::{self, Listener, access_log::AccessLog};
 use crate::path::Path;
@@ -79,8 +79,8 @@ pub struct Node {
 /// The admin endpoint.
 #[derive(Debug, Clone)]
 pub struct Admin {
-    /// Where admin listens.
-    pub address: SocketAddress,
+    /// Where admin listens: a TCP address or a Unix domain socket.
+    pub address: Address,
     /// Access logs of admin requests (`access_log`, or the deprecated `access_log_path`).
     pub access_log: Vec<AccessLog>,
     /// `profile_path`: where `/cpuprofiler` would write its profile. courier,
@@ -276,10 +276,13 @@ fn check_listener_addresses(listeners: &[(usize, Arc<Listener>)], path: &Path<'_
     let mut seen: HashMap<(String, u16), usize> = HashMap::new();
     // Each listener comes with its index in the config (some may have failed).
     for &(index, ref l) in listeners {
-        if l.address.port == 0 {
-            continue;
-        }
-        if let Some(first) = seen.insert((l.address.host.clone(), l.address.port), index) {
+        // A pipe is keyed by its path (port 0 never repeats as a TCP one does).
+        let key = match &l.address {
+            Address::Socket(sa) if sa.port == 0 => continue,
+            Address::Socket(sa) => (sa.host.clone(), sa.port),
+            Address::Pipe(p) => (p.path.clone(), 0),
+        };
+        if let Some(first) = seen.insert(key, index) {
             ctx.error(
                 &path.index(index).field("address"),
                 format!(

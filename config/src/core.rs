@@ -11,7 +11,8 @@ use std::time::Duration;
 
 /// Fields of the core messages courier implements.
 pub(crate) const SUPPORT: &[Support] = &[
-    ("envoy.config.core.v3.Address", &["socket_address"]),
+    ("envoy.config.core.v3.Address", &["socket_address", "pipe"]),
+    ("envoy.config.core.v3.Pipe", &["path", "mode"]),
     (
         "envoy.config.core.v3.SocketAddress",
         &["protocol", "address", "port_value", "ipv4_compat"],
@@ -74,23 +75,77 @@ impl std::fmt::Display for SocketAddress {
     }
 }
 
-/// Translates an `Address`; only TCP socket addresses are supported.
-pub fn address(
-    addr: Option<&core::Address>,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<SocketAddress> {
+/// A Unix domain socket (`envoy.config.core.v3.Pipe`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Pipe {
+    /// The socket's path; one starting with `@` names a Linux abstract socket
+    /// (no file: `@` stands for the leading NUL byte).
+    pub path: String,
+    /// `mode`: the permission bits a listening socket's file gets (at most
+    /// 0777); 0 leaves the file as `bind` made it (the process's umask).
+    pub mode: u32,
+}
+
+impl Pipe {
+    /// Whether the path names a Linux abstract socket (`@name`).
+    pub fn is_abstract(&self) -> bool {
+        self.path.starts_with('@')
+    }
+}
+
+/// `sockaddr_un.sun_path`'s size on Linux: a path (with its NUL) must fit.
+pub const MAX_PIPE_PATH: usize = 108;
+
+/// An `envoy.config.core.v3.Address`: a TCP socket address or a Unix domain
+/// socket.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Address {
+    /// `socket_address`.
+    Socket(SocketAddress),
+    /// `pipe`.
+    Pipe(Pipe),
+}
+
+impl Address {
+    /// The TCP socket address, when this is one.
+    pub fn socket(&self) -> Option<&SocketAddress> {
+        match self {
+            Address::Socket(sa) => Some(sa),
+            Address::Pipe(_) => None,
+        }
+    }
+
+    /// The Unix domain socket, when this is one.
+    pub fn pipe(&self) -> Option<&Pipe> {
+        match self {
+            Address::Pipe(p) => Some(p),
+            Address::Socket(_) => None,
+        }
+    }
+}
+
+/// As Envoy prints an address: `ip:port` (`[ip]:port`), or a pipe's path.
+impl std::fmt::Display for Address {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Address::Socket(sa) => sa.fmt(f),
+            Address::Pipe(p) => f.write_str(&p.path),
+        }
+    }
+}
+
+/// Translates an `Address`: a TCP socket address or a pipe.
+pub fn address(addr: Option<&core::Address>, path: &Path<'_>, ctx: &mut Ctx) -> Option<Address> {
     use core::address::Address as A;
     let Some(addr) = addr else {
         ctx.error(path, "address is required");
         return None;
     };
     match &addr.address {
-        Some(A::SocketAddress(sa)) => socket_address(sa, &path.field("socket_address"), ctx),
-        Some(A::Pipe(_)) => {
-            ctx.unsupported(&path.field("pipe"), "a pipe (unix socket) address");
-            None
+        Some(A::SocketAddress(sa)) => {
+            socket_address(sa, &path.field("socket_address"), ctx).map(Address::Socket)
         }
+        Some(A::Pipe(p)) => pipe(p, &path.field("pipe"), ctx).map(Address::Pipe),
         Some(A::EnvoyInternalAddress(_)) => {
             ctx.unsupported(&path.field("envoy_internal_address"), "an internal address");
             None
@@ -100,6 +155,78 @@ pub fn address(
             None
         }
     }
+}
+
+/// Translates an `Address` where only a TCP socket address will do; a pipe is
+/// refused with `why` (what needs the IP address).
+pub fn socket_only(
+    addr: Option<&core::Address>,
+    why: &str,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<SocketAddress> {
+    match address(addr, path, ctx)? {
+        Address::Socket(sa) => Some(sa),
+        Address::Pipe(_) => {
+            ctx.error(
+                &path.field("pipe"),
+                format!("a pipe address is not allowed: {why}"),
+            );
+            None
+        }
+    }
+}
+
+/// Translates a `Pipe` with Envoy's checks: a path (at most 107 bytes, no NUL
+/// byte but an abstract name's), a mode of at most 0777, none on an abstract
+/// socket.
+pub fn pipe(p: &core::Pipe, path: &Path<'_>, ctx: &mut Ctx) -> Option<Pipe> {
+    let mut ok = true;
+    if p.path.is_empty() {
+        ctx.error(
+            &path.field("path"),
+            "value length must be at least 1 characters",
+        );
+        return None;
+    }
+    if p.path.len() >= MAX_PIPE_PATH {
+        ctx.error(
+            &path.field("path"),
+            format!(
+                "Path \"{}\" exceeds maximum UNIX domain socket path size of {MAX_PIPE_PATH}.",
+                p.path
+            ),
+        );
+        ok = false;
+    }
+    let is_abstract = p.path.starts_with('@');
+    if !is_abstract && p.path.contains('\0') {
+        ctx.error(
+            &path.field("path"),
+            "UNIX domain socket pathname contains embedded null characters",
+        );
+        ok = false;
+    }
+    if p.mode > 0o777 {
+        ctx.error(
+            &path.field("mode"),
+            format!(
+                "value must be less than or equal to 511 (0777), found {}",
+                p.mode
+            ),
+        );
+        ok = false;
+    } else if is_abstract && p.mode != 0 {
+        ctx.error(
+            &path.field("mode"),
+            "Cannot set mode for Abstract AF_UNIX sockets",
+        );
+        ok = false;
+    }
+    ok.then(|| Pipe {
+        path: p.path.clone(),
+        mode: p.mode,
+    })
 }
 
 /// Translates a `SocketAddress`.
@@ -311,3 +438,7 @@ pub fn fractional_percent(p: &envoy_types::pb::envoy::r#type::v3::FractionalPerc
     };
     (f64::from(p.numerator) / denominator).min(1.0)
 }
+
+#[cfg(test)]
+#[path = "core_tests.rs"]
+mod tests;

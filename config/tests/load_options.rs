@@ -39,8 +39,8 @@ fn config_yaml_merges_as_proto_merge() {
     assert_eq!(b.node.id, "from-flag");
     assert_eq!(b.node.cluster, "file-cluster");
     let admin = b.admin.unwrap();
-    assert_eq!(admin.address.port, 9902);
-    assert_eq!(admin.address.host, "127.0.0.1");
+    assert_eq!(admin.address.socket().unwrap().port, 9902);
+    assert_eq!(admin.address.socket().unwrap().host, "127.0.0.1");
     // Lists append.
     let names: Vec<&str> = b.clusters.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["one", "two"]);

@@ -92,8 +92,8 @@ impl Http1Harness {
         let info = Arc::new(ConnInfo {
             listener,
             filter_chain_index: 0,
-            peer,
-            local,
+            peer: crate::request::conn::Peer::Ip(peer),
+            local: crate::request::conn::Peer::Ip(local),
             tls: false,
             facts: crate::filter_chain::conn_facts(peer, local, None, None),
             http_filters: self.http_filters.chain(0, 0),

@@ -1,4 +1,5 @@
-//! A connection's byte stream, plaintext TCP or TLS over TCP, for both sides:
+//! A connection's byte stream, plaintext TCP, TLS over TCP or a Unix domain
+//! socket (Envoy's `pipe` addresses), for both sides:
 //! `MaybeTls<server::TlsStream<_>>` downstream, `MaybeTls<client::TlsStream<_>>`
 //! upstream.
 
@@ -6,14 +7,16 @@ use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::net::{TcpStream, UnixStream};
 
-/// Plaintext or TLS; an enum rather than a trait object so plaintext pays no
-/// indirection.
+/// Plaintext, TLS or a Unix domain socket; an enum rather than a trait object
+/// so plaintext pays no indirection.
 #[derive(Debug)]
 pub enum MaybeTls<T> {
     /// Plaintext.
     Plain(TcpStream),
+    /// A Unix domain socket (plaintext).
+    Unix(UnixStream),
     /// TLS terminated or originated here (boxed: the rustls state is large).
     Tls(Box<T>),
 }
@@ -33,6 +36,7 @@ impl<T: AsyncRead + Unpin> AsyncRead for MaybeTls<T> {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_read(cx, buf),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
         }
     }
@@ -46,6 +50,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Self::Unix(s) => Pin::new(s).poll_write(cx, buf),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
         }
     }
@@ -57,6 +62,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Self::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
         }
     }
@@ -64,6 +70,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     fn is_write_vectored(&self) -> bool {
         match self {
             Self::Plain(s) => s.is_write_vectored(),
+            Self::Unix(s) => s.is_write_vectored(),
             Self::Tls(s) => s.is_write_vectored(),
         }
     }
@@ -71,6 +78,7 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_flush(cx),
+            Self::Unix(s) => Pin::new(s).poll_flush(cx),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
         }
     }
@@ -78,7 +86,17 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for MaybeTls<T> {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
             Self::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Self::Unix(s) => Pin::new(s).poll_shutdown(cx),
             Self::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
         }
+    }
+}
+
+/// A pipe path as the socket calls take it: Envoy's `@name` (a Linux abstract
+/// socket) becomes the leading NUL byte tokio reads as one.
+pub fn unix_path(path: &str) -> std::borrow::Cow<'_, str> {
+    match path.strip_prefix('@') {
+        Some(name) => std::borrow::Cow::Owned(format!("\0{name}")),
+        None => std::borrow::Cow::Borrowed(path),
     }
 }

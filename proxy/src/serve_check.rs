@@ -65,6 +65,15 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
             "use_downstream_protocol_config",
         );
     }
+    // Pipe hosts are connected to in plaintext.
+    let tls = c.tls.is_some() || c.transport_socket_matches.iter().any(|m| m.tls.is_some());
+    if tls
+        && c.load_assignment
+            .as_ref()
+            .is_some_and(|la| la.endpoints().any(|e| e.address.pipe().is_some()))
+    {
+        refuse("transport_socket", "TLS to a pipe (unix socket) endpoint");
+    }
     if c.http.common.max_connection_duration.is_some()
         || c.http.common.max_requests_per_connection.is_some()
     {
@@ -76,6 +85,9 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
 }
 
 pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
+    if l.address.pipe().is_some() {
+        pipe_listener(l, at, problems);
+    }
     // Filter chain matching (server names, transport protocol, ALPN), the
     // default chain and TLS termination are served: every chain's connection
     // manager is checked.
@@ -83,6 +95,48 @@ pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
         // A TCP proxy chain serves everything its config accepts.
         if let Some(h) = fc.hcm() {
             hcm(h, &format!("{at}.{}", fc.hcm_config_path), problems);
+        }
+    }
+}
+
+/// A pipe (Unix domain socket) listener serves plaintext chains without match
+/// criteria; its connections have no IP address for `rbac` and `ext_authz`
+/// to see.
+fn pipe_listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
+    let mut refuse = |field: &str, what: &str| {
+        problems.push(format!(
+            "{at}.{field}: {what} on a pipe listener is not served yet"
+        ));
+    };
+    let chains = l
+        .filter_chains
+        .iter()
+        .enumerate()
+        .map(|(i, fc)| (format!("filter_chains[{i}]"), fc));
+    let default = l
+        .default_filter_chain
+        .as_deref()
+        .map(|fc| ("default_filter_chain".to_string(), fc));
+    for (path, fc) in chains.chain(default) {
+        if fc.tls.is_some() {
+            refuse(&format!("{path}.transport_socket"), "TLS");
+        }
+        if fc.filter_chain_match != Default::default() {
+            refuse(
+                &format!("{path}.filter_chain_match"),
+                "filter chain matching",
+            );
+        }
+        if let Some(h) = fc.hcm() {
+            for (k, f) in h.http_filters.iter().enumerate() {
+                use courier_config::filters::HttpFilterConfig as F;
+                if matches!(f.config, F::Rbac(_) | F::ExtAuthz(_)) {
+                    refuse(
+                        &format!("{}.http_filters[{k}]", fc.hcm_config_path),
+                        &format!("{} (it matches on or sends the peer's IP address)", f.name),
+                    );
+                }
+            }
         }
     }
 }

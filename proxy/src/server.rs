@@ -254,13 +254,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             });
         }
         if let Some(a) = &bootstrap.admin {
-            let addr = crate::accept::listeners::resolve(&a.address)?;
-            let bound = admin::spawn(addr, Arc::clone(&shared))
-                .await
-                .map_err(|e| format!("admin: bind {addr}: {e}"))?;
+            let bound = admin::spawn(&a.address, Arc::clone(&shared)).await?;
             tracing::info!(%bound, "admin listening");
             if let Some(path) = &opts.admin_address_path {
-                std::fs::write(path, bound.to_string())
+                std::fs::write(path, &bound)
                     .map_err(|e| format!("--admin-address-path {}: {e}", path.display()))?;
             }
         }

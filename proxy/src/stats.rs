@@ -242,7 +242,7 @@ pub struct ListenerStats {
 
 /// A listener address as Envoy writes it in stat names (`127.0.0.1_10000`,
 /// `[__1]_10000`: `:` is not allowed in a stat name).
-pub fn listener_stat_name(addr: std::net::SocketAddr) -> String {
+pub fn listener_stat_name(addr: &crate::request::conn::Peer) -> String {
     addr.to_string().replace(':', "_")
 }
 

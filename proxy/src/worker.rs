@@ -3,7 +3,7 @@
 
 use crate::accept::chain;
 use crate::accept::listeners::{ActiveListener, ListenerSet};
-use crate::request::conn::ConnInfo;
+use crate::request::conn::{ConnInfo, Peer};
 use crate::request::snapshot::WorkerSnapshot;
 use crate::stats::{ListenerStats, WorkerStats};
 use crate::upstream::ClusterManager;
@@ -17,8 +17,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use tokio::sync::{Notify, watch};
+
+/// The address filters see for a pipe connection's ends.
+const UNSPECIFIED: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 0);
 
 /// What a worker needs to start.
 pub struct WorkerSetup {
@@ -78,7 +82,7 @@ pub fn run(setup: WorkerSetup) {
 /// A listener this worker accepts on: its socket's accept task and the
 /// version new connections are accepted under (swapped in place on update).
 struct Running {
-    address: SocketAddr,
+    address: Peer,
     current: Arc<ArcSwap<ActiveListener>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -111,9 +115,15 @@ fn reconcile(
             }
             continue;
         }
-        let addr = l.address;
-        let bound = crate::accept::socket::bind(addr, true, l.config.freebind)
-            .and_then(|s| TcpListener::from_std(s.into()));
+        let addr = l.address.clone();
+        let bound = match (l.pipe_socket(), &addr) {
+            // A pipe: this worker's copy of the one listening socket.
+            (Some(unix), _) => unix.and_then(UnixListener::from_std).map(Listening::Unix),
+            (None, Peer::Ip(ip)) => crate::accept::socket::bind(*ip, true, l.config.freebind)
+                .and_then(|s| TcpListener::from_std(s.into()))
+                .map(Listening::Tcp),
+            (None, Peer::Pipe(_)) => Err(std::io::ErrorKind::InvalidInput.into()),
+        };
         match bound {
             Ok(socket) => {
                 let current = Arc::new(ArcSwap::new(Arc::clone(l)));
@@ -283,19 +293,35 @@ where
     }
 }
 
-async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
+/// A worker's listening socket: its own TCP socket, or its copy of a pipe
+/// listener's socket.
+enum Listening {
+    Tcp(TcpListener),
+    Unix(UnixListener),
+}
+
+/// A connection as accepted.
+enum Incoming {
+    Tcp(TcpStream, SocketAddr),
+    Unix(UnixStream),
+}
+
+async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>, ctx: AcceptCtx) {
     let overload = crate::overload::get();
     let mut phase = ctx.shutdown.clone();
     let mut batch = crate::accept::batch::AcceptBatch::default();
     loop {
         let max = current.load().config.max_accepts_per_event;
         let accepted = tokio::select! {
-            a = batch.accept(&listener, max) => a,
+            a = batch.accept_with(max, |cx| match &listener {
+                Listening::Tcp(l) => l.poll_accept(cx).map_ok(|(s, peer)| Incoming::Tcp(s, peer)),
+                Listening::Unix(l) => l.poll_accept(cx).map_ok(|(s, _)| Incoming::Unix(s)),
+            }) => a,
             // Returning drops (closes) this worker's socket: new connections
             // are refused once every worker has closed its own.
             _ = phase.wait_for(|p| *p >= crate::request::phase::Phase::ListenersStopped) => return,
         };
-        let (stream, peer) = match accepted {
+        let incoming = match accepted {
             Ok(c) => c,
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
@@ -321,17 +347,24 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                     Refused::Listener => listener_stats.cx_overflow.inc(),
                     Refused::Overloaded => listener_stats.cx_overload_reject.inc(),
                 }
-                drop(stream);
+                drop(incoming);
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
+        // Envoy names both ends of a pipe connection by the listener's path.
+        let (peer, local) = match &incoming {
+            Incoming::Tcp(stream, peer) => {
+                let _ = stream.set_nodelay(true);
+                let local = stream.local_addr().unwrap_or(*peer);
+                (Peer::Ip(*peer), Peer::Ip(local))
+            }
+            Incoming::Unix(_) => (active.address.clone(), active.address.clone()),
+        };
         listener_stats.cx_total.inc();
         listener_stats.cx_active.inc();
         let active_cx = ActiveCx(Arc::clone(&listener_stats));
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
-        let local = stream.local_addr().unwrap_or(peer);
         let clusters = Arc::clone(&ctx.clusters);
         let snapshot = Arc::clone(&ctx.snapshot);
         let worker_stats = Arc::clone(&ctx.stats);
@@ -350,12 +383,16 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
+            let accepted = match incoming {
+                Incoming::Tcp(stream, _) => Box::pin(chain::accept(stream, l, &active.tls)).await,
+                Incoming::Unix(stream) => chain::accept_unix(stream, l),
+            };
             let chain::Accepted {
                 stream,
                 filter_chain_index,
                 alpn,
                 server_name,
-            } = match Box::pin(chain::accept(stream, l, &active.tls)).await {
+            } = match accepted {
                 Ok(a) => a,
                 Err(e @ chain::Refused::Config(_)) => {
                     tracing::warn!(error = %e, "connection closed before HTTP");
@@ -397,6 +434,12 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
             let filters = active
                 .http_filters
                 .chain(active.filters_index, filter_chain_index);
+            // The filters that match on addresses are refused on pipe
+            // listeners: the unspecified address stands in.
+            let (peer_ip, local_ip) = (
+                peer.socket().unwrap_or(UNSPECIFIED),
+                local.socket().unwrap_or(UNSPECIFIED),
+            );
             let info = Arc::new(ConnInfo {
                 listener: Arc::clone(l),
                 filter_chain_index,
@@ -406,8 +449,8 @@ async fn accept_loop(listener: TcpListener, current: Arc<ArcSwap<ActiveListener>
                 facts: courier_filters::ConnFacts {
                     worker,
                     ..crate::filter_chain::conn_facts(
-                        peer,
-                        local,
+                        peer_ip,
+                        local_ip,
                         filters.as_ref().map(|_| &stream),
                         server_name.as_deref(),
                     )

@@ -141,6 +141,80 @@ async fn eds_and_rds_over_ads(api_type: &str) {
     until(c.listener, |r| r.body == "after restart").await;
 }
 
+/// Forwards every connection to the Unix socket `path` to `to` (TCP): puts a
+/// TCP server behind a pipe address.
+async fn pipe_to_tcp(path: &std::path::Path, to: SocketAddr) {
+    let l = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut unix, _)) = l.accept().await else {
+                continue;
+            };
+            tokio::spawn(async move {
+                let Ok(mut tcp) = tokio::net::TcpStream::connect(to).await else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+            });
+        }
+    });
+}
+
+/// ADS through a cluster whose endpoint is a pipe (Istio's `xds-grpc` on
+/// `/tmp/XDS`), and an EDS endpoint that is a pipe.
+#[tokio::test]
+async fn ads_over_a_pipe_cluster_delivers_pipe_endpoints() {
+    use envoy_types::pb::envoy::config::core::v3::Pipe;
+    let dir = tempfile::tempdir().unwrap();
+    let a = echo_upstream("a").await;
+    let mut cp = ControlPlane::start(Resources::new()).await;
+    let xds_sock = dir.path().join("xds.sock");
+    pipe_to_tcp(&xds_sock, cp.addr).await;
+    let up_sock = dir.path().join("a.sock");
+    pipe_to_tcp(&up_sock, a).await;
+    let tcp_endpoint = format!(
+        "endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}",
+        cp.addr.port()
+    );
+    let bootstrap = ads_bootstrap(cp.addr, "GRPC");
+    assert!(bootstrap.contains(&tcp_endpoint));
+    let bootstrap = bootstrap.replace(
+        &tcp_endpoint,
+        &format!(
+            "endpoint: {{address: {{pipe: {{path: \"{}\"}}}}}}",
+            xds_sock.display()
+        ),
+    );
+    let c = launch(&bootstrap).await;
+    let first = cp.saw("ClusterLoadAssignment").await;
+    assert!(first.contains("node=courier-1"), "{first}");
+    let mut pipe_cla = cla("backend", a);
+    pipe_cla.endpoints[0].lb_endpoints[0].host_identifier =
+        Some(lb_endpoint::HostIdentifier::Endpoint(
+            envoy_types::pb::envoy::config::endpoint::v3::Endpoint {
+                address: Some(envoy_types::pb::envoy::config::core::v3::Address {
+                    address: Some(address::Address::Pipe(Pipe {
+                        path: up_sock.display().to_string(),
+                        mode: 0,
+                    })),
+                }),
+                ..Default::default()
+            },
+        ));
+    cp.set(ClusterLoadAssignment::type_url(), "backend", any(&pipe_cla));
+    cp.set(
+        RouteConfiguration::type_url(),
+        "routes",
+        any(&routes(to_backend())),
+    );
+    until(c.listener, |r| r.header("x-upstream") == Some("a")).await;
+    let clusters = get_text(&c.admin, "/clusters").await;
+    assert!(
+        clusters.contains(&format!("backend::{}::cx_total::", up_sock.display())),
+        "{clusters}"
+    );
+}
+
 #[tokio::test]
 async fn sotw_ads_delivers_endpoints_and_routes_and_updates_shift_traffic() {
     eds_and_rds_over_ads("GRPC").await;

@@ -404,3 +404,88 @@ async fn lds_listeners_beside_static_ones() {
     .await
     .expect("in time");
 }
+
+/// `GET /` over a new connection to the Unix socket `path`: the status and
+/// body, or `None` when nothing accepts there.
+async fn pipe_get(path: &std::path::Path) -> Option<(u16, String)> {
+    use http_body_util::BodyExt;
+    let s = tokio::net::UnixStream::connect(path).await.ok()?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(s))
+        .await
+        .ok()?;
+    tokio::spawn(conn);
+    let req = http::Request::get("/")
+        .header("host", "pipe.example")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let resp = send.send_request(req).await.ok()?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await.ok()?.to_bytes();
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// A listener on a pipe over LDS: served once it arrives, updated in place on
+/// the same socket (the socket file is not replaced, so clients never see it
+/// missing), and gone once removed.
+#[tokio::test]
+async fn an_lds_listener_on_a_pipe_updates_on_its_socket() {
+    use envoy_types::pb::envoy::config::core::v3::{Address, Pipe, address};
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("lds.sock");
+    let on_pipe = |body: &str| {
+        let mut l = inline_listener("p", body);
+        l.address = Some(Address {
+            address: Some(address::Address::Pipe(Pipe {
+                path: path.display().to_string(),
+                mode: 0o600,
+            })),
+        });
+        l
+    };
+    let lds_url = Listener::type_url();
+    let cp = ControlPlane::start(Resources::new()).await;
+    cp.set(lds_url.clone(), "p", any(&on_pipe("one")));
+    let c = start(&lds_bootstrap(cp.addr, "GRPC")).await;
+    let mut got = None;
+    for _ in 0..250 {
+        got = pipe_get(&path).await;
+        if got.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(got, Some((200, "one".to_string())));
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    assert_eq!(
+        get_text(&c.admin, "/listeners").await.trim(),
+        format!("p::{}", path.display())
+    );
+
+    cp.set(lds_url.clone(), "p", any(&on_pipe("two")));
+    let mut updated = false;
+    for _ in 0..250 {
+        if pipe_get(&path).await == Some((200, "two".to_string())) {
+            updated = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(updated, "the update never served");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().ino(),
+        inode,
+        "same socket"
+    );
+
+    cp.remove(&lds_url, "p");
+    let mut gone = false;
+    for _ in 0..250 {
+        if pipe_get(&path).await.is_none() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the removed listener still accepts");
+}

@@ -101,13 +101,45 @@ pub fn get(addr: &str, path: &str) -> Result<Response, String> {
     )
 }
 
+/// Whether `addr` names a Unix domain socket (a path: `/…`, or `@name` for
+/// an abstract one) rather than `ip:port`.
+pub fn is_unix(addr: &str) -> bool {
+    addr.starts_with('/') || addr.starts_with('@')
+}
+
+/// Connects to a Unix domain socket path (`@name`: abstract).
+pub fn connect_unix(addr: &str) -> std::io::Result<std::os::unix::net::UnixStream> {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    match addr.strip_prefix('@') {
+        Some(name) => UnixStream::connect_addr(&SocketAddr::from_abstract_name(name)?),
+        None => UnixStream::connect(addr),
+    }
+}
+
 fn http1(addr: &str, req: &Request) -> Result<Response, String> {
-    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    if is_unix(addr) {
+        let s = connect_unix(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        s.set_read_timeout(Some(TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        return http1_on(s, addr, req);
+    }
+    let s = TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
     s.set_read_timeout(Some(TIMEOUT))
         .map_err(|e| e.to_string())?;
+    http1_on(s, addr, req)
+}
+
+fn http1_on(mut s: impl Read + Write, addr: &str, req: &Request) -> Result<Response, String> {
+    // A socket path is no authority: `localhost` stands in.
+    let authority = if is_unix(&req.authority) {
+        "localhost"
+    } else {
+        req.authority.as_str()
+    };
     let mut head = format!(
         "{} {} HTTP/1.1\r\nhost: {}\r\n",
-        req.method, req.path, req.authority
+        req.method, req.path, authority
     );
     for (k, v) in &req.headers {
         head.push_str(&format!("{k}: {v}\r\n"));
@@ -245,14 +277,30 @@ fn h2c(addr: &str, req: &Request) -> Result<Response, String> {
 }
 
 async fn h2c_async(addr: &str, req: &Request) -> Result<Response, String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
+    let mut sender = if is_unix(addr) {
+        let stream = tokio::net::UnixStream::from_std({
+            let s = connect_unix(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+            s.set_nonblocking(true).map_err(|e| e.to_string())?;
+            s
+        })
         .map_err(|e| format!("connect {addr}: {e}"))?;
-    let (mut sender, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("h2 handshake with {addr}: {e}"))?;
+        tokio::spawn(conn);
+        sender
+    } else {
+        let stream = tokio::net::TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("h2 handshake with {addr}: {e}"))?;
-    tokio::spawn(conn);
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let (sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .map_err(|e| format!("h2 handshake with {addr}: {e}"))?;
+        tokio::spawn(conn);
+        sender
+    };
     let mut builder = http::Request::builder()
         .method(req.method.as_str())
         .uri(format!("http://{}{}", req.authority, req.path));

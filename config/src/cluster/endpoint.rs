@@ -2,7 +2,7 @@
 //! in a cluster or delivered by EDS.
 
 use super::values;
-use crate::core::{self, SocketAddress};
+use crate::core::{self, Address};
 use crate::ctx::Ctx;
 use crate::path::Path;
 use envoy_types::pb::envoy::config::core::v3 as cpb;
@@ -74,8 +74,9 @@ pub struct Locality {
 /// One upstream host.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Endpoint {
-    /// Its address: an IP literal, or a DNS name in STRICT_DNS / LOGICAL_DNS clusters.
-    pub address: SocketAddress,
+    /// Its address: an IP literal, or a DNS name in STRICT_DNS / LOGICAL_DNS
+    /// clusters; or a Unix domain socket (STATIC and EDS clusters).
+    pub address: Address,
     /// `hostname`: used by `auto_host_rewrite` and as the health-check `Host` default.
     pub hostname: Option<String>,
     /// Port for active health checks (`health_check_config.port_value`); `None` = `address`'s.
@@ -252,20 +253,30 @@ fn lb_endpoint(
     };
     let ap = ep.field("address");
     let address = core::address(e.address.as_ref(), &ap, ctx)?;
-    if let Hosts::IpOnly(who) = hosts
-        && address.ip.is_none()
-    {
-        ctx.error(
+    match (&address, hosts) {
+        (Address::Socket(sa), Hosts::IpOnly(who)) if sa.ip.is_none() => ctx.error(
             &ap.field("socket_address.address"),
             format!(
                 "\"{}\" is not an IP address ({who} needs IP literals; STRICT_DNS and LOGICAL_DNS clusters resolve names)",
-                address.host
+                sa.host
             ),
-        );
+        ),
+        // Envoy accepts the config and resolves the empty name to no host:
+        // refused, so the cluster is not silently empty.
+        (Address::Pipe(_), Hosts::Names) => ctx.error(
+            &ap.field("pipe"),
+            "a pipe address in a STRICT_DNS or LOGICAL_DNS cluster (which resolve names; Envoy resolves a pipe to no host)",
+        ),
+        _ => {}
     }
     let (mut health_check_port, mut health_check_hostname) = (None, None);
     if let Some(hc) = &e.health_check_config {
-        if hc.port_value != 0 {
+        if hc.port_value != 0 && address.pipe().is_some() {
+            ctx.error(
+                &ep.field("health_check_config.port_value"),
+                "Invalid host configuration: non-zero port for non-IP address",
+            );
+        } else if hc.port_value != 0 {
             match u16::try_from(hc.port_value) {
                 Ok(p) => health_check_port = Some(p),
                 Err(_) => ctx.error(

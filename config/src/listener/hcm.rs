@@ -67,9 +67,8 @@ pub(crate) const SUPPORT: &[Support] = &[
         &["upgrade_type", "enabled"],
     ),
     (
-        // `unix_sockets`: courier has no unix-socket listeners.
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.InternalAddressConfig",
-        &["cidr_ranges"],
+        &["cidr_ranges", "unix_sockets"],
     ),
     // Shared with the cluster module (upstream options); the downstream side's fields.
     (
@@ -257,6 +256,9 @@ pub struct HttpConnectionManager {
     pub upgrade_configs: Vec<UpgradeConfig>,
     /// Internal addresses.
     pub internal_addresses: InternalAddresses,
+    /// `internal_address_config.unix_sockets`: requests from a pipe listener's
+    /// peers are internal (false: they are not, as in Envoy).
+    pub internal_unix_sockets: bool,
     /// Port stripping.
     pub strip_port: StripPort,
     /// Forward `100 Continue` from upstream instead of answering it locally.
@@ -406,6 +408,10 @@ pub fn translate(
         path_with_escaped_slashes_action,
         upgrade_configs,
         internal_addresses,
+        internal_unix_sockets: h
+            .internal_address_config
+            .as_ref()
+            .is_some_and(|c| c.unix_sockets),
         strip_port,
         proxy_100_continue: h.proxy_100_continue,
         // Set by the listener (listener::translate).

@@ -11,7 +11,7 @@ pub use hcm::{HttpConnectionManager, RouteSpecifier};
 pub use tcp_proxy::TcpProxy;
 
 use crate::config_source::ConfigSourceKind;
-use crate::core::{self, SocketAddress};
+use crate::core::{self, Address};
 use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::support::Support;
@@ -112,8 +112,8 @@ pub struct Listener {
     /// Name (generated from the address when the config gives none, as Envoy
     /// generates one).
     pub name: String,
-    /// Where it listens.
-    pub address: SocketAddress,
+    /// Where it listens: a TCP address or a Unix domain socket.
+    pub address: Address,
     /// Stats prefix of the listener (`listener.<stat_prefix>.`); empty = from the address.
     pub stat_prefix: String,
     /// Filter chains in config order.
@@ -266,8 +266,8 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
 /// Envoy names an unnamed listener with a UUID; courier uses its address, which
 /// is stable across reloads and unique (two listeners cannot bind one address).
 /// Port 0 can repeat, so those also carry their place in the config.
-fn generated_name(address: &SocketAddress, path: &Path<'_>) -> String {
-    if address.port == 0 {
+fn generated_name(address: &Address, path: &Path<'_>) -> String {
+    if address.socket().is_some_and(|sa| sa.port == 0) {
         format!("{address}@{path}")
     } else {
         address.to_string()

@@ -27,7 +27,7 @@ fn only_hcm(v: &serde_json::Value) -> HttpConnectionManager {
 fn minimal_listener_and_defaults() {
     let l = only_listener(&listener(json!({})));
     assert_eq!(l.name, "l");
-    assert_eq!(l.address.port, 10000);
+    assert_eq!(l.address.socket().unwrap().port, 10000);
     assert_eq!(l.per_connection_buffer_limit_bytes, 1024 * 1024);
     assert_eq!(l.traffic_direction, TrafficDirection::Unspecified);
     assert!(!l.freebind);

@@ -10,7 +10,9 @@
 
 use std::future::poll_fn;
 use std::io;
+#[cfg(test)]
 use std::net::SocketAddr;
+#[cfg(test)]
 use tokio::net::{TcpListener, TcpStream};
 
 /// One accept loop's count of connections taken since the socket last had
@@ -24,18 +26,31 @@ impl AcceptBatch {
     /// Accepts the next connection on `listener`, first letting the worker's
     /// other tasks run when `max` connections were taken in a row. `max` is
     /// read per call: a listener update may change it.
+    #[cfg(test)]
     pub async fn accept(
         &mut self,
         listener: &TcpListener,
         max: Option<u32>,
     ) -> io::Result<(TcpStream, SocketAddr)> {
+        self.accept_with(max, |cx| listener.poll_accept(cx)).await
+    }
+
+    /// Accepts the next connection with `poll_accept` (a TCP or a Unix
+    /// listener's), first letting the worker's other tasks run when `max`
+    /// connections were taken in a row. `max` is read per call: a listener
+    /// update may change it.
+    pub async fn accept_with<T>(
+        &mut self,
+        max: Option<u32>,
+        mut poll_accept: impl FnMut(&mut std::task::Context<'_>) -> std::task::Poll<io::Result<T>>,
+    ) -> io::Result<T> {
         if max.is_some_and(|max| self.in_row >= max) {
             self.in_row = 0;
             tokio::task::yield_now().await;
         }
         let in_row = &mut self.in_row;
         let accepted = poll_fn(|cx| {
-            let polled = listener.poll_accept(cx);
+            let polled = poll_accept(cx);
             if polled.is_pending() {
                 // The socket is drained: the next readiness is a new event.
                 *in_row = 0;

@@ -160,6 +160,27 @@ pub async fn accept(
     }
 }
 
+/// Picks `listener`'s filter chain for a connection on a pipe (Unix domain
+/// socket) listener: plaintext, and no chain matches on TLS facts there (the
+/// data plane refuses TLS and chain criteria on pipe listeners), so the one
+/// chain (or the default chain) takes it without reading a byte.
+pub fn accept_unix(
+    stream: tokio::net::UnixStream,
+    listener: &Listener,
+) -> Result<Accepted, Refused> {
+    let index = select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch)?;
+    match chain_at(listener, index) {
+        Some(fc) if fc.tls.is_some() => Err(Refused::TransportMismatch),
+        Some(_) => Ok(Accepted {
+            stream: DownstreamStream::Unix(stream),
+            filter_chain_index: index,
+            alpn: None,
+            server_name: None,
+        }),
+        None => Err(Refused::NoFilterChainMatch),
+    }
+}
+
 async fn accept_inner(
     stream: TcpStream,
     listener: &Listener,

@@ -7,10 +7,11 @@
 
 use crate::filter_chain::HttpFilters;
 use crate::overload::Limit;
+use crate::request::conn::Peer;
 use crate::stats::{self, WorkerStats};
 use crate::tls::ServerConfigs;
 use arc_swap::ArcSwap;
-use courier_config::core::SocketAddress;
+use courier_config::core::{Address, SocketAddress};
 use courier_config::listener::Listener;
 use courier_config::snapshot::Snapshot;
 use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerProto;
@@ -39,8 +40,8 @@ pub struct Dynamic {
 pub struct ActiveListener {
     /// Its config.
     pub config: Arc<Listener>,
-    /// The bound address (port 0 resolved).
-    pub address: SocketAddr,
+    /// The bound address (port 0 resolved), or the pipe's path.
+    pub address: Peer,
     /// TLS server configs of its filter chains.
     pub tls: Arc<ServerConfigs>,
     /// Its HTTP filter chains: `http_filters.chain(filters_index, chain)`.
@@ -69,6 +70,9 @@ pub struct ActiveListener {
     /// so its connections carry on until a later version changes it.
     drain: Vec<Arc<watch::Sender<bool>>>,
     /// Keeps port 0 resolved (and the port held) while some version uses it.
+    /// For a pipe, the listening socket itself: bound once by the main thread
+    /// (there is no `SO_REUSEPORT` for Unix sockets); each worker accepts on
+    /// a copy of it, as Envoy's workers share a pipe listener's socket.
     reserved: Arc<socket2::Socket>,
     /// The filters' background work (JWKS refreshes), stopped with the listener.
     background: Vec<tokio::task::AbortHandle>,
@@ -86,6 +90,15 @@ impl ActiveListener {
     /// The listener's name.
     pub fn name(&self) -> &str {
         &self.config.name
+    }
+
+    /// A copy of a pipe listener's listening socket, for a worker to accept
+    /// on; `None` for a TCP listener (each worker binds its own).
+    pub fn pipe_socket(&self) -> Option<std::io::Result<std::os::unix::net::UnixListener>> {
+        match self.address {
+            Peer::Pipe(_) => Some(self.reserved.try_clone().map(Into::into)),
+            Peer::Ip(_) => None,
+        }
     }
 
     /// The stat slot of filter chain `chain`.
@@ -279,21 +292,31 @@ impl Registry {
         let l = &parts.config;
         let (address, reserved) = match self.get(&l.name) {
             Some(old) if old.config.address == l.address => {
-                (old.address, Arc::clone(&old.reserved))
+                (old.address.clone(), Arc::clone(&old.reserved))
             }
-            _ => {
-                let addr = resolve(&l.address)?;
-                let socket = crate::accept::socket::bind(addr, false, l.freebind)
-                    .map_err(|e| format!("bind {addr}: {e}"))?;
-                let local = socket
-                    .local_addr()
-                    .ok()
-                    .and_then(|a| a.as_socket())
-                    .ok_or_else(|| format!("bind {addr}: no local address"))?;
-                (local, Arc::new(socket))
-            }
+            _ => match &l.address {
+                Address::Socket(sa) => {
+                    let addr = resolve(sa)?;
+                    let socket = crate::accept::socket::bind(addr, false, l.freebind)
+                        .map_err(|e| format!("bind {addr}: {e}"))?;
+                    let local = socket
+                        .local_addr()
+                        .ok()
+                        .and_then(|a| a.as_socket())
+                        .ok_or_else(|| format!("bind {addr}: no local address"))?;
+                    (Peer::Ip(local), Arc::new(socket))
+                }
+                Address::Pipe(pipe) => {
+                    let socket = crate::accept::socket::bind_unix(pipe)
+                        .map_err(|e| format!("bind {}: {e}", pipe.path))?;
+                    (
+                        Peer::Pipe(Arc::from(pipe.path.as_str())),
+                        Arc::new(socket2::Socket::from(socket)),
+                    )
+                }
+            },
         };
-        let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(address));
+        let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(&address));
         let hcm_stats = l
             .all_filter_chains()
             .map(|fc| {

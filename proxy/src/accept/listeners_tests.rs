@@ -58,7 +58,7 @@ fn versions_replace_by_name_keep_their_port_and_stats_and_drain_the_old() {
 
     let a1 = r.build(parts(listener("a", 0, "ing"))).unwrap();
     let b1 = r.build(parts(listener("b", 0, "ing"))).unwrap();
-    assert_ne!(a1.address.port(), 0, "port 0 resolved");
+    assert_ne!(a1.address.port(), Some(0), "port 0 resolved");
     r.publish(vec![Arc::clone(&a1), Arc::clone(&b1)], &[]);
     assert!(set.has_changed().unwrap());
     let names: Vec<String> = set
@@ -113,8 +113,59 @@ fn an_address_that_cannot_be_bound_is_an_error() {
     // TEST-NET-1 is not a local address.
     let yaml_listener = listener("x", 0, "x");
     let mut l = Listener::clone(&yaml_listener);
-    l.address.ip = Some("192.0.2.1".parse().unwrap());
-    l.address.host = "192.0.2.1".into();
+    let courier_config::core::Address::Socket(sa) = &mut l.address else {
+        unreachable!()
+    };
+    sa.ip = Some("192.0.2.1".parse().unwrap());
+    sa.host = "192.0.2.1".into();
     let err = r.build(parts(Arc::new(l))).unwrap_err();
     assert!(err.contains("bind 192.0.2.1:0"), "{err}");
+}
+
+fn pipe_listener(name: &str, path: &std::path::Path) -> Arc<Listener> {
+    let yaml_listener = listener(name, 0, name);
+    let mut l = Listener::clone(&yaml_listener);
+    l.address = courier_config::core::Address::Pipe(courier_config::core::Pipe {
+        path: path.display().to_string(),
+        mode: 0o600,
+    });
+    Arc::new(l)
+}
+
+/// A pipe listener is bound once by the registry (a stale file at its path
+/// unlinked, the mode set) and its socket handed to the workers; a new
+/// version at the same path keeps that socket (connections queued on it are
+/// not lost), one at another path binds anew.
+#[test]
+fn pipe_listeners_keep_their_socket_across_versions() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("l.sock");
+    // A stale socket file from an earlier run.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let r = Registry::new(
+        vec![Arc::default()],
+        Arc::new(ArcSwap::from_pointee(Snapshot::default())),
+    );
+    let p1 = r.build(parts(pipe_listener("p", &path))).unwrap();
+    assert_eq!(p1.address.to_string(), path.display().to_string());
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    r.publish(vec![Arc::clone(&p1)], &[]);
+    // Queued before any worker accepts.
+    let _queued = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    let p2 = r.build(parts(pipe_listener("p", &path))).unwrap();
+    assert_eq!(p2.address, p1.address);
+    assert!(Arc::ptr_eq(&p1.reserved, &p2.reserved));
+    let worker_copy = p2.pipe_socket().unwrap().unwrap();
+    worker_copy.set_nonblocking(false).unwrap();
+    assert!(worker_copy.accept().is_ok(), "the queued connection");
+    // Another path: a socket of its own.
+    let other = dir.path().join("m.sock");
+    let p3 = r.build(parts(pipe_listener("p", &other))).unwrap();
+    assert!(!Arc::ptr_eq(&p1.reserved, &p3.reserved));
+    assert!(std::os::unix::net::UnixStream::connect(&other).is_ok());
+    // A TCP listener has no shared socket.
+    let t = r.build(parts(listener("t", 0, "t"))).unwrap();
+    assert!(t.pipe_socket().is_none());
 }

@@ -31,3 +31,30 @@ pub fn bind(addr: SocketAddr, listen: bool, freebind: bool) -> std::io::Result<S
     }
     Ok(socket)
 }
+
+/// Binds and listens on the Unix domain socket `pipe` as Envoy does: a stale
+/// socket file at the path is unlinked first, and the file gets the pipe's
+/// `mode` when it sets one (an abstract socket, `@name`, has no file).
+/// Non-blocking, for a runtime to take.
+pub fn bind_unix(
+    pipe: &courier_config::core::Pipe,
+) -> std::io::Result<std::os::unix::net::UnixListener> {
+    if !pipe.is_abstract() {
+        // Envoy unlinks whatever is there; a missing file is no error.
+        let _ = std::fs::remove_file(&pipe.path);
+    }
+    let path = crate::maybe_tls::unix_path(&pipe.path);
+    let addr = if pipe.is_abstract() {
+        use std::os::linux::net::SocketAddrExt;
+        std::os::unix::net::SocketAddr::from_abstract_name(&path.as_bytes()[1..])?
+    } else {
+        std::os::unix::net::SocketAddr::from_pathname(&*path)?
+    };
+    let listener = std::os::unix::net::UnixListener::bind_addr(&addr)?;
+    if pipe.mode != 0 && !pipe.is_abstract() {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pipe.path, std::fs::Permissions::from_mode(pipe.mode))?;
+    }
+    listener.set_nonblocking(true)?;
+    Ok(listener)
+}

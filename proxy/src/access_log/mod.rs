@@ -14,7 +14,6 @@ use crate::request::body::RequestProgress;
 use crate::router::facts::Upstreamed;
 use courier_config::listener::access_log::AccessLog;
 use http::{HeaderMap, Method, Uri, Version};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -88,9 +87,9 @@ pub struct Pending {
     /// The request headers as the connection manager saw them.
     pub headers: HeaderMap,
     /// The downstream peer.
-    pub peer: SocketAddr,
+    pub peer: crate::request::conn::Peer,
     /// Our address on the downstream connection.
-    pub local: SocketAddr,
+    pub local: crate::request::conn::Peer,
     /// The TLS client's SNI.
     pub server_name: Option<String>,
     /// The downstream connection's id.

@@ -184,10 +184,19 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             owned(req.peer.to_string())
         }
         Command::DownstreamRemoteAddressWithoutPort
-        | Command::DownstreamDirectRemoteAddressWithoutPort => owned(req.peer.ip().to_string()),
+        | Command::DownstreamDirectRemoteAddressWithoutPort => {
+            owned(req.peer.without_port().to_string())
+        }
         Command::DownstreamLocalAddress => owned(req.local.to_string()),
-        Command::DownstreamLocalAddressWithoutPort => owned(req.local.ip().to_string()),
-        Command::DownstreamLocalPort => Some(Value::Number(u64::from(req.local.port()))),
+        Command::DownstreamLocalAddressWithoutPort => owned(req.local.without_port().to_string()),
+        // A pipe has no port: Envoy prints an empty string (not `-`).
+        Command::DownstreamLocalPort => match req.local.port() {
+            Some(port) => Some(Value::Number(u64::from(port))),
+            None => {
+                static EMPTY: serde_json::Value = serde_json::Value::String(String::new());
+                Some(Value::Json(&EMPTY))
+            }
+        },
         Command::RouteName => text(resp.route_name.as_deref().filter(|n| !n.is_empty())?),
         Command::Hostname => text(crate::router::headers::hostname()),
         // Not recorded in this build: Envoy prints `-` for them when unknown too.
@@ -309,8 +318,8 @@ mod tests {
             uri: "/p?q=1".parse().unwrap(),
             version: http::Version::HTTP_11,
             headers,
-            peer: "10.0.0.1:5000".parse().unwrap(),
-            local: "127.0.0.1:80".parse().unwrap(),
+            peer: crate::request::conn::Peer::Ip("10.0.0.1:5000".parse().unwrap()),
+            local: crate::request::conn::Peer::Ip("127.0.0.1:80".parse().unwrap()),
             server_name: None,
             connection_id: 7,
             request: Arc::new(RequestProgress::new(true)),

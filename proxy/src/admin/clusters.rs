@@ -106,11 +106,16 @@ pub fn json(clusters: &ClusterManager) -> serde_json::Value {
                             s
                         })
                         .collect();
-                    let mut status = json!({
-                        "address": {"socket_address": {
+                    // A pipe host as Envoy prints it: its path, no mode.
+                    let address = match h.pipe_path() {
+                        Some(path) => json!({"pipe": {"path": path}}),
+                        None => json!({"socket_address": {
                             "address": h.address.ip().to_string(),
                             "port_value": h.address.port(),
-                        }},
+                        }}),
+                    };
+                    let mut status = json!({
+                        "address": address,
                         "stats": stats,
                         "health_status": {
                             "eds_health_status": if h.healthy { "HEALTHY" } else { "UNHEALTHY" },

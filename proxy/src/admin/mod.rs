@@ -13,43 +13,80 @@ pub mod runtime;
 use crate::access_log::body::LoggedBody;
 use crate::access_log::{Logs, Pending, ResponseSide};
 use crate::request::body::RequestProgress;
+use crate::request::conn::Peer;
 use crate::request::local_reply::{Body, reply};
 use crate::request::phase::Phase;
 use crate::server::{Shared, State};
 use crate::stats;
+use courier_config::core::Address;
 use http::{Method, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::SystemTime;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UnixListener};
 use tokio::time::Instant;
 
-/// Binds admin and serves it in the background; returns the bound address.
-pub async fn spawn(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<SocketAddr> {
-    let listener = TcpListener::bind(addr).await?;
-    let bound = listener.local_addr()?;
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, peer)) = listener.accept().await else {
-                continue;
-            };
-            let local = stream.local_addr().unwrap_or(bound);
-            let shared = Arc::clone(&shared);
+/// Binds admin (a TCP address or a Unix domain socket) and serves it in the
+/// background; returns what it bound as Envoy writes it to
+/// `--admin-address-path` (`ip:port`, or the pipe's path).
+pub async fn spawn(address: &Address, shared: Arc<Shared>) -> Result<String, String> {
+    match address {
+        Address::Socket(sa) => {
+            let addr = crate::accept::listeners::resolve(sa)?;
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("admin: bind {addr}: {e}"))?;
+            let bound = listener
+                .local_addr()
+                .map_err(|e| format!("admin: bind {addr}: {e}"))?;
             tokio::spawn(async move {
-                let service = service_fn(move |req| {
-                    let shared = Arc::clone(&shared);
-                    async move { Ok::<_, std::convert::Infallible>(logged(&req, &shared, peer, local)) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
+                loop {
+                    let Ok((stream, peer)) = listener.accept().await else {
+                        continue;
+                    };
+                    let local = stream.local_addr().unwrap_or(bound);
+                    serve(stream, Arc::clone(&shared), Peer::Ip(peer), Peer::Ip(local));
+                }
             });
+            Ok(bound.to_string())
         }
+        Address::Pipe(pipe) => {
+            let listener = crate::accept::socket::bind_unix(pipe)
+                .and_then(UnixListener::from_std)
+                .map_err(|e| format!("admin: bind {}: {e}", pipe.path))?;
+            // Envoy names both ends of a pipe connection by the socket's path.
+            let name: Arc<str> = Arc::from(pipe.path.as_str());
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = listener.accept().await else {
+                        continue;
+                    };
+                    let end = Peer::Pipe(Arc::clone(&name));
+                    serve(stream, Arc::clone(&shared), end.clone(), end);
+                }
+            });
+            Ok(pipe.path.clone())
+        }
+    }
+}
+
+/// Serves one admin connection on a task of its own.
+fn serve<S>(stream: S, shared: Arc<Shared>, peer: Peer, local: Peer)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        let service = service_fn(move |req| {
+            let shared = Arc::clone(&shared);
+            let (peer, local) = (peer.clone(), local.clone());
+            async move { Ok::<_, std::convert::Infallible>(logged(&req, &shared, peer, local)) }
+        });
+        let _ = hyper::server::conn::http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .await;
     });
-    Ok(bound)
 }
 
 /// Answers and, when admin has access logs, logs the request as the connection
@@ -57,8 +94,8 @@ pub async fn spawn(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Soc
 fn logged(
     req: &Request<Incoming>,
     shared: &Shared,
-    peer: SocketAddr,
-    local: SocketAddr,
+    peer: Peer,
+    local: Peer,
 ) -> Response<LoggedBody<Body>> {
     let start = (SystemTime::now(), Instant::now());
     let resp = handle(req, shared);

@@ -74,8 +74,8 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                 let info = ConnInfo {
                     listener: std::sync::Arc::clone(&snapshot.listeners[0]),
                     filter_chain_index: 0,
-                    peer: "127.0.0.1:1000".parse().unwrap(),
-                    local: "127.0.0.1:2000".parse().unwrap(),
+                    peer: crate::request::conn::Peer::Ip("127.0.0.1:1000".parse().unwrap()),
+                    local: crate::request::conn::Peer::Ip("127.0.0.1:2000".parse().unwrap()),
                     tls: false,
                     server_name: None,
                     id: 0,

@@ -5,7 +5,6 @@ use crate::access_log::{Logs, Pending, ResponseSide};
 use crate::request::body::RequestProgress;
 use crate::router::facts::Upstreamed;
 use courier_config::listener::TcpProxy;
-use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -78,9 +77,9 @@ pub struct Record {
     /// Monotonic start (`%DURATION%`).
     pub started: Instant,
     /// The downstream peer.
-    pub peer: SocketAddr,
+    pub peer: crate::request::conn::Peer,
     /// Our address on the downstream connection.
-    pub local: SocketAddr,
+    pub local: crate::request::conn::Peer,
     /// The TLS client's SNI.
     pub server_name: Option<String>,
     /// The downstream connection's id.
@@ -115,8 +114,8 @@ impl Record {
             uri: http::Uri::default(),
             version: http::Version::HTTP_11,
             headers: http::HeaderMap::new(),
-            peer: self.peer,
-            local: self.local,
+            peer: self.peer.clone(),
+            local: self.local.clone(),
             server_name: self.server_name.clone(),
             connection_id: self.connection_id,
             request: Arc::new(progress),

@@ -27,7 +27,6 @@ use courier_config::listener::access_log::AccessLog;
 use courier_config::listener::{FilterChain, NetworkFilter, TcpProxy};
 use log::{Flag, Record};
 use pump::{Pump, Side};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -49,9 +48,9 @@ pub struct Session {
     /// Its `tcp.<stat_prefix>.*` stats.
     pub stats: Arc<TcpStats>,
     /// The client.
-    pub peer: SocketAddr,
+    pub peer: crate::request::conn::Peer,
     /// Our address on the connection.
-    pub local: SocketAddr,
+    pub local: crate::request::conn::Peer,
     /// The SNI of a TLS client.
     pub server_name: Option<String>,
     /// The listener's `per_connection_buffer_limit_bytes`.
@@ -110,8 +109,8 @@ where
     let mut rec = Record {
         start: SystemTime::now(),
         started,
-        peer: s.peer,
-        local: s.local,
+        peer: s.peer.clone(),
+        local: s.local.clone(),
         server_name: s.server_name.clone(),
         connection_id: crate::request::conn::next_connection_id(),
         flags: Default::default(),

@@ -63,8 +63,8 @@ async fn start(
     let session = Session {
         config,
         stats,
-        peer,
-        local: server.local_addr().unwrap(),
+        peer: crate::request::conn::Peer::Ip(peer),
+        local: crate::request::conn::Peer::Ip(server.local_addr().unwrap()),
         server_name: None,
         buffer_limit: 1024 * 1024,
         clusters,

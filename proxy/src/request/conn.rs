@@ -3,9 +3,74 @@
 
 use courier_config::listener::{FilterChain, Listener};
 use http::{HeaderMap, Request, Uri, header};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+
+/// One end of a downstream connection: an IP socket address, or a Unix domain
+/// socket (Envoy's `pipe` listeners and admin). A pipe's client is unnamed,
+/// so Envoy names both ends of a pipe connection by the listening socket's
+/// path (`%DOWNSTREAM_REMOTE_ADDRESS%` prints it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Peer {
+    /// A TCP connection's end.
+    Ip(SocketAddr),
+    /// A Unix domain socket, by its path (`@name`: abstract).
+    Pipe(Arc<str>),
+}
+
+impl Peer {
+    /// The IP address, for a TCP end.
+    pub fn ip(&self) -> Option<IpAddr> {
+        match self {
+            Peer::Ip(a) => Some(a.ip()),
+            Peer::Pipe(_) => None,
+        }
+    }
+
+    /// The port, for a TCP end.
+    pub fn port(&self) -> Option<u16> {
+        match self {
+            Peer::Ip(a) => Some(a.port()),
+            Peer::Pipe(_) => None,
+        }
+    }
+
+    /// The socket address, for a TCP end.
+    pub fn socket(&self) -> Option<SocketAddr> {
+        match self {
+            Peer::Ip(a) => Some(*a),
+            Peer::Pipe(_) => None,
+        }
+    }
+
+    /// As Envoy prints an address without its port: the IP, or the path.
+    pub fn without_port(&self) -> PeerWithoutPort<'_> {
+        PeerWithoutPort(self)
+    }
+}
+
+/// `ip:port` (`[ip]:port`), or the pipe's path, as Envoy prints addresses.
+impl std::fmt::Display for Peer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Peer::Ip(a) => a.fmt(f),
+            Peer::Pipe(p) => f.write_str(p),
+        }
+    }
+}
+
+/// [`Peer::without_port`].
+pub struct PeerWithoutPort<'a>(&'a Peer);
+
+impl std::fmt::Display for PeerWithoutPort<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Peer::Ip(a) => a.ip().fmt(f),
+            Peer::Pipe(p) => f.write_str(p),
+        }
+    }
+}
 
 /// Facts about a downstream connection that requests on it need.
 #[derive(Debug)]
@@ -13,9 +78,9 @@ pub struct ConnInfo {
     /// The listener (the version the connection was accepted under).
     pub listener: Arc<courier_config::listener::Listener>,
     /// The peer's address.
-    pub peer: SocketAddr,
+    pub peer: Peer,
     /// Our address on the connection.
-    pub local: SocketAddr,
+    pub local: Peer,
     /// Whether the connection is TLS (`x-forwarded-proto: https`).
     pub tls: bool,
     /// Index of the connection's filter chain: in `filter_chains`, or one past
@@ -60,4 +125,30 @@ pub fn authority_of<'a>(uri: &'a Uri, headers: &'a HeaderMap) -> Option<&'a str>
     uri.authority()
         .map(|a| a.as_str())
         .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pipe end costs a TCP connection nothing: `Peer` takes no more room
+    /// than the `SocketAddr` it replaced (the pipe variant sits in its niche).
+    #[test]
+    fn a_peer_is_the_size_of_a_socket_address() {
+        assert_eq!(
+            std::mem::size_of::<Peer>(),
+            std::mem::size_of::<SocketAddr>()
+        );
+    }
+
+    #[test]
+    fn peers_print_as_envoy_prints_addresses() {
+        let ip = Peer::Ip("[::1]:80".parse().unwrap());
+        assert_eq!(ip.to_string(), "[::1]:80");
+        assert_eq!(ip.without_port().to_string(), "::1");
+        let pipe = Peer::Pipe(Arc::from("/run/l.sock"));
+        assert_eq!(pipe.to_string(), "/run/l.sock");
+        assert_eq!(pipe.without_port().to_string(), "/run/l.sock");
+        assert_eq!((pipe.ip(), pipe.port()), (None, None));
+    }
 }

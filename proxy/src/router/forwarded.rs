@@ -3,7 +3,7 @@
 //! requests, `x-forwarded-proto`, `x-envoy-external-address`, stripping Envoy's
 //! control headers from edge requests, and `x-request-id`.
 
-use crate::request::conn::ConnInfo;
+use crate::request::conn::{ConnInfo, Peer};
 use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
@@ -63,11 +63,13 @@ pub fn mutate_request(
         } else {
             None
         };
-        if !hcm.skip_xff_append {
+        // A pipe peer has no IP: Envoy appends nothing for it.
+        if !hcm.skip_xff_append
+            && let Some(peer) = conn.peer.ip()
+        {
             // Envoy appends its own address for loopback peers.
-            let peer = conn.peer.ip();
             let appended = if peer.is_loopback() {
-                local_address().unwrap_or(conn.local.ip())
+                local_address().or(conn.local.ip()).unwrap_or(peer)
             } else {
                 peer
             };
@@ -76,16 +78,25 @@ pub fn mutate_request(
         if hops == 0 || !headers.contains_key(&XFP) {
             headers.insert(XFP, tls_proto.clone());
         }
-        (Some(from_xff.unwrap_or(conn.peer.ip())), no_xff)
+        match from_xff {
+            Some(ip) => (Remote::Ip(ip), no_xff),
+            None => (Remote::of(&conn.peer), no_xff),
+        }
     } else if has_xff {
-        xff_entry(headers, hops)
+        let (ip, single) = xff_entry(headers, hops);
+        (ip.map_or(Remote::None, Remote::Ip), single)
     } else {
-        (None, false)
+        (Remote::None, false)
     };
     // One lookup for the test and the insert.
     headers.entry(XFP).or_insert(tls_proto);
-    let internal =
-        trusted_checks && final_remote.is_some_and(|a| is_internal(&hcm.internal_addresses, a));
+    let internal = trusted_checks
+        && match final_remote {
+            Remote::Ip(a) => is_internal(&hcm.internal_addresses, a),
+            // `internal_address_config.unix_sockets`: false unless set.
+            Remote::Pipe => hcm.internal_unix_sockets,
+            Remote::None => false,
+        };
     let edge = !internal && hcm.use_remote_address;
     if internal {
         headers.insert(INTERNAL, HeaderValue::from_static("true"));
@@ -107,7 +118,8 @@ pub fn mutate_request(
             headers.remove(h.as_str());
         }
     }
-    if edge && let Some(addr) = final_remote {
+    // Only an IP final address is written (Envoy: not a pipe's).
+    if edge && let Remote::Ip(addr) = final_remote {
         headers.insert(EXTERNAL_ADDRESS, ip_text(addr));
     }
     if hcm.generate_request_id {
@@ -128,7 +140,33 @@ pub fn mutate_request(
             }
         }
     }
-    final_remote.unwrap_or(conn.peer.ip())
+    match final_remote {
+        Remote::Ip(ip) => ip,
+        // A pipe peer has no IP: the unspecified address stands in (the data
+        // plane refuses the filters that match on it on pipe listeners).
+        _ => conn
+            .peer
+            .ip()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+    }
+}
+
+/// Envoy's final remote address: an IP, a pipe (the socket peer of a pipe
+/// listener), or none (no XFF to take one from).
+#[derive(Clone, Copy)]
+enum Remote {
+    Ip(IpAddr),
+    Pipe,
+    None,
+}
+
+impl Remote {
+    fn of(peer: &Peer) -> Self {
+        match peer.ip() {
+            Some(ip) => Remote::Ip(ip),
+            None => Remote::Pipe,
+        }
+    }
 }
 
 /// The XFF entry `skip` places from the right, and whether XFF holds one address.

@@ -97,16 +97,18 @@ impl FormatCtx<'_> {
             }
             Command::DownstreamRemoteAddressWithoutPort
             | Command::DownstreamDirectRemoteAddressWithoutPort => {
-                let _ = write!(out, "{}", conn.peer.ip());
+                let _ = write!(out, "{}", conn.peer.without_port());
             }
             Command::DownstreamLocalAddress => {
                 let _ = write!(out, "{}", conn.local);
             }
             Command::DownstreamLocalAddressWithoutPort => {
-                let _ = write!(out, "{}", conn.local.ip());
+                let _ = write!(out, "{}", conn.local.without_port());
             }
             Command::DownstreamLocalPort => {
-                let _ = write!(out, "{}", conn.local.port());
+                if let Some(port) = conn.local.port() {
+                    let _ = write!(out, "{port}");
+                }
             }
             Command::RouteName => out.push_str(self.route_name),
             Command::Hostname => out.push_str(hostname()),

@@ -274,7 +274,7 @@ pub async fn forward(
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let mut sent = Box::pin(upgrade::send(&cluster, host.address, request, stats));
+        let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats));
         let last = match action.timeout {
             Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
                 Ok(r) => Ok(r),

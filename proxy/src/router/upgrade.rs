@@ -7,12 +7,14 @@
 use super::body::ResponseBody;
 use crate::stats::ClusterStats;
 use crate::upstream::UpstreamCluster;
+use crate::upstream::host::Host;
 use crate::upstream::pool::SendError;
 use crate::upstream::pool::UpstreamBody;
+use crate::upstream::pool::connect_unix;
+use crate::upstream::stream::UpstreamStream;
 use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use std::net::SocketAddr;
 use tokio::net::TcpStream;
 
 /// The headers an upgrade carries hop to hop, which the router strips from
@@ -22,22 +24,26 @@ pub fn restore_headers(headers: &mut http::HeaderMap, upgrade: HeaderValue) {
     headers.insert(header::UPGRADE, upgrade);
 }
 
-/// Sends the upgrade request `req` to `addr`; on 101, joins the two upgraded
+/// Sends the upgrade request `req` to `host`; on 101, joins the two upgraded
 /// connections in a task of their own.
 pub async fn send(
     cluster: &UpstreamCluster,
-    addr: SocketAddr,
+    host: &Host,
     mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
 ) -> Result<Response<Incoming>, SendError> {
     let downstream = hyper::upgrade::on(&mut req);
     stats.cx_total.inc();
-    let stream = match tokio::time::timeout(
-        cluster.config.connect_timeout,
-        TcpStream::connect(addr),
-    )
-    .await
-    {
+    let connect = async {
+        match host.pipe_path() {
+            Some(path) => connect_unix(path).await.map(UpstreamStream::Unix),
+            None => TcpStream::connect(host.address).await.map(|s| {
+                let _ = s.set_nodelay(true);
+                UpstreamStream::Plain(s)
+            }),
+        }
+    };
+    let stream = match tokio::time::timeout(cluster.config.connect_timeout, connect).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             stats.cx_connect_fail.inc();
@@ -52,7 +58,6 @@ pub async fn send(
             return Err(SendError::ConnectTimeout);
         }
     };
-    let _ = stream.set_nodelay(true);
     let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| SendError::ConnectFailure(e.to_string()))?;

@@ -95,15 +95,19 @@ pub fn resolve_blocking(la: &LoadAssignment, family: DnsLookupFamily) -> Vec<Vec
                 .localities
                 .iter()
                 .flat_map(|l| l.endpoints.iter())
-                .map(|e| match e.address.ip {
-                    Some(ip) => vec![SocketAddr::new(ip, e.address.port)],
-                    None => (e.address.host.as_str(), e.address.port)
-                        .to_socket_addrs()
-                        .map(|a| filter_family(a.collect(), family))
-                        .unwrap_or_else(|err| {
-                            tracing::warn!(host = %e.address.host, error = %err, "DNS resolution failed");
-                            Vec::new()
-                        }),
+                .map(|e| match e.address.socket() {
+                    // A pipe is refused in DNS clusters by the config.
+                    None => Vec::new(),
+                    Some(sa) => match sa.ip {
+                        Some(ip) => vec![SocketAddr::new(ip, sa.port)],
+                        None => (sa.host.as_str(), sa.port)
+                            .to_socket_addrs()
+                            .map(|a| filter_family(a.collect(), family))
+                            .unwrap_or_else(|err| {
+                                tracing::warn!(host = %sa.host, error = %err, "DNS resolution failed");
+                                Vec::new()
+                            }),
+                    },
                 })
                 .collect()
         })
@@ -120,17 +124,20 @@ pub async fn resolve(
     for level in &la.priorities {
         let mut answers = Vec::new();
         for e in level.localities.iter().flat_map(|l| l.endpoints.iter()) {
-            let addrs = match e.address.ip {
-                Some(ip) => vec![SocketAddr::new(ip, e.address.port)],
-                None => {
-                    match tokio::net::lookup_host((e.address.host.as_str(), e.address.port)).await {
-                        Ok(a) => filter_family(a.collect(), family),
-                        Err(err) => {
-                            tracing::warn!(host = %e.address.host, error = %err, "DNS refresh failed");
-                            return None;
-                        }
+            // A pipe is refused in DNS clusters by the config.
+            let Some(sa) = e.address.socket() else {
+                answers.push(Vec::new());
+                continue;
+            };
+            let addrs = match sa.ip {
+                Some(ip) => vec![SocketAddr::new(ip, sa.port)],
+                None => match tokio::net::lookup_host((sa.host.as_str(), sa.port)).await {
+                    Ok(a) => filter_family(a.collect(), family),
+                    Err(err) => {
+                        tracing::warn!(host = %sa.host, error = %err, "DNS refresh failed");
+                        return None;
                     }
-                }
+                },
             };
             answers.push(addrs);
         }

@@ -321,15 +321,18 @@ fn endpoint_and_locality<'a>(
         .iter()
         .flat_map(|p| p.localities.iter())
         .flat_map(|l| l.endpoints.iter().map(move |e| (e, l.locality.as_ref())))
-        .find(|(e, _)| {
-            e.address.port == host.address.port()
-                && match e.address.ip {
-                    Some(ip) => ip == host.address.ip(),
-                    None => {
-                        e.address.host == host.hostname()
-                            || e.hostname.as_deref() == Some(host.hostname())
+        .find(|(e, _)| match &e.address {
+            courier_config::core::Address::Pipe(p) => host.pipe_path() == Some(p.path.as_str()),
+            courier_config::core::Address::Socket(sa) => {
+                sa.port == host.address.port()
+                    && match sa.ip {
+                        Some(ip) => ip == host.address.ip(),
+                        None => {
+                            sa.host == host.hostname()
+                                || e.hostname.as_deref() == Some(host.hostname())
+                        }
                     }
-                }
+            }
         })
 }
 
@@ -342,6 +345,14 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
         target.set_port(p);
     }
     let hostname = endpoint.and_then(|e| e.health_check_hostname.as_deref());
+    if let Some(path) = host.pipe_path() {
+        // A pipe host is checked over its socket (plaintext: the data plane
+        // refuses TLS to pipe hosts).
+        let Ok(unix) = crate::upstream::pool::connect_unix(path).await else {
+            return Verdict::NETWORK;
+        };
+        return probe(cluster, hc, hostname, unix).await;
+    }
     let Ok(tcp) = TcpStream::connect(target).await else {
         return Verdict::NETWORK;
     };

@@ -5,6 +5,7 @@
 use super::lazy::Lazy;
 use super::socket::HostSockets;
 use courier_config::cluster::{Endpoint, LoadAssignment, Priority, SocketIndex};
+use courier_config::core::Address;
 use once_cell::race::OnceBox;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,8 +15,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// request counts all workers keep).
 #[derive(Debug)]
 pub struct Host {
-    /// Where to connect.
+    /// Where to connect; for a pipe host, a stand-in key (see [`pipe_key`])
+    /// that the pools, host sets and retry predicates compare as they compare
+    /// IP hosts, while [`Self::pipe`] is where it connects.
     pub address: SocketAddr,
+    /// The Unix domain socket's path for a pipe endpoint (`@name`: abstract).
+    /// A thin pointer, as `hostname`: most hosts have none.
+    #[allow(clippy::box_collection)]
+    pipe: Option<Box<String>>,
     /// `address` as text (`%UPSTREAM_HOST%`), built at its first use.
     address_text: OnceBox<String>,
     /// The host name ([`Self::hostname`]); none (not an empty string, which
@@ -73,6 +80,7 @@ impl Host {
     pub fn new(address: SocketAddr, hostname: String, weight: u32, healthy: bool) -> Self {
         Self {
             address,
+            pipe: None,
             address_text: OnceBox::new(),
             hostname: (!hostname.is_empty()).then(|| Box::new(hostname)),
             weight: weight.max(1),
@@ -84,6 +92,19 @@ impl Host {
             health: Default::default(),
             pending_removal: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A host on the Unix domain socket `path`.
+    pub fn pipe(path: &str, hostname: String, weight: u32, healthy: bool) -> Self {
+        Self {
+            pipe: Some(Box::new(path.to_string())),
+            ..Self::new(pipe_key(path), hostname, weight, healthy)
+        }
+    }
+
+    /// The Unix domain socket's path, for a pipe host.
+    pub fn pipe_path(&self) -> Option<&str> {
+        self.pipe.as_deref().map(String::as_str)
     }
 
     /// This host with connections over its cluster's transport socket `socket`.
@@ -107,10 +128,15 @@ impl Host {
         self.hostname.as_deref().map_or("", String::as_str)
     }
 
-    /// `address` as text (`%UPSTREAM_HOST%`).
+    /// `address` as text (`%UPSTREAM_HOST%`, `/clusters`): `ip:port`, or a
+    /// pipe's path, as Envoy prints them.
     pub fn address_text(&self) -> &str {
-        self.address_text
-            .get_or_init(|| Box::new(self.address.to_string()))
+        self.address_text.get_or_init(|| {
+            Box::new(match self.pipe_path() {
+                Some(p) => p.to_string(),
+                None => self.address.to_string(),
+            })
+        })
     }
 
     /// Requests in flight.
@@ -124,6 +150,21 @@ impl Host {
         self.stats.rq_total.fetch_add(1, Ordering::Relaxed);
         ActiveRequest(Arc::clone(self))
     }
+}
+
+/// The stand-in address of the pipe host at `path`: an IPv6 address in the
+/// discard-only prefix `100::/64` (RFC 6666, never routed), port 0, whose low
+/// 64 bits hash the path. The same path gives the same key in every worker and
+/// every update, so a pipe host is found again as an IP host is; nothing
+/// connects to it ([`Host::pipe_path`] is where pipe hosts connect).
+pub fn pipe_key(path: &str) -> SocketAddr {
+    use std::hash::{Hash, Hasher};
+    // SipHash with fixed keys: stable across runs and threads.
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    path.hash(&mut h);
+    let ip = std::net::Ipv6Addr::from((0x0100_u128 << 112) | u128::from(h.finish()));
+    SocketAddr::new(std::net::IpAddr::V6(ip), 0)
 }
 
 /// A request in flight to a host; dropping it ends the request.
@@ -707,8 +748,10 @@ pub fn static_hosts_reusing(
             for (weight, endpoints) in level_groups(p, locality_weighted) {
                 let start = hosts.len();
                 hosts.extend(endpoints.into_iter().filter_map(|(i, e)| {
-                    let ip = e.address.ip?;
-                    let address = SocketAddr::new(ip, e.address.port);
+                    let address = match &e.address {
+                        Address::Socket(sa) => SocketAddr::new(sa.ip?, sa.port),
+                        Address::Pipe(p) => pipe_key(&p.path),
+                    };
                     let hostname = e.hostname.clone().unwrap_or_default();
                     let healthy = e.health_status.is_healthy();
                     let socket = HostSockets::of(&level_sockets, i);
@@ -723,9 +766,11 @@ pub fn static_hosts_reusing(
                         return Some(Arc::clone(h));
                     }
                     sockets.count(socket);
-                    Some(Arc::new(
-                        Host::new(address, hostname, e.weight, healthy).with_socket(socket),
-                    ))
+                    let host = match &e.address {
+                        Address::Pipe(p) => Host::pipe(&p.path, hostname, e.weight, healthy),
+                        Address::Socket(_) => Host::new(address, hostname, e.weight, healthy),
+                    };
+                    Some(Arc::new(host.with_socket(socket)))
                 }));
                 level.push(LocalitySpan {
                     hosts: hosts.len() - start,
@@ -751,10 +796,13 @@ pub fn resolved_host(
     previous: Option<&HostSet>,
     (socket, sockets): (SocketIndex, &HostSockets<'_>),
 ) -> Arc<Host> {
-    let hostname = endpoint
-        .hostname
-        .clone()
-        .unwrap_or_else(|| endpoint.address.host.clone());
+    let hostname = endpoint.hostname.clone().unwrap_or_else(|| {
+        endpoint
+            .address
+            .socket()
+            .map(|sa| sa.host.clone())
+            .unwrap_or_default()
+    });
     let healthy = endpoint.health_status.is_healthy();
     if let Some(h) = previous.and_then(|p| {
         p.hosts().find(|h| {
@@ -825,6 +873,36 @@ pub(in crate::upstream) mod tests {
         assert!(some.all()[0].outlier.get().is_none());
     }
 
+    /// A pipe host connects to its path and prints it; its stand-in key is
+    /// the same for the same path (so an update finds it again) and never a
+    /// routable address.
+    #[test]
+    fn pipe_hosts_are_keyed_by_their_path() {
+        let h = Host::pipe("/run/a.sock", String::new(), 1, true);
+        assert_eq!(h.pipe_path(), Some("/run/a.sock"));
+        assert_eq!(h.address_text(), "/run/a.sock");
+        assert_eq!(h.address, pipe_key("/run/a.sock"));
+        assert_ne!(pipe_key("/run/a.sock"), pipe_key("/run/b.sock"));
+        let std::net::IpAddr::V6(ip) = h.address.ip() else {
+            panic!("{}", h.address)
+        };
+        assert_eq!(
+            ip.segments()[..4],
+            [0x0100, 0, 0, 0],
+            "RFC 6666 discard prefix"
+        );
+        let tcp = Host::new(
+            SocketAddr::from(([127, 0, 0, 1], 80)),
+            String::new(),
+            1,
+            true,
+        );
+        assert_eq!(
+            (tcp.pipe_path(), tcp.address_text()),
+            (None, "127.0.0.1:80")
+        );
+    }
+
     #[test]
     fn weighted_schedule_is_proportional_and_spread() {
         let hs: Vec<Arc<Host>> = [1u32, 2, 3]
@@ -872,11 +950,11 @@ pub(in crate::upstream) mod tests {
                 endpoints: ports
                     .iter()
                     .map(|&port| Endpoint {
-                        address: SocketAddress {
+                        address: courier_config::core::Address::Socket(SocketAddress {
                             host: "127.0.0.1".into(),
                             ip: Some([127, 0, 0, 1].into()),
                             port,
-                        },
+                        }),
                         hostname: None,
                         health_check_port: None,
                         health_check_hostname: None,

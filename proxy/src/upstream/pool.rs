@@ -659,6 +659,21 @@ pub(crate) async fn connect(
     stats.cx_total.inc();
     host.stats.cx_total.fetch_add(1, Ordering::Relaxed);
     let open = async {
+        if let Some(path) = host.pipe_path() {
+            // A pipe host: plaintext over its Unix domain socket (the data
+            // plane refuses TLS to pipe hosts; one from EDS fails here).
+            if cluster.tls_for(host).is_some() {
+                return Err("TLS to a pipe host is not served".to_string());
+            }
+            return connect_unix(path)
+                .await
+                .map(UpstreamStream::Unix)
+                .map_err(|e| {
+                    tracing::debug!(path, error = %e, "upstream connect failed");
+                    let text = e.to_string();
+                    text.split(" (os error").next().unwrap_or(&text).to_string()
+                });
+        }
         let tcp = TcpStream::connect(addr).await.map_err(|e| {
             tracing::debug!(%addr, error = %e, "upstream connect failed");
             // "Connection refused (os error 111)" -> Envoy's strerror text.
@@ -696,6 +711,11 @@ pub(crate) async fn connect(
             Err(SendError::ConnectTimeout)
         }
     }
+}
+
+/// Connects to the Unix domain socket `path` (Envoy's `@name`: abstract).
+pub(crate) async fn connect_unix(path: &str) -> std::io::Result<tokio::net::UnixStream> {
+    tokio::net::UnixStream::connect(&*crate::maybe_tls::unix_path(path)).await
 }
 
 /// `upstream_connection_options.tcp_keepalive` on a new connection: keepalive

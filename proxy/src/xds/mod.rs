@@ -172,12 +172,15 @@ impl Connector for ClusterConnector {
         Box::pin(async move {
             let no_host = || XdsError::Connect(format!("cluster {} has no host", self.cluster));
             let cluster = self.clusters.get(&self.cluster).ok_or_else(no_host)?;
-            let (addr, socket) = {
+            let (addr, socket, pipe) = {
                 // A random host per attempt: a reconnect may try another one.
                 let hosts = cluster.hosts();
                 let n = hosts.hosts().count();
                 let pick = fastrand::usize(..n.max(1));
-                hosts.hosts().nth(pick).map(|h| (h.address, h.socket))
+                hosts
+                    .hosts()
+                    .nth(pick)
+                    .map(|h| (h.address, h.socket, h.pipe_path().map(str::to_string)))
             }
             .ok_or_else(no_host)?;
             // The cluster's connect timeout and HTTP/2 keepalive (tonic's
@@ -198,6 +201,19 @@ impl Connector for ClusterConnector {
                 }
                 Ok(e)
             };
+            if let Some(path) = pipe {
+                // A pipe host (Istio's agent on `/tmp/XDS`): plaintext HTTP/2
+                // over its Unix socket.
+                if cluster.sockets.tls(socket).is_some() {
+                    return Err(XdsError::Connect(format!(
+                        "{path}: TLS to a pipe host is not served"
+                    )));
+                }
+                return endpoint(format!("http://{}", self.cluster))?
+                    .connect_with_connector(UnixDial { path: path.clone() })
+                    .await
+                    .map_err(|e| XdsError::Connect(format!("{path}: {e}")));
+            }
             let Some(tls) = cluster.sockets.tls(socket).cloned() else {
                 return endpoint(format!("http://{addr}"))?
                     .connect()
@@ -209,6 +225,35 @@ impl Connector for ClusterConnector {
                 .connect_with_connector(TlsDial { addr, tls })
                 .await
                 .map_err(|e| XdsError::Connect(format!("{addr} (TLS): {e}")))
+        })
+    }
+}
+
+/// Dials a pipe host (a Unix domain socket) for a gRPC channel.
+#[derive(Clone)]
+struct UnixDial {
+    path: String,
+}
+
+type UnixIo = hyper_util::rt::TokioIo<tokio::net::UnixStream>;
+
+impl tonic::codegen::Service<http::Uri> for UnixDial {
+    type Response = UnixIo;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<UnixIo>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: http::Uri) -> Self::Future {
+        let path = self.path.clone();
+        Box::pin(async move {
+            let s = crate::upstream::pool::connect_unix(&path).await?;
+            Ok(hyper_util::rt::TokioIo::new(s))
         })
     }
 }

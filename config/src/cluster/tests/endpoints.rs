@@ -46,14 +46,21 @@ fn priorities_localities_and_weights() {
     assert_eq!(l0.load_balancing_weight, Some(3));
     assert_eq!(l0.locality.as_ref().unwrap().zone, "z");
     let e = &l0.endpoints[0];
-    assert_eq!(e.address.host, "backend");
+    assert_eq!(e.address.socket().unwrap().host, "backend");
     assert_eq!(e.hostname.as_deref(), Some("backend.local"));
     assert_eq!(e.health_check_port, Some(8081));
     assert_eq!(e.health_check_hostname.as_deref(), Some("hc.local"));
     assert_eq!(e.weight, 5);
     assert_eq!(e.health_status, HealthStatus::Draining);
     assert!(!e.health_status.is_healthy());
-    assert_eq!(la.priorities[2].localities[0].endpoints[0].address.port, 81);
+    assert_eq!(
+        la.priorities[2].localities[0].endpoints[0]
+            .address
+            .socket()
+            .unwrap()
+            .port,
+        81
+    );
 }
 
 #[test]

@@ -67,7 +67,7 @@ fn defaults_of_a_minimal_static_cluster() {
     assert_eq!(la.overprovisioning_factor, 140);
     assert_eq!(la.priorities.len(), 1);
     let e = la.endpoints().next().unwrap();
-    assert_eq!(e.address.port, 8080);
+    assert_eq!(e.address.socket().unwrap().port, 8080);
     assert_eq!(e.weight, 1);
     assert_eq!(e.health_status, HealthStatus::Unknown);
     assert!(e.health_status.is_healthy());

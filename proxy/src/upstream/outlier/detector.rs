@@ -110,7 +110,7 @@ impl Detector {
             c.fetch_add(1, Ordering::Relaxed);
         }
         tracing::info!(
-            host = %host.address,
+            host = %host.address_text(),
             kind = kind.name(),
             multiplier = k + 1,
             "outlier detection: host ejected"

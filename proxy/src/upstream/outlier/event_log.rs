@@ -112,7 +112,7 @@ fn render(event: &Event<'_>, now: SystemTime) -> String {
         "\"cluster_name\":{},\"upstream_url\":\"{}\",\"action\":\"{action}\",\
          \"num_ejections\":{},\"enforced\":{enforced}",
         text(event.cluster),
-        event.host.address,
+        event.host.address_text(),
         event.num_ejections,
     );
     // uint32 percentages, truncated as Envoy's conversion does.

@@ -187,7 +187,7 @@ pub(super) fn speaks_h2(cluster: &UpstreamCluster, stream: &UpstreamStream) -> b
     cluster.config.http.protocol == UpstreamProtocol::Auto
         && match stream {
             UpstreamStream::Tls(s) => s.get_ref().1.alpn_protocol() == Some(b"h2"),
-            UpstreamStream::Plain(_) => false,
+            UpstreamStream::Plain(_) | UpstreamStream::Unix(_) => false,
         }
 }
 
