@@ -15,7 +15,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use opentelemetry_proto::tonic::trace::v1::Span;
+pub use opentelemetry_proto::tonic::trace::v1::Span;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::mpsc;

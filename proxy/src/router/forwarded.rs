@@ -14,11 +14,13 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const INTERNAL: HeaderName = HeaderName::from_static("x-envoy-internal");
 const EXTERNAL_ADDRESS: HeaderName = HeaderName::from_static("x-envoy-external-address");
 
-/// Removed from every request that is not internal.
+/// Removed from every request that is not internal. `x-envoy-force-trace` too, as
+/// Envoy 1.40 (`cleanInternalHeaders`; checked by `tests/tracing_differential.rs`).
 const NOT_INTERNAL: &[&str] = &[
     "x-envoy-decorator-operation",
     "x-envoy-downstream-service-cluster",
     "x-envoy-downstream-service-node",
+    "x-envoy-force-trace",
 ];
 
 /// Envoy's control headers, removed from edge requests (external, with
@@ -32,7 +34,6 @@ const EDGE_STRIPPED: &[&str] = &[
     "x-envoy-upstream-rq-per-try-timeout-ms",
     "x-envoy-upstream-rq-timeout-alt-response",
     "x-envoy-expected-rq-timeout-ms",
-    "x-envoy-force-trace",
     "x-envoy-ip-tags",
     "x-envoy-original-url",
     "x-envoy-hedge-on-per-try-timeout",
