@@ -188,15 +188,6 @@ pub fn exports(rx: &mpsc::Receiver<Export>, wait: Duration) -> Vec<Export> {
     out
 }
 
-/// Every upstream request received within `wait` of the last one.
-pub fn seen(rx: &mpsc::Receiver<Seen>, wait: Duration) -> Vec<Seen> {
-    let mut out = Vec::new();
-    while let Ok(e) = rx.recv_timeout(wait) {
-        out.push(e);
-    }
-    out
-}
-
 /// The spans of `exports`, each with its resource's attributes.
 pub fn spans(exports: &[Export]) -> Vec<(BTreeMap<String, String>, Span)> {
     let mut out = Vec::new();

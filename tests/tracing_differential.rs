@@ -106,7 +106,6 @@ fn get(p: &Proxy, path: &str, headers: &[(&str, &str)]) -> client::Response {
     .unwrap()
 }
 
-
 /// What one request produced: the upstream's view and the spans exported for it.
 #[derive(Debug)]
 struct Outcome {
@@ -126,7 +125,10 @@ const REQUESTS: &[(&str, &[(&str, &str)])] = &[
         "/fail",
         &[
             ("x-status", "503"),
-            ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
             ("tracestate", "a=b"),
         ],
     ),
@@ -135,11 +137,17 @@ const REQUESTS: &[(&str, &[(&str, &str)])] = &[
     ("/forced", &[("x-envoy-force-trace", "1")]),
     (
         "/forced-internal",
-        &[("x-envoy-force-trace", "1"), ("x-forwarded-for", "10.0.0.1")],
+        &[
+            ("x-envoy-force-trace", "1"),
+            ("x-forwarded-for", "10.0.0.1"),
+        ],
     ),
     (
         "/unsampled-parent",
-        &[("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")],
+        &[(
+            "traceparent",
+            "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00",
+        )],
     ),
     ("/bad-parent", &[("traceparent", "zz")]),
     (
@@ -154,15 +162,25 @@ struct Run {
     stats: Vec<String>,
 }
 
-fn run(kind: Kind, bin: &std::path::Path, hcm: &str) -> Run {
+fn run(kind: Kind, bin: &std::path::Path, hcm: &str, outbound: bool) -> Run {
     let (up, up_rx) = otlp::upstream();
     let (otel, otel_rx) = otlp::collector();
-    let y = yaml(hcm, up, otel);
+    let mut y = yaml(hcm, up, otel);
+    if outbound {
+        y = y.replace(
+            "- name: traced\n    address:",
+            "- name: traced\n    traffic_direction: OUTBOUND\n    address:",
+        );
+        assert!(y.contains("OUTBOUND"), "{y}");
+    }
     let p = Proxy::start(kind, bin, &y, &["traced"]).unwrap();
     let mut outcomes = Vec::new();
     for (path, headers) in REQUESTS {
         let r = get(&p, path, headers);
         let upstream = up_rx.recv_timeout(Duration::from_secs(5)).ok();
+        if let Some(u) = &upstream {
+            assert_eq!(u.path, path.split('?').next().unwrap());
+        }
         outcomes.push(Outcome {
             path,
             status: r.status,
@@ -196,7 +214,9 @@ fn run(kind: Kind, bin: &std::path::Path, hcm: &str) -> Run {
     let stats = client::get(&p.admin, "/stats").unwrap();
     let stats = String::from_utf8_lossy(&stats.body)
         .lines()
-        .filter(|l| l.starts_with("http.traced.tracing.") || l.starts_with("tracing.opentelemetry."))
+        .filter(|l| {
+            l.starts_with("http.traced.tracing.") || l.starts_with("tracing.opentelemetry.")
+        })
         .map(str::to_string)
         .collect();
     Run {
@@ -255,7 +275,13 @@ fn check(run: &Run, spawn: bool) -> Vec<String> {
             up.traceparent.as_deref().map_or("none".to_string(), |t| {
                 let parts: Vec<_> = t.split('-').collect();
                 if parts.len() == 4 {
-                    format!("{}-<{}>-<{}>-{}", parts[0], parts[1].len(), parts[2].len(), parts[3])
+                    format!(
+                        "{}-<{}>-<{}>-{}",
+                        parts[0],
+                        parts[1].len(),
+                        parts[2].len(),
+                        parts[3]
+                    )
                 } else {
                     t.to_string()
                 }
@@ -264,11 +290,18 @@ fn check(run: &Run, spawn: bool) -> Vec<String> {
         );
         for (res, s) in &o.spans {
             let mut res = res.clone();
-            for k in ["telemetry.sdk.language", "telemetry.sdk.name", "telemetry.sdk.version"] {
+            for k in [
+                "telemetry.sdk.language",
+                "telemetry.sdk.name",
+                "telemetry.sdk.version",
+            ] {
                 // Intended difference: each proxy names its own SDK.
                 assert!(res.remove(k).is_some(), "{k} in {res:?}");
             }
-            line.push_str(&format!("\n  {} resource={res:?}", shape(s, incoming_parent)));
+            line.push_str(&format!(
+                "\n  {} resource={res:?}",
+                shape(s, incoming_parent)
+            ));
         }
         // Structure: the server span's trace id is the incoming one (if valid) and
         // the upstream's traceparent names the span sent there.
@@ -281,7 +314,11 @@ fn check(run: &Run, spawn: bool) -> Vec<String> {
             let parts: Vec<_> = tp.split('-').collect();
             assert_eq!(parts[1], trace, "{}", o.path);
             let sent = if spawn {
-                let child = o.spans.iter().find(|(_, s)| s.kind == 3).expect("client span");
+                let child = o
+                    .spans
+                    .iter()
+                    .find(|(_, s)| s.kind == 3)
+                    .expect("client span");
                 assert_eq!(child.1.parent_span_id, server.span_id, "{}", o.path);
                 assert_eq!(child.1.trace_id, server.trace_id);
                 otlp::hex(&child.1.span_id)
@@ -290,19 +327,29 @@ fn check(run: &Run, spawn: bool) -> Vec<String> {
             };
             assert_eq!(parts[2], sent, "{}", o.path);
             assert_eq!(parts[3], "01", "{}", o.path);
-            assert_eq!(rid, otlp::attributes(&server.attributes)["guid:x-request-id"]);
+            assert_eq!(
+                rid,
+                otlp::attributes(&server.attributes)["guid:x-request-id"]
+            );
         }
         view.push(line);
     }
     for e in &run.exports {
-        assert_eq!(e.metadata.get("authorization").map(String::as_str), Some("Bearer k"));
+        assert_eq!(
+            e.metadata.get("authorization").map(String::as_str),
+            Some("Bearer k")
+        );
         assert_eq!(e.authority, "otel-collector.example");
     }
     view
 }
 
 fn compare(hcm: &str, spawn: bool, expect: impl Fn(&Run)) {
-    let courier = run(Kind::Courier, &courier_bin(), hcm);
+    compare_on(hcm, spawn, false, expect);
+}
+
+fn compare_on(hcm: &str, spawn: bool, outbound: bool, expect: impl Fn(&Run)) {
+    let courier = run(Kind::Courier, &courier_bin(), hcm, outbound);
     let c = check(&courier, spawn);
     println!("courier:\n{}\n{:#?}", c.join("\n"), courier.stats);
     expect(&courier);
@@ -310,7 +357,7 @@ fn compare(hcm: &str, spawn: bool, expect: impl Fn(&Run)) {
         eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
         return;
     };
-    let envoy = run(Kind::Envoy, &envoy, hcm);
+    let envoy = run(Kind::Envoy, &envoy, hcm, outbound);
     let e = check(&envoy, spawn);
     println!("envoy:\n{}\n{:#?}", e.join("\n"), envoy.stats);
     for (c, e) in c.iter().zip(&e) {
@@ -319,7 +366,10 @@ fn compare(hcm: &str, spawn: bool, expect: impl Fn(&Run)) {
     assert_eq!(courier.stats, envoy.stats);
 }
 
-fn spans_of<'a>(run: &'a Run, path: &str) -> &'a [(std::collections::BTreeMap<String, String>, otlp::Span)] {
+fn spans_of<'a>(
+    run: &'a Run,
+    path: &str,
+) -> &'a [(std::collections::BTreeMap<String, String>, otlp::Span)] {
     &run.outcomes.iter().find(|o| o.path == path).unwrap().spans
 }
 
@@ -352,7 +402,10 @@ fn without_upstream_spans() {
 
 #[test]
 fn random_sampling_zero_and_a_parent_based_sampler() {
-    let hcm = tracing_hcm("").replace("random_sampling: { value: 100 }", "random_sampling: { value: 0 }");
+    let hcm = tracing_hcm("").replace(
+        "random_sampling: { value: 100 }",
+        "random_sampling: { value: 0 }",
+    );
     compare(&hcm, true, |r| {
         // Not sampled: no span, not even for a sampled parent; the client's
         // x-client-trace-id and a sampled request id are.
@@ -376,4 +429,72 @@ fn random_sampling_zero_and_a_parent_based_sampler() {
         assert!(spans_of(r, "/a?b=c").is_empty());
         assert_eq!(spans_of(r, "/fail").len(), 2);
     });
+}
+
+#[test]
+fn outbound_listeners_name_egress_spans() {
+    // Without upstream spans the request's span is the CLIENT one; with them, SERVER.
+    let plain = tracing_hcm("").replace("spawn_upstream_span: true", "spawn_upstream_span: false");
+    compare_on(&plain, false, true, |r| {
+        let s = &spans_of(r, "/a?b=c")[0].1;
+        assert_eq!(s.name, "egress example.com");
+        assert_eq!(s.kind, 3);
+    });
+    compare_on(&tracing_hcm(""), true, true, |r| {
+        let s = &spans_of(r, "/a?b=c")[0].1;
+        assert_eq!(s.name, "egress example.com");
+        assert_eq!(s.kind, 2);
+    });
+}
+
+#[test]
+fn a_collector_that_is_down_loses_spans_not_requests() {
+    let (up, up_rx) = otlp::upstream();
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let y = yaml(&tracing_hcm(""), up, closed);
+    let p = Proxy::start(Kind::Courier, &courier_bin(), &y, &["traced"]).unwrap();
+    for _ in 0..5 {
+        assert_eq!(get(&p, "/a", &[]).status, 200);
+        assert!(up_rx.recv_timeout(Duration::from_secs(5)).is_ok());
+    }
+    let stats = client::get(&p.admin, "/stats").unwrap();
+    let text = String::from_utf8_lossy(&stats.body).into_owned();
+    // Handed to the exporter (as Envoy counts them), then lost with the call.
+    assert!(
+        text.contains("tracing.opentelemetry.spans_sent: 10"),
+        "{text}"
+    );
+    assert!(
+        text.contains("http.traced.tracing.random_sampling: 5"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_timer_flushes_what_min_flush_spans_has_not() {
+    let (up, _up_rx) = otlp::upstream();
+    let (otel, otel_rx) = otlp::collector();
+    let y = yaml(&tracing_hcm(""), up, otel).replace(
+        "tracing.opentelemetry.min_flush_spans: 1\n",
+        "tracing.opentelemetry.min_flush_spans: 100\n      tracing.opentelemetry.flush_interval_ms: 200\n",
+    );
+    let p = Proxy::start(Kind::Courier, &courier_bin(), &y, &["traced"]).unwrap();
+    assert_eq!(get(&p, "/a", &[]).status, 200);
+    // Both spans of the request arrive together, in one export, by the timer.
+    let first = otel_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("an export");
+    assert_eq!(otlp::spans(std::slice::from_ref(&first)).len(), 2);
+    let stats = client::get(&p.admin, "/stats").unwrap();
+    let text = String::from_utf8_lossy(&stats.body).into_owned();
+    let flushed: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("tracing.opentelemetry.timer_flushed: "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(flushed >= 1, "{text}");
 }

@@ -55,7 +55,7 @@ fn trace_request(
         t,
         route.as_deref(),
         traced,
-        req.headers(),
+        (req.uri(), req.headers()),
         info.listener.traffic_direction,
     )
 }

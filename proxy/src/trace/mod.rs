@@ -281,7 +281,7 @@ pub fn start(
     t: &Tracing,
     route: Option<&RouteTracing>,
     traced: bool,
-    headers: &HeaderMap,
+    (uri, headers): (&http::Uri, &HeaderMap),
     direction: TrafficDirection,
 ) -> Started {
     let Some(provider) = &t.provider else {
@@ -309,8 +309,7 @@ pub fn start(
         SpanKind::Client
     };
     let name = if egress {
-        let uri = http::Uri::default();
-        let host = crate::request::conn::authority_of(&uri, headers).unwrap_or("");
+        let host = crate::request::conn::authority_of(uri, headers).unwrap_or("");
         format!("egress {host}")
     } else {
         "ingress".to_string()
@@ -442,7 +441,7 @@ fn url(req: &Pending, max_path: usize) -> String {
 impl Span {
     /// Finishes the request's span (and its upstream span) with what the response
     /// was, and hands the sampled ones to this worker's exporter.
-    pub fn finish(self: Box<Self>, req: &Pending, resp: &ResponseSide, bytes_received: u64) {
+    pub fn finish(&self, req: &Pending, resp: &ResponseSide, bytes_received: u64) {
         let end = nanos(SystemTime::now());
         let start = nanos(self.start);
         let status = resp.status;
