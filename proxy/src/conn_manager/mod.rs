@@ -167,7 +167,8 @@ pub async fn handle(
             }
             let rc = route_config(hcm, snapshot);
             let internal_only = rc.map_or(&[][..], |rc| &rc.internal_only_headers[..]);
-            let remote = forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
+            let (remote, control_headers) =
+                forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
             let crate::trace::Started { span, inject } = match &hcm.tracing {
                 Some(t) => trace_request(t, rc, &mut req, info, stats),
                 None => crate::trace::Started::default(),
@@ -177,7 +178,7 @@ pub async fn handle(
             // Envoy answers with the request id when asked to, or when the request
             // (still) carries `x-envoy-force-trace`.
             let request_id = (hcm.always_set_request_id_in_response
-                || req.headers().contains_key(FORCE_TRACE))
+                || (control_headers && req.headers().contains_key(FORCE_TRACE)))
             .then(|| req.headers().get(REQUEST_ID).cloned())
             .flatten();
             let to = ReplyTo::of(&req);

@@ -41,13 +41,15 @@ const EDGE_STRIPPED: &[&str] = &[
 
 /// Applies the rules to a request's headers; `internal_only` are the route
 /// config's `internal_only_headers`. Returns the trusted client address (Envoy's
-/// final remote address: the socket peer when the XFF rules yield none).
+/// final remote address: the socket peer when the XFF rules yield none), and
+/// whether the request may still carry Envoy's control headers (`x-envoy-*` kept on
+/// an internal request), so that callers skip looking them up otherwise.
 pub fn mutate_request(
     headers: &mut HeaderMap,
     hcm: &HttpConnectionManager,
     internal_only: &[String],
     conn: &ConnInfo,
-) -> IpAddr {
+) -> (IpAddr, bool) {
     let hops = hcm.xff_num_trusted_hops as usize;
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
     // One pass over the names: most requests carry neither an XFF nor an Envoy
@@ -129,7 +131,7 @@ pub fn mutate_request(
             }
         }
     }
-    final_remote.unwrap_or(conn.peer.ip())
+    (final_remote.unwrap_or(conn.peer.ip()), internal && has_envoy)
 }
 
 /// The XFF entry `skip` places from the right, and whether XFF holds one address.
