@@ -47,6 +47,14 @@ const VHOSTS: &str = r#"- name: traced
   routes:
   - match: { prefix: "/direct" }
     direct_response: { status: 202 }
+  - name: rt
+    match: { prefix: "/rt" }
+    route: { cluster: up }
+    tracing:
+      random_sampling: { numerator: 0 }
+      custom_tags:
+      - { tag: route-tag, literal: { value: rv } }
+      - { tag: literal1, literal: { value: from-route } }
   - name: r1
     match: { prefix: "/" }
     route: { cluster: up }
@@ -84,18 +92,23 @@ tracing:
 fn yaml(hcm: &str, up: SocketAddr, otel: SocketAddr) -> String {
     let clusters = [cluster("up", up, false), cluster("otel", otel, true)].concat();
     format!(
-        "{}  clusters:\n{}\nlayered_runtime:\n  layers:\n  - name: s\n    static_layer:\n      tracing.opentelemetry.min_flush_spans: 1\n",
+        "node: {{ id: node-1, locality: {{ zone: zone-1 }} }}\n{}  clusters:\n{}\nlayered_runtime:\n  layers:\n  - name: s\n    static_layer:\n      tracing.opentelemetry.min_flush_spans: 1\n",
         bootstrap(&[hcm_listener("traced", hcm, VHOSTS)]),
         indent(&clusters, 2)
     )
 }
 
 fn get(p: &Proxy, path: &str, headers: &[(&str, &str)]) -> client::Response {
-    // `/post` carries a body (`request_size`).
+    // `/post` carries a body (`request_size`); `/h2` goes over h2c.
     let post = path == "/post";
+    let protocol = if path == "/h2" {
+        Protocol::H2c
+    } else {
+        Protocol::Http1
+    };
     client::send(
         p.listener("traced").unwrap(),
-        Protocol::Http1,
+        protocol,
         &Request {
             method: if post { "POST" } else { "GET" }.into(),
             path: path.into(),
@@ -104,7 +117,11 @@ fn get(p: &Proxy, path: &str, headers: &[(&str, &str)]) -> client::Response {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            body: if post { b"payload".to_vec() } else { Vec::new() },
+            body: if post {
+                b"payload".to_vec()
+            } else {
+                Vec::new()
+            },
         },
     )
     .unwrap()
@@ -161,6 +178,11 @@ const REQUESTS: &[(&str, &[(&str, &str)])] = &[
     // Answered by the route: a span, no upstream one.
     ("/direct", &[]),
     ("/post", &[("x-client-trace-id", "p")]),
+    ("/h2", &[]),
+    // The route's `tracing`: its random_sampling (0) replaces the manager's; its tags
+    // add to the manager's (and win by name).
+    ("/rt-random", &[]),
+    ("/rt-client", &[("x-client-trace-id", "c")]),
 ];
 
 struct Run {
@@ -279,7 +301,11 @@ fn check(run: &Run, spawn: bool) -> Vec<String> {
         let up = match &o.upstream {
             Some(up) => up,
             None => {
-                assert!(o.path.starts_with("/direct"), "{} reached no upstream", o.path);
+                assert!(
+                    o.path.starts_with("/direct"),
+                    "{} reached no upstream",
+                    o.path
+                );
                 &none
             }
         };
@@ -518,4 +544,22 @@ fn the_timer_flushes_what_min_flush_spans_has_not() {
         .and_then(|v| v.parse().ok())
         .unwrap();
     assert!(flushed >= 1, "{text}");
+}
+
+#[test]
+fn tracing_without_a_provider_is_the_null_tracer() {
+    // Decisions and x-request-id marks, no span and no traceparent.
+    compare(
+        "generate_request_id: true\ntracing: { random_sampling: { value: 100 } }\n",
+        false,
+        |r| {
+            assert!(r.exports.is_empty());
+            let up = r.outcomes[0].upstream.as_ref().unwrap();
+            assert!(up.traceparent.is_none());
+            assert_eq!(
+                up.request_id.as_deref().and_then(|id| id.get(14..15)),
+                Some("9")
+            );
+        },
+    );
 }

@@ -131,7 +131,10 @@ pub fn mutate_request(
             }
         }
     }
-    (final_remote.unwrap_or(conn.peer.ip()), internal && has_envoy)
+    (
+        final_remote.unwrap_or(conn.peer.ip()),
+        internal && has_envoy,
+    )
 }
 
 /// The XFF entry `skip` places from the right, and whether XFF holds one address.

@@ -489,7 +489,11 @@ impl Span {
                 host.address_text().to_string(),
             );
             for kv in &self.tags {
-                attrs.push(kv.clone());
+                // Replacing a tag of the same name, as Envoy's `setTag`.
+                match attrs.iter_mut().find(|a| a.key == kv.key) {
+                    Some(a) => a.value = kv.value.clone(),
+                    None => attrs.push(kv.clone()),
+                }
             }
             spans.push(self.otel_span(
                 format!("router {} egress", up.cluster.name),
@@ -529,7 +533,11 @@ impl Span {
                 set(&mut attrs, "guid:x-client-trace-id", id.into());
             }
             for kv in &self.tags {
-                attrs.push(kv.clone());
+                // Replacing a tag of the same name, as Envoy's `setTag`.
+                match attrs.iter_mut().find(|a| a.key == kv.key) {
+                    Some(a) => a.value = kv.value.clone(),
+                    None => attrs.push(kv.clone()),
+                }
             }
             set(&mut attrs, "request_size", bytes_received.to_string());
             set(&mut attrs, "response_size", resp.bytes_sent.to_string());
