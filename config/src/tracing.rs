@@ -237,6 +237,21 @@ pub fn translate(t: &HcmTracingPb, path: &Path<'_>, ctx: &mut Ctx) -> Tracing {
         .as_ref()
         .and_then(|p| provider(p, &path.field("provider"), ctx))
         .map(Arc::new);
+    // Envoy's proto validation: a `Percent` is 0..=100.
+    for (name, p) in [
+        ("client_sampling", &t.client_sampling),
+        ("random_sampling", &t.random_sampling),
+        ("overall_sampling", &t.overall_sampling),
+    ] {
+        if let Some(p) = p
+            && !(0.0..=100.0).contains(&p.value)
+        {
+            ctx.error(
+                &path.field(name).field("value"),
+                format!("{} is out of range 0..=100", p.value),
+            );
+        }
+    }
     Tracing {
         client_sampling: Fraction::percent(t.client_sampling.as_ref(), 100),
         random_sampling: Fraction::percent(t.random_sampling.as_ref(), 10_000),

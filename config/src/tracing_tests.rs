@@ -223,6 +223,10 @@ fn refusals_name_their_paths() {
             format!("{t}.verbose: verbose is not supported"),
         ),
         (
+            json!({"random_sampling": {"value": 101}}),
+            format!("{t}.random_sampling.value: 101 is out of range 0..=100"),
+        ),
+        (
             json!({"operation": "%REQ(:path)%"}),
             format!("{t}.operation: operation is not supported"),
         ),

@@ -98,7 +98,8 @@ pub fn decide(
         Some(v) => {
             let current = reason_of(v.as_bytes());
             match id_integer(v.as_bytes()) {
-                None => current,
+                // Envoy skips an id it cannot read as an integer: not traced.
+                None => Reason::NotTraceable,
                 Some(n) => {
                     let result = n % 10_000;
                     let next = mark(current, result, headers, (client, random, overall));
@@ -302,18 +303,6 @@ pub fn start(
             Some(s) => sample(s, parent.as_ref().map(|p| p.sampled), &trace_id),
             None => parent.as_ref().is_none_or(|p| p.sampled),
         };
-    let egress = direction == TrafficDirection::Outbound;
-    let kind = if t.spawn_upstream_span || !egress {
-        SpanKind::Server
-    } else {
-        SpanKind::Client
-    };
-    let name = if egress {
-        let host = crate::request::conn::authority_of(uri, headers).unwrap_or("");
-        format!("egress {host}")
-    } else {
-        "ingress".to_string()
-    };
     let span_id = nonzero_id();
     let upstream = t.spawn_upstream_span.then(|| Upstream {
         span_id: nonzero_id(),
@@ -327,12 +316,27 @@ pub fn start(
         Some(u) => (u.span_id, u.sampled),
         None => (span_id, sampled),
     };
-    let inject = Some((traceparent(&trace_id, &sent_id, sent_sampled), {
+    let state = if tracestate.is_empty() {
+        HeaderValue::from_static("")
+    } else {
         HeaderValue::from_str(&tracestate).unwrap_or(HeaderValue::from_static(""))
-    }));
+    };
+    let inject = Some((traceparent(&trace_id, &sent_id, sent_sampled), state));
     if !sampled && !upstream.as_ref().is_some_and(|u| u.sampled) {
         return Started { span: None, inject };
     }
+    let egress = direction == TrafficDirection::Outbound;
+    let kind = if t.spawn_upstream_span || !egress {
+        SpanKind::Server
+    } else {
+        SpanKind::Client
+    };
+    let name = if egress {
+        let host = crate::request::conn::authority_of(uri, headers).unwrap_or("");
+        format!("egress {host}")
+    } else {
+        "ingress".to_string()
+    };
     let mut tags = Vec::with_capacity(t.custom_tags.len());
     let route_tags = route.map_or(&[][..], |r| &r.custom_tags[..]);
     for tag in t.custom_tags.iter().chain(route_tags) {

@@ -66,6 +66,10 @@ fn decisions_pack_the_reason_into_the_request_id() {
     let mut h = headers(&[("x-request-id", "00000001-2222-9333-8444-555555555555")]);
     assert!(!decide(&tracing(10_000, 0), None, &mut h, &stats));
     assert_eq!(&rid(&h)[14..15], "4");
+    // An id whose first 8 characters are not hex is not read: not traced, even
+    // with a reason packed.
+    let mut h = headers(&[("x-request-id", "zzzzzzzz-2222-9333-8444-555555555555")]);
+    assert!(!decide(&tracing(10_000, 10_000), None, &mut h, &stats));
     // No request id, or one that is not a UUID: not traced.
     assert!(!decide(
         &tracing(10_000, 10_000),
@@ -78,7 +82,7 @@ fn decisions_pack_the_reason_into_the_request_id() {
     assert_eq!(stats.random_sampling.get(), 3);
     assert_eq!(stats.service_forced.get(), 1);
     assert_eq!(stats.client_enabled.get(), 1);
-    assert_eq!(stats.not_traceable.get(), 5);
+    assert_eq!(stats.not_traceable.get(), 6);
 }
 
 #[test]
