@@ -211,8 +211,9 @@ async fn serve(setup: WorkerSetup) {
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
-    crate::trace::export::flush_at_exit();
-    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    if crate::trace::export::flush_at_exit() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[derive(Clone)]

@@ -86,15 +86,19 @@ pub fn start(client: ClusterClient) {
     });
 }
 
-/// Sends what waits now (a worker's last act when it stops).
-pub fn flush_at_exit() {
+/// Sends what waits now (a worker's last act when it stops); whether any call
+/// was started.
+pub fn flush_at_exit() -> bool {
     EXPORTER.with(|e| {
         let mut e = e.borrow_mut();
         let Exporter { client, tracers } = &mut *e;
+        let mut sent = false;
         for t in tracers.iter_mut() {
+            sent |= !t.spans.is_empty();
             flush(client.as_ref(), t);
         }
-    });
+        sent
+    })
 }
 
 /// Adds a finished span to its tracer's buffer, exporting at `min_flush_spans`.
