@@ -16,6 +16,7 @@ use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment as ClaPr
 use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerProto;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration as RouteProto;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
+use envoy_types::pb::envoy::service::runtime::v3::Runtime as RuntimeProto;
 use envoy_types::pb::google::protobuf::Any;
 use prost::Name;
 
@@ -31,6 +32,8 @@ pub enum Resource {
     Cluster(std::sync::Arc<Cluster>),
     /// EDS.
     LoadAssignment(LoadAssignment),
+    /// RTDS: one runtime layer's values.
+    Runtime(crate::runtime::RtdsValues),
 }
 
 impl Resource {
@@ -41,6 +44,7 @@ impl Resource {
             Resource::RouteConfig(r) => &r.name,
             Resource::Cluster(c) => &c.name,
             Resource::LoadAssignment(a) => &a.cluster_name,
+            Resource::Runtime(r) => &r.name,
         }
     }
 }
@@ -61,6 +65,9 @@ pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
     } else if url == ClaProto::type_url() {
         let m = decode::<ClaProto>(any, ctx)?;
         cluster::load_assignment(&m, &root, ctx).map(Resource::LoadAssignment)
+    } else if url == RuntimeProto::type_url() {
+        let m = decode::<RuntimeProto>(any, ctx)?;
+        crate::runtime::rtds_resource(&m, &root, ctx).map(Resource::Runtime)
     } else {
         ctx.unsupported(&root, format!("resource type {url}"));
         None

@@ -6,6 +6,7 @@
 //! `shrink_heap` hands free memory back to the system (crate::heap_trim), so
 //! the resident set falls when load does.
 
+use arc_swap::ArcSwap;
 use courier_config::Bootstrap;
 use courier_config::overload::{ActionKind, ScaledTimer, TimerScale};
 use std::collections::HashMap;
@@ -13,27 +14,31 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-/// A connection limit and the connections it counts.
+/// A connection limit and the connections it counts. The runtime may change
+/// the limit while connections are counted (RTDS, `/runtime_modify`): a lower
+/// limit refuses new connections until enough have closed, as in Envoy.
 #[derive(Debug)]
 pub struct Limit {
-    max: u64,
+    /// `u64::MAX`: no limit (the runtime sets none at the moment).
+    max: AtomicU64,
     active: AtomicU64,
 }
 
 impl Limit {
     fn new(max: u64) -> Arc<Self> {
         Arc::new(Limit {
-            max,
+            max: AtomicU64::new(max),
             active: AtomicU64::new(0),
         })
     }
 
     /// Takes a slot, or none when the limit is reached.
     fn take(self: &Arc<Self>) -> Option<Slot> {
+        let max = self.max.load(Ordering::Relaxed);
         let taken = self
             .active
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-                (n < self.max).then_some(n + 1)
+                (n < max).then_some(n + 1)
             });
         taken.ok().map(|_| Slot(Arc::clone(self)))
     }
@@ -64,7 +69,13 @@ pub enum Refused {
 #[derive(Debug, Default)]
 pub struct Overload {
     global: Option<Arc<Limit>>,
-    listeners: HashMap<String, Arc<Limit>>,
+    /// The global limit is the overload manager's monitor's, which the
+    /// runtime key does not change (the monitor wins, as in Envoy).
+    global_from_monitor: bool,
+    /// Per listener name, the runtime's limit (`u64::MAX` when it sets none
+    /// now). Written on the main thread when a listener is built or the
+    /// runtime changes; workers hold the `Arc`s, never this map.
+    listeners: ArcSwap<HashMap<String, Arc<Limit>>>,
     stop_requests: AtomicBool,
     stop_connections: AtomicBool,
     disable_keepalive: AtomicBool,
@@ -106,11 +117,13 @@ pub fn of(bypass: bool) -> &'static Overload {
 /// Sets the limits of `bootstrap` up; called once, before workers start.
 pub fn init(bootstrap: &Bootstrap) {
     let om = bootstrap.overload_manager.as_ref();
-    // The monitor wins over the deprecated runtime key, as in Envoy.
-    let global = om
-        .and_then(|o| o.max_downstream_connections)
+    // The monitor wins over the deprecated runtime key, as in Envoy. Without
+    // either the global count still runs (unlimited), so the runtime can set
+    // a limit later.
+    let monitor = om.and_then(|o| o.max_downstream_connections);
+    let global = monitor
         .or(bootstrap.runtime.global_downstream_max_connections)
-        .map(Limit::new);
+        .unwrap_or(u64::MAX);
     let listeners = bootstrap
         .runtime
         .listener_connection_limits
@@ -118,8 +131,9 @@ pub fn init(bootstrap: &Bootstrap) {
         .map(|(name, max)| (name.clone(), Limit::new(*max)))
         .collect();
     let _ = STATE.set(Overload {
-        global,
-        listeners,
+        global: Some(Limit::new(global)),
+        global_from_monitor: monitor.is_some(),
+        listeners: ArcSwap::from_pointee(listeners),
         configured: om.is_some(),
         timer_scales: om.map(|o| o.timer_scales.clone()).unwrap_or_default(),
         ..Overload::default()
@@ -127,9 +141,45 @@ pub fn init(bootstrap: &Bootstrap) {
 }
 
 impl Overload {
-    /// The limit of listener `name`, if the runtime sets one.
+    /// The limit of listener `name` (unlimited while the runtime sets none;
+    /// the runtime may set one later). Called on the main thread when a
+    /// listener is built.
     pub fn listener_limit(&self, name: &str) -> Option<Arc<Limit>> {
-        self.listeners.get(name).cloned()
+        if let Some(l) = self.listeners.load().get(name) {
+            return Some(Arc::clone(l));
+        }
+        let fresh = Limit::new(u64::MAX);
+        // One entry per listener name ever built (LDS churn adds small ones).
+        self.listeners.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            m.entry(name.to_string())
+                .or_insert_with(|| Arc::clone(&fresh));
+            m
+        });
+        self.listeners.load().get(name).cloned()
+    }
+
+    /// Applies the connection limits the runtime sets now (its layers read
+    /// again after an RTDS update or `/runtime_modify`): a listener the
+    /// runtime no longer names, and the global count without the key, go
+    /// unlimited. Open connections stay; the new limits apply to new ones.
+    pub fn set_runtime_limits(&self, global: Option<u64>, listeners: &HashMap<String, u64>) {
+        if let Some(g) = &self.global
+            && !self.global_from_monitor
+        {
+            g.max.store(global.unwrap_or(u64::MAX), Ordering::Relaxed);
+        }
+        self.listeners.rcu(|m| {
+            let mut m = HashMap::clone(m);
+            for (name, limit) in &m {
+                let max = listeners.get(name).copied().unwrap_or(u64::MAX);
+                limit.max.store(max, Ordering::Relaxed);
+            }
+            for (name, max) in listeners {
+                m.entry(name.clone()).or_insert_with(|| Limit::new(*max));
+            }
+            m
+        });
     }
 
     /// Admits a new connection of a listener with `limit`: the slots it holds
@@ -314,6 +364,38 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use courier_config::overload::{Action, TimerMinimum, Trigger};
+
+    /// RTDS and `/runtime_modify` change the limits of listeners already
+    /// built: lower refuses new connections (open ones stay), none is unlimited.
+    #[test]
+    fn runtime_changes_limits_in_place() {
+        let o = Overload {
+            global: Some(Limit::new(u64::MAX)),
+            ..Overload::default()
+        };
+        let l = o.listener_limit("l").unwrap();
+        let a = o.admit(Some(&l), false, false).unwrap();
+        let b = o.admit(Some(&l), false, false).unwrap();
+        o.set_runtime_limits(Some(3), &HashMap::from([("l".to_string(), 1)]));
+        assert_eq!(
+            o.admit(Some(&l), false, false).unwrap_err(),
+            Refused::Listener
+        );
+        drop((a, b));
+        let c = o.admit(Some(&l), false, false).unwrap();
+        // A listener built later gets the limit in force.
+        o.set_runtime_limits(None, &HashMap::from([("m".to_string(), 0)]));
+        let m = o.listener_limit("m").unwrap();
+        assert_eq!(
+            o.admit(Some(&m), false, false).unwrap_err(),
+            Refused::Listener
+        );
+        // "l" is no longer named: unlimited again, and so is the global count.
+        let more: Vec<_> = (0..5)
+            .map(|_| o.admit(Some(&l), false, false).unwrap())
+            .collect();
+        drop((c, more));
+    }
 
     #[test]
     fn limits_count_and_release() {

@@ -58,7 +58,7 @@ pub struct Shared {
     /// The xDS client, when some xDS source is configured (stats, `/config_dump`).
     pub xds: Option<courier_xds::XdsHandle>,
     /// The runtime's layers (`/runtime`, `/runtime_modify`).
-    pub runtime: crate::admin::runtime::RuntimeAdmin,
+    pub runtime: Arc<crate::admin::runtime::RuntimeAdmin>,
     /// With `deferred_stat_options`, which clusters' traffic stats exist.
     pub deferred_stats: Option<crate::admin::deferred_stats::DeferredStats>,
 }
@@ -139,10 +139,12 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         })
         .collect();
     let registry = Arc::new(Registry::new(stats.clone(), Arc::clone(&snapshot)));
-    // EDS, RDS, CDS and LDS (their streams run once the main loop below runs).
+    // The runtime's layers: RTDS updates and `/runtime_modify` change them.
+    let runtime_layers = Arc::new(crate::admin::runtime::RuntimeAdmin::new(&bootstrap.runtime));
+    // EDS, RDS, CDS, LDS and RTDS (their streams run once the main loop below runs).
     let xds = {
         let _enter = runtime.enter();
-        crate::xds::start(&bootstrap, &snapshot, &clusters, &registry)?
+        crate::xds::start(&bootstrap, &snapshot, &clusters, &registry, &runtime_layers)?
     };
 
     // One chain per connection manager, shared by every worker (the filters' caches are
@@ -229,7 +231,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .map(|a| a.access_log.clone())
             .unwrap_or_default()
             .into(),
-        runtime: crate::admin::runtime::RuntimeAdmin::new(&bootstrap.runtime),
+        runtime: runtime_layers,
         deferred_stats: bootstrap
             .deferred_cluster_stats
             .then(crate::admin::deferred_stats::DeferredStats::default),

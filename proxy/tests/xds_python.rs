@@ -7,7 +7,9 @@
 //! leaves an open connection alone, a listener update drains the old
 //! connections, a bad cluster is NACKed by name while its sibling applies, a
 //! cluster removal, and a control-plane restart that keeps traffic flowing and
-//! resubscribes.
+//! resubscribes. RTDS from the same control plane: a `Runtime` layer arrives
+//! (its own stream, SotW; over ADS, Delta), its keys take effect, a key courier
+//! gives no meaning to is NACKed with its path, a Delta removal empties it.
 //!
 //! Needs a Python with `grpcio` and `xds-protos`: `COURIER_XDS_PYTHON` (path to
 //! the interpreter), else `python3`. Without one the test is skipped, unless
@@ -28,6 +30,9 @@ use support::*;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use xds_support::lds::*;
+use xds_support::rtds::{
+    held_connection, own_stream, raw_status, rtds_bootstrap, runtime, until_runtime,
+};
 use xds_support::*;
 
 fn python() -> Option<String> {
@@ -287,4 +292,97 @@ async fn delta_ads_from_grpcio() {
     tokio::time::timeout(Duration::from_secs(120), scenarios("DELTA_GRPC"))
         .await
         .expect("in time");
+}
+
+async fn rtds_scenario(rtds_config: &str, ads: Option<&str>, delta: bool) {
+    use envoy_types::pb::envoy::service::runtime::v3::Runtime;
+    let Some(py) = python() else { return };
+    let mut cp = PyCp::new(&py).await;
+    cp.set(&[(
+        "dynamic",
+        &runtime(
+            "dynamic",
+            serde_json::json!({"envoy": {"resource_limits": {"listener": {"ingress": {"connection_limit": 1}}}}}),
+        ),
+    )])
+    .await;
+    let c = launch(&rtds_bootstrap(cp.addr, rtds_config, ads)).await;
+    cp.saw("Runtime").await;
+    let key = "envoy.resource_limits.listener.ingress.connection_limit";
+    let shown = until_runtime(&c.admin, |r| r["entries"][key]["final_value"] == "1").await;
+    assert_eq!(
+        shown["entries"][key]["layer_values"],
+        serde_json::json!(["", "1", ""])
+    );
+    for _ in 0..100 {
+        if ready_status(&c.admin).await == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(ready_status(&c.admin).await, 200);
+    let held = held_connection(c.listener).await;
+    assert_eq!(raw_status(c.listener, "/").await, None);
+
+    cp.set(&[(
+        "dynamic",
+        &runtime(
+            "dynamic",
+            serde_json::json!({"envoy.reloadable_features.http_reject_path_with_fragment": false}),
+        ),
+    )])
+    .await;
+    until_runtime(&c.admin, |r| r["entries"].get(key).is_none()).await;
+    assert_eq!(raw_status(c.listener, "/a#frag").await, Some(200));
+
+    cp.set(&[(
+        "dynamic",
+        &runtime(
+            "dynamic",
+            serde_json::json!({"tracing": {"random_sampling": 50}}),
+        ),
+    )])
+    .await;
+    let mut nack = String::new();
+    for _ in 0..20 {
+        nack = cp.saw("Runtime").await;
+        if !nack.ends_with("error=-") {
+            break;
+        }
+    }
+    assert!(
+        nack.contains("layer[\"tracing.random_sampling\"]: runtime key tracing.random_sampling is not supported"),
+        "{nack}"
+    );
+    assert_eq!(raw_status(c.listener, "/a#frag").await, Some(200));
+    drop(held);
+    if delta {
+        cp.remove(&Runtime::type_url(), "dynamic").await;
+        until_runtime(&c.admin, |r| r["entries"] == serde_json::json!({"envoy.reloadable_features.rtds_test_static": {"final_value": "s", "layer_values": ["s", "", ""]}})).await;
+        assert_eq!(raw_status(c.listener, "/a#frag").await, Some(400));
+    }
+}
+
+#[tokio::test]
+async fn rtds_own_stream_sotw_from_grpcio() {
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        rtds_scenario(&own_stream("GRPC"), None, false),
+    )
+    .await
+    .expect("in time");
+}
+
+#[tokio::test]
+async fn rtds_over_ads_delta_from_grpcio() {
+    tokio::time::timeout(
+        Duration::from_secs(120),
+        rtds_scenario(
+            "{ads: {}, resource_api_version: V3}",
+            Some("DELTA_GRPC"),
+            true,
+        ),
+    )
+    .await
+    .expect("in time");
 }

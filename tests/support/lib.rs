@@ -137,15 +137,21 @@ impl TestCa {
         }
     }
 
-    /// A leaf certificate for `names` (DNS SANs), signed by this CA.
+    /// A leaf certificate for `names` (DNS SANs) with a P-256 key, signed by this CA.
     pub fn leaf(&self, names: &[&str]) -> Pem {
+        self.leaf_with(names, &rcgen::PKCS_ECDSA_P256_SHA256)
+    }
+
+    /// A leaf certificate for `names` (DNS SANs) with a key for `alg` (e.g.
+    /// `rcgen::PKCS_RSA_SHA256`), signed by this CA.
+    pub fn leaf_with(&self, names: &[&str], alg: &'static rcgen::SignatureAlgorithm) -> Pem {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
         let mut params = rcgen::CertificateParams::new(names.clone()).expect("leaf params");
         params.distinguished_name.push(
             rcgen::DnType::CommonName,
             names.first().cloned().unwrap_or_default(),
         );
-        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let key = rcgen::KeyPair::generate_for(alg).expect("leaf key");
         let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
         Pem {
             cert: cert.pem(),

@@ -206,6 +206,14 @@ impl XdsHandle {
         self.shared.types.iter().all(|t| {
             let interest = self.shared.interests.get(*t);
             match &*interest {
+                _ if t.ready_on_any_response() => {
+                    self.shared
+                        .store
+                        .counters(*t)
+                        .update_attempt
+                        .load(Ordering::Relaxed)
+                        > 0
+                }
                 Interest::Names(names) => {
                     let st = self.shared.store.get(*t);
                     names.iter().all(|n| st.resources.contains_key(n))

@@ -11,6 +11,7 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_client::EndpointDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_client::ListenerDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::route::v3::route_discovery_service_client::RouteDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_client::RuntimeDiscoveryServiceClient;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -127,6 +128,12 @@ pub(crate) async fn open_sotw(
                 .stream_endpoints(req)
                 .await
         }
+        Rpc::Type(ResourceType::Runtime) => {
+            RuntimeDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .stream_runtime(req)
+                .await
+        }
     }?;
     Ok(resp.into_inner())
 }
@@ -168,6 +175,12 @@ pub(crate) async fn open_delta(
             EndpointDiscoveryServiceClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .delta_endpoints(req)
+                .await
+        }
+        Rpc::Type(ResourceType::Runtime) => {
+            RuntimeDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .delta_runtime(req)
                 .await
         }
     }?;

@@ -1,7 +1,7 @@
 //! courier's xDS client.
 //!
 //! It runs on the main thread's tokio runtime and fetches listeners, route
-//! configurations, clusters and endpoints from a control plane (ADS or per-type
+//! configurations, clusters, endpoints and runtime layers (RTDS) from a control plane (ADS or per-type
 //! gRPC streams, State-of-the-World or Delta) or from `path_config_source` files.
 //! Every resource is translated and validated by `courier_config::resource`;
 //! valid ones are handed to the [`Consumer`] as one typed [`Update`] per response,

@@ -1,9 +1,10 @@
-//! The four resource types courier subscribes to.
+//! The resource types courier subscribes to.
 
 use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::service::runtime::v3::Runtime;
 use prost::{Message, Name};
 
 /// An xDS resource type.
@@ -17,15 +18,18 @@ pub enum ResourceType {
     Cluster,
     /// EDS: `envoy.config.endpoint.v3.ClusterLoadAssignment`.
     Endpoints,
+    /// RTDS: `envoy.service.runtime.v3.Runtime` (one runtime layer's values).
+    Runtime,
 }
 
 impl ResourceType {
-    /// All types, in make-before-break order (CDS, EDS, LDS, RDS).
-    pub const ALL: [ResourceType; 4] = [
+    /// All types, in make-before-break order (CDS, EDS, LDS, RDS), then RTDS.
+    pub const ALL: [ResourceType; 5] = [
         ResourceType::Cluster,
         ResourceType::Endpoints,
         ResourceType::Listener,
         ResourceType::RouteConfig,
+        ResourceType::Runtime,
     ];
 
     /// The v3 type URL.
@@ -35,6 +39,7 @@ impl ResourceType {
             ResourceType::RouteConfig => RouteConfiguration::type_url(),
             ResourceType::Cluster => Cluster::type_url(),
             ResourceType::Endpoints => ClusterLoadAssignment::type_url(),
+            ResourceType::Runtime => Runtime::type_url(),
         }
     }
 
@@ -50,6 +55,7 @@ impl ResourceType {
             ResourceType::RouteConfig => "RouteConfiguration",
             ResourceType::Cluster => "Cluster",
             ResourceType::Endpoints => "ClusterLoadAssignment",
+            ResourceType::Runtime => "Runtime",
         }
     }
 
@@ -67,6 +73,13 @@ impl ResourceType {
         matches!(self, ResourceType::Listener | ResourceType::Cluster)
     }
 
+    /// RTDS: initialization waits for a first answer only, whatever it
+    /// carries (Envoy's RTDS init target is ready after its first update,
+    /// accepted or rejected, or a removal).
+    pub fn ready_on_any_response(self) -> bool {
+        matches!(self, ResourceType::Runtime)
+    }
+
     /// Index into per-type arrays.
     pub(crate) fn index(self) -> usize {
         match self {
@@ -74,6 +87,7 @@ impl ResourceType {
             ResourceType::Endpoints => 1,
             ResourceType::Listener => 2,
             ResourceType::RouteConfig => 3,
+            ResourceType::Runtime => 4,
         }
     }
 
@@ -85,6 +99,7 @@ impl ResourceType {
             ResourceType::RouteConfig => RouteConfiguration::decode(bytes).ok()?.name,
             ResourceType::Cluster => Cluster::decode(bytes).ok()?.name,
             ResourceType::Endpoints => ClusterLoadAssignment::decode(bytes).ok()?.cluster_name,
+            ResourceType::Runtime => Runtime::decode(bytes).ok()?.name,
         };
         (!name.is_empty()).then_some(name)
     }

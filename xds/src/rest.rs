@@ -56,6 +56,7 @@ fn path(t: ResourceType) -> &'static str {
         ResourceType::RouteConfig => "/v3/discovery:routes",
         ResourceType::Cluster => "/v3/discovery:clusters",
         ResourceType::Endpoints => "/v3/discovery:endpoints",
+        ResourceType::Runtime => "/v3/discovery:runtime",
     }
 }
 

@@ -1,4 +1,5 @@
-//! Active health checks (`health_checks[]`): HTTP, gRPC and TCP connect.
+//! Active health checks (`health_checks[]`): HTTP, gRPC and TCP (connect, or a
+//! payload sent and the answer searched for expected payloads).
 
 use super::protocol::UpstreamHttp;
 use super::values;
@@ -48,6 +49,16 @@ pub struct HealthCheck {
     /// `transport_socket_match_criteria`: the cluster's transport socket its
     /// connections use; `None` = each host's own.
     pub transport_socket: Option<super::socket_match::SocketIndex>,
+    /// Files the check's events go to, one JSON `HealthCheckEvent` per line: the
+    /// `envoy.health_check.event_sinks.file` sinks of `event_logger`, then the
+    /// deprecated `event_log_path`.
+    pub event_logs: Vec<String>,
+    /// `always_log_health_check_failures`: every failed check is an event, not
+    /// only a host's first.
+    pub always_log_failures: bool,
+    /// `always_log_health_check_success`: every passed check that changes
+    /// nothing is an event.
+    pub always_log_success: bool,
 }
 
 /// The kind of check.
@@ -57,8 +68,42 @@ pub enum HealthCheckKind {
     Http(HttpHealthCheck),
     /// `grpc.health.v1.Health/Check` over HTTP/2.
     Grpc(GrpcHealthCheck),
-    /// A TCP connect (no payload).
-    TcpConnect,
+    /// A TCP check: connect, send `send`, pass once the bytes read hold every
+    /// `receive` payload in order (no payload expected: pass on connect).
+    Tcp(TcpHealthCheck),
+}
+
+/// A TCP health check's payloads.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TcpHealthCheck {
+    /// Written after connecting (empty: nothing).
+    pub send: Vec<u8>,
+    /// Expected in the bytes read, each after the previous one.
+    pub receive: Vec<Vec<u8>>,
+}
+
+/// Envoy's default `response_buffer_size` of an HTTP check: bytes of the
+/// response body searched for the `receive` payloads.
+pub const DEFAULT_RESPONSE_BUFFER_SIZE: u64 = 1024;
+
+/// Whether `data` holds each of `expected`, in order and not overlapping (Envoy's
+/// `PayloadMatcher::match`). No payload matches anything.
+pub fn payloads_match(expected: &[Vec<u8>], data: &[u8]) -> bool {
+    let mut from = 0;
+    for want in expected {
+        let Some(at) = find(&data[from.min(data.len())..], want) else {
+            return false;
+        };
+        from += at + want.len();
+    }
+    true
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() {
+        return Some(0);
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// An HTTP health check.
@@ -80,6 +125,13 @@ pub struct HttpHealthCheck {
     pub request_headers_to_remove: Vec<String>,
     /// The HTTP version of the check.
     pub codec: HealthCheckCodec,
+    /// `send`: the request body (with its `content-length`); `None` = no body.
+    pub send: Option<Vec<u8>>,
+    /// `receive`: payloads the response body must hold, in order, within its first
+    /// `response_buffer_size` bytes; checked before the status.
+    pub receive: Vec<Vec<u8>>,
+    /// Bytes of the body kept for `receive` (0 = all).
+    pub response_buffer_size: u64,
 }
 
 /// A half-open range of HTTP statuses, `start..end`.
@@ -186,6 +238,7 @@ pub(super) fn translate(
         &path.field("interval_jitter"),
         ctx,
     );
+    let event_logs = event_logs(h, path, ctx);
     if ctx.error_count() != errors {
         return None;
     }
@@ -210,7 +263,39 @@ pub(super) fn translate(
             .transport_socket_match_criteria
             .as_ref()
             .map(|c| super::socket_match::health_check_socket(sockets, c)),
+        event_logs,
+        always_log_failures: h.always_log_health_check_failures,
+        always_log_success: h.always_log_health_check_success,
     })
+}
+
+/// The event files of `event_logger` (file sinks only) and `event_log_path`.
+fn event_logs(h: &cpb::HealthCheck, path: &Path<'_>, ctx: &mut Ctx) -> Vec<String> {
+    use envoy_types::pb::envoy::extensions::health_check::event_sinks::file::v3::HealthCheckEventFileSink;
+    const FILE_SINK: &str = "type.googleapis.com/envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink";
+    let mut logs = Vec::new();
+    let lp = path.field("event_logger");
+    for (i, sink) in h.event_logger.iter().enumerate() {
+        let ip = lp.index(i);
+        let sp = ip.field("typed_config");
+        match sink.typed_config.as_ref() {
+            Some(any) if any.type_url == FILE_SINK => {
+                if let Some(f) = core::unpack::<HealthCheckEventFileSink>(any, &sp, ctx) {
+                    if f.event_log_path.is_empty() {
+                        ctx.error(&sp.field("event_log_path"), "must not be empty");
+                    } else {
+                        logs.push(f.event_log_path);
+                    }
+                }
+            }
+            Some(any) => ctx.unsupported(&sp, format!("health check event sink {}", any.type_url)),
+            None => ctx.error(&sp, "is required"),
+        }
+    }
+    if !h.event_log_path.is_empty() {
+        logs.push(h.event_log_path.clone());
+    }
+    logs
 }
 
 fn required_positive(
@@ -263,8 +348,16 @@ fn kind(
                 authority: (!g.authority.is_empty()).then(|| g.authority.clone()),
             }))
         }
-        // Its payload fields are refused by the support table: a connect check.
-        Some(H::TcpHealthCheck(_)) => Some(HealthCheckKind::TcpConnect),
+        Some(H::TcpHealthCheck(t)) => {
+            let tp = path.field("tcp_health_check");
+            let send = t
+                .send
+                .as_ref()
+                .and_then(|p| payload(p, &tp.field("send"), ctx))
+                .unwrap_or_default();
+            let receive = payloads(&t.receive, &tp.field("receive"), ctx);
+            Some(HealthCheckKind::Tcp(TcpHealthCheck { send, receive }))
+        }
         // Refused by the support table ("custom_health_check is not supported").
         Some(H::CustomHealthCheck(_)) => None,
         None => {
@@ -345,6 +438,35 @@ fn http_check(
             );
         }
     }
+    let send = http.send.as_ref().and_then(|p| {
+        let sp = path.field("send");
+        if matches!(method, "GET" | "HEAD" | "DELETE" | "TRACE") {
+            // Envoy's words: only methods that carry a request body may send one.
+            ctx.error(
+                &sp,
+                format!(
+                    "cannot be used with method {method}: only methods that support a request \
+                     body (POST, PUT, PATCH, OPTIONS) can send a payload"
+                ),
+            );
+            return None;
+        }
+        payload(p, &sp, ctx)
+    });
+    let receive = payloads(&http.receive, &path.field("receive"), ctx);
+    let response_buffer_size = http
+        .response_buffer_size
+        .map_or(DEFAULT_RESPONSE_BUFFER_SIZE, |v| v.value);
+    let expected_len: u64 = receive.iter().map(|r| r.len() as u64).sum();
+    if response_buffer_size != 0 && expected_len > response_buffer_size {
+        ctx.error(
+            &path.field("receive"),
+            format!(
+                "the expected response length {expected_len} is over the response buffer size \
+                 {response_buffer_size}"
+            ),
+        );
+    }
     Some(HttpHealthCheck {
         host: (!http.host.is_empty()).then(|| http.host.clone()),
         path: http.path.clone(),
@@ -354,7 +476,48 @@ fn http_check(
         request_headers_to_add,
         request_headers_to_remove,
         codec,
+        send,
+        receive,
+        response_buffer_size,
     })
+}
+
+/// One `Payload`: `text` is hex (`"70696e67"` = `ping`), `binary` raw bytes.
+fn payload(p: &cpb::health_check::Payload, path: &Path<'_>, ctx: &mut Ctx) -> Option<Vec<u8>> {
+    use cpb::health_check::payload::Payload as P;
+    match &p.payload {
+        Some(P::Text(t)) => match hex_decode(t) {
+            Some(bytes) if !bytes.is_empty() => Some(bytes),
+            _ => {
+                ctx.error(&path.field("text"), format!("invalid hex string \"{t}\""));
+                None
+            }
+        },
+        Some(P::Binary(b)) => Some(b.clone()),
+        None => {
+            ctx.error(path, "one of text or binary is required");
+            None
+        }
+    }
+}
+
+fn payloads(ps: &[cpb::health_check::Payload], path: &Path<'_>, ctx: &mut Ctx) -> Vec<Vec<u8>> {
+    ps.iter()
+        .enumerate()
+        .filter_map(|(i, p)| payload(p, &path.index(i), ctx))
+        .collect()
+}
+
+/// Hex digits (either case), two per byte, as Envoy's `Hex::decode`.
+fn hex_decode(t: &str) -> Option<Vec<u8>> {
+    if !t.len().is_multiple_of(2) {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    t.as_bytes()
+        .chunks(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
 }
 
 fn method(v: i32, path: &Path<'_>, ctx: &mut Ctx) -> &'static str {

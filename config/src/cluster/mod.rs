@@ -21,8 +21,8 @@ pub use endpoint::{
     Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority, load_assignment,
 };
 pub use health_check::{
-    GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec, HealthCheckKind, HttpHealthCheck,
-    RequestHeader, StatusRange,
+    DEFAULT_RESPONSE_BUFFER_SIZE, GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec,
+    HealthCheckKind, HttpHealthCheck, RequestHeader, StatusRange, TcpHealthCheck, payloads_match,
 };
 pub use keepalive::Http2Keepalive;
 pub use lb::{LbPolicy, LoadBalancer};

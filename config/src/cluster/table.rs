@@ -219,7 +219,15 @@ pub(crate) const SUPPORT: &[Support] = &[
             "unhealthy_edge_interval",
             "healthy_edge_interval",
             "transport_socket_match_criteria",
+            "event_logger",
+            "event_log_path",
+            "always_log_health_check_failures",
+            "always_log_health_check_success",
         ],
+    ),
+    (
+        "envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink",
+        crate::support::ALL,
     ),
     (
         "envoy.config.core.v3.HealthCheck.HttpHealthCheck",
@@ -232,10 +240,19 @@ pub(crate) const SUPPORT: &[Support] = &[
             "retriable_statuses",
             "codec_client_type",
             "method",
+            "send",
+            "receive",
+            "response_buffer_size",
         ],
     ),
-    // A TCP connect check; `send`/`receive` payloads are not implemented.
-    ("envoy.config.core.v3.HealthCheck.TcpHealthCheck", &[]),
+    (
+        "envoy.config.core.v3.HealthCheck.TcpHealthCheck",
+        &["send", "receive"],
+    ),
+    (
+        "envoy.config.core.v3.HealthCheck.Payload",
+        &["text", "binary"],
+    ),
     (
         "envoy.config.core.v3.HealthCheck.GrpcHealthCheck",
         &["service_name", "authority"],

@@ -9,6 +9,7 @@
 mod envoy_flags;
 pub mod keys;
 
+use crate::config_source::ConfigSource;
 use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::support::Support;
@@ -20,9 +21,14 @@ pub(crate) const SUPPORT: &[Support] = &[
     ("envoy.config.bootstrap.v3.LayeredRuntime", &["layers"]),
     (
         "envoy.config.bootstrap.v3.RuntimeLayer",
-        &["name", "static_layer", "admin_layer"],
+        &["name", "static_layer", "admin_layer", "rtds_layer"],
     ),
     ("envoy.config.bootstrap.v3.RuntimeLayer.AdminLayer", &[]),
+    (
+        "envoy.config.bootstrap.v3.RuntimeLayer.RtdsLayer",
+        &["name", "rtds_config"],
+    ),
+    ("envoy.service.runtime.v3.Runtime", &["name", "layer"]),
 ];
 
 /// One layer of the runtime.
@@ -41,6 +47,14 @@ pub enum LayerKind {
     Static(BTreeMap<String, String>),
     /// `admin_layer`: empty at start; `/runtime_modify` writes it.
     Admin,
+    /// `rtds_layer`: empty until the control plane sends the `Runtime`
+    /// resource `resource`; each accepted update replaces its values.
+    Rtds {
+        /// The `Runtime` resource's name (`rtds_layer.name`).
+        resource: String,
+        /// Where it comes from (`rtds_layer.rtds_config`).
+        source: ConfigSource,
+    },
 }
 
 /// The runtime: its layers and the values courier reads from them.
@@ -80,6 +94,34 @@ impl Runtime {
     pub fn has_admin_layer(&self) -> bool {
         self.layers.iter().any(|l| l.kind == LayerKind::Admin)
     }
+
+    /// The runtime's layers with nothing read from them yet: what
+    /// [`Runtime::read`] starts from to find the values in force.
+    pub fn unread(&self) -> Runtime {
+        Runtime {
+            layers: self.layers.clone(),
+            ..Runtime::default()
+        }
+    }
+
+    /// Reads one layer's values (already checked) on top of what earlier
+    /// layers set: call it for each layer in order. A value [`keys::check`]
+    /// refuses is skipped (values are checked before they get into a layer).
+    pub fn read<'a>(&mut self, values: impl IntoIterator<Item = (&'a String, &'a String)>) {
+        for (key, value) in values {
+            if let Ok(meaning) = keys::check(key, value) {
+                apply(meaning, self);
+            }
+        }
+    }
+
+    /// The `Runtime` resources the RTDS layers subscribe to, with their sources.
+    pub fn rtds_layers(&self) -> impl Iterator<Item = (&str, &ConfigSource)> {
+        self.layers.iter().filter_map(|l| match &l.kind {
+            LayerKind::Rtds { resource, source } => Some((resource.as_str(), source)),
+            _ => None,
+        })
+    }
 }
 
 /// Translates `layered_runtime`.
@@ -103,9 +145,38 @@ pub fn translate(r: &bpb::LayeredRuntime, path: &Path<'_>, ctx: &mut Ctx) -> Run
                 }
                 LayerKind::Admin
             }
-            Some(LayerSpecifier::RtdsLayer(_)) => {
-                ctx.unsupported(&p.field("rtds_layer"), "rtds_layer");
-                continue;
+            Some(LayerSpecifier::RtdsLayer(r)) => {
+                let rp = p.field("rtds_layer");
+                if r.name.is_empty() {
+                    ctx.error(&rp.field("name"), "must name the Runtime resource");
+                }
+                let Some(cs) = r.rtds_config.as_ref() else {
+                    ctx.error(&rp.field("rtds_config"), "is required");
+                    continue;
+                };
+                let cp = rp.field("rtds_config");
+                let Some(source) = crate::config_source::translate(cs, &cp, ctx) else {
+                    continue;
+                };
+                match &source.kind {
+                    crate::config_source::ConfigSourceKind::SelfSource => {
+                        ctx.unsupported(&cp.field("self"), "self config source for RTDS");
+                    }
+                    crate::config_source::ConfigSourceKind::Api(api)
+                        if api.api_type == crate::config_source::ApiType::Rest =>
+                    {
+                        // Envoy's RTDS takes gRPC, Delta gRPC, ADS or a file.
+                        ctx.unsupported(
+                            &cp.field("api_config_source").field("api_type"),
+                            "REST for RTDS",
+                        );
+                    }
+                    _ => {}
+                }
+                LayerKind::Rtds {
+                    resource: r.name.clone(),
+                    source,
+                }
             }
             Some(LayerSpecifier::DiskLayer(_)) => {
                 ctx.unsupported(&p.field("disk_layer"), "disk_layer");
@@ -135,6 +206,48 @@ fn static_layer(
     out: &mut Runtime,
     ctx: &mut Ctx,
 ) -> BTreeMap<String, String> {
+    let values = layer_values(s, path, ctx);
+    out.read(&values);
+    values
+}
+
+/// The values of an RTDS layer: a `Runtime` resource's name and its `layer`,
+/// flattened and checked as a static layer's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RtdsValues {
+    /// The resource's name.
+    pub name: String,
+    /// Flattened keys and their values as text.
+    pub values: BTreeMap<String, String>,
+}
+
+/// Translates a `Runtime` resource (RTDS): every key must pass [`keys::check`];
+/// errors are reported at `layer["<key>"]`.
+pub fn rtds_resource(
+    r: &envoy_types::pb::envoy::service::runtime::v3::Runtime,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<RtdsValues> {
+    if r.name.is_empty() {
+        ctx.error(&path.field("name"), "must not be empty");
+        return None;
+    }
+    let values = match &r.layer {
+        Some(s) => layer_values(s, &path.field("layer"), ctx),
+        None => BTreeMap::new(),
+    };
+    Some(RtdsValues {
+        name: r.name.clone(),
+        values,
+    })
+}
+
+/// Flattens a layer's struct and checks each key.
+fn layer_values(
+    s: &envoy_types::pb::google::protobuf::Struct,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> BTreeMap<String, String> {
     let mut flat = Vec::new();
     flatten(
         &serde_json::Value::Object(crate::core::struct_to_json(s)),
@@ -149,12 +262,9 @@ fn static_layer(
             ctx.error(&kp, "invalid runtime entry value (a list or a null)");
             continue;
         };
-        match keys::check(&key, &text) {
-            Ok(meaning) => apply(meaning, out),
-            Err(e) => {
-                ctx.error(&kp, e.to_string());
-                continue;
-            }
+        if let Err(e) = keys::check(&key, &text) {
+            ctx.error(&kp, e.to_string());
+            continue;
         }
         values.insert(key, text);
     }

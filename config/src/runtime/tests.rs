@@ -8,6 +8,12 @@ fn load(layers: Value) -> Result<crate::Bootstrap, crate::ConfigError> {
     v.as_object_mut()
         .unwrap()
         .insert("layered_runtime".into(), json!({ "layers": layers }));
+    // The management server Contour's RTDS layer names.
+    v["static_resources"]["clusters"] = json!([{
+        "name": "contour", "type": "STATIC",
+        "load_assignment": {"cluster_name": "contour", "endpoints": [{"lb_endpoints": [
+            {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 8001}}}}]}]},
+    }]);
     crate::bootstrap_from_str(&v.to_string(), crate::load::Format::Json)
 }
 
@@ -72,7 +78,7 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
             "envoy.deprecated_features:x.y": false,
             "overload.global_downstream_max_connections": 1.5,
         }},
-        {"name": "b", "rtds_layer": {"name": "r", "rtds_config": {"ads": {}}}},
+        {"name": "b", "rtds_layer": {"name": "", "rtds_config": {"api_config_source": {"api_type": "REST", "cluster_names": ["x"]}}}},
         {"name": "c", "admin_layer": {}},
         {"name": "d", "admin_layer": {}},
     ]))
@@ -87,7 +93,8 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
         "re2.max_program_size.warn_level: 1000 is not supported",
         "envoy.deprecated_features:x.y: false is not supported",
         "must be a non-negative integer, found \"1.5\"",
-        "layers[1].rtds_layer: rtds_layer is not supported",
+        "layers[1].rtds_layer.name: must name the Runtime resource",
+        "layers[1].rtds_layer.rtds_config.api_config_source.api_type: REST for RTDS is not supported",
         "layers[3].admin_layer: at most one admin layer may be specified",
     ] {
         assert!(err.contains(needle), "{needle} missing in {err}");
@@ -132,4 +139,121 @@ fn the_flag_list_is_sorted_for_binary_search() {
             .windows(2)
             .all(|w| w[0] < w[1])
     );
+}
+
+/// Contour's layer (its own gRPC stream to the `contour` cluster) and an ADS one.
+#[test]
+fn rtds_layers_are_taken_from_both_source_forms() {
+    let b = load(json!([
+        {"name": "static", "static_layer": {"overload.global_downstream_max_connections": 9}},
+        {"name": "dynamic", "rtds_layer": {"name": "dynamic", "rtds_config": {
+            "api_config_source": {"api_type": "GRPC", "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "contour"}}]},
+            "resource_api_version": "V3"}}},
+        {"name": "over-ads", "rtds_layer": {"name": "rt2", "rtds_config": {"ads": {}, "initial_fetch_timeout": "2s"}}},
+        {"name": "delta", "rtds_layer": {"name": "rt3", "rtds_config": {
+            "api_config_source": {"api_type": "DELTA_GRPC", "transport_api_version": "V3",
+                "grpc_services": [{"envoy_grpc": {"cluster_name": "contour"}}]}}}},
+        {"name": "admin", "admin_layer": {}},
+    ]))
+    .unwrap();
+    let rt = &b.runtime;
+    let names: Vec<&str> = rt.rtds_layers().map(|(n, _)| n).collect();
+    assert_eq!(names, ["dynamic", "rt2", "rt3"]);
+    let LayerKind::Rtds { source, .. } = &rt.layers[2].kind else {
+        panic!("{rt:?}")
+    };
+    assert_eq!(source.kind, crate::config_source::ConfigSourceKind::Ads);
+    assert_eq!(
+        source.initial_fetch_timeout,
+        Some(std::time::Duration::from_secs(2))
+    );
+    // What the static layers set is in force until RTDS says otherwise.
+    assert_eq!(rt.global_downstream_max_connections, Some(9));
+}
+
+#[test]
+fn rtds_layer_needs_a_config_source() {
+    let err = load(json!([{"name": "d", "rtds_layer": {"name": "d"}}]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("layers[0].rtds_layer.rtds_config: is required"),
+        "{err}"
+    );
+    let err = load(json!([{"name": "d", "rtds_layer": {"name": "d", "rtds_config": {}}}]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("layers[0].rtds_layer.rtds_config"), "{err}");
+}
+
+fn rtds(layer: Value) -> Result<crate::resource::Resource, String> {
+    use envoy_types::pb::envoy::service::runtime::v3::Runtime as Proto;
+    use prost::{Message, Name};
+    let s = to_struct(layer.as_object().unwrap());
+    let any = envoy_types::pb::google::protobuf::Any {
+        type_url: Proto::type_url(),
+        value: Proto {
+            name: "dynamic".into(),
+            layer: Some(s),
+        }
+        .encode_to_vec(),
+    };
+    let mut ctx = crate::Ctx::new();
+    let r = crate::resource::translate(&any, &mut ctx);
+    ctx.finish(()).map_err(|e| e.to_string())?;
+    Ok(r.unwrap())
+}
+
+/// An RTDS resource's keys pass the static layers' check; a key courier gives
+/// no meaning to is refused with its path inside the resource.
+#[test]
+fn rtds_resource_keys_are_checked_with_their_path() {
+    let crate::resource::Resource::Runtime(v) = rtds(json!({
+        "envoy": {"resource_limits": {"listener": {"l": {"connection_limit": 3}}}},
+        "envoy.reloadable_features.http_reject_path_with_fragment": false,
+    }))
+    .unwrap() else {
+        panic!()
+    };
+    assert_eq!(v.name, "dynamic");
+    assert_eq!(
+        v.values["envoy.resource_limits.listener.l.connection_limit"],
+        "3"
+    );
+    let mut rt = Runtime::default();
+    rt.read(&v.values);
+    assert_eq!(rt.listener_connection_limits.get("l"), Some(&3));
+    assert!(!rt.reject_path_with_fragment);
+    let err = rtds(json!({"upstream": {"use_http2": false}, "x": [1]})).unwrap_err();
+    assert!(
+        err.contains(
+            "layer[\"upstream.use_http2\"]: runtime key upstream.use_http2 is not supported"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("layer[\"x\"]: invalid runtime entry value"),
+        "{err}"
+    );
+}
+
+fn to_struct(m: &serde_json::Map<String, Value>) -> envoy_types::pb::google::protobuf::Struct {
+    use envoy_types::pb::google::protobuf::{ListValue, Struct, Value as V, value::Kind};
+    fn value(v: &Value) -> V {
+        let kind = match v {
+            Value::Null => Kind::NullValue(0),
+            Value::Bool(b) => Kind::BoolValue(*b),
+            Value::Number(n) => Kind::NumberValue(n.as_f64().unwrap()),
+            Value::String(s) => Kind::StringValue(s.clone()),
+            Value::Array(a) => Kind::ListValue(ListValue {
+                values: a.iter().map(value).collect(),
+            }),
+            Value::Object(o) => Kind::StructValue(to_struct(o)),
+        };
+        V { kind: Some(kind) }
+    }
+    Struct {
+        fields: m.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
+    }
 }

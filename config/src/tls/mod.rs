@@ -28,6 +28,7 @@ pub(crate) const SUPPORT: &[Support] = &[
         &[
             "common_tls_context",
             "require_client_certificate",
+            "full_scan_certs_on_sni_mismatch",
             "disable_stateless_session_resumption",
             "disable_stateful_session_resumption",
         ],
@@ -163,8 +164,12 @@ pub struct CommonTls {
 /// A validated downstream TLS context (TLS termination on a filter chain).
 #[derive(Debug, Clone)]
 pub struct DownstreamTls {
-    /// The server certificate.
-    pub certificate: TlsCertificate,
+    /// The server certificates, in config order (at least one): the one served is
+    /// picked per handshake by SNI and the client's key types, as Envoy does.
+    pub certificates: Vec<TlsCertificate>,
+    /// `full_scan_certs_on_sni_mismatch`: an SNI no certificate names picks among
+    /// all by key type, instead of the first certificate.
+    pub full_scan_certs_on_sni_mismatch: bool,
     /// Validation of client certificates, ALPN, versions.
     pub common: CommonTls,
     /// Reject clients that present no certificate (`validation` is then set).
@@ -222,7 +227,7 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     let cp = tp.field("common_tls_context");
     let empty = pb::CommonTlsContext::default();
     let ctc = dtc.common_tls_context.as_ref().unwrap_or(&empty);
-    let (certificate, common) = common(ctc, Side::Downstream, &cp, ctx);
+    let (certificates, common) = common(ctc, Side::Downstream, &cp, ctx);
     let require_client_certificate =
         crate::core::bool_or(dtc.require_client_certificate.as_ref(), false);
     if require_client_certificate && common.as_ref().is_some_and(|c| c.validation.is_none()) {
@@ -241,7 +246,9 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
         );
     }
     let common = common?;
-    let certificate = certificate?;
+    if certificates.is_empty() {
+        return None;
+    }
     // `session_ticket_keys` and `session_timeout` are refused by the support table:
     // the keys are rustls's own, rotated by it.
     let stateless_resumption =
@@ -252,7 +259,11 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
         ))
     );
     Some(DownstreamTls {
-        certificate,
+        certificates,
+        full_scan_certs_on_sni_mismatch: crate::core::bool_or(
+            dtc.full_scan_certs_on_sni_mismatch.as_ref(),
+            false,
+        ),
         common,
         require_client_certificate,
         stateless_resumption,
@@ -277,7 +288,8 @@ pub fn upstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Option<
     let cp = tp.field("common_tls_context");
     let empty = pb::CommonTlsContext::default();
     let ctc = utc.common_tls_context.as_ref().unwrap_or(&empty);
-    let (client_certificate, common) = common(ctc, Side::Upstream, &cp, ctx);
+    let (client_certificates, common) = common(ctc, Side::Upstream, &cp, ctx);
+    let client_certificate = client_certificates.into_iter().next();
     let sni = if utc.sni.is_empty() {
         None
     } else if utc.sni.len() > 255 {
@@ -352,17 +364,18 @@ fn unpack<M: prost::Message + Default>(
     }
 }
 
-/// Translates a `CommonTlsContext`: the certificate (at most one) and the rest.
+/// Translates a `CommonTlsContext`: the certificates (at most one on the upstream
+/// side) and the rest.
 fn common(
     c: &pb::CommonTlsContext,
     side: Side,
     path: &Path<'_>,
     ctx: &mut Ctx,
-) -> (Option<TlsCertificate>, Option<CommonTls>) {
+) -> (Vec<TlsCertificate>, Option<CommonTls>) {
     use pb::common_tls_context::ValidationContextType as V;
     let cp = path.field("tls_certificates");
     let sp = path.field("tls_certificate_sds_secret_configs");
-    let mut certificate = None;
+    let mut certificates = Vec::new();
     // Inline certificates (`Ok`), then those named by secret (`Err`), count as
     // one list.
     let inline = c.tls_certificates.iter().map(Ok);
@@ -372,24 +385,19 @@ fn common(
             None => cp.index(i),
             Some(j) => sp.index(j),
         };
-        if i > 0 {
-            match side {
-                // Envoy's own rule for client contexts.
-                Side::Upstream => ctx.error(
-                    &p,
-                    "Multiple TLS certificates are not supported for client contexts",
-                ),
-                // Envoy picks among several by key type and SNI; courier serves one.
-                Side::Downstream => {
-                    ctx.unsupported(&p, "more than one certificate per TLS context")
-                }
-            }
+        if i > 0 && side == Side::Upstream {
+            // Envoy's own rule for client contexts.
+            ctx.error(
+                &p,
+                "Multiple TLS certificates are not supported for client contexts",
+            );
             continue;
         }
-        certificate = match tc {
+        let certificate = match tc {
             Ok(tc) => tls_certificate(tc, &p, ctx),
             Err(sds) => secrets::certificate(sds, &p, ctx),
         };
+        certificates.extend(certificate);
     }
     let validation = match &c.validation_context_type {
         Some(V::ValidationContext(v)) => validation(v, &path.field("validation_context"), ctx),
@@ -423,7 +431,7 @@ fn common(
         }),
         _ => None,
     };
-    (certificate, common)
+    (certificates, common)
 }
 
 fn tls_certificate(

@@ -30,10 +30,10 @@ fn downstream_inline_certificate_and_defaults() {
         "tls_certificates": [cert()],
         "alpn_protocols": ["h2,http/1.1"],
     }))));
-    assert_eq!(t.certificate.certificate_chain.len(), 1);
-    assert_eq!(t.certificate.certificate_chain[0].first(), Some(&0x30));
+    assert_eq!(t.certificates[0].certificate_chain.len(), 1);
+    assert_eq!(t.certificates[0].certificate_chain[0].first(), Some(&0x30));
     assert!(matches!(
-        *t.certificate.private_key,
+        *t.certificates[0].private_key,
         PrivateKeyDer::Pkcs8(_)
     ));
     assert_eq!(t.common.alpn_protocols, ["h2", "http/1.1"]);
@@ -139,13 +139,8 @@ fn downstream_errors() {
         })))),
         [
             format!("{tc}.tls_params.cipher_suites: cipher_suites is not supported"),
-            format!(
-                "{tc}.tls_certificates[1]: more than one certificate per TLS context is not supported"
-            ),
-            // A certificate named by secret counts with the inline ones.
-            format!(
-                "{tc}.tls_certificate_sds_secret_configs[0]: more than one certificate per TLS context is not supported"
-            ),
+            // Several certificates are served; a named one must exist.
+            format!("{tc}.tls_certificate_sds_secret_configs[0].name: Unknown static secret: s"),
             format!(
                 "{tc}.validation_context: SAN-based verification of peer certificates without trusted CA is insecure and not allowed"
             ),

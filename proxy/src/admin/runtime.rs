@@ -1,72 +1,135 @@
-//! `/runtime` and `/runtime_modify`: the bootstrap's runtime layers as Envoy
-//! shows them, and the admin layer `/runtime_modify` writes.
+//! The runtime in force: the bootstrap's layers, the RTDS layers' values (from
+//! the control plane) and the admin layer `/runtime_modify` writes; `/runtime`
+//! shows them as Envoy does.
 //!
-//! A value set through `/runtime_modify` passes the same check as a static
-//! layer's ([`courier_config::runtime::keys::check`]), so a key means the same
-//! from either place. The keys courier reads only while starting (connection
-//! limits) are refused here with the reason: taking them and doing nothing
-//! would be the silent ignore courier never does.
+//! A value set through `/runtime_modify` or an RTDS update passes the same
+//! check as a static layer's ([`courier_config::runtime::keys::check`]), so a
+//! key means the same from any layer. After either changes, the layers are read
+//! again in order and what they mean is applied to the running proxy in one
+//! place ([`RuntimeAdmin::apply`]): connection limits (global and per
+//! listener) and `http_reject_path_with_fragment` take effect for new
+//! connections at once, the OpenTelemetry flush settings
+//! (`tracing.opentelemetry.min_flush_spans` / `flush_interval_ms`) at the next
+//! span and the next tick.
 
 use crate::request::local_reply::{Body, reply};
 use arc_swap::ArcSwap;
-use courier_config::runtime::keys::{self, Meaning};
+use courier_config::runtime::keys;
 use courier_config::runtime::{LayerKind, Runtime};
 use http::{Response, StatusCode};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The runtime's layers and the admin layer's values.
-#[derive(Debug, Default)]
+type Values = BTreeMap<String, String>;
+
+/// The runtime's layers and the values of its dynamic ones.
+#[derive(Debug)]
 pub struct RuntimeAdmin {
     runtime: Runtime,
     /// Written by `/runtime_modify` only (admin, on the main thread, one
     /// request at a time); nothing on the request path reads it.
-    admin: ArcSwap<BTreeMap<String, String>>,
+    admin: ArcSwap<Values>,
+    /// The RTDS layers' values, by `Runtime` resource name (absent: nothing
+    /// received yet, or the resource was removed). Written by the xDS client
+    /// on the main thread.
+    rtds: ArcSwap<HashMap<String, Arc<Values>>>,
+    /// Times the layers were read and applied (`runtime.load_success`): once
+    /// at start, then after every change.
+    loads: AtomicU64,
+}
+
+impl Default for RuntimeAdmin {
+    fn default() -> Self {
+        Self::new(&Runtime::default())
+    }
 }
 
 impl RuntimeAdmin {
-    /// The runtime of the bootstrap, with an empty admin layer.
+    /// The runtime of the bootstrap, with empty admin and RTDS layers.
     pub fn new(runtime: &Runtime) -> Self {
         Self {
             runtime: runtime.clone(),
             admin: ArcSwap::default(),
+            rtds: ArcSwap::default(),
+            loads: AtomicU64::new(1),
         }
+    }
+
+    /// The values each layer holds now, in layer order.
+    fn layer_values(&self) -> Vec<Option<Arc<Values>>> {
+        let admin = self.admin.load_full();
+        let rtds = self.rtds.load();
+        self.runtime
+            .layers
+            .iter()
+            .map(|l| match &l.kind {
+                LayerKind::Static(values) => Some(Arc::new(values.clone())),
+                LayerKind::Admin => Some(Arc::clone(&admin)),
+                LayerKind::Rtds { resource, .. } => rtds.get(resource).cloned(),
+            })
+            .collect()
+    }
+
+    /// What the layers mean now, read in order (a later layer wins).
+    pub fn in_force(&self) -> Runtime {
+        let mut rt = self.runtime.unread();
+        for values in self.layer_values().into_iter().flatten() {
+            rt.read(values.iter());
+        }
+        rt
+    }
+
+    /// Applies what the layers mean now to the running proxy: the one path
+    /// for RTDS updates and `/runtime_modify`.
+    pub fn apply(&self) {
+        let rt = self.in_force();
+        crate::codec::h1_check::set_reject_fragment(rt.reject_path_with_fragment);
+        crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
+        crate::overload::get().set_runtime_limits(
+            rt.global_downstream_max_connections,
+            &rt.listener_connection_limits,
+        );
+        self.loads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An accepted RTDS update: each `(resource, values)` replaces that
+    /// layer's values wholesale; each removed resource empties its layer.
+    pub fn rtds_update(&self, upserts: Vec<(String, Values)>, removed: &[String]) {
+        self.rtds.rcu(|cur| {
+            let mut next = HashMap::clone(cur);
+            for (name, values) in &upserts {
+                next.insert(name.clone(), Arc::new(values.clone()));
+            }
+            for name in removed {
+                next.remove(name);
+            }
+            next
+        });
+        self.apply();
     }
 
     /// `GET /runtime`: every key with its value per layer (empty where a layer
     /// does not set it) and the value in force, and the layers' names.
     pub fn show(&self) -> serde_json::Value {
-        let admin = self.admin.load_full();
-        let layer_values = |kind: &LayerKind, key: &str| -> Option<String> {
-            match kind {
-                LayerKind::Static(values) => values.get(key).cloned(),
-                LayerKind::Admin => admin.get(key).cloned(),
-            }
-        };
-        let mut keys: Vec<&String> = admin.keys().collect();
-        for layer in &self.runtime.layers {
-            if let LayerKind::Static(values) = &layer.kind {
-                keys.extend(values.keys());
-            }
-        }
+        let per_layer = self.layer_values();
+        let mut keys: Vec<&String> = per_layer.iter().flatten().flat_map(|v| v.keys()).collect();
         keys.sort();
         keys.dedup();
         let mut entries = serde_json::Map::new();
         for key in keys {
-            let per_layer: Vec<Option<String>> = self
-                .runtime
-                .layers
+            let values: Vec<Option<&String>> = per_layer
                 .iter()
-                .map(|l| layer_values(&l.kind, key))
+                .map(|v| v.as_ref().and_then(|v| v.get(key)))
                 .collect();
-            let final_value = per_layer.iter().rev().flatten().next().cloned();
+            let final_value = values.iter().rev().flatten().next().copied();
             entries.insert(
                 key.clone(),
                 serde_json::json!({
-                    "final_value": final_value.unwrap_or_default(),
-                    "layer_values": per_layer
+                    "final_value": final_value.cloned().unwrap_or_default(),
+                    "layer_values": values
                         .into_iter()
-                        .map(Option::unwrap_or_default)
+                        .map(|v| v.cloned().unwrap_or_default())
                         .collect::<Vec<_>>(),
                 }),
             );
@@ -80,8 +143,36 @@ impl RuntimeAdmin {
         serde_json::json!({ "entries": entries, "layers": layers })
     }
 
+    /// The runtime loader's stats as Envoy names them: `runtime.load_success`
+    /// (the layers read and applied: at start and after each RTDS update or
+    /// `/runtime_modify`), `runtime.load_error` (courier refuses a bad layer
+    /// before loading it, so none), `runtime.num_keys` (distinct keys in
+    /// force), `runtime.num_layers`, `runtime.admin_overrides_active`.
+    pub fn samples(&self, out: &mut Vec<crate::stats::Sample>) {
+        let per_layer = self.layer_values();
+        let mut keys: Vec<&String> = per_layer.iter().flatten().flat_map(|v| v.keys()).collect();
+        keys.sort();
+        keys.dedup();
+        out.extend([
+            (
+                "runtime.load_success".to_string(),
+                self.loads.load(Ordering::Relaxed),
+            ),
+            ("runtime.load_error".to_string(), 0),
+            ("runtime.num_keys".to_string(), keys.len() as u64),
+            (
+                "runtime.num_layers".to_string(),
+                self.runtime.layers.len() as u64,
+            ),
+            (
+                "runtime.admin_overrides_active".to_string(),
+                u64::from(!self.admin.load().is_empty()),
+            ),
+        ]);
+    }
+
     /// `POST /runtime_modify?key=value&...`: sets (or, with an empty value,
-    /// removes) admin-layer values, all or none.
+    /// removes) admin-layer values, all or none, and applies what they mean.
     pub fn modify(&self, query: &str) -> Response<Body> {
         let params: Vec<(String, String)> = query
             .split('&')
@@ -105,17 +196,8 @@ impl RuntimeAdmin {
             if value.is_empty() {
                 continue;
             }
-            match keys::check(key, value) {
-                Ok(Meaning::Kept) => {}
-                Ok(_) => {
-                    return reply(
-                        StatusCode::BAD_REQUEST,
-                        format!(
-                            "{key}: courier reads this key from the bootstrap's static layers only\n"
-                        ),
-                    );
-                }
-                Err(e) => return reply(StatusCode::BAD_REQUEST, format!("{key}: {e}\n")),
+            if let Err(e) = keys::check(key, value) {
+                return reply(StatusCode::BAD_REQUEST, format!("{key}: {e}\n"));
             }
         }
         let mut admin = BTreeMap::clone(&self.admin.load());
@@ -127,6 +209,7 @@ impl RuntimeAdmin {
             }
         }
         self.admin.store(Arc::new(admin));
+        self.apply();
         reply(StatusCode::OK, "OK\n")
     }
 }
@@ -209,9 +292,8 @@ mod tests {
         ));
         for query in [
             "envoy.reloadable_features.old=1&upstream.use_http2=0",
-            // Read from the static layers only.
-            "envoy.reloadable_features.http_reject_path_with_fragment=false",
-            "overload.global_downstream_max_connections=10",
+            "envoy.reloadable_features.http_reject_path_with_fragment=maybe",
+            "overload.global_downstream_max_connections=-1",
         ] {
             assert_eq!(
                 rt.modify(query).status(),
@@ -221,7 +303,80 @@ mod tests {
         }
         assert_eq!(rt.show()["entries"], serde_json::json!({}));
         assert_eq!(rt.modify("").status(), StatusCode::BAD_REQUEST);
+        // A key with a meaning is taken, and means what it does in a static layer.
+        assert_eq!(
+            rt.modify("envoy.resource_limits.listener.x.connection_limit=4")
+                .status(),
+            StatusCode::OK
+        );
+        assert_eq!(rt.in_force().listener_connection_limits.get("x"), Some(&4));
         let none = RuntimeAdmin::new(&Runtime::default());
         assert_eq!(none.modify("a=1").status(), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}
+
+#[cfg(test)]
+mod rtds_tests {
+    use super::*;
+
+    /// Layers in order: static, RTDS, admin; an RTDS update replaces its
+    /// layer wholesale, a removal empties it, the admin layer stays on top.
+    #[test]
+    fn rtds_layer_values_sit_between_their_neighbours() {
+        let v = serde_json::json!({"layered_runtime": {"layers": [
+            {"name": "static", "static_layer": {"envoy.resource_limits.listener.l.connection_limit": 10}},
+            {"name": "dynamic", "rtds_layer": {"name": "rt", "rtds_config": {"path_config_source": {"path": "/dev/null"}}}},
+            {"name": "admin", "admin_layer": {}},
+        ]}});
+        let rt = RuntimeAdmin::new(
+            &courier_config::bootstrap_from_str(&v.to_string(), courier_config::load::Format::Json)
+                .unwrap()
+                .runtime,
+        );
+        let key = "envoy.resource_limits.listener.l.connection_limit";
+        let values = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Values>()
+        };
+        let in_force =
+            |rt: &RuntimeAdmin| rt.in_force().listener_connection_limits.get("l").copied();
+        assert_eq!(in_force(&rt), Some(10));
+        rt.rtds_update(
+            vec![(
+                "rt".into(),
+                values(&[(key, "2"), ("envoy.reloadable_features.x", "true")]),
+            )],
+            &[],
+        );
+        assert_eq!(in_force(&rt), Some(2));
+        assert_eq!(
+            rt.show()["entries"][key],
+            serde_json::json!({"final_value": "2", "layer_values": ["10", "2", ""]})
+        );
+        assert_eq!(
+            rt.show()["layers"],
+            serde_json::json!(["static", "dynamic", "admin"])
+        );
+        // Wholesale: the flag the first update set is gone.
+        rt.rtds_update(vec![("rt".into(), values(&[(key, "3")]))], &[]);
+        assert!(
+            rt.show()["entries"]
+                .get("envoy.reloadable_features.x")
+                .is_none()
+        );
+        assert_eq!(rt.modify(&format!("{key}=7")).status(), StatusCode::OK);
+        assert_eq!(in_force(&rt), Some(7));
+        assert_eq!(rt.modify(&format!("{key}=")).status(), StatusCode::OK);
+        assert_eq!(in_force(&rt), Some(3));
+        rt.rtds_update(Vec::new(), &["rt".to_string()]);
+        assert_eq!(in_force(&rt), Some(10));
+        let mut samples = Vec::new();
+        rt.samples(&mut samples);
+        let get = |n: &str| samples.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
+        assert_eq!(get("runtime.num_layers"), Some(3));
+        assert_eq!(get("runtime.num_keys"), Some(1));
+        assert_eq!(get("runtime.load_success"), Some(6));
     }
 }

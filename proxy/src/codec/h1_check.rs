@@ -58,7 +58,9 @@ pub const FRAGMENT: Refusal = Refusal {
 };
 
 /// `envoy.reloadable_features.http_reject_path_with_fragment`: process-wide,
-/// as Envoy's runtime; set once from the bootstrap's static layers.
+/// as Envoy's runtime; set from the bootstrap's layers at start, and again
+/// whenever an RTDS update or `/runtime_modify` changes the layers
+/// (`admin::runtime`); a connection reads it as it starts.
 static REJECT_FRAGMENT: AtomicBool = AtomicBool::new(true);
 
 /// Sets `http_reject_path_with_fragment` (`false`: the fragment is stripped).

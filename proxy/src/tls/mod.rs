@@ -2,6 +2,7 @@
 //! once from the chain's validated `DownstreamTls` (DER certificate and key, ALPN,
 //! versions, client-certificate validation with SAN matchers).
 
+mod cert_select;
 mod peer;
 pub(crate) mod san;
 mod stream;
@@ -127,10 +128,17 @@ fn server_config(tls: &DownstreamTls) -> Result<ServerConfig, String> {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
-    let cert = &tls.certificate;
-    let mut config = builder
-        .with_single_cert(cert.certificate_chain.clone(), cert.private_key.clone_key())
-        .map_err(|e| format!("certificate and key: {e}"))?;
+    let mut config = match tls.certificates.as_slice() {
+        [cert] => builder
+            .with_single_cert(cert.certificate_chain.clone(), cert.private_key.clone_key())
+            .map_err(|e| format!("certificate and key: {e}"))?,
+        // Several: picked per handshake by SNI and the client's key types.
+        certs => builder.with_cert_resolver(Arc::new(cert_select::CertSelector::new(
+            certs,
+            tls.full_scan_certs_on_sni_mismatch,
+            &provider,
+        )?)),
+    };
     resumption(&mut config, tls)?;
     Ok(config)
 }

@@ -1,4 +1,4 @@
-//! Active health checks (HTTP, gRPC `grpc.health.v1`, TCP connect), run on the
+//! Active health checks (HTTP, gRPC `grpc.health.v1`, TCP), run on the
 //! main thread: one task per host and check. A host starts unhealthy (as in
 //! Envoy, panic mode still routes to it) and turns healthy after one pass; then
 //! `unhealthy_threshold` failures (a non-retriable unexpected status at once)
@@ -6,10 +6,12 @@
 //! host set; workers only read it.
 
 use super::UpstreamCluster;
+use super::health_event::{Event, FailureType, HealthEventLog, What};
 use super::host::Host;
 use bytes::Bytes;
 use courier_config::cluster::{
-    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck,
+    Endpoint, GrpcHealthCheck, HealthCheck, HealthCheckKind, HttpHealthCheck, Locality,
+    TcpHealthCheck, payloads_match,
 };
 use http::{Request, header};
 use http_body_util::{BodyExt, Full};
@@ -54,10 +56,34 @@ impl super::lazy::Lazy<HostHealth> {
 /// One check's verdict.
 enum Verdict {
     Pass,
-    /// Counts towards `unhealthy_threshold`.
-    Fail,
-    /// Unhealthy at once (an unexpected, non-retriable status).
-    FailNow,
+    /// Failed: a network failure or a retriable answer counts towards
+    /// `unhealthy_threshold`; any other wrong answer is unhealthy at once.
+    Fail {
+        /// Why.
+        failure: FailureType,
+        /// A retriable status (`retriable_statuses`).
+        retriable: bool,
+        /// The HTTP status the host answered (0: none).
+        status: u16,
+    },
+}
+
+impl Verdict {
+    /// No usable answer (connect failure, reset, timeout).
+    const NETWORK: Self = Self::Fail {
+        failure: FailureType::Network,
+        retriable: true,
+        status: 0,
+    };
+
+    /// A wrong answer: unhealthy at once.
+    fn active(status: u16) -> Self {
+        Self::Fail {
+            failure: FailureType::Active,
+            retriable: false,
+            status,
+        }
+    }
 }
 
 /// Starts the checks of every cluster that has them. Their hosts start
@@ -85,13 +111,28 @@ pub fn spawn_checks(c: &Arc<UpstreamCluster>, fresh: bool) {
     for host in c.hosts().hosts() {
         host.health.watched.store(false, Ordering::Relaxed);
     }
-    start_new_hosts(c, fresh);
-    tokio::spawn(watch(Arc::clone(c)));
+    let logs: Logs = c
+        .config
+        .health_checks
+        .iter()
+        .map(|hc| match HealthEventLog::open(&hc.event_logs) {
+            Ok(log) => log.map(Arc::new),
+            Err(e) => {
+                tracing::warn!(cluster = %c.config.name, error = %e, "health check event log");
+                None
+            }
+        })
+        .collect();
+    start_new_hosts(c, &logs, fresh);
+    tokio::spawn(watch(Arc::clone(c), logs));
 }
+
+/// Each health check's event log, in the cluster's order.
+type Logs = Arc<[Option<Arc<HealthEventLog>>]>;
 
 /// Starts the checks of every host of `cluster` that has none yet (marked
 /// unhealthy first when `unhealthy_first`); returns whether there was one.
-fn start_new_hosts(cluster: &Arc<UpstreamCluster>, unhealthy_first: bool) -> bool {
+fn start_new_hosts(cluster: &Arc<UpstreamCluster>, logs: &Logs, unhealthy_first: bool) -> bool {
     let mut added = false;
     for host in cluster.hosts().hosts() {
         if host.health.watched.swap(true, Ordering::Relaxed) {
@@ -101,8 +142,13 @@ fn start_new_hosts(cluster: &Arc<UpstreamCluster>, unhealthy_first: bool) -> boo
             host.health.failed.store(true, Ordering::Relaxed);
         }
         added = true;
-        for hc in &cluster.config.health_checks {
-            tokio::spawn(run(Arc::clone(cluster), hc.clone(), Arc::clone(host)));
+        for (hc, log) in cluster.config.health_checks.iter().zip(logs.iter()) {
+            tokio::spawn(run(
+                Arc::clone(cluster),
+                hc.clone(),
+                log.clone(),
+                Arc::clone(host),
+            ));
         }
     }
     if added {
@@ -113,7 +159,7 @@ fn start_new_hosts(cluster: &Arc<UpstreamCluster>, unhealthy_first: bool) -> boo
 
 /// Hosts that DNS or EDS add later are checked too: the host set is looked at
 /// every `interval` (at most a second apart) for hosts without checks.
-async fn watch(cluster: Arc<UpstreamCluster>) {
+async fn watch(cluster: Arc<UpstreamCluster>, logs: Logs) {
     let every = cluster
         .config
         .health_checks
@@ -124,18 +170,23 @@ async fn watch(cluster: Arc<UpstreamCluster>) {
         .clamp(Duration::from_millis(10), Duration::from_secs(1));
     while !cluster.retired() {
         tokio::time::sleep(every).await;
-        start_new_hosts(&cluster, true);
+        start_new_hosts(&cluster, &logs, true);
     }
 }
 
-async fn run(cluster: Arc<UpstreamCluster>, hc: HealthCheck, host: Arc<Host>) {
+async fn run(
+    cluster: Arc<UpstreamCluster>,
+    hc: HealthCheck,
+    log: Option<Arc<HealthEventLog>>,
+    host: Arc<Host>,
+) {
     tokio::time::sleep(jitter(hc.initial_jitter)).await;
     while !cluster.retired() {
         let verdict = match tokio::time::timeout(hc.timeout, check(&cluster, &hc, &host)).await {
             Ok(v) => v,
-            Err(_) => Verdict::Fail,
+            Err(_) => Verdict::NETWORK,
         };
-        let changed = update(&cluster, &host, &hc, verdict);
+        let changed = update(&cluster, &host, &hc, log.as_deref(), verdict);
         if changed {
             super::outlier::republish_now(&cluster);
         }
@@ -174,11 +225,33 @@ fn traffic(cluster: &UpstreamCluster) -> bool {
     })
 }
 
-/// Applies a verdict; returns whether the host's health changed.
-fn update(cluster: &UpstreamCluster, host: &Host, hc: &HealthCheck, v: Verdict) -> bool {
+/// Applies a verdict; returns whether the host's health changed. Events go to
+/// `log` as Envoy logs them: a host turning healthy or unhealthy; a failed check
+/// when it is the host's first (or `always_log_health_check_failures`); a passed
+/// check that changed nothing with `always_log_health_check_success`.
+fn update(
+    cluster: &UpstreamCluster,
+    host: &Host,
+    hc: &HealthCheck,
+    log: Option<&HealthEventLog>,
+    v: Verdict,
+) -> bool {
     let h = &host.health;
     // A never-checked host is healthy after one pass.
     let first = !h.checked.swap(true, Ordering::Relaxed);
+    let event = |what| {
+        if let Some(log) = log {
+            let (endpoint, locality) = endpoint_and_locality(cluster, host).unzip();
+            log.write(&Event {
+                checker: checker_type(&hc.kind),
+                host: host.address,
+                cluster: &cluster.config.name,
+                metadata: endpoint.map(|e| &e.metadata),
+                locality: locality.flatten(),
+                what,
+            });
+        }
+    };
     match v {
         Verdict::Pass => {
             h.failures.store(0, Ordering::Relaxed);
@@ -186,32 +259,69 @@ fn update(cluster: &UpstreamCluster, host: &Host, hc: &HealthCheck, v: Verdict) 
             super::outlier::uneject_on_health_check(cluster, host);
             if h.failed() && (first || passes >= hc.healthy_threshold) {
                 h.failed.store(false, Ordering::Relaxed);
+                event(What::AddHealthy { first_check: first });
                 return true;
+            }
+            if hc.always_log_success {
+                event(What::Success);
             }
             false
         }
-        Verdict::Fail | Verdict::FailNow => {
+        Verdict::Fail {
+            failure,
+            retriable,
+            status,
+        } => {
             h.passes.store(0, Ordering::Relaxed);
             let failures = h.failures.fetch_add(1, Ordering::Relaxed) + 1;
-            let now = matches!(v, Verdict::FailNow) || failures >= hc.unhealthy_threshold;
-            if !h.failed() && now {
+            let now = (!retriable && failure == FailureType::Active)
+                || failures >= hc.unhealthy_threshold;
+            let changed = !h.failed() && now;
+            if changed {
                 h.failed.store(true, Ordering::Relaxed);
-                return true;
+                event(What::Eject { failure, status });
             }
-            false
+            if first || hc.always_log_failures {
+                event(What::Failure {
+                    failure,
+                    first_check: first,
+                    status,
+                });
+            }
+            changed
         }
+    }
+}
+
+/// Envoy's `HealthCheckerType` name of a check.
+fn checker_type(kind: &HealthCheckKind) -> &'static str {
+    match kind {
+        HealthCheckKind::Http(_) => "HTTP",
+        HealthCheckKind::Tcp(_) => "TCP",
+        HealthCheckKind::Grpc(_) => "GRPC",
     }
 }
 
 /// The configured endpoint `host` came from (STATIC by address, DNS by name),
 /// for its `health_check_config`.
 fn endpoint_of<'a>(cluster: &'a UpstreamCluster, host: &Host) -> Option<&'a Endpoint> {
+    endpoint_and_locality(cluster, host).map(|(e, _)| e)
+}
+
+/// The configured endpoint `host` came from and its locality.
+fn endpoint_and_locality<'a>(
+    cluster: &'a UpstreamCluster,
+    host: &Host,
+) -> Option<(&'a Endpoint, Option<&'a Locality>)> {
     cluster
         .config
         .load_assignment
         .as_ref()?
-        .endpoints()
-        .find(|e| {
+        .priorities
+        .iter()
+        .flat_map(|p| p.localities.iter())
+        .flat_map(|l| l.endpoints.iter().map(move |e| (e, l.locality.as_ref())))
+        .find(|(e, _)| {
             e.address.port == host.address.port()
                 && match e.address.ip {
                     Some(ip) => ip == host.address.ip(),
@@ -233,7 +343,7 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
     }
     let hostname = endpoint.and_then(|e| e.health_check_hostname.as_deref());
     let Ok(tcp) = TcpStream::connect(target).await else {
-        return Verdict::Fail;
+        return Verdict::NETWORK;
     };
     // A TLS host is checked over TLS (its transport socket, or the one the
     // check's `transport_socket_match_criteria` picks, as in Envoy): a failed
@@ -250,7 +360,7 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
             };
             match handshake {
                 Ok(stream) => probe(cluster, hc, hostname, stream).await,
-                Err(_) => Verdict::Fail,
+                Err(_) => Verdict::NETWORK,
             }
         }
     }
@@ -266,7 +376,7 @@ fn check_alpn(cluster: &UpstreamCluster, hc: &HealthCheck) -> Option<&'static [u
     match &hc.kind {
         HealthCheckKind::Http(h) if h.codec == HealthCheckCodec::Http1 => Some(b"http/1.1"),
         HealthCheckKind::Http(_) | HealthCheckKind::Grpc(_) => Some(b"h2"),
-        HealthCheckKind::TcpConnect => None,
+        HealthCheckKind::Tcp(_) => None,
     }
 }
 
@@ -280,7 +390,7 @@ where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     match &hc.kind {
-        HealthCheckKind::TcpConnect => Verdict::Pass,
+        HealthCheckKind::Tcp(t) => tcp(t, io).await,
         HealthCheckKind::Http(h) => http(cluster, h, hostname, io).await,
         HealthCheckKind::Grpc(g) => grpc(cluster, g, hostname, io).await,
     }
@@ -304,7 +414,7 @@ where
         .uri(h.path.as_str())
         .header(header::HOST, authority.as_str())
         .header(header::USER_AGENT, "Envoy/HC")
-        .body(Full::new(Bytes::new()));
+        .body(Full::new(Bytes::from(h.send.clone().unwrap_or_default())));
     if let Ok(r) = &mut req {
         let hs = r.headers_mut();
         for name in &h.request_headers_to_remove {
@@ -319,19 +429,24 @@ where
                 hs.append(n, v);
             }
         }
+        if let Some(send) = &h.send {
+            hs.insert(header::CONTENT_LENGTH, send.len().into());
+        }
     }
-    let Ok(req) = req else { return Verdict::Fail };
-    let status = match h.codec {
+    let Ok(req) = req else {
+        return Verdict::NETWORK;
+    };
+    let resp = match h.codec {
         courier_config::cluster::HealthCheckCodec::Http1 => {
             let Ok((mut send, conn)) =
                 hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await
             else {
-                return Verdict::Fail;
+                return Verdict::NETWORK;
             };
             tokio::spawn(conn);
             match send.send_request(req).await {
-                Ok(r) => r.status().as_u16(),
-                Err(_) => return Verdict::Fail,
+                Ok(r) => r,
+                Err(_) => return Verdict::NETWORK,
             }
         }
         courier_config::cluster::HealthCheckCodec::Http2 => {
@@ -339,22 +454,91 @@ where
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
                     .await
             else {
-                return Verdict::Fail;
+                return Verdict::NETWORK;
             };
             tokio::spawn(conn);
             match send.send_request(req).await {
-                Ok(r) => r.status().as_u16(),
-                Err(_) => return Verdict::Fail,
+                Ok(r) => r,
+                Err(_) => return Verdict::NETWORK,
             }
         }
     };
+    let status = resp.status().as_u16();
+    // The body's first `response_buffer_size` bytes must hold the `receive`
+    // payloads; a mismatch fails at once, before the status is looked at.
+    if !h.receive.is_empty() {
+        let Some(body) = body_prefix(resp.into_body(), h.response_buffer_size).await else {
+            return Verdict::NETWORK;
+        };
+        if !payloads_match(&h.receive, &body) {
+            return Verdict::active(status);
+        }
+    }
     let within = |ranges: &[std::ops::Range<u16>]| ranges.iter().any(|r| r.contains(&status));
     if within(&h.expected_statuses) {
         Verdict::Pass
     } else if within(&h.retriable_statuses) {
-        Verdict::Fail
+        Verdict::Fail {
+            failure: FailureType::Active,
+            retriable: true,
+            status,
+        }
     } else {
-        Verdict::FailNow
+        Verdict::active(status)
+    }
+}
+
+/// The first `limit` bytes of a response body (all of it when `limit` is 0);
+/// `None` when the body fails before its end.
+async fn body_prefix(mut body: hyper::body::Incoming, limit: u64) -> Option<Vec<u8>> {
+    let mut got = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.ok()?.into_data() else {
+            continue;
+        };
+        let room = if limit == 0 {
+            data.len()
+        } else {
+            (limit as usize).saturating_sub(got.len()).min(data.len())
+        };
+        got.extend_from_slice(&data[..room]);
+    }
+    Some(got)
+}
+
+/// Bytes a TCP check holds while it searches them (Envoy's default connection
+/// buffer limit).
+const TCP_READ_LIMIT: usize = 1 << 20;
+
+/// A TCP check: `send` written, then bytes read until they hold every `receive`
+/// payload in order (Envoy keeps reading until then or the timeout). A peer that
+/// closes first fails the check; no payload expected passes on connect. Past
+/// [`TCP_READ_LIMIT`] bytes without a match nothing more is read and the check
+/// waits for its timeout, as Envoy's read-disabled connection does.
+async fn tcp<T>(t: &TcpHealthCheck, mut io: T) -> Verdict
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    if !t.send.is_empty() && io.write_all(&t.send).await.is_err() {
+        return Verdict::NETWORK;
+    }
+    if t.receive.is_empty() {
+        return Verdict::Pass;
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        if got.len() >= TCP_READ_LIMIT {
+            return std::future::pending().await;
+        }
+        match io.read(&mut buf).await {
+            Ok(0) | Err(_) => return Verdict::NETWORK,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if payloads_match(&t.receive, &got) {
+            return Verdict::Pass;
+        }
     }
 }
 
@@ -371,7 +555,7 @@ where
     let Ok((mut send, conn)) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp)).await
     else {
-        return Verdict::Fail;
+        return Verdict::NETWORK;
     };
     tokio::spawn(conn);
     // HealthCheckRequest { service = 1 }, in a gRPC frame.
@@ -405,16 +589,18 @@ where
         .header(header::USER_AGENT, "Envoy/HC")
         .body(Full::new(Bytes::from(frame)))
     else {
-        return Verdict::Fail;
+        return Verdict::NETWORK;
     };
     let Ok(resp) = send.send_request(req).await else {
-        return Verdict::Fail;
+        return Verdict::NETWORK;
     };
+    // Any answer but SERVING is an active failure, unhealthy at once (Envoy maps a
+    // non-200 status to a gRPC status and fails the check as ACTIVE).
     if resp.status() != http::StatusCode::OK {
-        return Verdict::Fail;
+        return Verdict::active(0);
     }
     let Ok(body) = resp.into_body().collect().await else {
-        return Verdict::Fail;
+        return Verdict::NETWORK;
     };
     let grpc_ok = body
         .trailers()
@@ -428,6 +614,6 @@ where
     if grpc_ok && serving {
         Verdict::Pass
     } else {
-        Verdict::Fail
+        Verdict::active(0)
     }
 }

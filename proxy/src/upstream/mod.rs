@@ -9,6 +9,7 @@ pub mod circuit;
 pub mod client;
 pub mod dns;
 pub mod health_check;
+pub mod health_event;
 pub mod host;
 pub mod keepalive;
 pub mod lazy;

@@ -36,11 +36,12 @@ use tonic::transport::Channel;
 /// How often `path_config_source` files are checked for a change.
 const FILE_POLL: Duration = Duration::from_millis(200);
 
-/// Applies accepted CDS, EDS, RDS and LDS updates to the running data plane.
+/// Applies accepted CDS, EDS, RDS, LDS and RTDS updates to the running data plane.
 struct Apply {
     snapshot: Arc<ArcSwap<Snapshot>>,
     cds: Arc<cds::Cds>,
     lds: Arc<lds::Lds>,
+    runtime: Arc<crate::admin::runtime::RuntimeAdmin>,
 }
 
 /// An update of at least this many resources hands the memory its decode
@@ -62,6 +63,19 @@ impl Consumer for Apply {
                 verdict
             }
             ResourceType::Listener => self.lds.listeners(u),
+            ResourceType::Runtime => {
+                // Checked key by key when translated: what arrives here applies.
+                let upserts = u
+                    .upserts
+                    .iter()
+                    .filter_map(|up| match &*up.resource {
+                        Resource::Runtime(r) => Some((up.name.clone(), r.values.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                self.runtime.rtds_update(upserts, &u.removed);
+                Verdict::accept()
+            }
         }
     }
 }
@@ -299,6 +313,7 @@ pub fn start(
     snapshot: &Arc<ArcSwap<Snapshot>>,
     clusters: &Arc<ClusterManager>,
     registry: &Arc<crate::accept::listeners::Registry>,
+    runtime: &Arc<crate::admin::runtime::RuntimeAdmin>,
 ) -> Result<Option<Xds>, String> {
     let resolve = Clusters(Arc::clone(clusters));
     let mut sources: Vec<(ResourceType, ConfigSource)> = Vec::new();
@@ -347,6 +362,18 @@ pub fn start(
         // Listeners arriving over LDS get their routes over ADS likewise.
         follow_over_ads(bootstrap, &mut sources, ResourceType::RouteConfig, ls);
     }
+    // Each RTDS layer subscribes to its `Runtime` resource by name. `/ready`
+    // waits for the first RTDS answer (whatever it says) as for the other
+    // types' initial fetch; static listeners serve meanwhile with the static
+    // layers' values (Envoy starts its workers after initialization).
+    let rtds: BTreeSet<String> = bootstrap
+        .runtime
+        .rtds_layers()
+        .map(|(name, source)| {
+            sources.push((ResourceType::Runtime, source.clone()));
+            name.to_string()
+        })
+        .collect();
     if sources.is_empty() {
         return Ok(None);
     }
@@ -406,6 +433,7 @@ pub fn start(
             Interest::Names(cds.initial_eds_interest()),
         ),
         (ResourceType::RouteConfig, Interest::Names(rds.clone())),
+        (ResourceType::Runtime, Interest::Names(rtds)),
     ];
     let lds = Arc::new(lds::Lds::new(
         Arc::clone(registry),
@@ -419,6 +447,7 @@ pub fn start(
         snapshot: Arc::clone(snapshot),
         cds: Arc::clone(&cds),
         lds: Arc::clone(&lds),
+        runtime: Arc::clone(runtime),
     };
     let client = Client::start(config, Arc::new(consumer));
     cds.handle.store(Some(Arc::new(client.handle())));
@@ -433,7 +462,8 @@ pub fn start(
 /// `update_attempt`, `update_success`, `update_rejected` (CDS and LDS under
 /// Envoy's `cluster_manager.cds.` and `listener_manager.lds.`; EDS and RDS,
 /// which Envoy counts per cluster and per route config, summed under
-/// `cluster_manager.eds.` and `http.rds.`).
+/// `cluster_manager.eds.` and `http.rds.`; RTDS under `runtime.`, where Envoy
+/// counts every RTDS layer's subscription too).
 pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Sample>) {
     out.push((
         "control_plane.connected_state".into(),
@@ -445,6 +475,7 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
             ResourceType::Listener => "listener_manager.lds",
             ResourceType::Endpoints => "cluster_manager.eds",
             ResourceType::RouteConfig => "http.rds",
+            ResourceType::Runtime => "runtime",
         };
         if !handle.delivers(t) {
             continue;

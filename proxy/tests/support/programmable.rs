@@ -32,6 +32,8 @@ pub enum Act {
     Gate,
     /// Answer with this status and these headers.
     WithHeaders(u16, Vec<(&'static str, String)>),
+    /// Answer with this status and body.
+    Body(u16, &'static str),
 }
 
 /// What one request looked like.
@@ -43,6 +45,10 @@ pub struct Seen {
     pub body: Bytes,
     /// Its headers.
     pub headers: http::HeaderMap,
+    /// Its method.
+    pub method: http::Method,
+    /// Its path.
+    pub path: String,
 }
 
 /// The upstream's record.
@@ -126,9 +132,15 @@ async fn serve(req: Request<Incoming>, log: &Log, decide: &Decide) -> Response<F
         attempt,
         body,
         headers: parts.headers.clone(),
+        method: parts.method.clone(),
+        path: parts.uri.path().to_string(),
     });
     let resp = match act {
         Act::Status(s) => Response::builder().status(s).body(Full::default()).unwrap(),
+        Act::Body(s, body) => Response::builder()
+            .status(s)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap(),
         Act::Stall(d) => {
             tokio::time::sleep(d).await;
             Response::new(Full::new(Bytes::from_static(b"late")))

@@ -1,6 +1,7 @@
 """An ADS control plane on grpcio + xds-protos (code courier's team did not
 write) for proxy/tests/xds_python.rs: it serves, State-of-the-World and Delta,
-whatever resources the test gives it.
+whatever resources the test gives it, over ADS and (for RTDS) the Runtime
+service's own stream.
 
 stdin, one JSON object per line:
   {"op": "set", "type": TYPE_URL, "items": [[NAME, BASE64], ...]}
@@ -33,6 +34,7 @@ from envoy.extensions.filters.network.http_connection_manager.v3 import (  # noq
     http_connection_manager_pb2,
 )
 from envoy.service.discovery.v3 import ads_pb2_grpc, discovery_pb2
+from envoy.service.runtime.v3 import rtds_pb2, rtds_pb2_grpc
 from google.protobuf import any_pb2
 
 CLASSES = {
@@ -41,6 +43,7 @@ CLASSES = {
     "type.googleapis.com/envoy.config.cluster.v3.Cluster": cluster_pb2.Cluster,
     "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment":
         endpoint_pb2.ClusterLoadAssignment,
+    "type.googleapis.com/envoy.service.runtime.v3.Runtime": rtds_pb2.Runtime,
 }
 
 LOCK = threading.Lock()
@@ -154,9 +157,20 @@ class Ads(ads_pb2_grpc.AggregatedDiscoveryServiceServicer):
         yield from self.serve(requests, True)
 
 
+class Rtds(rtds_pb2_grpc.RuntimeDiscoveryServiceServicer):
+    """RTDS on its own stream: the ADS streams' answers for the Runtime type."""
+
+    def StreamRuntime(self, requests, context):
+        yield from Ads().serve(requests, False)
+
+    def DeltaRuntime(self, requests, context):
+        yield from Ads().serve(requests, True)
+
+
 def main():
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
     ads_pb2_grpc.add_AggregatedDiscoveryServiceServicer_to_server(Ads(), server)
+    rtds_pb2_grpc.add_RuntimeDiscoveryServiceServicer_to_server(Rtds(), server)
     port = server.add_insecure_port(f"127.0.0.1:{sys.argv[1] if len(sys.argv) > 1 else 0}")
     server.start()
     print(f"PORT {port}", flush=True)

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod lds;
+pub mod rtds;
 
 use crate::support::*;
 use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress, address, socket_address};
@@ -22,6 +23,9 @@ use envoy_types::pb::envoy::service::discovery::v3::aggregated_discovery_service
 };
 use envoy_types::pb::envoy::service::discovery::v3::{
     DeltaDiscoveryRequest, DeltaDiscoveryResponse, DiscoveryRequest, DiscoveryResponse, Resource,
+};
+use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_server::{
+    RuntimeDiscoveryService, RuntimeDiscoveryServiceServer,
 };
 use envoy_types::pb::google::protobuf::Any;
 use http::Request;
@@ -205,6 +209,35 @@ impl AggregatedDiscoveryService for Cp {
     }
 }
 
+/// RTDS on its own stream (`api_config_source` naming the `Runtime` service):
+/// the same answers as the ADS streams give, for the type the requests name.
+#[tonic::async_trait]
+impl RuntimeDiscoveryService for Cp {
+    type StreamRuntimeStream = Out<DiscoveryResponse>;
+    type DeltaRuntimeStream = Out<DeltaDiscoveryResponse>;
+
+    async fn stream_runtime(
+        &self,
+        request: tonic::Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamRuntimeStream>, Status> {
+        self.stream_aggregated_resources(request).await
+    }
+
+    async fn delta_runtime(
+        &self,
+        request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaRuntimeStream>, Status> {
+        self.delta_aggregated_resources(request).await
+    }
+
+    async fn fetch_runtime(
+        &self,
+        _request: tonic::Request<DiscoveryRequest>,
+    ) -> Result<tonic::Response<DiscoveryResponse>, Status> {
+        Err(Status::unimplemented("REST-style fetch"))
+    }
+}
+
 pub struct ControlPlane {
     pub addr: SocketAddr,
     pub state: watch::Sender<(u64, Arc<Resources>)>,
@@ -266,10 +299,12 @@ impl ControlPlane {
     pub async fn listen(&mut self) {
         let l = TcpListener::bind(self.addr).await.unwrap();
         self.addr = l.local_addr().unwrap();
-        let cp = AggregatedDiscoveryServiceServer::new(Cp {
+        let inner = Cp {
             state: self.state.subscribe(),
             requests: self.req_tx.clone(),
-        });
+        };
+        let rtds = RuntimeDiscoveryServiceServer::new(inner.clone());
+        let cp = AggregatedDiscoveryServiceServer::new(inner);
         let conns = Arc::clone(&self.tasks);
         let tls = self.tls.clone();
         let accept = tokio::spawn(async move {
@@ -277,10 +312,20 @@ impl ControlPlane {
                 let Ok((s, _)) = l.accept().await else {
                     continue;
                 };
-                let cp = cp.clone();
+                let (cp, rtds) = (cp.clone(), rtds.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let mut cp = cp.clone();
-                    async move { cp.call(req).await }
+                    let (mut cp, mut rtds) = (cp.clone(), rtds.clone());
+                    async move {
+                        if req
+                            .uri()
+                            .path()
+                            .starts_with("/envoy.service.runtime.v3.RuntimeDiscoveryService/")
+                        {
+                            rtds.call(req).await
+                        } else {
+                            cp.call(req).await
+                        }
+                    }
                 });
                 let tls = tls.clone();
                 let conn = tokio::spawn(async move {

@@ -58,7 +58,10 @@ fn health_checks() {
         }]
     );
     assert_eq!(http.request_headers_to_remove, ["user-agent"]);
-    assert_eq!(c.health_checks[1].kind, HealthCheckKind::TcpConnect);
+    assert_eq!(
+        c.health_checks[1].kind,
+        HealthCheckKind::Tcp(Default::default())
+    );
 
     let c = cluster(&with_ep(
         "  http2_protocol_options: {}\n  health_checks: [{timeout: 1s, interval: 5s, unhealthy_threshold: 1, healthy_threshold: 1, grpc_health_check: {service_name: s}}]\n",
@@ -132,11 +135,12 @@ fn health_check_errors() {
     );
     assert_eq!(
         errors(&with_ep(
-            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {send: {text: '00'}}}]\n"
+            "  health_checks: [{timeout: 1s, interval: 1s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {send: {text: 'zz'}, receive: [{}]}}]\n"
         )),
-        [format!(
-            "{p}[0].tcp_health_check.send: send is not supported"
-        )]
+        [
+            format!("{p}[0].tcp_health_check.send.text: invalid hex string \"zz\""),
+            format!("{p}[0].tcp_health_check.receive[0]: one of text or binary is required"),
+        ]
     );
     assert_eq!(
         errors(&with_ep(
@@ -328,4 +332,48 @@ fn http2_connection_keepalive() {
         let errs = errors(&with_ep(&h2(k)));
         assert!(errs.iter().any(|e| e.ends_with(want)), "{k}: {errs:?}");
     }
+}
+
+#[test]
+fn health_check_payloads_match_in_order() {
+    use crate::cluster::payloads_match;
+    let pp = |v: &[&str]| v.iter().map(|s| s.as_bytes().to_vec()).collect::<Vec<_>>();
+    assert!(payloads_match(&pp(&["pi", "po"]), b"<pi-ng> then po-ng!"));
+    assert!(!payloads_match(&pp(&["pi", "po"]), b"po-ng then pi-ng"));
+    // Not overlapping: "abab" holds "ab" twice, "aba" once.
+    assert!(payloads_match(&pp(&["ab", "ab"]), b"abab"));
+    assert!(!payloads_match(&pp(&["aba", "ba"]), b"abab"));
+    assert!(payloads_match(&pp(&[]), b""));
+    assert!(!payloads_match(&pp(&["x"]), b""));
+}
+
+#[test]
+fn health_check_payloads_translate() {
+    let c = cluster(&with_ep(
+        "  health_checks:
+  - timeout: 1s
+    interval: 1s
+    unhealthy_threshold: 1
+    healthy_threshold: 1
+    tcp_health_check: {send: {text: '70696E67'}, receive: [{binary: cG9uZw==}]}
+  - timeout: 1s
+    interval: 1s
+    unhealthy_threshold: 1
+    healthy_threshold: 1
+    http_health_check: {path: /h, method: PUT, send: {binary: cGluZw==}, receive: [{text: '6f6b'}], response_buffer_size: 0}
+",
+    ));
+    assert_eq!(
+        c.health_checks[0].kind,
+        HealthCheckKind::Tcp(crate::cluster::TcpHealthCheck {
+            send: b"ping".to_vec(),
+            receive: vec![b"pong".to_vec()],
+        })
+    );
+    let HealthCheckKind::Http(h) = &c.health_checks[1].kind else {
+        panic!("http check");
+    };
+    assert_eq!(h.send.as_deref(), Some(&b"ping"[..]));
+    assert_eq!(h.receive, [b"ok".to_vec()]);
+    assert_eq!(h.response_buffer_size, 0);
 }
