@@ -286,6 +286,25 @@ mod tests {
     }
 
     #[test]
+    fn opentelemetry_flush_settings_apply_from_any_layer() {
+        let rt = RuntimeAdmin::new(&runtime(serde_json::json!([
+            {"name": "static", "static_layer": {"tracing.opentelemetry.min_flush_spans": 7}},
+            {"name": "admin", "admin_layer": {}},
+        ])));
+        rt.apply();
+        assert_eq!(crate::trace::export::flush_settings(), (7, 5000));
+        let r = rt.modify("tracing.opentelemetry.flush_interval_ms=250");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(crate::trace::export::flush_settings(), (7, 250));
+        assert_eq!(
+            rt.modify("tracing.opentelemetry.min_flush_spans=x")
+                .status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(crate::trace::export::flush_settings(), (7, 250));
+    }
+
+    #[test]
     fn refuses_what_it_cannot_apply_all_or_none() {
         let rt = RuntimeAdmin::new(&runtime(
             serde_json::json!([{"name": "a", "admin_layer": {}}]),

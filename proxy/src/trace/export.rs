@@ -41,6 +41,15 @@ pub fn set_flush(min_spans: u64, interval_ms: u64) {
     FLUSH_INTERVAL_MS.store(interval_ms.max(1), Ordering::Relaxed);
 }
 
+/// The flush settings in force (`min_flush_spans`, `flush_interval_ms`).
+#[cfg(test)]
+pub fn flush_settings() -> (u64, u64) {
+    (
+        MIN_FLUSH_SPANS.load(Ordering::Relaxed),
+        FLUSH_INTERVAL_MS.load(Ordering::Relaxed),
+    )
+}
+
 /// Marks that an OpenTelemetry tracer is configured (its stats show from then on).
 pub fn configured() {
     if !OTEL_CONFIGURED.load(Ordering::Relaxed) {
