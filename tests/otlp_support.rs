@@ -139,12 +139,18 @@ pub fn upstream() -> (SocketAddr, mpsc::Receiver<Seen>) {
                         request_id: h("x-request-id"),
                     });
                     let status = h("x-status").and_then(|s| s.parse().ok()).unwrap_or(200);
+                    // `x-grpc-status` answers as a gRPC server would, in the headers.
+                    let grpc = h("x-grpc-status");
                     async move {
+                        let mut b = Response::builder().status(status);
+                        if let Some(code) = grpc {
+                            b = b
+                                .header("content-type", "application/grpc")
+                                .header("grpc-status", code)
+                                .header("grpc-message", "nope");
+                        }
                         Ok::<_, hyper::Error>(
-                            Response::builder()
-                                .status(status)
-                                .body(Full::new(Bytes::from_static(b"hello")))
-                                .unwrap(),
+                            b.body(Full::new(Bytes::from_static(b"hello"))).unwrap(),
                         )
                     }
                 });

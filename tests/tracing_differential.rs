@@ -13,6 +13,9 @@
 //! - resource `telemetry.sdk.*`: courier says `courier` / `rust` / its version
 //!   (Envoy: `envoy` / `cpp` / its build).
 //!
+//! Not compared here (README): with retries Envoy sends one CLIENT span per attempt,
+//! courier one per request.
+//!
 //! ```text
 //! cargo build -p courier
 //! COURIER_ENVOY=/work/main/.venv/bin/envoy cargo test -p courier-tests --test tracing_differential -- --nocapture
@@ -101,7 +104,7 @@ fn yaml(hcm: &str, up: SocketAddr, otel: SocketAddr) -> String {
 fn get(p: &Proxy, path: &str, headers: &[(&str, &str)]) -> client::Response {
     // `/post` carries a body (`request_size`); `/h2` goes over h2c.
     let post = path == "/post";
-    let protocol = if path == "/h2" {
+    let protocol = if path == "/h2" || path.starts_with("/grpc") {
         Protocol::H2c
     } else {
         Protocol::Http1
@@ -179,6 +182,16 @@ const REQUESTS: &[(&str, &[(&str, &str)])] = &[
     ("/direct", &[]),
     ("/post", &[("x-client-trace-id", "p")]),
     ("/h2", &[]),
+    // gRPC: Envoy's `grpc.*` tags from the request and the answer.
+    (
+        "/grpc.Svc/Call",
+        &[
+            ("content-type", "application/grpc"),
+            ("grpc-timeout", "1S"),
+            ("te", "trailers"),
+            ("x-grpc-status", "7"),
+        ],
+    ),
     // The route's `tracing`: its random_sampling (0) replaces the manager's; its tags
     // add to the manager's (and win by name).
     ("/rt-random", &[]),

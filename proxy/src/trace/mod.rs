@@ -37,6 +37,15 @@ const DOWNSTREAM_CLUSTER: HeaderName =
     HeaderName::from_static("x-envoy-downstream-service-cluster");
 const ORIGINAL_PATH: HeaderName = HeaderName::from_static("x-envoy-original-path");
 const FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+
+/// A gRPC content type (`application/grpc`, `+proto` and the like).
+fn is_grpc(ct: &str) -> bool {
+    ct.strip_prefix("application/grpc")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('+') || rest.starts_with(';'))
+}
 
 /// The span flags Envoy sets: the "is remote" bit is known (0x100), the parent is
 /// remote (0x200), sampled (0x01).
@@ -470,6 +479,16 @@ impl Span {
             if (500..600).contains(&status) {
                 set(attrs, "error", "true".into());
             }
+            // Envoy's `onUpstreamResponseHeaders` / `...Trailers`: the gRPC status
+            // and message of the answer, wherever it carries them.
+            for map in std::iter::once(&resp.headers).chain(resp.trailers.as_ref()) {
+                if let Some(code) = map.get(&GRPC_STATUS).and_then(|v| v.to_str().ok()) {
+                    set(attrs, "grpc.status_code", code.into());
+                    if let Some(m) = map.get(&GRPC_MESSAGE).and_then(|v| v.to_str().ok()) {
+                        set(attrs, "grpc.message", m.into());
+                    }
+                }
+            }
         };
         let mut spans = Vec::with_capacity(2);
         if let Some(u) = &self.upstream
@@ -535,6 +554,17 @@ impl Span {
             set(&mut attrs, "peer.address", peer_ip(req.peer));
             if let Some(id) = h(&CLIENT_TRACE_ID) {
                 set(&mut attrs, "guid:x-client-trace-id", id.into());
+            }
+            if let Some(ct) = h(&http::header::CONTENT_TYPE).filter(|ct| is_grpc(ct)) {
+                // Envoy's `addGrpcRequestTags`.
+                let path = req.uri.path_and_query().map_or("", |p| p.as_str());
+                set(&mut attrs, "grpc.path", path.into());
+                let host = crate::request::conn::authority_of(&req.uri, &req.headers);
+                set(&mut attrs, "grpc.authority", host.unwrap_or("").into());
+                set(&mut attrs, "grpc.content_type", ct.into());
+                if let Some(t) = h(&GRPC_TIMEOUT) {
+                    set(&mut attrs, "grpc.timeout", t.into());
+                }
             }
             for kv in &self.tags {
                 // Replacing a tag of the same name, as Envoy's `setTag`.
