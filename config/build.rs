@@ -67,6 +67,10 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
     "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
     "envoy.extensions.regex_engines.v3.GoogleRE2",
+    "envoy.config.trace.v3.OpenTelemetryConfig",
+    "envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig",
+    "envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig",
+    "envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig",
     // Well-known types an `Any` may carry.
     "google.protobuf.Empty",
     "google.protobuf.Struct",

@@ -316,15 +316,21 @@ fn what_pipe_listeners_do_not_serve_is_refused_with_its_path() {
         err.contains("static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0]: envoy.filters.http.rbac (it matches on or sends the peer's IP address) on a pipe listener is not served yet"),
         "{err}"
     );
-    // `--mode validate` checks the config only: it loads.
+    // `--mode validate` says the config is valid (Envoy's verdict) but fails,
+    // since courier could not serve it.
     let out = std::process::Command::new(courier_bin())
         .args(["--mode", "validate", "-c"])
         .arg(&config)
         .output()
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        err.contains("is valid, but courier cannot serve it yet"),
+        "{err}"
+    );
+    assert!(
+        err.contains("filter chain matching on a pipe listener is not served yet"),
+        "{err}"
     );
 }

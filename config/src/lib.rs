@@ -33,6 +33,7 @@ pub mod runtime;
 pub mod snapshot;
 mod support;
 pub mod tls;
+pub mod tracing;
 
 pub use bootstrap::Bootstrap;
 pub use ctx::Ctx;

@@ -41,6 +41,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::filters::SUPPORT,
         crate::overload::SUPPORT,
         crate::runtime::SUPPORT,
+        crate::tracing::SUPPORT,
     ];
     let mut table: HashMap<&'static str, Vec<&'static str>> = HashMap::new();
     for (message, fields) in tables.iter().flat_map(|t| t.iter().copied()) {

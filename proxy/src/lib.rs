@@ -18,6 +18,7 @@ mod filter_chain;
 mod l4;
 mod request;
 mod router;
+mod trace;
 mod upstream;
 
 // Support, below every stage.

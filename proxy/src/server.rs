@@ -82,6 +82,26 @@ impl Shared {
 pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     // Before any worker serves: the codec reads it per connection.
     crate::codec::h1_check::set_reject_fragment(bootstrap.runtime.reject_path_with_fragment);
+    crate::trace::export::set_flush(
+        bootstrap.runtime.otel_min_flush_spans,
+        bootstrap.runtime.otel_flush_interval_ms,
+    );
+    crate::trace::set_node(
+        &bootstrap.node.id,
+        bootstrap
+            .node
+            .locality
+            .as_ref()
+            .map_or("", |l| l.1.as_str()),
+    );
+    if bootstrap.listeners.iter().any(|l| {
+        l.filter_chains.iter().any(|fc| {
+            fc.hcm()
+                .is_some_and(|h| h.tracing.as_ref().is_some_and(|t| t.provider.is_some()))
+        })
+    }) {
+        crate::trace::export::configured();
+    }
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
     // Certificates and keys are checked here, before any socket is bound.
     let tls = Arc::new(ServerConfigs::build(

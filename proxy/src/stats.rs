@@ -3,6 +3,7 @@
 
 pub mod edge;
 pub mod h2_floods;
+pub mod trace;
 
 use arc_swap::ArcSwap;
 pub use edge::EdgeStats;
@@ -71,6 +72,8 @@ pub struct HcmStats {
     pub ws_on_non_ws_route: Counter,
     /// Edge protections (`downstream_rq_overload_close`, path normalisation, underscores).
     pub edge: EdgeStats,
+    /// Tracing decisions (`tracing.*`).
+    pub tracing: trace::TracingStats,
 }
 
 impl HcmStats {
@@ -324,6 +327,9 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
             for (stat, v) in s.edge.samples() {
                 add(stat, v);
             }
+            for (stat, v) in s.tracing.samples() {
+                add(stat, v);
+            }
         }
         for (name, c) in &w.clusters {
             cluster_values(c, &mut |stat, v| {
@@ -333,6 +339,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     }
     out.extend(crate::overload::get().samples());
     out.extend(h2_floods::samples());
+    out.extend(trace::otel_samples());
     out.into_iter().collect()
 }
 
@@ -381,6 +388,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
             s.rq_redirect.reset();
             s.ws_on_non_ws_route.reset();
             s.rq_xx.iter().for_each(Counter::reset);
+            s.tracing.counters().into_iter().for_each(Counter::reset);
         }
         for (_, c) in &w.clusters {
             let counters = [
@@ -402,6 +410,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
             c.rq_xx.iter().for_each(Counter::reset);
         }
     }
+    trace::reset_otel();
 }
 
 /// Renders samples in Envoy's `/stats` text form (`name: value`).

@@ -169,6 +169,11 @@ async fn serve(setup: WorkerSetup) {
     }
     let _ = setup.ready.send(Ok(()));
 
+    // This worker's OpenTelemetry exporter (spans go out through its own pools).
+    crate::trace::export::start(crate::upstream::client::ClusterClient::new(Arc::clone(
+        &setup.clusters,
+    )));
+
     // Pools of replaced or removed clusters and hosts are drained in the background.
     let sweeper = {
         let clusters = Arc::clone(&setup.clusters);
@@ -215,6 +220,10 @@ async fn serve(setup: WorkerSetup) {
     let _ = tokio::time::timeout(setup.drain_time, drained).await;
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
+    // Spans too: their export calls get a moment before the runtime stops.
+    if crate::trace::export::flush_at_exit() {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
 }
 
 #[derive(Clone)]

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 /// Fields of the connection-manager messages courier implements.
 ///
-/// `HttpFilter` is the filters module's; `tracing`, `scoped_routes`, `via`,
+/// `HttpFilter` is the filters module's, `Tracing` the tracing module's; `scoped_routes`, `via`,
 /// `local_reply_config`, the client-certificate forwarding options and the
 /// other extension points are refused by their absence.
 pub(crate) const SUPPORT: &[Support] = &[
@@ -55,6 +55,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "strip_matching_host_port",
             "strip_any_host_port",
             "proxy_100_continue",
+            "tracing",
         ],
     ),
     (
@@ -266,6 +267,8 @@ pub struct HttpConnectionManager {
     /// Its listener's `bypass_overload_manager`: the overload manager's actions
     /// (refused requests, keep-alive off, reduced timeouts) do not apply.
     pub bypass_overload_manager: bool,
+    /// `tracing`: sampling decisions and spans (none: no tracing).
+    pub tracing: Option<crate::tracing::Tracing>,
 }
 
 /// Translates an `HttpConnectionManager`.
@@ -416,6 +419,10 @@ pub fn translate(
         proxy_100_continue: h.proxy_100_continue,
         // Set by the listener (listener::translate).
         bypass_overload_manager: false,
+        tracing: h
+            .tracing
+            .as_ref()
+            .map(|t| crate::tracing::translate(t, &path.field("tracing"), ctx)),
     };
     Some(hcm)
 }

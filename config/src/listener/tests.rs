@@ -331,10 +331,10 @@ fn hcm_errors() {
         "upgrade_configs": [{"upgrade_type": "websocket"}, {"upgrade_type": "WebSocket"}],
         "drain_timeout": "-1s",
         "via": "courier",
-        "tracing": {},
+        "tracing": {"verbose": true},
     })));
     let want = [
-        format!("{HCM}.tracing: tracing is not supported"),
+        format!("{HCM}.tracing.verbose: verbose is not supported"),
         format!(
             "{HCM}.http_protocol_options.allow_chunked_length: allow_chunked_length is not supported"
         ),

@@ -42,6 +42,8 @@ pub struct Route {
     /// Request body buffer limit for this route (retries, filters), overriding the
     /// virtual host's and the listener's.
     pub request_body_buffer_limit: Option<u64>,
+    /// `tracing`: the route's sampling and tags, used when the connection manager traces.
+    pub tracing: Option<std::sync::Arc<crate::tracing::RouteTracing>>,
 }
 
 impl Route {
@@ -116,5 +118,9 @@ pub(crate) fn route(
             r.per_request_buffer_limit_bytes.as_ref(),
             r.request_body_buffer_limit.as_ref(),
         ),
+        tracing: r
+            .tracing
+            .as_ref()
+            .map(|t| std::sync::Arc::new(crate::tracing::route(t, &path.field("tracing"), ctx))),
     })
 }

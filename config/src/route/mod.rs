@@ -96,6 +96,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "response_headers_to_remove",
             "per_request_buffer_limit_bytes",
             "request_body_buffer_limit",
+            "tracing",
         ],
     ),
     (

@@ -19,6 +19,11 @@ pub enum Meaning {
     /// `envoy.reloadable_features.http_reject_path_with_fragment`: a request
     /// target with a `#fragment` is refused (400), or the fragment stripped.
     RejectPathWithFragment(bool),
+    /// `tracing.opentelemetry.min_flush_spans`: an OpenTelemetry tracer exports when
+    /// this many spans wait (Envoy's default 5).
+    OtelMinFlushSpans(u64),
+    /// `tracing.opentelemetry.flush_interval_ms`: and on this timer (default 5000).
+    OtelFlushIntervalMs(u64),
 }
 
 /// Why a key or its value is refused.
@@ -91,6 +96,12 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     }
     if key == "re2.max_program_size.error_level" || key == "re2.max_program_size.warn_level" {
         return re2_program_size(key, value);
+    }
+    if key == "tracing.opentelemetry.min_flush_spans" {
+        return integer(value).map(Meaning::OtelMinFlushSpans);
+    }
+    if key == "tracing.opentelemetry.flush_interval_ms" {
+        return integer(value).map(Meaning::OtelFlushIntervalMs);
     }
     if key == "envoy.reloadable_features.http_reject_path_with_fragment" {
         return boolean(value).map(Meaning::RejectPathWithFragment);

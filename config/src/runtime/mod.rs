@@ -70,6 +70,10 @@ pub struct Runtime {
     /// `envoy.reloadable_features.http_reject_path_with_fragment` (Envoy
     /// 1.40's default: on).
     pub reject_path_with_fragment: bool,
+    /// `tracing.opentelemetry.min_flush_spans` (Envoy's default: 5).
+    pub otel_min_flush_spans: u64,
+    /// `tracing.opentelemetry.flush_interval_ms` (Envoy's default: 5000).
+    pub otel_flush_interval_ms: u64,
 }
 
 impl Default for Runtime {
@@ -79,6 +83,8 @@ impl Default for Runtime {
             listener_connection_limits: HashMap::new(),
             global_downstream_max_connections: None,
             reject_path_with_fragment: true,
+            otel_min_flush_spans: 5,
+            otel_flush_interval_ms: 5000,
         }
     }
 }
@@ -275,6 +281,8 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
             out.global_downstream_max_connections = Some(n);
         }
         keys::Meaning::RejectPathWithFragment(on) => out.reject_path_with_fragment = on,
+        keys::Meaning::OtelMinFlushSpans(n) => out.otel_min_flush_spans = n,
+        keys::Meaning::OtelFlushIntervalMs(ms) => out.otel_flush_interval_ms = ms,
     }
 }
 

@@ -96,6 +96,8 @@ pub struct Pending {
     pub connection_id: u64,
     /// How far the request body has been read.
     pub request: Arc<RequestProgress>,
+    /// The request's sampled span, finished with the log lines.
+    pub span: Option<Box<crate::trace::Span>>,
 }
 
 /// Holds a request's [`Pending`] while it is answered: if the request is dropped
@@ -158,7 +160,8 @@ pub struct Entry<'a> {
 
 impl Pending {
     /// Renders and buffers the request's lines.
-    pub fn write(self, resp: ResponseSide) {
+    pub fn write(mut self, resp: ResponseSide) {
+        let span = self.span.take();
         let entry = Entry {
             req: &self,
             resp: &resp,
@@ -169,6 +172,9 @@ impl Pending {
         };
         for log in self.logs.get() {
             writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));
+        }
+        if let Some(span) = span {
+            span.finish(&self, &resp, entry.bytes_received);
         }
     }
 }

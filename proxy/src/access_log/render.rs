@@ -323,6 +323,7 @@ mod tests {
             server_name: None,
             connection_id: 7,
             request: Arc::new(RequestProgress::new(true)),
+            span: None,
         }
     }
 

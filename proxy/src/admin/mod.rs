@@ -115,6 +115,7 @@ fn logged(
         server_name: None,
         connection_id: 0,
         request: Arc::new(RequestProgress::new(true)),
+        span: None,
     };
     let side = ResponseSide {
         status: resp.status().as_u16(),

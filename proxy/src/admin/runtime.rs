@@ -8,7 +8,9 @@
 //! again in order and what they mean is applied to the running proxy in one
 //! place ([`RuntimeAdmin::apply`]): connection limits (global and per
 //! listener) and `http_reject_path_with_fragment` take effect for new
-//! connections at once.
+//! connections at once, the OpenTelemetry flush settings
+//! (`tracing.opentelemetry.min_flush_spans` / `flush_interval_ms`) at the next
+//! span and the next tick.
 
 use crate::request::local_reply::{Body, reply};
 use arc_swap::ArcSwap;
@@ -83,6 +85,7 @@ impl RuntimeAdmin {
     pub fn apply(&self) {
         let rt = self.in_force();
         crate::codec::h1_check::set_reject_fragment(rt.reject_path_with_fragment);
+        crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
         crate::overload::get().set_runtime_limits(
             rt.global_downstream_max_connections,
             &rt.listener_connection_limits,
@@ -280,6 +283,25 @@ mod tests {
             rt.show()["entries"]["envoy.reloadable_features.old_flag"]["final_value"],
             "x"
         );
+    }
+
+    #[test]
+    fn opentelemetry_flush_settings_apply_from_any_layer() {
+        let rt = RuntimeAdmin::new(&runtime(serde_json::json!([
+            {"name": "static", "static_layer": {"tracing.opentelemetry.min_flush_spans": 7}},
+            {"name": "admin", "admin_layer": {}},
+        ])));
+        rt.apply();
+        assert_eq!(crate::trace::export::flush_settings(), (7, 5000));
+        let r = rt.modify("tracing.opentelemetry.flush_interval_ms=250");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(crate::trace::export::flush_settings(), (7, 250));
+        assert_eq!(
+            rt.modify("tracing.opentelemetry.min_flush_spans=x")
+                .status(),
+            StatusCode::BAD_REQUEST
+        );
+        assert_eq!(crate::trace::export::flush_settings(), (7, 250));
     }
 
     #[test]

@@ -36,6 +36,29 @@ use std::time::SystemTime;
 use tokio::time::Instant;
 
 const REQUEST_ID: header::HeaderName = header::HeaderName::from_static("x-request-id");
+const FORCE_TRACE: header::HeaderName = header::HeaderName::from_static("x-envoy-force-trace");
+
+/// The request's tracing decision and span, with the route's `tracing` if the route
+/// it selects now has one.
+fn trace_request(
+    t: &courier_config::tracing::Tracing,
+    rc: Option<&Arc<RouteConfig>>,
+    req: &mut Request<Incoming>,
+    info: &ConnInfo,
+    stats: &HcmStats,
+) -> crate::trace::Started {
+    let route = rc
+        .and_then(|rc| select(rc, &View::of(req)))
+        .and_then(|(_, r)| r.tracing.clone());
+    let traced = crate::trace::decide(t, route.as_deref(), req.headers_mut(), &stats.tracing);
+    crate::trace::start(
+        t,
+        route.as_deref(),
+        traced,
+        (req.uri(), req.headers()),
+        info.listener.traffic_direction,
+    )
+}
 
 /// A request head as the route matcher sees it.
 struct View<'a> {
@@ -145,15 +168,25 @@ pub async fn handle(
             }
             let rc = route_config(hcm, snapshot);
             let internal_only = rc.map_or(&[][..], |rc| &rc.internal_only_headers[..]);
-            let remote = forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
-            let request_id = hcm
-                .always_set_request_id_in_response
-                .then(|| req.headers().get(REQUEST_ID).cloned())
-                .flatten();
+            let (remote, control_headers) =
+                forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
+            let crate::trace::Started { span, inject } = match &hcm.tracing {
+                Some(t) => trace_request(t, rc, &mut req, info, stats),
+                None => crate::trace::Started::default(),
+            };
+            // A sampled span is finished with the log lines.
+            let logging = logging || span.is_some();
+            // Envoy answers with the request id when asked to, or when the request
+            // (still) carries `x-envoy-force-trace`.
+            let request_id = (hcm.always_set_request_id_in_response
+                || (control_headers && req.headers().contains_key(FORCE_TRACE)))
+            .then(|| req.headers().get(REQUEST_ID).cloned())
+            .flatten();
             let to = ReplyTo::of(&req);
             // The log sees the request as the connection manager passed it on.
             let log_progress = logging.then(|| {
-                let pending = pending(&req, info);
+                let mut pending = pending(&req, info);
+                pending.span = span;
                 let progress = (Arc::clone(&pending.request), pending.started);
                 guard.0 = Some(pending);
                 progress
@@ -179,6 +212,7 @@ pub async fn handle(
                 remote,
                 &route_progress,
                 asks_upgrade.then_some(hcm),
+                inject.as_ref(),
             ));
             let mut resp = limits::timed(answer, Arc::clone(&progress), hcm, to, &stats.edge).await;
             // The stream idle timer goes on while an upstream response streams
@@ -242,6 +276,7 @@ fn pending(req: &Request<Incoming>, info: &ConnInfo) -> Pending {
         server_name: info.server_name.clone(),
         connection_id: info.id,
         request: Arc::new(RequestProgress::new(req.body().is_end_stream())),
+        span: None,
     }
 }
 
@@ -274,6 +309,7 @@ async fn respond(
     remote: std::net::IpAddr,
     progress: &Progress,
     upgrades: Option<&HttpConnectionManager>,
+    inject: Option<&(HeaderValue, HeaderValue)>,
 ) -> Response<ResponseBody> {
     let Some(rc) = rc else {
         stats.no_route.inc();
@@ -322,6 +358,11 @@ async fn respond(
                 (req, selected, filtered) = (r, s, Some((chain, state)));
             }
         }
+    }
+    // The trace context goes to the upstream (after the filters, as Envoy's router
+    // injects it).
+    if let Some(values) = inject {
+        crate::trace::inject(req.headers_mut(), values);
     }
     let mut resp = route(
         req,

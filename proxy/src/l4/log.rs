@@ -119,6 +119,7 @@ impl Record {
             server_name: self.server_name.clone(),
             connection_id: self.connection_id,
             request: Arc::new(progress),
+            span: None,
         };
         pending.write(ResponseSide {
             // Envoy's `%RESPONSE_CODE%` of a TCP connection.

@@ -14,11 +14,13 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const INTERNAL: HeaderName = HeaderName::from_static("x-envoy-internal");
 const EXTERNAL_ADDRESS: HeaderName = HeaderName::from_static("x-envoy-external-address");
 
-/// Removed from every request that is not internal.
+/// Removed from every request that is not internal. `x-envoy-force-trace` too, as
+/// Envoy 1.40 (`cleanInternalHeaders`; checked by `tests/tracing_differential.rs`).
 const NOT_INTERNAL: &[&str] = &[
     "x-envoy-decorator-operation",
     "x-envoy-downstream-service-cluster",
     "x-envoy-downstream-service-node",
+    "x-envoy-force-trace",
 ];
 
 /// Envoy's control headers, removed from edge requests (external, with
@@ -32,7 +34,6 @@ const EDGE_STRIPPED: &[&str] = &[
     "x-envoy-upstream-rq-per-try-timeout-ms",
     "x-envoy-upstream-rq-timeout-alt-response",
     "x-envoy-expected-rq-timeout-ms",
-    "x-envoy-force-trace",
     "x-envoy-ip-tags",
     "x-envoy-original-url",
     "x-envoy-hedge-on-per-try-timeout",
@@ -40,13 +41,15 @@ const EDGE_STRIPPED: &[&str] = &[
 
 /// Applies the rules to a request's headers; `internal_only` are the route
 /// config's `internal_only_headers`. Returns the trusted client address (Envoy's
-/// final remote address: the socket peer when the XFF rules yield none).
+/// final remote address: the socket peer when the XFF rules yield none), and
+/// whether the request may still carry Envoy's control headers (`x-envoy-*` kept on
+/// an internal request), so that callers skip looking them up otherwise.
 pub fn mutate_request(
     headers: &mut HeaderMap,
     hcm: &HttpConnectionManager,
     internal_only: &[String],
     conn: &ConnInfo,
-) -> IpAddr {
+) -> (IpAddr, bool) {
     let hops = hcm.xff_num_trusted_hops as usize;
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
     // One pass over the names: most requests carry neither an XFF nor an Envoy
@@ -140,7 +143,7 @@ pub fn mutate_request(
             }
         }
     }
-    match final_remote {
+    let remote = match final_remote {
         Remote::Ip(ip) => ip,
         // A pipe peer has no IP: the unspecified address stands in (the data
         // plane refuses the filters that match on it on pipe listeners).
@@ -148,7 +151,8 @@ pub fn mutate_request(
             .peer
             .ip()
             .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
-    }
+    };
+    (remote, internal && has_envoy)
 }
 
 /// Envoy's final remote address: an IP, a pipe (the socket peer of a pipe
