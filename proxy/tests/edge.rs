@@ -36,7 +36,12 @@ fn edge_bootstrap(dir: &Path, ca: &TestCa, upstream: std::net::SocketAddr) -> st
             "port_value: 8080",
             &format!("port_value: {}", upstream.port()),
         );
-    assert!(!yaml.contains("port_value: 443") && !yaml.contains("port_value: 9090"));
+    // Whole lines: the upstream's ephemeral port may start with 443 or 9090.
+    assert!(
+        !yaml
+            .lines()
+            .any(|l| l.trim() == "port_value: 443" || l.trim() == "port_value: 9090")
+    );
     let path = dir.join("edge.yaml");
     std::fs::write(&path, yaml).unwrap();
     path
