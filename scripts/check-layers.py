@@ -6,7 +6,7 @@ The request path's stages, top to bottom, are modules of the `courier` crate:
     accept > codec, l4 > conn_manager, access_log, trace > filter_chain > router > attempt > upstream
 
 below them the leaf and support modules (request, stats, overload, tls,
-maybe_tls, heap_trim, log_time), and above them the wiring (lib, main, cli,
+maybe_tls, heap_trim, log_time, app_log), and above them the wiring (lib, main, cli,
 server, worker, admin, xds, serve_check, fuzzing), which sees everything.
 
 Rule: a file may name (by a `crate::` or `super::` path) only modules of its own
@@ -28,7 +28,7 @@ STAGES = [
     ["router"],
     ["attempt"],
     ["upstream"],
-    ["request", "stats", "overload", "tls", "maybe_tls", "heap_trim", "log_time"],
+    ["request", "stats", "overload", "tls", "maybe_tls", "heap_trim", "log_time", "app_log"],
 ]
 WIRING = {"lib", "main", "cli", "server", "worker", "admin", "xds", "serve_check", "fuzzing"}
 RANK = {m: i + 1 for i, group in enumerate(STAGES) for m in group}

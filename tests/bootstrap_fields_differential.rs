@@ -276,3 +276,231 @@ fn bootstrap_fields_behave_as_envoy() {
     );
     assert_eq!(e, c);
 }
+
+// ---- application_log_config and the log flags ----
+
+/// Runs `kind` serving `yaml` with `args` until it has logged a while after
+/// admin is up; its log lines (stderr, or the `--log-path` file if given as
+/// `{dir}/app.log`). `Err` with the output when it exits (as a refused config does).
+fn serve_log(kind: Kind, yaml: &str, args: &[&str]) -> Result<Vec<String>, String> {
+    let bin = match kind {
+        Kind::Envoy => envoy_bin().unwrap(),
+        Kind::Courier => courier_bin(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bootstrap.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let admin_path = dir.path().join("admin-address");
+    let stderr = dir.path().join("stderr");
+    let app_log = dir.path().join("app.log");
+    let mut cmd = std::process::Command::new(bin);
+    cmd.arg("-c")
+        .arg(&config)
+        .arg("--admin-address-path")
+        .arg(&admin_path)
+        .args(["--concurrency", "1"])
+        .args(
+            args.iter()
+                .map(|a| a.replace("{dir}", &dir.path().display().to_string())),
+        )
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&stderr).unwrap());
+    if kind == Kind::Envoy {
+        cmd.arg("--use-dynamic-base-id");
+    }
+    let mut child = cmd.spawn().unwrap();
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    // Bounded by count: up to 10 s for admin to come up.
+    for _ in 0..500 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return Err(read(&stderr));
+        }
+        if admin_path.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The listener's and workers' lines come once admin is up.
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = if args.iter().any(|a| a.contains("app.log")) {
+        read(&app_log)
+    } else {
+        read(&stderr)
+    };
+    Ok(log.lines().map(str::to_string).collect())
+}
+
+fn log_bootstrap(app_log_config: &str) -> String {
+    format!(
+        "{app_log_config}{}",
+        bootstrap(&[hcm_listener(
+            "in",
+            "",
+            r#"
+- name: all
+  domains: ["*"]
+  routes: [{ match: { prefix: "/" }, direct_response: { status: 200 } }]
+"#
+        )])
+    )
+}
+
+/// Envoy's default format, as a pattern over one line.
+const DEFAULT_LINE: &str = r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3}\]\[\d+\]\[(trace|debug|info|warning|error|critical)\]\[[a-z_0-9]+\] \[[^\]]*:\d+\] ";
+
+/// The lines of `log` after the last one in the default format (the
+/// bootstrap is loaded before the configured format applies); each must
+/// match `configured`; how many there are.
+fn after_default(kind: Kind, log: &[String], configured: &regex::Regex) -> usize {
+    let default = regex::Regex::new(DEFAULT_LINE).unwrap();
+    let first = log
+        .iter()
+        .position(|l| !default.is_match(l))
+        .unwrap_or(log.len());
+    let rest = &log[first..];
+    for l in rest {
+        assert!(
+            configured.is_match(l),
+            "{kind}: {l:?} is not in the configured format"
+        );
+    }
+    assert!(
+        !rest.is_empty(),
+        "{kind} logged nothing in the configured format: {log:#?}"
+    );
+    rest.len()
+}
+
+#[test]
+fn application_log_formats_as_envoy() {
+    if envoy_bin().is_none() {
+        eprintln!("SKIPPED: no Envoy (set COURIER_ENVOY)");
+        return;
+    }
+    // Istio's text format (every Istio bootstrap).
+    let istio = log_bootstrap(
+        "application_log_config:\n  log_format:\n    text_format: \"%Y-%m-%dT%T.%fZ\\t%l\\tenvoy %n %g:%#\\t%v\\tthread=%t\"\n",
+    );
+    let istio_line = regex::Regex::new(
+        r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z\t(trace|debug|info|warning|error|critical)\tenvoy [a-z_0-9]+ \S+:\d+\t.*\tthread=\d+$",
+    )
+    .unwrap();
+    // A JSON format: flags in string values, other values as they are.
+    let json = log_bootstrap(
+        "application_log_config:\n  log_format:\n    json_format: {Timestamp: \"%Y-%m-%dT%T.%F\", ThreadId: \"%t\", Level: \"%l\", Message: \"%j\", Num: 5, Nested: {Logger: \"%n\"}}\n",
+    );
+    let default = regex::Regex::new(DEFAULT_LINE).unwrap();
+    let flagged = regex::Regex::new(r"^[TDIWEC]\|[a-z_0-9]+\|").unwrap();
+    let timestamp = regex::Regex::new(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}$").unwrap();
+    for kind in [Kind::Envoy, Kind::Courier] {
+        let log = serve_log(kind, &istio, &["-l", "info"]).unwrap();
+        after_default(kind, &log, &istio_line);
+
+        let log = serve_log(kind, &json, &["-l", "info"]).unwrap();
+        let lines: Vec<&String> = log.iter().filter(|l| !default.is_match(l)).collect();
+        assert!(!lines.is_empty(), "{kind}: {log:#?}");
+        for l in lines {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{kind}: {l:?}: {e}"));
+            assert!(
+                timestamp.is_match(v["Timestamp"].as_str().unwrap()),
+                "{kind}: {l}"
+            );
+            assert!(
+                v["ThreadId"].as_str().unwrap().parse::<u64>().is_ok(),
+                "{kind}: {l}"
+            );
+            assert!(
+                ["trace", "debug", "info", "warning", "error", "critical"]
+                    .contains(&v["Level"].as_str().unwrap()),
+                "{kind}: {l}"
+            );
+            assert!(v["Message"].is_string(), "{kind}: {l}");
+            assert_eq!(v["Num"], 5, "{kind}: {l}");
+            assert!(v["Nested"]["Logger"].is_string(), "{kind}: {l}");
+        }
+
+        // --log-format from the first line, to --log-path.
+        let log = serve_log(
+            kind,
+            &log_bootstrap(""),
+            &[
+                "-l",
+                "info",
+                "--log-format",
+                "%L|%n|%v",
+                "--log-path",
+                "{dir}/app.log",
+            ],
+        )
+        .unwrap();
+        assert!(!log.is_empty(), "{kind} wrote nothing to --log-path");
+        for l in &log {
+            assert!(flagged.is_match(l), "{kind}: {l:?}");
+        }
+        // --component-log-level: upstream at debug leaves the rest at warning.
+        let log = serve_log(
+            kind,
+            &log_bootstrap(""),
+            &[
+                "-l",
+                "warning",
+                "--component-log-level",
+                "upstream:debug",
+                "--log-format",
+                "%l %n",
+            ],
+        )
+        .unwrap();
+        for l in &log {
+            let (level, component) = l.split_once(' ').unwrap();
+            assert!(
+                component == "upstream" || !matches!(level, "trace" | "debug" | "info"),
+                "{kind}: {l:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn application_log_refusals_as_envoy() {
+    if envoy_bin().is_none() {
+        eprintln!("SKIPPED: no Envoy (set COURIER_ENVOY)");
+        return;
+    }
+    let text = log_bootstrap("application_log_config: {log_format: {text_format: \"%v\"}}\n");
+    let json_v =
+        log_bootstrap("application_log_config: {log_format: {json_format: {m: \"%v\"}}}\n");
+    let cases: [(&str, &[&str], &str); 4] = [
+        (
+            &text,
+            &["--log-format", "%v"],
+            "Only one of ApplicationLogConfig.log_format or CLI option --log-format can be specified.",
+        ),
+        (
+            &json_v,
+            &[],
+            "Usage of %v is unavailable for JSON log formats",
+        ),
+        (
+            &text,
+            &["--component-log-level", "bogus:debug"],
+            "invalid component specified 'bogus'",
+        ),
+        (
+            &text,
+            &["--component-log-level", "upstream:loud"],
+            "invalid log level specified 'loud'",
+        ),
+    ];
+    for (yaml, args, message) in cases {
+        for kind in [Kind::Envoy, Kind::Courier] {
+            let out = serve_log(kind, yaml, args)
+                .err()
+                .unwrap_or_else(|| panic!("{kind} served with {args:?}"));
+            assert!(out.contains(message), "{kind} {args:?}: {out}");
+        }
+    }
+}

@@ -75,7 +75,17 @@ fn corpus_outcomes_match_the_manifest() {
                 .iter()
                 .any(|(f, q, _)| *f == case.file && q == p)
         }));
-        let as_listed = got.is_subset(&want) && want.difference(&got).all(|p| grown.contains(p));
+        // A refusal at a field inside a listed one is that refusal, narrowed to
+        // the part courier still lacks (HCM `tracing` is served now, its zipkin
+        // provider is not: `tracing.provider.name`).
+        let within = |g: &String, w: &String| {
+            g == w || g.starts_with(&format!("{w}.")) || g.starts_with(&format!("{w}["))
+        };
+        let as_listed = got.iter().all(|g| want.iter().any(|w| within(g, w)))
+            && want
+                .iter()
+                .filter(|w| !got.iter().any(|g| within(g, w)))
+                .all(|p| grown.contains(p));
         let ok = as_listed || alternative.as_ref().is_some_and(|alt| &got == alt);
         let shown = match &result {
             Ok(_) => "accepted".to_string(),

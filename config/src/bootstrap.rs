@@ -27,7 +27,16 @@ pub(crate) const SUPPORT: &[Support] = &[
             "bootstrap_extensions",
             "deferred_stat_options",
             "default_regex_engine",
+            "application_log_config",
         ],
+    ),
+    (
+        "envoy.config.bootstrap.v3.Bootstrap.ApplicationLogConfig",
+        &["log_format"],
+    ),
+    (
+        "envoy.config.bootstrap.v3.Bootstrap.ApplicationLogConfig.LogFormat",
+        &["json_format", "text_format"],
     ),
     (
         "envoy.config.bootstrap.v3.Bootstrap.DeferredStatOptions",
@@ -124,6 +133,10 @@ pub struct Bootstrap {
     /// traffic stats (`cluster.<name>.upstream_*`) exist from its first use
     /// on, not from its creation.
     pub deferred_cluster_stats: bool,
+    /// `application_log_config.log_format`: the spdlog pattern courier's own
+    /// log lines are rendered with once the bootstrap is loaded (a
+    /// `json_format` struct is its JSON text with the flags inside).
+    pub application_log_format: Option<String>,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -214,6 +227,10 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     if let Some(e) = &bs.default_regex_engine {
         default_regex_engine(e, &root.field("default_regex_engine"), ctx);
     }
+    let application_log_format = bs
+        .application_log_config
+        .as_ref()
+        .and_then(|a| application_log_format(a, &root.field("application_log_config"), ctx));
     // `cluster_manager.enable_deferred_cluster_creation` (in the support table)
     // asks that a worker's part of a cluster be made at its first use: courier's
     // workers create their connection pools for a cluster's host when a request
@@ -231,6 +248,57 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
             .deferred_stat_options
             .as_ref()
             .is_some_and(|d| d.enable_deferred_creation_stats),
+        application_log_format,
+    }
+}
+
+/// Protobuf's numbers are doubles; Envoy prints an integral one without a
+/// fraction (`5`, not `5.0`).
+fn integral_numbers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) => {
+            if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && f.abs() < 9.0e15) {
+                *v = serde_json::Value::from(f as i64);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_numbers),
+        serde_json::Value::Object(map) => map.values_mut().for_each(integral_numbers),
+        _ => {}
+    }
+}
+
+/// `application_log_config`: the log format as one spdlog pattern. A
+/// `json_format` struct becomes its compact JSON text (keys in sorted order;
+/// Envoy prints them in its map's order), each string value a pattern; as in
+/// Envoy, `%v` and `%_` (which would break the JSON) are refused there.
+fn application_log_format(
+    a: &pb::bootstrap::ApplicationLogConfig,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<String> {
+    use pb::bootstrap::application_log_config::log_format::LogFormat;
+    let fp = path.field("log_format");
+    match a.log_format.as_ref()?.log_format.as_ref() {
+        Some(LogFormat::TextFormat(t)) => Some(t.clone()),
+        Some(LogFormat::JsonFormat(s)) => {
+            let mut value = serde_json::Value::Object(core::struct_to_json(s));
+            integral_numbers(&mut value);
+            let json = value.to_string();
+            for flag in ["%v", "%_"] {
+                if json.contains(flag) {
+                    ctx.error(
+                        &fp.field("json_format"),
+                        format!("Usage of {flag} is unavailable for JSON log formats"),
+                    );
+                    return None;
+                }
+            }
+            Some(json)
+        }
+        None => {
+            ctx.error(&fp, "one of json_format or text_format is required");
+            None
+        }
     }
 }
 

@@ -47,3 +47,48 @@ fn deferred_cluster_creation_and_profile_path_load() {
         "/var/lib/istio/data/envoy.prof"
     );
 }
+
+#[test]
+fn application_log_config_is_one_pattern() {
+    let text = json!({"application_log_config": {"log_format": {"text_format": "%l %v"}}});
+    assert_eq!(
+        load(text).unwrap().application_log_format.as_deref(),
+        Some("%l %v")
+    );
+    // JSON: compact text, keys sorted, non-string values kept as they are.
+    let json = json!({"application_log_config": {"log_format": {"json_format":
+        {"Message": "%j", "Level": "%l", "Num": 5, "Nested": {"a": "%n"}}}}});
+    assert_eq!(
+        load(json).unwrap().application_log_format.as_deref(),
+        Some(r#"{"Level":"%l","Message":"%j","Nested":{"a":"%n"},"Num":5}"#)
+    );
+    // Without log_format nothing changes (Envoy accepts it too).
+    assert!(
+        load(json!({"application_log_config": {}}))
+            .unwrap()
+            .application_log_format
+            .is_none()
+    );
+    assert!(load(json!({})).unwrap().application_log_format.is_none());
+    for (flag, config) in [
+        ("%v", json!({"json_format": {"Message": "%v"}})),
+        ("%_", json!({"json_format": {"m": {"deep": "x %_"}}})),
+    ] {
+        let err = load(json!({"application_log_config": {"log_format": config}}))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains(&format!(
+                "application_log_config.log_format.json_format: Usage of {flag} is unavailable for JSON log formats"
+            )),
+            "{err}"
+        );
+    }
+    let err = load(json!({"application_log_config": {"log_format": {}}}))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("application_log_config.log_format: one of"),
+        "{err}"
+    );
+}

@@ -82,12 +82,53 @@ pub struct Cli {
     #[arg(long = "admin-address-path", value_name = "FILE")]
     pub admin_address_path: Option<PathBuf>,
 
+    /// The format of courier's own log lines (spdlog flags, as Envoy's;
+    /// default `[%Y-%m-%d %T.%e][%t][%l][%n] [%g:%#] %v`). Not together with
+    /// the bootstrap's `application_log_config.log_format`.
+    #[arg(long = "log-format", value_name = "FORMAT")]
+    pub log_format: Option<String>,
+
+    /// C-escape log messages so each is one line.
+    #[arg(long = "log-format-escaped")]
+    pub log_format_escaped: bool,
+
+    /// Append log lines to this file instead of writing them to stderr.
+    #[arg(long = "log-path", value_name = "FILE")]
+    pub log_path: Option<PathBuf>,
+
+    /// Levels of single components, `<component>:<level>,...` with Envoy's
+    /// component names (`upstream:debug,connection:trace`).
+    #[arg(long = "component-log-level", value_name = "LEVELS")]
+    pub component_log_level: Option<String>,
+
     /// Seconds that listeners drain for on shutdown or removal.
     #[arg(long = "drain-time-s", value_name = "SECONDS", default_value_t = 600)]
     pub drain_time_s: u64,
 }
 
 impl Cli {
+    /// The `tracing` filter these flags ask for: `--log-level`, with the
+    /// components `--component-log-level` names at their own levels.
+    pub fn log_filter(&self) -> Result<String, String> {
+        let mut levels = Vec::new();
+        for item in self
+            .component_log_level
+            .iter()
+            .flat_map(|s| s.split(','))
+            .filter(|s| !s.is_empty())
+        {
+            let Some((component, level)) = item.split_once(':') else {
+                return Err(format!(
+                    "component log level not correctly specified '{item}'"
+                ));
+            };
+            let level = LogLevel::from_str(level, true)
+                .map_err(|_| format!("invalid log level specified '{level}'"))?;
+            levels.push((component.to_string(), level.directive().to_string()));
+        }
+        courier::app_log::component::filter(self.log_level.directive(), &levels)
+    }
+
     /// The config loader's view of these flags.
     pub fn load_options(&self) -> courier_config::LoadOptions {
         courier_config::LoadOptions {

@@ -22,6 +22,7 @@ mod trace;
 mod upstream;
 
 // Support, below every stage.
+pub mod app_log;
 mod heap_trim;
 mod log_time;
 mod maybe_tls;

@@ -154,6 +154,55 @@ pub fn strftime(t: SystemTime, format: &str, out: &mut String) {
     }
 }
 
+/// Renders one of spdlog's time flags (Envoy's `--log-format` and
+/// `application_log_config`) for `t` in UTC: `%e` milliseconds, `%f`
+/// microseconds, `%F` nanoseconds, `%E` epoch seconds and the strftime-like
+/// rest. `false` for a flag that is not a time flag.
+pub fn spdlog_flag(t: SystemTime, flag: char, out: &mut String) -> bool {
+    let c = civil(t);
+    let month_name = MONTHS[(c.month - 1) as usize % 12];
+    let day_name = DAYS[c.weekday as usize % 7];
+    let hour12 = (c.hour + 11) % 12 + 1;
+    let am_pm = if c.hour < 12 { "AM" } else { "PM" };
+    let _ = match flag {
+        'a' => write!(out, "{}", &day_name[..3]),
+        'A' => write!(out, "{day_name}"),
+        'b' | 'h' => write!(out, "{}", &month_name[..3]),
+        'B' => write!(out, "{month_name}"),
+        'c' => write!(
+            out,
+            "{} {} {:2} {:02}:{:02}:{:02} {}",
+            &day_name[..3],
+            &month_name[..3],
+            c.day,
+            c.hour,
+            c.minute,
+            c.second,
+            c.year
+        ),
+        'C' => write!(out, "{:02}", c.year % 100),
+        'Y' => write!(out, "{}", c.year),
+        'D' | 'x' => write!(out, "{:02}/{:02}/{:02}", c.month, c.day, c.year % 100),
+        'm' => write!(out, "{:02}", c.month),
+        'd' => write!(out, "{:02}", c.day),
+        'H' => write!(out, "{:02}", c.hour),
+        'I' => write!(out, "{hour12:02}"),
+        'M' => write!(out, "{:02}", c.minute),
+        'S' => write!(out, "{:02}", c.second),
+        'e' => write!(out, "{:03}", c.nanos / 1_000_000),
+        'f' => write!(out, "{:06}", c.nanos / 1_000),
+        'F' => write!(out, "{:09}", c.nanos),
+        'p' => write!(out, "{am_pm}"),
+        'r' => write!(out, "{hour12:02}:{:02}:{:02} {am_pm}", c.minute, c.second),
+        'R' => write!(out, "{:02}:{:02}", c.hour, c.minute),
+        'T' | 'X' => write!(out, "{:02}:{:02}:{:02}", c.hour, c.minute, c.second),
+        'z' => write!(out, "+00:00"),
+        'E' => write!(out, "{}", c.secs),
+        _ => return false,
+    };
+    true
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,5 +232,21 @@ mod tests {
             s,
             "2026/12/02T16:13:12+0000 1796227992.464 464912345 464912 Wed Dec 336 %"
         );
+    }
+
+    #[test]
+    fn spdlog_time_flags() {
+        let t = at(1_796_227_992, 464_912_345);
+        let mut s = String::new();
+        for f in "YmdTefFEzcDrCI".chars() {
+            assert!(spdlog_flag(t, f, &mut s));
+            s.push('|');
+        }
+        assert_eq!(
+            s,
+            "2026|12|02|16:13:12|464|464912|464912345|1796227992|+00:00|\
+             Wed Dec  2 16:13:12 2026|12/02/26|04:13:12 PM|26|04|"
+        );
+        assert!(!spdlog_flag(t, 'v', &mut s));
     }
 }

@@ -19,7 +19,13 @@ fn main() -> ExitCode {
             };
         }
     };
-    let log_control = init_logging(&cli);
+    let log_control = match init_logging(&cli) {
+        Ok(control) => control,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let bootstrap = match courier_config::load_bootstrap(&cli.load_options()) {
         Ok(b) => b,
         Err(errors) => {
@@ -37,6 +43,16 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    if let Some(format) = &bootstrap.application_log_format {
+        if cli.log_format.is_some() {
+            eprintln!(
+                "error: Only one of ApplicationLogConfig.log_format or CLI option --log-format can be specified."
+            );
+            return ExitCode::from(1);
+        }
+        // As Envoy: from here on (the bootstrap's loading logged in the default).
+        courier::app_log::set_format(format);
+    }
     match cli.mode {
         Mode::Validate => {
             let what = cli
@@ -70,24 +86,38 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr at `--log-level` (or `RUST_LOG`), behind a reload layer so
-/// admin's `/logging` can change the level.
-fn init_logging(cli: &Cli) -> Option<courier::LogControl> {
+/// Logs as Envoy does: to stderr (or `--log-path`) in `--log-format`, at
+/// `--log-level` with `--component-log-level` (or `RUST_LOG`), behind a
+/// reload layer so admin's `/logging` can change the level.
+fn init_logging(cli: &Cli) -> Result<Option<courier::LogControl>, String> {
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::{EnvFilter, fmt, reload};
+    use tracing_subscriber::{EnvFilter, reload};
+    let directives = cli.log_filter()?;
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(cli.log_level.directive()));
+        .or_else(|_| EnvFilter::try_new(&directives))
+        .map_err(|e| e.to_string())?;
+    if let Some(format) = &cli.log_format {
+        courier::app_log::set_format(format);
+    }
+    courier::app_log::set_escaped(cli.log_format_escaped);
+    let layer = match &cli.log_path {
+        Some(path) => courier::app_log::Layer::file(path)
+            .map_err(|e| format!("Failed to open log-file '{}': {e}", path.display()))?,
+        None => courier::app_log::Layer::stderr(),
+    };
     let (filter, handle) = reload::Layer::new(filter);
-    tracing_subscriber::registry()
+    let Ok(()) = tracing_subscriber::registry()
         .with(filter)
-        .with(fmt::layer().with_writer(std::io::stderr))
+        .with(layer)
         .try_init()
-        .ok()?;
-    Some(courier::LogControl(std::sync::Arc::new(
+    else {
+        return Ok(None);
+    };
+    Ok(Some(courier::LogControl(std::sync::Arc::new(
         move |level: &str| {
             let filter = EnvFilter::try_new(level).map_err(|e| e.to_string())?;
             handle.reload(filter).map_err(|e| e.to_string())
         },
-    )))
+    ))))
 }

@@ -1,6 +1,7 @@
 //! The overload manager and connection limits, as Envoy's edge configuration
 //! sets them up: a heap monitor read on the main thread (courier's resident set
-//! from `/proc/self/status`, the closest equivalent of tcmalloc's heap size)
+//! from `/proc/self/status`, the closest equivalent of tcmalloc's heap size, or
+//! with `fixed_heap_use_allocated` the bytes allocated)
 //! drives actions whose state workers read from atomics; the global and
 //! per-listener connection limits are counters shared by every worker.
 //! `shrink_heap` hands free memory back to the system (crate::heap_trim), so
@@ -318,6 +319,28 @@ fn resident_bytes() -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// `envoy.reloadable_features.fixed_heap_use_allocated`: the monitor reads
+/// allocated bytes (else the resident set). A reloadable flag, as in Envoy:
+/// RTDS and `/runtime_modify` change it for the next refresh.
+static USE_ALLOCATED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Sets `fixed_heap_use_allocated` (at start and on each runtime change).
+pub fn set_use_allocated(on: bool) {
+    USE_ALLOCATED.store(on, Ordering::Relaxed);
+}
+
+/// What the fixed_heap monitor measures: with `fixed_heap_use_allocated`,
+/// the bytes allocated (Envoy's `totalCurrentlyAllocated`); without, the
+/// resident set (the closest courier has to tcmalloc's heap size less its
+/// free and unmapped pages, which Envoy reads).
+fn heap_bytes() -> Option<u64> {
+    if USE_ALLOCATED.load(Ordering::Relaxed) {
+        crate::heap_trim::allocated_bytes()
+    } else {
+        resident_bytes()
+    }
+}
+
 /// Runs the heap monitor on the calling runtime (the main thread's), once per
 /// `refresh_interval`, until the process exits.
 pub fn spawn_monitor(bootstrap: &Bootstrap) {
@@ -336,11 +359,11 @@ pub fn spawn_monitor(bootstrap: &Bootstrap) {
         let mut last_shrink: Option<tokio::time::Instant> = None;
         loop {
             tick.tick().await;
-            let Some(rss) = resident_bytes() else {
+            let Some(used) = heap_bytes() else {
                 continue;
             };
             let state = get();
-            state.apply(rss as f64 / max as f64, &om.actions);
+            state.apply(used as f64 / max as f64, &om.actions);
             // Envoy's heap shrinker releases free memory every 10 s while the
             // action is active.
             let now = tokio::time::Instant::now();
@@ -351,8 +374,8 @@ pub fn spawn_monitor(bootstrap: &Bootstrap) {
                 crate::heap_trim::release_free_memory();
                 state.shrink_count.fetch_add(1, Ordering::Relaxed);
                 // What was released counts at once, not a refresh later.
-                if let Some(rss) = resident_bytes() {
-                    state.apply(rss as f64 / max as f64, &om.actions);
+                if let Some(used) = heap_bytes() {
+                    state.apply(used as f64 / max as f64, &om.actions);
                 }
             }
         }

@@ -24,6 +24,10 @@ pub enum Meaning {
     OtelMinFlushSpans(u64),
     /// `tracing.opentelemetry.flush_interval_ms`: and on this timer (default 5000).
     OtelFlushIntervalMs(u64),
+    /// `envoy.reloadable_features.fixed_heap_use_allocated`: the fixed_heap
+    /// monitor measures the bytes allocated (true) rather than the heap the
+    /// process holds (false, Envoy 1.40's default).
+    FixedHeapUseAllocated(bool),
 }
 
 /// Why a key or its value is refused.
@@ -60,14 +64,6 @@ const ONE_WAY_FLAGS: &[(&str, bool, &str)] = &[
         false,
         "only false, Envoy 1.40's default, is supported",
     ),
-    // Envoy 1.40 default: false. courier's fixed_heap monitor measures the
-    // resident set, the closest it has to the physical heap this selects;
-    // true (allocated bytes) it cannot measure.
-    (
-        "envoy.reloadable_features.fixed_heap_use_allocated",
-        false,
-        "courier's fixed_heap monitor measures the resident set, as with false",
-    ),
 ];
 
 /// The meaning of `key` set to `value` (a layer's value in Envoy's text form:
@@ -102,6 +98,9 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     }
     if key == "tracing.opentelemetry.flush_interval_ms" {
         return integer(value).map(Meaning::OtelFlushIntervalMs);
+    }
+    if key == "envoy.reloadable_features.fixed_heap_use_allocated" {
+        return boolean(value).map(Meaning::FixedHeapUseAllocated);
     }
     if key == "envoy.reloadable_features.http_reject_path_with_fragment" {
         return boolean(value).map(Meaning::RejectPathWithFragment);

@@ -74,6 +74,9 @@ pub struct Runtime {
     pub otel_min_flush_spans: u64,
     /// `tracing.opentelemetry.flush_interval_ms` (Envoy's default: 5000).
     pub otel_flush_interval_ms: u64,
+    /// `envoy.reloadable_features.fixed_heap_use_allocated` (Envoy 1.40's
+    /// default: off): the heap monitor reads allocated bytes, not the heap.
+    pub fixed_heap_use_allocated: bool,
 }
 
 impl Default for Runtime {
@@ -85,6 +88,7 @@ impl Default for Runtime {
             reject_path_with_fragment: true,
             otel_min_flush_spans: 5,
             otel_flush_interval_ms: 5000,
+            fixed_heap_use_allocated: false,
         }
     }
 }
@@ -283,6 +287,7 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::RejectPathWithFragment(on) => out.reject_path_with_fragment = on,
         keys::Meaning::OtelMinFlushSpans(n) => out.otel_min_flush_spans = n,
         keys::Meaning::OtelFlushIntervalMs(ms) => out.otel_flush_interval_ms = ms,
+        keys::Meaning::FixedHeapUseAllocated(on) => out.fixed_heap_use_allocated = on,
     }
 }
 

@@ -71,7 +71,6 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
         {"name": "a", "static_layer": {
             "upstream": {"use_http2": 1},
             "envoy.reloadable_features.http_reject_path_with_fragment": "yes",
-            "envoy.reloadable_features.fixed_heap_use_allocated": true,
             "envoy.reloadable_features.async_host_selection": false,
             "re2.max_program_size.error_level": "32768",
             "re2.max_program_size.warn_level": 1000,
@@ -87,7 +86,6 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
     for needle in [
         "layers[0].static_layer[\"upstream.use_http2\"]: runtime key upstream.use_http2 is not supported",
         "http_reject_path_with_fragment\"]: must be true or false, found \"yes\"",
-        "fixed_heap_use_allocated: true is not supported",
         "runtime key envoy.reloadable_features.async_host_selection is not supported",
         "re2.max_program_size.error_level: 32768 is not supported",
         "re2.max_program_size.warn_level: 1000 is not supported",
@@ -256,4 +254,21 @@ fn to_struct(m: &serde_json::Map<String, Value>) -> envoy_types::pb::google::pro
     Struct {
         fields: m.iter().map(|(k, v)| (k.clone(), value(v))).collect(),
     }
+}
+
+#[test]
+fn fixed_heap_use_allocated_selects_the_heap_measure() {
+    let rt = load(json!([{"name": "a", "static_layer": {
+        "envoy.reloadable_features.fixed_heap_use_allocated": true}}]))
+    .unwrap();
+    assert!(rt.runtime.fixed_heap_use_allocated);
+    assert!(!Runtime::default().fixed_heap_use_allocated);
+    let err = load(json!([{"name": "a", "static_layer": {
+        "envoy.reloadable_features.fixed_heap_use_allocated": "often"}}]))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("fixed_heap_use_allocated\"]: must be true or false"),
+        "{err}"
+    );
 }
