@@ -490,3 +490,52 @@ async fn ignore_global_conn_limit_listener_is_not_limited() {
     assert_eq!(h1.get("/", &[("host", "stats")]).await.status, 200);
     assert_eq!(h2.get("/", &[("host", "stats")]).await.status, 200);
 }
+
+/// `fixed_heap_use_allocated` (reloadable): the monitor's pressure follows
+/// the resident set without it and the bytes allocated with it, which leave
+/// out what is resident but not allocated (the binary's code, thread stacks).
+#[tokio::test]
+async fn fixed_heap_use_allocated_measures_allocated_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let up = support::echo_upstream("up").await;
+    let max: u64 = 64 << 20;
+    let extra = format!(
+        "{}layered_runtime:\n  layers:\n  - {{name: static, static_layer: {{envoy.reloadable_features.fixed_heap_use_allocated: false}}}}\n  - {{name: admin, admin_layer: {{}}}}\n",
+        heap_overload(max, &["shrink_heap"])
+    );
+    let c = start_file(dir.path(), &plain_bootstrap(dir.path(), up, &extra));
+    let pressure = "overload.envoy.resource_monitors.fixed_heap.pressure";
+    let resident_percent =
+        poll(100, || Some(stat(&c, pressure)).filter(|p| *p > 0)).expect("no heap pressure");
+    let rss_percent = c.resident_bytes() * 100 / max;
+    assert!(
+        resident_percent.abs_diff(rss_percent) <= rss_percent / 5 + 1,
+        "pressure {resident_percent} % without the flag, resident set {rss_percent} %"
+    );
+    let set = {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&c.admin).unwrap();
+        s.write_all(
+            b"POST /runtime_modify?envoy.reloadable_features.fixed_heap_use_allocated=true HTTP/1.1\r\nhost: admin\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    assert!(set.starts_with("HTTP/1.1 200"), "{set}");
+    // The next refresh (50 ms) reads the allocated bytes: well below the
+    // resident set.
+    let allocated_percent = poll(100, || {
+        Some(stat(&c, pressure)).filter(|p| *p * 2 < c.resident_bytes() * 100 / max)
+    });
+    eprintln!(
+        "pressure without the flag {resident_percent} %, with it {allocated_percent:?} %, resident set {rss_percent} %"
+    );
+    assert!(
+        allocated_percent.is_some(),
+        "pressure {} % with the flag, resident set {} %",
+        stat(&c, pressure),
+        c.resident_bytes() * 100 / max
+    );
+}
