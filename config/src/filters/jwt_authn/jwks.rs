@@ -117,7 +117,15 @@ fn key(value: &serde_json::Value) -> Result<JwksKey, String> {
         Some(a) if family.contains(&a) => vec![a],
         Some(a) => return Err(format!("alg {a:?} does not fit the key type")),
     };
-    let key = DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?;
+    let key = match &jwk.algorithm {
+        // Envoy (absl's web-safe base64) takes a secret whose last symbol has
+        // bits left over (Envoy Gateway's `"k": "1234567890"`) and drops them;
+        // the JWK reader is strict, so the secret is decoded here.
+        AlgorithmParameters::OctetKey(p) => {
+            DecodingKey::from_secret(&b64(&p.value, "k")?).map_err(|e| e.to_string())?
+        }
+        _ => DecodingKey::from_jwk(&jwk).map_err(|e| e.to_string())?,
+    };
     Ok(JwksKey {
         kid: jwk.common.key_id.clone(),
         algorithms,

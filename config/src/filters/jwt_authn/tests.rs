@@ -184,6 +184,31 @@ fn rsa_jwks_parses() {
 }
 
 #[test]
+fn oct_secret_with_leftover_bits_loads_as_envoy_reads_it() {
+    use jsonwebtoken::{EncodingKey, Header, Validation, decode, encode};
+    // "1234567890": ten symbols, the last with four bits left over (Envoy
+    // Gateway's JWT cases); the secret is the seven whole bytes.
+    let jwks = parse_jwks(br#"{"keys": [{"kty": "oct", "k": "1234567890"}]}"#).unwrap();
+    let secret = [0xd7, 0x6d, 0xf8, 0xe7, 0xae, 0xfc, 0xf7];
+    let token = encode(
+        &Header::default(),
+        &serde_json::json!({"sub": "a", "exp": 4_000_000_000u64}),
+        &EncodingKey::from_secret(&secret).unwrap(),
+    )
+    .unwrap();
+    let mut v = Validation::new(Algorithm::HS256);
+    v.validate_aud = false;
+    decode::<serde_json::Value>(&token, &jwks.keys[0].key, &v).unwrap();
+    let other = encode(
+        &Header::default(),
+        &serde_json::json!({"sub": "a", "exp": 4_000_000_000u64}),
+        &EncodingKey::from_secret(b"1234567890").unwrap(),
+    )
+    .unwrap();
+    assert!(decode::<serde_json::Value>(&other, &jwks.keys[0].key, &v).is_err());
+}
+
+#[test]
 fn bad_jwks_are_refused() {
     assert_eq!(
         parse_jwks(br#"{"keys": []}"#).unwrap_err(),
