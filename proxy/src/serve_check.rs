@@ -9,7 +9,7 @@ use courier_config::cluster::{Cluster, Discovery, UpstreamProtocol};
 use courier_config::config_source::{ConfigSource, ConfigSourceKind};
 use courier_config::format::{FormatString, Part};
 use courier_config::listener::Listener;
-use courier_config::listener::hcm::{HttpConnectionManager, RouteSpecifier, StripPort};
+use courier_config::listener::hcm::{HttpConnectionManager, RouteSpecifier};
 use courier_config::route::{Action, HeaderMutations, RouteConfig};
 
 /// Every feature in `bootstrap` that the data plane does not serve yet.
@@ -149,9 +149,6 @@ fn hcm(h: &HttpConnectionManager, at: &str, problems: &mut Vec<String>) {
     // (tls_inspector), overload_manager and the runtime keys config/ accepts.
     // `common_http_protocol_options.max_connection_duration` and
     // `max_stream_duration` are served (crate::codec::serve, crate::conn_manager::limits).
-    if h.strip_port != StripPort::None {
-        refuse("strip_matching_host_port", "host port stripping");
-    }
     if h.proxy_100_continue {
         refuse("proxy_100_continue", "100-continue proxying");
     }

@@ -54,6 +54,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "internal_address_config",
             "strip_matching_host_port",
             "strip_any_host_port",
+            "strip_trailing_host_dot",
             "proxy_100_continue",
             "tracing",
         ],
@@ -262,6 +263,9 @@ pub struct HttpConnectionManager {
     pub internal_unix_sockets: bool,
     /// Port stripping.
     pub strip_port: StripPort,
+    /// `strip_trailing_host_dot`: `example.com.` is routed and forwarded as
+    /// `example.com`.
+    pub strip_trailing_host_dot: bool,
     /// Forward `100 Continue` from upstream instead of answering it locally.
     pub proxy_100_continue: bool,
     /// Its listener's `bypass_overload_manager`: the overload manager's actions
@@ -416,6 +420,7 @@ pub fn translate(
             .as_ref()
             .is_some_and(|c| c.unix_sockets),
         strip_port,
+        strip_trailing_host_dot: h.strip_trailing_host_dot,
         proxy_100_continue: h.proxy_100_continue,
         // Set by the listener (listener::translate).
         bypass_overload_manager: false,

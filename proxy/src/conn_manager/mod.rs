@@ -162,7 +162,8 @@ pub async fn handle(
                 Ok(asks) => asks.0,
                 Err(refused) => break 'answer refused,
             };
-            if let Some(answered) = crate::conn_manager::sanitize::check(&mut req, hcm, &stats.edge)
+            if let Some(answered) =
+                crate::conn_manager::sanitize::check(&mut req, hcm, &stats.edge, info.local.port())
             {
                 break 'answer answered;
             }
