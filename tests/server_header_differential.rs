@@ -167,6 +167,18 @@ const HOST_VHOSTS: &str = r#"
   domains: ["a.com"]
   response_headers_to_remove: [x-envoy-upstream-service-time]
   routes: [{ match: { prefix: "/" }, route: { cluster: echo } }]
+- name: rewrite
+  domains: ["rewrite.com"]
+  response_headers_to_remove: [x-envoy-upstream-service-time]
+  routes:
+  - match: { prefix: "/node/" }
+    route:
+      cluster: echo
+      append_x_forwarded_host: true
+      prefix_rewrite: /rewrite
+      host_rewrite_path_regex:
+        pattern: { regex: "^/node/([0-9]+)/api.*" }
+        substitution: "backend-\\1.service.namespace.svc.cluster.local"
 - name: other
   domains: ["*"]
   routes: [{ match: { prefix: "/" }, direct_response: { status: 404, body: { inline_string: "other" } } }]
@@ -221,6 +233,16 @@ fn host_normalization_answers_as_envoy_does() {
             cases.push(Case::get(h1, l, host, "/"));
             cases.push(Case::get(h2, l, host, "/").h2c());
         }
+    }
+    // host_rewrite_path_regex: on the path without its query (and before the
+    // prefix rewrite); a path the pattern does not match is the host itself.
+    for path in [
+        "/node/42/api/x?q=/node/1/api",
+        "/node/7/apix",
+        "/node/x/other",
+    ] {
+        let h1: &'static str = Box::leak(format!("plain: rewrite {path}").into_boxed_str());
+        cases.push(Case::get(h1, "plain", "rewrite.com", path));
     }
     let failures = run(&envoy, &courier_bin(), &all, &cases);
     assert!(

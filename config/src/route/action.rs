@@ -77,6 +77,9 @@ pub enum HostRewrite {
     Auto,
     /// The value of this request header (lower-cased name), when present.
     Header(String),
+    /// `host_rewrite_path_regex`: the substitution's result on the path
+    /// (without query and fragment).
+    PathRegex(RegexRewrite),
 }
 
 /// `RouteAction.cluster_not_found_response_code` and `priority` as plain values.
@@ -290,8 +293,12 @@ pub(crate) fn route_action(
             }
             Some(HostRewrite::Header(h.to_ascii_lowercase()))
         }
+        Some(H::HostRewritePathRegex(r)) => {
+            rewrite::regex_rewrite(r, &path.field("host_rewrite_path_regex"), ctx)
+                .map(HostRewrite::PathRegex)
+        }
         // Refused by the support walker.
-        Some(H::HostRewritePathRegex(_) | H::HostRewrite(_)) => None,
+        Some(H::HostRewrite(_)) => None,
     };
     let timeout = core::optional_timeout(
         ra.timeout.as_ref(),

@@ -130,6 +130,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "host_rewrite_literal",
             "auto_host_rewrite",
             "host_rewrite_header",
+            "host_rewrite_path_regex",
             "append_x_forwarded_host",
             "timeout",
             "idle_timeout",

@@ -17,6 +17,15 @@ pub struct RegexRewrite {
     replacement: String,
 }
 
+/// Two rewrites are the same when their pattern and substitution are.
+impl PartialEq for RegexRewrite {
+    fn eq(&self, other: &Self) -> bool {
+        self.pattern.as_str() == other.pattern.as_str() && self.substitution == other.substitution
+    }
+}
+
+impl Eq for RegexRewrite {}
+
 impl RegexRewrite {
     /// Replaces every match in `input` (RE2 `GlobalReplace`, as Envoy does).
     pub fn apply<'a>(&self, input: &'a str) -> std::borrow::Cow<'a, str> {

@@ -86,6 +86,11 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         (None, Some(HostRewrite::Auto)) => {
             (!plan.host.hostname().is_empty()).then(|| plan.host.hostname().to_string())
         }
+        (None, Some(HostRewrite::PathRegex(r))) => {
+            // As Envoy: on the path as received, its query and fragment left out.
+            let just_path = full_path.split(['?', '#']).next().unwrap_or("");
+            Some(r.apply(just_path).into_owned())
+        }
         (None, Some(HostRewrite::Header(h))) => parts
             .headers
             .get(h.as_str())
