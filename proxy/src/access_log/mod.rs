@@ -86,8 +86,11 @@ pub struct Pending {
     pub version: Version,
     /// The request headers as the connection manager saw them.
     pub headers: HeaderMap,
-    /// The downstream peer.
+    /// The downstream peer (`%DOWNSTREAM_DIRECT_REMOTE_ADDRESS%`).
     pub peer: crate::request::conn::Peer,
+    /// The client address the connection manager took from the headers
+    /// (`%DOWNSTREAM_REMOTE_ADDRESS%`; none: the peer).
+    pub remote: Option<std::net::SocketAddr>,
     /// Our address on the downstream connection.
     pub local: crate::request::conn::Peer,
     /// The TLS client's SNI.

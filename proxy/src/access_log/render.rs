@@ -180,11 +180,16 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         Command::UpstreamRequestAttemptCount => Some(Value::Number(u64::from(
             resp.upstream.as_ref().is_some_and(|u| u.host.is_some()),
         ))),
-        Command::DownstreamRemoteAddress | Command::DownstreamDirectRemoteAddress => {
-            owned(req.peer.to_string())
-        }
-        Command::DownstreamRemoteAddressWithoutPort
-        | Command::DownstreamDirectRemoteAddressWithoutPort => {
+        Command::DownstreamRemoteAddress => match req.remote {
+            Some(a) => owned(a.to_string()),
+            None => owned(req.peer.to_string()),
+        },
+        Command::DownstreamDirectRemoteAddress => owned(req.peer.to_string()),
+        Command::DownstreamRemoteAddressWithoutPort => match req.remote {
+            Some(a) => owned(a.ip().to_string()),
+            None => owned(req.peer.without_port().to_string()),
+        },
+        Command::DownstreamDirectRemoteAddressWithoutPort => {
             owned(req.peer.without_port().to_string())
         }
         Command::DownstreamLocalAddress => owned(req.local.to_string()),
@@ -319,6 +324,7 @@ mod tests {
             version: http::Version::HTTP_11,
             headers,
             peer: crate::request::conn::Peer::Ip("10.0.0.1:5000".parse().unwrap()),
+            remote: None,
             local: crate::request::conn::Peer::Ip("127.0.0.1:80".parse().unwrap()),
             server_name: None,
             connection_id: 7,

@@ -111,6 +111,7 @@ fn logged(
         version: req.version(),
         headers: req.headers().clone(),
         peer,
+        remote: None,
         local,
         server_name: None,
         connection_id: 0,

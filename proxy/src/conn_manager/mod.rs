@@ -14,7 +14,7 @@ use crate::access_log::{
     DirectResponse, DynamicMetadata, Guard, Logs, Pending, ResponseSide, RouteName,
 };
 use crate::request::body::{RequestProgress, UpstreamBody};
-use crate::request::conn::{ConnInfo, authority, authority_of};
+use crate::request::conn::{ClientAddress, ConnInfo, authority, authority_of};
 use crate::request::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::request::progress::Progress;
 use crate::router::body::ResponseBody;
@@ -170,7 +170,24 @@ pub async fn handle(
             let rc = route_config(hcm, snapshot);
             let internal_only = rc.map_or(&[][..], |rc| &rc.internal_only_headers[..]);
             let (remote, control_headers) =
-                forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info);
+                match forwarded::mutate_request(req.headers_mut(), hcm, internal_only, info) {
+                    Ok((remote, control, from_headers)) => {
+                        if from_headers {
+                            req.extensions_mut()
+                                .insert(ClientAddress(std::net::SocketAddr::new(remote, 0)));
+                        }
+                        (remote, control)
+                    }
+                    // An `original_ip_detection_extensions` entry refused it.
+                    Err(status) => {
+                        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::FORBIDDEN);
+                        let mut resp =
+                            local_reply(ReplyTo::of(&req), status, "").map(ResponseBody::from);
+                        resp.extensions_mut()
+                            .insert(Details("rejecting_because_detection_failed".to_string()));
+                        break 'answer resp;
+                    }
+                };
             let crate::trace::Started { span, inject } = match &hcm.tracing {
                 Some(t) => trace_request(t, rc, &mut req, info, stats),
                 None => crate::trace::Started::default(),
@@ -273,6 +290,7 @@ fn pending(req: &Request<Incoming>, info: &ConnInfo) -> Pending {
         version: req.version(),
         headers: req.headers().clone(),
         peer: info.peer.clone(),
+        remote: req.extensions().get::<ClientAddress>().map(|c| c.0),
         local: info.local.clone(),
         server_name: info.server_name.clone(),
         connection_id: info.id,

@@ -115,6 +115,7 @@ impl Record {
             version: http::Version::HTTP_11,
             headers: http::HeaderMap::new(),
             peer: self.peer.clone(),
+            remote: None,
             local: self.local.clone(),
             server_name: self.server_name.clone(),
             connection_id: self.connection_id,

@@ -115,6 +115,14 @@ pub fn chain_at(listener: &Listener, index: usize) -> Option<&FilterChain> {
     }
 }
 
+/// The client address the connection manager took from the request's
+/// headers (`x-forwarded-for`, an original IP detection extension), in the
+/// request's extensions: Envoy's downstream remote address from then on
+/// (`%DOWNSTREAM_REMOTE_ADDRESS%`, port 0), while the `DIRECT` commands keep
+/// the socket peer. Absent: the peer is the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddress(pub std::net::SocketAddr);
+
 /// `:authority`: the URI's authority (HTTP/2, absolute-form) or the `host` header.
 pub fn authority<B>(req: &Request<B>) -> Option<&str> {
     authority_of(req.uri(), req.headers())

@@ -5,6 +5,8 @@
 
 use crate::request::conn::{ConnInfo, Peer};
 use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
+use courier_config::listener::ip_detection::IpDetection;
+use courier_config::matcher::Cidr;
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue};
 use std::net::IpAddr;
 
@@ -44,12 +46,16 @@ const EDGE_STRIPPED: &[&str] = &[
 /// final remote address: the socket peer when the XFF rules yield none), and
 /// whether the request may still carry Envoy's control headers (`x-envoy-*` kept on
 /// an internal request), so that callers skip looking them up otherwise.
+/// The third value says the address came from the headers (XFF, a detection
+/// extension) rather than the socket peer. `Err` with a status when an
+/// `original_ip_detection_extensions` entry refuses the request
+/// (`reject_with_status`).
 pub fn mutate_request(
     headers: &mut HeaderMap,
     hcm: &HttpConnectionManager,
     internal_only: &[String],
     conn: &ConnInfo,
-) -> (IpAddr, bool) {
+) -> Result<(IpAddr, bool, bool), u16> {
     let hops = hcm.xff_num_trusted_hops as usize;
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
     // One pass over the names: most requests carry neither an XFF nor an Envoy
@@ -59,6 +65,9 @@ pub fn mutate_request(
         has_xff |= *k == XFF;
         has_envoy |= k.as_str().starts_with("x-envoy-");
     }
+    // The final address is the socket peer's (use_remote_address without a
+    // trusted XFF entry).
+    let mut from_peer = false;
     let (final_remote, trusted_checks) = if hcm.use_remote_address {
         let no_xff = !has_xff;
         let from_xff = if hops > 0 {
@@ -83,8 +92,13 @@ pub fn mutate_request(
         }
         match from_xff {
             Some(ip) => (Remote::Ip(ip), no_xff),
-            None => (Remote::of(&conn.peer), no_xff),
+            None => {
+                from_peer = true;
+                (Remote::of(&conn.peer), no_xff)
+            }
         }
+    } else if !hcm.ip_detection.is_empty() {
+        detect(headers, &hcm.ip_detection, conn)?
     } else if has_xff {
         let (ip, single) = xff_entry(headers, hops);
         (ip.map_or(Remote::None, Remote::Ip), single)
@@ -143,6 +157,8 @@ pub fn mutate_request(
             }
         }
     }
+    // Taken from the headers (not the socket peer, the fallback).
+    let from_headers = !from_peer && matches!(final_remote, Remote::Ip(_));
     let remote = match final_remote {
         Remote::Ip(ip) => ip,
         // A pipe peer has no IP: the unspecified address stands in (the data
@@ -152,7 +168,74 @@ pub fn mutate_request(
             .ip()
             .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
     };
-    (remote, internal && has_envoy)
+    Ok((remote, internal && has_envoy, from_headers))
+}
+
+/// Runs the detection extensions in order: the first address found, with
+/// whether it may make the request internal; `Err` when one refuses.
+fn detect(
+    headers: &HeaderMap,
+    extensions: &[IpDetection],
+    conn: &ConnInfo,
+) -> Result<(Remote, bool), u16> {
+    for extension in extensions {
+        match extension {
+            IpDetection::Xff {
+                hops,
+                trusted_cidrs: None,
+            } => {
+                if let (Some(ip), single) = xff_entry(headers, *hops as usize) {
+                    return Ok((Remote::Ip(ip), single));
+                }
+            }
+            IpDetection::Xff {
+                trusted_cidrs: Some(cidrs),
+                ..
+            } => {
+                // Only a peer inside the trusted ranges is believed.
+                let trusted_peer = conn
+                    .peer
+                    .ip()
+                    .is_some_and(|p| cidrs.iter().any(|c| c.contains(p)));
+                if trusted_peer && let Some(found) = last_untrusted(headers, cidrs) {
+                    return Ok(found);
+                }
+            }
+            IpDetection::CustomHeader {
+                header,
+                trusted,
+                reject_status,
+            } => {
+                let ip = headers
+                    .get(header.as_str())
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<IpAddr>().ok());
+                match (ip, reject_status) {
+                    (Some(ip), _) => return Ok((Remote::Ip(ip), *trusted)),
+                    (None, Some(status)) => return Err(*status),
+                    (None, None) => {}
+                }
+            }
+        }
+    }
+    Ok((Remote::None, false))
+}
+
+/// Envoy's `getLastNonTrustedAddressFromXFF`: from the right, the first XFF
+/// entry outside `cidrs` (trusted checks allowed when XFF holds only it); the
+/// leftmost when all are inside; nothing when an entry is not an address.
+fn last_untrusted(headers: &HeaderMap, cidrs: &[Cidr]) -> Option<(Remote, bool)> {
+    let xff = headers.get(&XFF).and_then(|v| v.to_str().ok())?;
+    let entries: Vec<&str> = xff.split(',').map(str::trim).collect();
+    let mut last = None;
+    for entry in entries.iter().rev() {
+        let ip: IpAddr = entry.parse().ok()?;
+        last = Some(ip);
+        if !cidrs.iter().any(|c| c.contains(ip)) {
+            return Some((Remote::Ip(ip), entries.len() == 1));
+        }
+    }
+    last.map(|ip| (Remote::Ip(ip), false))
 }
 
 /// Envoy's final remote address: an IP, a pipe (the socket peer of a pipe

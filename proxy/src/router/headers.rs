@@ -23,6 +23,9 @@ pub struct FormatCtx<'a> {
     pub response: Option<(&'a HeaderMap, u16)>,
     /// The downstream connection.
     pub conn: &'a ConnInfo,
+    /// The client address taken from the headers
+    /// ([`ClientAddress`](crate::request::conn::ClientAddress)), if any.
+    pub remote: Option<std::net::SocketAddr>,
     /// `HTTP/1.1`, `HTTP/2`...
     pub protocol: &'static str,
     /// The picked upstream host (`ip:port`), if any.
@@ -92,11 +95,26 @@ impl FormatCtx<'_> {
             }
             Command::UpstreamHost => out.push_str(self.upstream_host.unwrap_or("")),
             Command::UpstreamCluster => out.push_str(self.cluster),
-            Command::DownstreamRemoteAddress | Command::DownstreamDirectRemoteAddress => {
+            Command::DownstreamRemoteAddress => match self.remote {
+                Some(a) => {
+                    let _ = write!(out, "{a}");
+                }
+                None => {
+                    let _ = write!(out, "{}", conn.peer);
+                }
+            },
+            Command::DownstreamDirectRemoteAddress => {
                 let _ = write!(out, "{}", conn.peer);
             }
-            Command::DownstreamRemoteAddressWithoutPort
-            | Command::DownstreamDirectRemoteAddressWithoutPort => {
+            Command::DownstreamRemoteAddressWithoutPort => match self.remote {
+                Some(a) => {
+                    let _ = write!(out, "{}", a.ip());
+                }
+                None => {
+                    let _ = write!(out, "{}", conn.peer.without_port());
+                }
+            },
+            Command::DownstreamDirectRemoteAddressWithoutPort => {
                 let _ = write!(out, "{}", conn.peer.without_port());
             }
             Command::DownstreamLocalAddress => {

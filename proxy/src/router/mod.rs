@@ -527,6 +527,10 @@ pub fn response_headers<B, R>(
             request,
             response: Some((current, status)),
             conn,
+            remote: req
+                .extensions()
+                .get::<crate::request::conn::ClientAddress>()
+                .map(|c| c.0),
             protocol,
             upstream_host,
             cluster,

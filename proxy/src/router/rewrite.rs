@@ -58,6 +58,10 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         let method = parts.method.as_str().to_string();
         let scheme = parts.uri.scheme_str().unwrap_or("http").to_string();
         let (path, auth) = (full_path.clone(), authority.clone());
+        let remote = parts
+            .extensions
+            .get::<crate::request::conn::ClientAddress>()
+            .map(|c| c.0);
         headers::apply(&mut parts.headers, plan.levels, |current, fs| {
             FormatCtx {
                 method: &method,
@@ -67,6 +71,7 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
                 request: current,
                 response: None,
                 conn: plan.conn,
+                remote,
                 protocol,
                 upstream_host: Some(plan.host.address_text()),
                 cluster: plan.cluster,
