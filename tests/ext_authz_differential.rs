@@ -35,6 +35,12 @@ fn vhosts() -> String {
     direct_response: {{ status: 200, body: {{ inline_string: "rerouted\n" }} }}
   - match: {{ prefix: "/direct" }}
     direct_response: {{ status: 200, body: {{ inline_string: "direct\n" }} }}
+  - match: {{ prefix: "/md" }}
+    route: {{ cluster: up }}
+    metadata:
+      filter_metadata:
+        team.a: {{ owner: alice, tier: 2 }}
+        team.b: {{ owner: bob }}
   - match: {{ prefix: "/" }}
     route: {{ cluster: up }}
 "#
@@ -195,6 +201,12 @@ fn cases() -> Vec<Case> {
             .header("x-mode", "deny")
             .h2c(),
         g("grpc route kept without clear_route_cache", "/reroute"),
+        // route_metadata_context: always sent; the route's namespaces asked for.
+        g("grpc route context without namespaces", "/md").header("x-mode", "route-context"),
+        Case::get("grpc route context", "route_md", "example.com", "/md")
+            .header("x-mode", "route-context"),
+        Case::get("grpc route context, no metadata", "route_md", "example.com", "/a")
+            .header("x-mode", "route-context"),
         Case::get(
             "grpc clear_route_cache",
             "reroute",
@@ -301,6 +313,15 @@ fn ext_authz_answers_as_envoy_does() {
             &v,
         ),
         hcm_listener_filters(
+            "route_md",
+            "",
+            &filter(
+                &grpc("authz_grpc"),
+                "route_metadata_context_namespaces: [team.a, absent]",
+            ),
+            &v,
+        ),
+        hcm_listener_filters(
             "reroute",
             "",
             &filter(&grpc("authz_grpc"), "clear_route_cache: true"),
@@ -379,6 +400,7 @@ fn ext_authz_answers_as_envoy_does() {
             "http",
             "http_open",
             "body",
+            "route_md",
             "reroute",
             "http_client",
             "partial",

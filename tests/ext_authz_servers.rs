@@ -71,9 +71,33 @@ impl Authorization for Auth {
         &self,
         request: tonic::Request<CheckRequest>,
     ) -> Result<tonic::Response<CheckResponse>, Status> {
-        let headers = request
-            .into_inner()
-            .attributes
+        let attributes = request.into_inner().attributes;
+        // What the check carried as route metadata: `none` (field absent) or
+        // `ns{key=value,..}` per namespace, sorted.
+        let route_context = match attributes
+            .as_ref()
+            .and_then(|a| a.route_metadata_context.as_ref())
+        {
+            None => "none".to_string(),
+            Some(m) => {
+                let mut out: Vec<String> = m
+                    .filter_metadata
+                    .iter()
+                    .map(|(ns, s)| {
+                        let mut fields: Vec<String> = s
+                            .fields
+                            .iter()
+                            .map(|(k, v)| format!("{k}={:?}", v.kind))
+                            .collect();
+                        fields.sort();
+                        format!("{ns}{{{}}}", fields.join(","))
+                    })
+                    .collect();
+                out.sort();
+                format!("[{}]", out.join(";"))
+            }
+        };
+        let headers = attributes
             .and_then(|a| a.request)
             .and_then(|r| r.http)
             .map(|h| h.headers)
@@ -99,6 +123,10 @@ impl Authorization for Auth {
                 ..Default::default()
             },
             "unavailable" => return Err(Status::unavailable("down")),
+            "route-context" => ok(OkHttpResponse {
+                headers: vec![set("x-t-route-context", &route_context)],
+                ..Default::default()
+            }),
             "slow" => {
                 tokio::time::sleep(Duration::from_secs(2)).await;
                 ok(OkHttpResponse::default())

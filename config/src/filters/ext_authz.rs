@@ -47,6 +47,9 @@ pub struct ExtAuthz {
     pub validate_mutations: bool,
     /// Dynamic-metadata namespaces sent as `metadata_context`.
     pub metadata_context_namespaces: Vec<String>,
+    /// Namespaces of the selected route's `metadata` sent as
+    /// `route_metadata_context`.
+    pub route_metadata_context_namespaces: Vec<String>,
     /// Send the peer certificate (PEM, URL-encoded) in the check.
     pub include_peer_certificate: bool,
     /// Extra stats prefix (`ext_authz.<stat_prefix>.`).
@@ -230,6 +233,7 @@ pub fn translate(e: &pb::ExtAuthz, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ext
         status_on_error,
         validate_mutations: e.validate_mutations,
         metadata_context_namespaces: e.metadata_context_namespaces.clone(),
+        route_metadata_context_namespaces: e.route_metadata_context_namespaces.clone(),
         include_peer_certificate: e.include_peer_certificate,
         stat_prefix: e.stat_prefix.clone(),
         allowed_headers,

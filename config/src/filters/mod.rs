@@ -165,6 +165,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "status_on_error",
             "validate_mutations",
             "metadata_context_namespaces",
+            "route_metadata_context_namespaces",
             "include_peer_certificate",
             "stat_prefix",
             "allowed_headers",

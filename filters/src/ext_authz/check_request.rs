@@ -292,9 +292,28 @@ pub fn build(
                 filter_metadata,
                 ..Default::default()
             }),
+            // Always there, as Envoy sends it (empty without namespaces).
+            route_metadata_context: Some(Metadata {
+                filter_metadata: route_metadata(cfg, req)
+                    .map(|(ns, obj)| (ns.to_string(), to_struct(obj)))
+                    .collect(),
+                ..Default::default()
+            }),
             ..Default::default()
         }),
     }
+}
+
+/// The selected route's metadata in `route_metadata_context_namespaces`, in
+/// the configured order.
+pub(crate) fn route_metadata<'a>(
+    cfg: &'a courier_config::filters::ExtAuthz,
+    req: &'a RequestState<'_>,
+) -> impl Iterator<Item = (&'a str, &'a serde_json::Map<String, serde_json::Value>)> + 'a {
+    let route = req.route.and_then(|r| r.metadata);
+    cfg.route_metadata_context_namespaces
+        .iter()
+        .filter_map(move |ns| Some((ns.as_str(), route?.get(ns)?)))
 }
 
 #[cfg(test)]

@@ -154,6 +154,18 @@ pub fn check_frame(
                 }
             }
         });
+        // Always there, as Envoy sends it (empty without namespaces).
+        message(o, 13, |o| {
+            for (ns, obj) in super::check_request::route_metadata(cfg, req) {
+                let s = to_struct(obj);
+                message(o, 1, |o| {
+                    bytes(o, 1, ns.as_bytes());
+                    key(o, 2, LEN);
+                    varint(o, s.encoded_len() as u64);
+                    s.encode_raw(o);
+                });
+            }
+        });
     });
     let len = (out.len() - 5) as u32;
     out[1..5].copy_from_slice(&len.to_be_bytes());
