@@ -119,9 +119,11 @@ fn reconcile(
         let bound = match (l.pipe_socket(), &addr) {
             // A pipe: this worker's copy of the one listening socket.
             (Some(unix), _) => unix.and_then(UnixListener::from_std).map(Listening::Unix),
-            (None, Peer::Ip(ip)) => crate::accept::socket::bind(*ip, true, l.config.freebind)
-                .and_then(|s| TcpListener::from_std(s.into()))
-                .map(Listening::Tcp),
+            (None, Peer::Ip(ip)) => {
+                crate::accept::socket::bind(*ip, true, l.config.freebind, &l.config.socket_options)
+                    .and_then(|s| TcpListener::from_std(s.into()))
+                    .map(Listening::Tcp)
+            }
             (None, Peer::Pipe(_)) => Err(std::io::ErrorKind::InvalidInput.into()),
         };
         match bound {

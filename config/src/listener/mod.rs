@@ -5,6 +5,7 @@ pub mod filter_chain;
 pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;
+pub mod socket_options;
 pub mod tcp_proxy;
 
 pub use filter_chain::{FilterChain, FilterChainMatch, NetworkFilter, TransportProtocol};
@@ -35,6 +36,18 @@ const OWN: &[Support] = &[
             "bypass_overload_manager",
             "ignore_global_conn_limit",
             "freebind",
+            "socket_options",
+        ],
+    ),
+    (
+        "envoy.config.core.v3.SocketOption",
+        &[
+            "description",
+            "level",
+            "name",
+            "int_value",
+            "buf_value",
+            "state",
         ],
     ),
     (
@@ -146,6 +159,8 @@ pub struct Listener {
     /// `freebind`: bound with `IP_FREEBIND` (`IPV6_FREEBIND`), so the address
     /// need not be configured on the host yet.
     pub freebind: bool,
+    /// `socket_options`, set on the listening sockets.
+    pub socket_options: socket_options::SocketOptions,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -269,6 +284,11 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         bypass_overload_manager: l.bypass_overload_manager,
         ignore_global_conn_limit: l.ignore_global_conn_limit,
         freebind: core::bool_or(l.freebind.as_ref(), false),
+        socket_options: socket_options::translate(
+            &l.socket_options,
+            &path.field("socket_options"),
+            ctx,
+        ),
     })
 }
 

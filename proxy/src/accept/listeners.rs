@@ -297,8 +297,9 @@ impl Registry {
             _ => match &l.address {
                 Address::Socket(sa) => {
                     let addr = resolve(sa)?;
-                    let socket = crate::accept::socket::bind(addr, false, l.freebind)
-                        .map_err(|e| format!("bind {addr}: {e}"))?;
+                    let socket =
+                        crate::accept::socket::bind(addr, false, l.freebind, &l.socket_options)
+                            .map_err(|e| format!("bind {addr}: {e}"))?;
                     let local = socket
                         .local_addr()
                         .ok()
