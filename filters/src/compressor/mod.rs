@@ -1,0 +1,253 @@
+//! The compressor filter (`envoy.filters.http.compressor`): compresses response bodies
+//! with gzip, brotli or zstd as they stream, when the client accepts the encoding and the
+//! response qualifies (Envoy's `CompressorFilter`).
+//!
+//! On the request it notes `accept-encoding` (and removes it with
+//! `remove_accept_encoding_header`) and registers in the request's compressor registry; on
+//! the response it decides with the other compressor filters of the chain which encoding
+//! wins ([`negotiate`]), and the winner replaces `content-length` by `content-encoding` and
+//! returns the body's [`engine`].
+
+mod engine;
+mod headers;
+mod negotiate;
+
+use crate::chain::{BodyEncoder, Decision, HttpFilter, ResponseHead};
+use crate::per_worker::PerWorker;
+use crate::request::RequestState;
+use courier_config::filters::{Compressor, CompressorPerRoute, PerRouteFilterConfig};
+use http::header::{ACCEPT_ENCODING, CONTENT_ENCODING, CONTENT_LENGTH, ETAG};
+use negotiate::{HeaderStat, Registry};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The filter's counters, one set per worker. The names are Envoy's; the first five are
+/// the direction's (under `response.` when `response_direction_config` is set).
+#[derive(Debug, Default)]
+pub struct CompressorStats {
+    /// Responses compressed.
+    pub compressed: AtomicU64,
+    /// Responses left alone.
+    pub not_compressed: AtomicU64,
+    /// Bytes before compression.
+    pub total_uncompressed_bytes: AtomicU64,
+    /// Bytes after compression.
+    pub total_compressed_bytes: AtomicU64,
+    /// Responses whose `content-length` was below `min_content_length`.
+    pub content_length_too_small: AtomicU64,
+    /// Requests without `accept-encoding`.
+    pub no_accept_header: AtomicU64,
+    /// The client asked for `identity`.
+    pub header_identity: AtomicU64,
+    /// This filter's encoding was chosen by name.
+    pub header_compressor_used: AtomicU64,
+    /// Another filter's encoding was chosen by name.
+    pub header_compressor_overshadowed: AtomicU64,
+    /// `*` chose the encoding.
+    pub header_wildcard: AtomicU64,
+    /// `accept-encoding` named nothing acceptable.
+    pub header_not_valid: AtomicU64,
+    /// Left alone for its `etag` (`disable_on_etag_header`).
+    pub not_compressed_etag: AtomicU64,
+    /// Requests not compressed (`request.not_compressed`: courier never compresses them).
+    pub request_not_compressed: AtomicU64,
+}
+
+fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A compressor filter instance.
+#[derive(Debug)]
+pub struct CompressorFilter {
+    config: Arc<Compressor>,
+    stats: Arc<PerWorker<CompressorStats>>,
+}
+
+impl CompressorFilter {
+    /// A filter with `config`.
+    pub fn new(config: Arc<Compressor>) -> Self {
+        Self {
+            config,
+            stats: Arc::new(PerWorker::default()),
+        }
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Arc<PerWorker<CompressorStats>> {
+        &self.stats
+    }
+
+    fn per_route(p: Option<&PerRouteFilterConfig>) -> Option<&CompressorPerRoute> {
+        match p {
+            Some(PerRouteFilterConfig::Compressor(c)) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// Response compression is on for this route.
+    fn enabled(&self, p: Option<&CompressorPerRoute>) -> bool {
+        p.and_then(|p| p.response_enabled)
+            .unwrap_or(self.config.enabled)
+    }
+}
+
+/// What a registered filter saw of `accept-encoding`: kept beside the registry per
+/// filter, since an earlier compressor may have removed the header before a later one
+/// looked.
+#[derive(Debug, Clone, Default)]
+struct Seen(Vec<(usize, Option<String>)>);
+
+fn key(c: &Arc<Compressor>) -> usize {
+    Arc::as_ptr(c) as usize
+}
+
+impl HttpFilter for CompressorFilter {
+    fn decode_headers<'r>(
+        &'r self,
+        req: &'r mut RequestState<'_>,
+        per_route: Option<&'r PerRouteFilterConfig>,
+    ) -> Decision<'r> {
+        let accept = headers::joined(&req.head.headers, &ACCEPT_ENCODING);
+        let p = Self::per_route(per_route);
+        let remove = p
+            .and_then(|p| p.remove_accept_encoding_header)
+            .unwrap_or(self.config.remove_accept_encoding_header);
+        if self.enabled(p) && remove {
+            req.head.headers.remove(ACCEPT_ENCODING);
+        }
+        // Request bodies are never compressed (the config refuses the direction).
+        inc(&self.stats.get(req.conn.worker).request_not_compressed);
+        let state = &mut req.filter_state;
+        if state.get::<Registry>().is_none() {
+            state.insert(Registry::default());
+        }
+        if let Some(r) = state.get_mut::<Registry>() {
+            r.filters.push(Arc::clone(&self.config));
+        }
+        if state.get::<Seen>().is_none() {
+            state.insert(Seen::default());
+        }
+        if let Some(seen) = state.get_mut::<Seen>() {
+            seen.0.push((key(&self.config), accept));
+        }
+        Decision::Continue
+    }
+
+    fn encodes_body(&self) -> bool {
+        true
+    }
+
+    fn encode_response(
+        &self,
+        req: &mut RequestState<'_>,
+        per_route: Option<&PerRouteFilterConfig>,
+        head: &mut ResponseHead<'_>,
+    ) -> Option<Box<dyn BodyEncoder>> {
+        let s = self.stats.get(req.conn.worker);
+        let c = &self.config;
+        let p = Self::per_route(per_route);
+        let enabled = self.enabled(p);
+        let big_enough = enabled && {
+            let ok = headers::long_enough(head.headers, c.min_content_length);
+            if !ok {
+                inc(&s.content_length_too_small);
+            }
+            ok
+        };
+        let compressible = big_enough
+            && !c.uncompressible_response_codes.contains(&head.status.as_u16())
+            && !headers::is_upgrade(head.headers)
+            && {
+                let ct = headers::content_type(head.headers);
+                ct.is_empty() || c.content_types.iter().any(|t| *t == ct)
+            }
+            && !headers::no_transform(head.headers)
+            && {
+                let ok = !(c.disable_on_etag_header && head.headers.contains_key(ETAG));
+                if !ok {
+                    inc(&s.not_compressed_etag);
+                }
+                ok
+            }
+            && !head.headers.contains_key(CONTENT_ENCODING);
+        let accepted = !head.end_stream && big_enough && {
+            let seen = req
+                .filter_state
+                .get::<Seen>()
+                .and_then(|seen| seen.0.iter().find(|(k, _)| *k == key(c)))
+                .and_then(|(_, a)| a.clone());
+            match seen {
+                None => {
+                    inc(&s.no_accept_header);
+                    false
+                }
+                Some(accept) => self.decide(req, &accept, head.headers, s),
+            }
+        };
+        let mut encoder = None;
+        if accepted && compressible && headers::transfer_encoding_allowed(head.headers, c.library.encoding()) {
+            match engine::Compression::new(&c.library, Arc::clone(&self.stats), req.conn.worker) {
+                Ok(e) => {
+                    headers::sanitize_etag(head.headers);
+                    head.headers.remove(CONTENT_LENGTH);
+                    head.headers.insert(
+                        CONTENT_ENCODING,
+                        http::HeaderValue::from_static(c.library.encoding()),
+                    );
+                    inc(&s.compressed);
+                    encoder = Some(Box::new(e) as Box<dyn BodyEncoder>);
+                }
+                // The library could not start (its options): the body goes as it is.
+                Err(_) => inc(&s.not_compressed),
+            }
+        } else {
+            inc(&s.not_compressed);
+        }
+        // Vary even when this client did not get compression: a cache in front must know
+        // another client may.
+        if compressible {
+            headers::insert_vary(head.headers);
+        }
+        encoder
+    }
+}
+
+impl CompressorFilter {
+    /// The chain's decision (made now if no filter made it yet) and whether it is ours,
+    /// counting the `header_*` counters.
+    fn decide(
+        &self,
+        req: &mut RequestState<'_>,
+        accept: &str,
+        resp: &http::HeaderMap,
+        s: &CompressorStats,
+    ) -> bool {
+        let Some(registry) = req.filter_state.get_mut::<Registry>() else {
+            return false;
+        };
+        let decision = match &registry.decision {
+            Some(d) => d.clone(),
+            None => {
+                let ct = headers::content_type(resp);
+                let d = negotiate::choose(&registry.filters, accept, &ct);
+                registry.decision = Some(d.clone());
+                d
+            }
+        };
+        let ours = decision
+            .encoding
+            .eq_ignore_ascii_case(self.config.library.encoding());
+        inc(match decision.stat {
+            HeaderStat::ValidCompressor if ours => &s.header_compressor_used,
+            HeaderStat::ValidCompressor => &s.header_compressor_overshadowed,
+            HeaderStat::Identity => &s.header_identity,
+            HeaderStat::Wildcard => &s.header_wildcard,
+            HeaderStat::NotValid => &s.header_not_valid,
+        });
+        ours
+    }
+}
+
+#[cfg(test)]
+mod tests;
