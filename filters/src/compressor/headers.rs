@@ -4,8 +4,7 @@
 
 use http::HeaderMap;
 use http::header::{
-    CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, ETAG, TRANSFER_ENCODING, UPGRADE,
-    VARY,
+    CACHE_CONTROL, CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, ETAG, TRANSFER_ENCODING, UPGRADE, VARY,
 };
 
 /// A header's values joined with `,` as Envoy sees an inline header; `None` when absent.

@@ -156,7 +156,9 @@ impl HttpFilter for CompressorFilter {
             ok
         };
         let compressible = big_enough
-            && !c.uncompressible_response_codes.contains(&head.status.as_u16())
+            && !c
+                .uncompressible_response_codes
+                .contains(&head.status.as_u16())
             && !headers::is_upgrade(head.headers)
             && {
                 let ct = headers::content_type(head.headers);
@@ -186,7 +188,10 @@ impl HttpFilter for CompressorFilter {
             }
         };
         let mut encoder = None;
-        if accepted && compressible && headers::transfer_encoding_allowed(head.headers, c.library.encoding()) {
+        if accepted
+            && compressible
+            && headers::transfer_encoding_allowed(head.headers, c.library.encoding())
+        {
             match engine::Compression::new(&c.library, Arc::clone(&self.stats), req.conn.worker) {
                 Ok(e) => {
                     headers::sanitize_etag(head.headers);

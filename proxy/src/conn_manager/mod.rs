@@ -218,7 +218,7 @@ pub async fn handle(
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall. Returned beside the
             // response: in its extensions it would cost three allocations.
-            if matches!(resp.body(), ResponseBody::Upstream { .. }) {
+            if resp.body().is_upstream() {
                 streaming = Some(progress);
             }
             if let Some(id) = request_id {
@@ -476,14 +476,19 @@ async fn filter<'a>(
 }
 
 /// The filters' response hooks, the response headers they asked for, and (for the access
-/// log) the request's dynamic metadata.
+/// log) the request's dynamic metadata. A body a filter transforms (the compressor) is
+/// wrapped in its encoders here; a chain without body filters skips all of that.
 fn encode(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
     logging: bool,
 ) {
-    chain.encode_headers(state, resp.headers_mut());
+    if chain.has_body_filters() {
+        encode_body(chain, state, resp);
+    } else {
+        chain.encode_headers(state, resp.headers_mut());
+    }
     for (name, value) in std::mem::take(&mut state.response_headers) {
         if let Some(name) = name {
             resp.headers_mut().append(name, value);
@@ -492,6 +497,38 @@ fn encode(
     if logging && !state.metadata.is_empty() {
         resp.extensions_mut()
             .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
+    }
+}
+
+/// [`encode`]'s part for chains with body filters: the response head through the
+/// filters, and the body through the encoders they return.
+fn encode_body(
+    chain: &FilterChain,
+    state: &mut RequestState<'_>,
+    resp: &mut Response<ResponseBody>,
+) {
+    use http_body::Body as _;
+    let body = resp.body();
+    let end_stream = body.is_end_stream();
+    // Envoy's local replies carry their length, and the compressor's minimum length reads
+    // it: courier's own bodies say it here (hyper would add the same header when sending).
+    if let ResponseBody::Local(_) = body
+        && let Some(n) = body.size_hint().exact()
+        && !resp.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    let status = resp.status();
+    let mut head = courier_filters::ResponseHead {
+        status,
+        headers: resp.headers_mut(),
+        end_stream,
+    };
+    let encoders = chain.encode_response(state, &mut head);
+    if !encoders.is_empty() {
+        let body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
+        *resp.body_mut() = body.encode(encoders);
     }
 }
 

