@@ -194,22 +194,21 @@ pub fn get(addr: &str, protocol: Protocol, path: &str, accept: Option<&str>) -> 
     client::send(addr, protocol, &req).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
-/// The body decoded as its `content-encoding` says.
+/// The body decoded as its `content-encoding` says; a body that does not decode (the
+/// upstream's `/encoded` claims gzip over plain text) is returned as it came.
 pub fn decoded(r: &Response) -> Vec<u8> {
     let mut out = Vec::new();
-    match r.header("content-encoding").as_deref() {
-        Some("gzip") => {
-            flate2::read::GzDecoder::new(&r.body[..])
-                .read_to_end(&mut out)
-                .expect("gzip body");
-        }
-        Some("br") => {
-            brotli::Decompressor::new(&r.body[..], 4096)
-                .read_to_end(&mut out)
-                .expect("brotli body");
-        }
-        Some("zstd") => out = zstd::stream::decode_all(&r.body[..]).expect("zstd body"),
-        _ => out = r.body.clone(),
-    }
-    out
+    let ok = match r.header("content-encoding").as_deref() {
+        Some("gzip") => flate2::read::GzDecoder::new(&r.body[..])
+            .read_to_end(&mut out)
+            .is_ok(),
+        Some("br") => brotli::Decompressor::new(&r.body[..], 4096)
+            .read_to_end(&mut out)
+            .is_ok(),
+        Some("zstd") => zstd::stream::decode_all(&r.body[..])
+            .map(|d| out = d)
+            .is_ok(),
+        _ => false,
+    };
+    if ok { out } else { r.body.clone() }
 }
