@@ -215,7 +215,10 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
         ),
     };
     let content_types = if types.is_empty() {
-        DEFAULT_CONTENT_TYPES.iter().map(|t| t.to_string()).collect()
+        DEFAULT_CONTENT_TYPES
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
     } else {
         types.iter().map(|t| t.to_ascii_lowercase()).collect()
     };
@@ -251,7 +254,10 @@ fn codes(list: &[u32], path: &Path<'_>, ctx: &mut Ctx) -> Vec<u16> {
     for (i, &c) in list.iter().enumerate() {
         match u16::try_from(c) {
             Ok(c) if (200..600).contains(&c) && !out.contains(&c) => out.push(c),
-            _ => ctx.error(&p.index(i), format!("{c}: must be unique and in [200, 600)")),
+            _ => ctx.error(
+                &p.index(i),
+                format!("{c}: must be unique and in [200, 600)"),
+            ),
         }
     }
     out
@@ -304,10 +310,7 @@ fn library(l: &TypedExtensionConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<L
                 0 => 6,
                 n @ 1..=9 => n as u32,
                 n => {
-                    ctx.error(
-                        &tp.field("compression_level"),
-                        format!("{n}: not a level"),
-                    );
+                    ctx.error(&tp.field("compression_level"), format!("{n}: not a level"));
                     6
                 }
             };
@@ -345,7 +348,10 @@ fn library(l: &TypedExtensionConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<L
         ZSTD => {
             let z = crate::core::unpack::<zstd_pb::Zstd>(any, &tp, ctx)?;
             if z.dictionary.is_some() {
-                ctx.error(&tp.field("dictionary"), "zstd dictionaries are not supported");
+                ctx.error(
+                    &tp.field("dictionary"),
+                    "zstd dictionaries are not supported",
+                );
             }
             if !(0..=9).contains(&z.strategy) {
                 ctx.error(&tp.field("strategy"), "not a strategy");

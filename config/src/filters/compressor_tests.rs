@@ -18,7 +18,13 @@ const GZIP: &str = "compressor_library:\n  name: text\n  typed_config:\n    \"@t
 #[test]
 fn defaults_are_envoys() {
     let c = compressor(GZIP).unwrap();
-    assert_eq!(c.library, Library::Gzip { level: 6, chunk_size: 4096 });
+    assert_eq!(
+        c.library,
+        Library::Gzip {
+            level: 6,
+            chunk_size: 4096
+        }
+    );
     assert_eq!(c.library_name, "text");
     assert!(c.enabled);
     assert_eq!(c.min_content_length, 30);
@@ -52,15 +58,19 @@ fn options_courier_cannot_honour_are_refused_at_their_paths() {
     ));
     for field in ["memory_level", "window_bits", "compression_strategy"] {
         assert!(
-            e.iter()
-                .any(|e| e.starts_with(&format!("typed_config.compressor_library.typed_config.{field}"))),
+            e.iter().any(|e| e.starts_with(&format!(
+                "typed_config.compressor_library.typed_config.{field}"
+            ))),
             "{field}: {e:?}"
         );
     }
     let e = errors(compressor(&format!(
         "{GZIP}request_direction_config: {{}}\n"
     )));
-    assert!(e.iter().any(|e| e.contains("request_direction_config")), "{e:?}");
+    assert!(
+        e.iter().any(|e| e.contains("request_direction_config")),
+        "{e:?}"
+    );
     // Switched off explicitly, the request direction is accepted.
     compressor(&format!(
         "{GZIP}request_direction_config:\n  common_config:\n    enabled: {{ default_value: false }}\n"
@@ -69,7 +79,10 @@ fn options_courier_cannot_honour_are_refused_at_their_paths() {
     let e = errors(compressor(&format!(
         "{GZIP}response_direction_config:\n  weaken_etag_on_compress: true\n"
     )));
-    assert!(e.iter().any(|e| e.contains("weaken_etag_on_compress")), "{e:?}");
+    assert!(
+        e.iter().any(|e| e.contains("weaken_etag_on_compress")),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -80,7 +93,13 @@ fn brotli_and_zstd_options() {
     .unwrap();
     assert!(matches!(
         c.library,
-        Library::Brotli { quality: 5, window_bits: 20, input_block_bits: 24, mode: 2, .. }
+        Library::Brotli {
+            quality: 5,
+            window_bits: 20,
+            input_block_bits: 24,
+            mode: 2,
+            ..
+        }
     ));
     let c = compressor(
         "compressor_library:\n  name: z\n  typed_config:\n    \"@type\": type.googleapis.com/envoy.extensions.compression.zstd.compressor.v3.Zstd\n    compression_level: 7\n    strategy: LAZY\n    enable_checksum: true\n",
@@ -88,7 +107,12 @@ fn brotli_and_zstd_options() {
     .unwrap();
     assert!(matches!(
         c.library,
-        Library::Zstd { level: 7, strategy: 4, checksum: true, .. }
+        Library::Zstd {
+            level: 7,
+            strategy: 4,
+            checksum: true,
+            ..
+        }
     ));
 }
 
@@ -101,7 +125,10 @@ fn per_route_disabled_and_overrides() {
     .unwrap();
     assert!(matches!(
         r.config,
-        Some(PerRouteFilterConfig::Compressor(CompressorPerRoute { response_enabled: Some(false), .. }))
+        Some(PerRouteFilterConfig::Compressor(CompressorPerRoute {
+            response_enabled: Some(false),
+            ..
+        }))
     ));
     let r = per_route(
         "gz",

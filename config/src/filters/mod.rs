@@ -406,7 +406,10 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     ("envoy.config.core.v3.TypedExtensionConfig", ALL),
     ("envoy.extensions.compression.gzip.compressor.v3.Gzip", ALL),
-    ("envoy.extensions.compression.brotli.compressor.v3.Brotli", ALL),
+    (
+        "envoy.extensions.compression.brotli.compressor.v3.Brotli",
+        ALL,
+    ),
     ("envoy.extensions.compression.zstd.compressor.v3.Zstd", ALL),
 ];
 
