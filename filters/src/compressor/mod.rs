@@ -162,7 +162,7 @@ impl HttpFilter for CompressorFilter {
             && !headers::is_upgrade(head.headers)
             && {
                 let ct = headers::content_type(head.headers);
-                ct.is_empty() || c.content_types.iter().any(|t| *t == ct)
+                ct.is_empty() || c.content_types.contains(&ct)
             }
             && !headers::no_transform(head.headers)
             && {

@@ -92,7 +92,7 @@ impl Allowed {
 }
 
 /// The part of a header value before the first `delim` (all of it without one), trimmed.
-fn crop_right_trim<'a>(s: &'a str, delim: char) -> &'a str {
+fn crop_right_trim(s: &str, delim: char) -> &str {
     s.split_once(delim).map_or(s, |(l, _)| l).trim()
 }
 
