@@ -181,9 +181,22 @@ pub fn istio_filters() -> String {
 }
 
 /// A GET of `path` on `addr` with `accept-encoding: accept` (none for `None`).
+// Each test binary that includes this file uses its own part of it.
+#[allow(dead_code)]
 pub fn get(addr: &str, protocol: Protocol, path: &str, accept: Option<&str>) -> Response {
+    request(addr, protocol, "GET", path, accept)
+}
+
+/// [`get`] with another method.
+pub fn request(
+    addr: &str,
+    protocol: Protocol,
+    method: &str,
+    path: &str,
+    accept: Option<&str>,
+) -> Response {
     let req = Request {
-        method: "GET".into(),
+        method: method.into(),
         path: path.into(),
         authority: "example.com".into(),
         headers: accept
@@ -191,7 +204,7 @@ pub fn get(addr: &str, protocol: Protocol, path: &str, accept: Option<&str>) -> 
             .unwrap_or_default(),
         body: Vec::new(),
     };
-    client::send(addr, protocol, &req).unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    client::send(addr, protocol, &req).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
 /// The body decoded as its `content-encoding` says; a body that does not decode (the

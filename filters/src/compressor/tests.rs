@@ -114,3 +114,103 @@ fn choose_first_breaks_ties() {
     let c = vec![filter(gzip(), &[], false), filter(br(), &[], true)];
     assert_eq!(pick(&c, "gzip, br", "").0, "br");
 }
+
+mod body_path {
+    use super::*;
+    use crate::chain::{ChainEntry, FilterChain, ResponseHead};
+    use crate::compressor::CompressorFilter;
+    use crate::test_support::{head, plain_conn, state};
+    use bytes::Bytes;
+    use http::{HeaderMap, StatusCode};
+    use std::io::Read;
+
+    fn chain(filters: Vec<Arc<Compressor>>) -> FilterChain {
+        FilterChain::new(
+            filters
+                .into_iter()
+                .map(|c| ChainEntry {
+                    name: format!("envoy.filters.http.compressor.{}", c.library.stats_prefix()),
+                    disabled: false,
+                    filter: Box::new(CompressorFilter::new(c)),
+                })
+                .collect(),
+        )
+    }
+
+    fn response_headers(ct: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert("content-type", ct.parse().unwrap());
+        h.insert("content-length", "5000".parse().unwrap());
+        h
+    }
+
+    #[test]
+    fn chunks_and_trailers_flow_through_the_winner_only() {
+        let chain = chain(istio());
+        assert!(chain.has_body_filters());
+        let conn = plain_conn();
+        let mut req = state(
+            &conn,
+            head("GET", "/", &[("accept-encoding", "gzip;q=0.9, br;q=0.1")]),
+        );
+        let verdict = futures_lite(chain.decode_headers(&mut req, |_| None));
+        assert!(matches!(verdict, crate::chain::Verdict::Continue));
+        let mut headers = response_headers("text/plain; charset=utf-8");
+        let mut h = ResponseHead {
+            status: StatusCode::OK,
+            headers: &mut headers,
+            end_stream: false,
+        };
+        let mut encoders = chain.encode_response(&mut req, &mut h);
+        assert!(!encoders.is_empty());
+        assert_eq!(headers.get("content-encoding").unwrap(), "gzip");
+        assert_eq!(headers.get("vary").unwrap(), "Accept-Encoding");
+        assert!(headers.get("content-length").is_none());
+        let mut wire = Vec::new();
+        let mut plain = Vec::new();
+        for i in 0..50 {
+            let chunk = Bytes::from(format!("chunk {i} of a streamed body\n"));
+            plain.extend_from_slice(&chunk);
+            let out = encoders.data(chunk, false).unwrap();
+            // Each chunk is flushed: what arrived so far decodes.
+            assert!(!out.is_empty());
+            wire.extend_from_slice(&out);
+        }
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "0".parse().unwrap());
+        wire.extend_from_slice(&encoders.trailers(&mut trailers).unwrap());
+        assert_eq!(trailers.get("grpc-status").unwrap(), "0");
+        let mut out = Vec::new();
+        flate2::read::GzDecoder::new(&wire[..])
+            .read_to_end(&mut out)
+            .unwrap();
+        assert_eq!(out, plain);
+    }
+
+    #[test]
+    fn headers_only_responses_and_chains_without_body_filters_get_no_encoder() {
+        let chain = chain(istio());
+        let conn = plain_conn();
+        let mut req = state(&conn, head("HEAD", "/", &[("accept-encoding", "gzip")]));
+        futures_lite(chain.decode_headers(&mut req, |_| None));
+        let mut headers = response_headers("text/plain");
+        let mut h = ResponseHead {
+            status: StatusCode::OK,
+            headers: &mut headers,
+            end_stream: true,
+        };
+        assert!(chain.encode_response(&mut req, &mut h).is_empty());
+        // Compressible, so a cache must still vary on it; the length stays.
+        assert_eq!(headers.get("vary").unwrap(), "Accept-Encoding");
+        assert_eq!(headers.get("content-length").unwrap(), "5000");
+        assert!(!FilterChain::default().has_body_filters());
+    }
+
+    /// Drives a future that never waits (the compressor's decode path is synchronous).
+    fn futures_lite<F: std::future::Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(f)
+    }
+}
