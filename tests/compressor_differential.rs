@@ -2,7 +2,9 @@
 //! gzip) and a single gzip filter, in front of one upstream, over HTTP/1.1 and h2c. For
 //! each request the status, `content-encoding`, `vary`, whether `content-length` is
 //! present, and the body once decoded must be Envoy's. (The compressed bytes themselves
-//! may differ: the libraries' window sizes and flush points are not Envoy's.)
+//! may differ: the libraries' window sizes and flush points are not Envoy's.) A third
+//! listener sets `uncompressible_response_codes`, `disable_on_etag_header` and a larger
+//! `min_content_length`. Every compressor counter must then read as Envoy's.
 //!
 //! ```text
 //! cargo build -p courier
@@ -63,10 +65,20 @@ fn compressed_responses_match_envoy() {
         bootstrap(&[
             hcm_listener_filters("istio", "", &istio_filters(), VHOSTS),
             hcm_listener_filters("gzip", "", &filter("gzip", "Gzip", ""), VHOSTS),
+            hcm_listener_filters(
+                "codes",
+                "",
+                &filter(
+                    "gzip",
+                    "Gzip",
+                    "response_direction_config:\n  uncompressible_response_codes: [206, 404]\n  disable_on_etag_header: true\n  common_config:\n    min_content_length: 4096\n",
+                ),
+                VHOSTS
+            ),
         ]),
         indent(&cluster(up), 2)
     );
-    let names = ["istio", "gzip"];
+    let names = ["istio", "gzip", "codes"];
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap();
     let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap();
     let paths = [
@@ -132,6 +144,33 @@ fn compressed_responses_match_envoy() {
         }
     }
     assert!(compared > 0);
+    // The filters' counters, by Envoy's names (the compressed byte totals depend on the
+    // libraries' settings, so only their presence is compared).
+    let counters = |p: &Proxy| -> Vec<String> {
+        let r = courier_tests::client::get(&p.admin, "/stats").unwrap();
+        let mut lines: Vec<String> = String::from_utf8_lossy(&r.body)
+            .lines()
+            .filter(|l| l.contains(".compressor."))
+            .map(|l| match l.split_once(": ") {
+                Some((n, _)) if n.ends_with("total_compressed_bytes") => n.to_string(),
+                _ => l.to_string(),
+            })
+            .collect();
+        lines.sort();
+        lines
+    };
+    let (on_envoy, on_courier) = (counters(&e), counters(&c));
+    assert!(!on_envoy.is_empty(), "Envoy shows no compressor counters");
+    for line in &on_envoy {
+        if !on_courier.contains(line) {
+            failures.push(format!("counter: envoy has {line:?}, courier does not"));
+        }
+    }
+    for line in &on_courier {
+        if !on_envoy.contains(line) {
+            failures.push(format!("counter: courier has {line:?}, envoy does not"));
+        }
+    }
     assert!(
         failures.is_empty(),
         "{} of {compared} responses differ between Envoy and courier:\n{}",
