@@ -514,6 +514,8 @@ fn encode_body(
     // it: courier's own bodies say it here (hyper would add the same header when sending).
     if let ResponseBody::Local(_) = body
         && let Some(n) = body.size_hint().exact()
+        // An empty body is never compressed: no length needed (nor wanted on a 204).
+        && n > 0
         && !resp.headers().contains_key(header::CONTENT_LENGTH)
     {
         resp.headers_mut()
