@@ -10,7 +10,9 @@
 #[path = "compressor_support.rs"]
 mod compressor_support;
 
-use compressor_support::{cluster, decoded, filter, get, istio_filters, text_body, upstream};
+use compressor_support::{
+    cluster, decoded, filter, get, h2_upstream, istio_filters, text_body, upstream,
+};
 use courier_tests::client::{Protocol, Response};
 use courier_tests::courier_bin;
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
@@ -26,6 +28,8 @@ const VHOSTS: &str = r#"
       envoy.filters.http.compressor.gzip:
         "@type": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute
         disabled: true
+  - match: { prefix: "/trailers" }
+    route: { cluster: h2up }
   - match: { prefix: "/local" }
     direct_response: { status: 200, body: { inline_string: "a direct response long enough to be compressed by the filter" } }
   - match: { prefix: "/" }
@@ -45,7 +49,7 @@ fn start() -> Proxy {
             hcm_listener_filters("istio", "", &istio_filters(), VHOSTS),
             hcm_listener_filters("gzip", "", &single, VHOSTS),
         ]),
-        indent(&cluster(up), 2)
+        indent(&cluster(up, h2_upstream()), 2)
     );
     Proxy::start(Kind::Courier, &courier_bin(), &yaml, &["istio", "gzip"]).unwrap()
 }
@@ -116,6 +120,13 @@ fn each_library_compresses_and_negotiation_picks_as_envoy() {
         // A chunked upstream body (no length) is compressed chunk by chunk.
         let r = get(istio, proto, "/chunked", Some("gzip"));
         assert_compressed(&r, "gzip", &what("chunked"));
+        // An h2 upstream's trailers come after the encoder's last bytes (h2c clients see
+        // them; HTTP/1.1 responses drop them, as Envoy's codec does by default).
+        let r = get(istio, proto, "/trailers", Some("br"));
+        assert_compressed(&r, "br", &what("trailers"));
+        if proto == Protocol::H2c {
+            assert_eq!(r.trailer("x-trailer").as_deref(), Some("done"));
+        }
         // identity, nothing acceptable, no header: not compressed, but Vary says
         // another client could get it compressed.
         assert_plain(

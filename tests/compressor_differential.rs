@@ -16,7 +16,7 @@
 #[path = "compressor_support.rs"]
 mod compressor_support;
 
-use compressor_support::{cluster, decoded, filter, istio_filters, request, upstream};
+use compressor_support::{cluster, decoded, filter, h2_upstream, istio_filters, request, upstream};
 use courier_tests::client::{Protocol, Response};
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
 use courier_tests::proxies::{Kind, Proxy};
@@ -33,6 +33,8 @@ const VHOSTS: &str = r#"
       envoy.filters.http.compressor.gzip:
         "@type": type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute
         disabled: true
+  - match: { prefix: "/trailers" }
+    route: { cluster: h2up }
   - match: { prefix: "/local" }
     direct_response: { status: 200, body: { inline_string: "a direct response long enough to be compressed by the filter" } }
   - match: { prefix: "/" }
@@ -42,13 +44,14 @@ const VHOSTS: &str = r#"
 /// What is compared of a response.
 fn seen(r: &Response) -> String {
     format!(
-        "status {} content-encoding {:?} vary {:?} content-length present {} etag {:?} upstream saw {:?} body {}",
+        "status {} content-encoding {:?} vary {:?} content-length present {} etag {:?} upstream saw {:?} trailers {:?} body {}",
         r.status,
         r.header("content-encoding"),
         r.header("vary"),
         r.header("content-length").is_some(),
         r.header("etag"),
         r.header("x-seen-accept-encoding"),
+        r.trailer("x-trailer"),
         String::from_utf8_lossy(&decoded(r)).len(),
     )
 }
@@ -76,7 +79,7 @@ fn compressed_responses_match_envoy() {
                 VHOSTS
             ),
         ]),
-        indent(&cluster(up), 2)
+        indent(&cluster(up, h2_upstream()), 2)
     );
     let names = ["istio", "gzip", "codes"];
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap();

@@ -149,11 +149,13 @@ fn serve(s: std::net::TcpStream) {
     }
 }
 
-/// The cluster `up` at `addr` (YAML, under `static_resources`).
-pub fn cluster(addr: SocketAddr) -> String {
+/// The clusters `up` (HTTP/1.1, at `addr`) and `h2up` (h2c, at `h2`), YAML under
+/// `static_resources`.
+pub fn cluster(addr: SocketAddr, h2: SocketAddr) -> String {
     format!(
-        "clusters:\n- name: up\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
-        addr.port()
+        "clusters:\n- name: up\n  connect_timeout: 1s\n  load_assignment:\n    cluster_name: up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n- name: h2up\n  connect_timeout: 1s\n  typed_extension_protocol_options:\n    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n      \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n      explicit_http_config: {{ http2_protocol_options: {{}} }}\n  load_assignment:\n    cluster_name: h2up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
+        addr.port(),
+        h2.port()
     )
 }
 
@@ -224,4 +226,61 @@ pub fn decoded(r: &Response) -> Vec<u8> {
         _ => false,
     };
     if ok { out } else { r.body.clone() }
+}
+
+/// A response body sent as separate frames: data, then trailers.
+struct Frames(std::collections::VecDeque<hyper::body::Frame<bytes::Bytes>>);
+
+impl hyper::body::Body for Frames {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+}
+
+/// An h2c upstream answering every request with the text body in several DATA frames
+/// followed by trailers (`x-trailer: done`), as a gRPC-web or streaming service does.
+pub fn h2_upstream() -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            loop {
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
+                let service = hyper::service::service_fn(|_req| async {
+                    let mut frames: std::collections::VecDeque<_> = text_body()
+                        .chunks(1000)
+                        .map(|c| hyper::body::Frame::data(bytes::Bytes::copy_from_slice(c)))
+                        .collect();
+                    let mut trailers = http::HeaderMap::new();
+                    trailers.insert("x-trailer", http::HeaderValue::from_static("done"));
+                    frames.push_back(hyper::body::Frame::trailers(trailers));
+                    Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .header("content-type", "text/plain")
+                            .body(Frames(frames))
+                            .unwrap(),
+                    )
+                });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(s), service),
+                );
+            }
+        });
+    });
+    addr
 }
