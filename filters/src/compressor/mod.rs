@@ -92,16 +92,6 @@ impl CompressorFilter {
     }
 }
 
-/// What a registered filter saw of `accept-encoding`: kept beside the registry per
-/// filter, since an earlier compressor may have removed the header before a later one
-/// looked.
-#[derive(Debug, Clone, Default)]
-struct Seen(Vec<(usize, Option<String>)>);
-
-fn key(c: &Arc<Compressor>) -> usize {
-    Arc::as_ptr(c) as usize
-}
-
 impl HttpFilter for CompressorFilter {
     fn decode_headers<'r>(
         &'r self,
@@ -124,12 +114,7 @@ impl HttpFilter for CompressorFilter {
         }
         if let Some(r) = state.get_mut::<Registry>() {
             r.filters.push(Arc::clone(&self.config));
-        }
-        if state.get::<Seen>().is_none() {
-            state.insert(Seen::default());
-        }
-        if let Some(seen) = state.get_mut::<Seen>() {
-            seen.0.push((key(&self.config), accept));
+            r.accepts.push(accept);
         }
         Decision::Continue
     }
@@ -176,9 +161,9 @@ impl HttpFilter for CompressorFilter {
         let accepted = !head.end_stream && big_enough && {
             let seen = req
                 .filter_state
-                .get::<Seen>()
-                .and_then(|seen| seen.0.iter().find(|(k, _)| *k == key(c)))
-                .and_then(|(_, a)| a.clone());
+                .get::<Registry>()
+                .and_then(|r| r.accept_encoding(c))
+                .map(str::to_string);
             match seen {
                 None => {
                     inc(&s.no_accept_header);

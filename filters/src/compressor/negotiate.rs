@@ -15,8 +15,20 @@ use std::sync::Arc;
 pub(crate) struct Registry {
     /// The registered filters' configs.
     pub(crate) filters: Vec<Arc<Compressor>>,
+    /// What each of them saw of `accept-encoding` (by position): an earlier compressor
+    /// may have removed the header before a later one looked.
+    pub(crate) accepts: Vec<Option<String>>,
     /// The cached decision.
     pub(crate) decision: Option<Decision>,
+}
+
+impl Registry {
+    /// The `accept-encoding` the filter with `config` saw (`None`: it saw none, or never
+    /// decoded this request).
+    pub(crate) fn accept_encoding(&self, config: &Arc<Compressor>) -> Option<&str> {
+        let at = self.filters.iter().position(|f| Arc::ptr_eq(f, config))?;
+        self.accepts.get(at)?.as_deref()
+    }
 }
 
 /// Why the decision is what it is: which `header_*` counter a filter counts.
