@@ -144,6 +144,9 @@ impl HttpFilter for CompressorFilter {
             && !c
                 .uncompressible_response_codes
                 .contains(&head.status.as_u16())
+            // A switched protocol is not a body to compress, whatever headers the codec
+            // left on the 101.
+            && head.status != http::StatusCode::SWITCHING_PROTOCOLS
             && !headers::is_upgrade(head.headers)
             && {
                 let ct = headers::content_type(head.headers);

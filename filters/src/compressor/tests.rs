@@ -214,3 +214,18 @@ mod body_path {
         rt.block_on(f)
     }
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Whatever a client sends as `accept-encoding` and an upstream as `content-type`,
+        /// negotiation answers (it runs on every compressible response).
+        #[test]
+        fn any_accept_encoding(accept in "[ -~]{0,80}", ct in "[ -~]{0,30}") {
+            let d = choose(&istio(), &accept, &ct);
+            prop_assert!(!d.encoding.is_empty());
+        }
+    }
+}
