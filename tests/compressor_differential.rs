@@ -4,7 +4,7 @@
 //! present, and the body once decoded must be Envoy's. (The compressed bytes themselves
 //! may differ: the libraries' window sizes and flush points are not Envoy's.) A third
 //! listener sets `uncompressible_response_codes`, `disable_on_etag_header` and a larger
-//! `min_content_length`. Every compressor counter must then read as Envoy's.
+//! `min_content_length`; a fourth `weaken_etag_on_compress`. Every compressor counter must then read as Envoy's.
 //!
 //! ```text
 //! cargo build -p courier
@@ -78,10 +78,20 @@ fn compressed_responses_match_envoy() {
                 ),
                 VHOSTS
             ),
+            hcm_listener_filters(
+                "weaken",
+                "",
+                &filter(
+                    "gzip",
+                    "Gzip",
+                    "response_direction_config:\n  weaken_etag_on_compress: true\n  disable_on_etag_header: true\n",
+                ),
+                VHOSTS
+            ),
         ]),
         indent(&cluster(up, h2_upstream()), 2)
     );
-    let names = ["istio", "gzip", "codes"];
+    let names = ["istio", "gzip", "codes", "weaken"];
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap();
     let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap();
     let paths = [

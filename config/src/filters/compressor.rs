@@ -2,8 +2,7 @@
 //! its per-route config (`CompressorPerRoute`) and its libraries (gzip, brotli, zstd).
 //!
 //! Response compression only. Refused at their paths: `request_direction_config` (request
-//! bodies are not compressed), `content_type_matcher`, `weaken_etag_on_compress` and
-//! `status_header_enabled` (left out of the support table), a `runtime_key` on an `enabled`
+//! bodies are not compressed), `content_type_matcher` and `status_header_enabled` (left out of the support table), a `runtime_key` on an `enabled`
 //! flag (courier has no runtime layer for it), the per-route `compressor_library` override,
 //! and library options the Rust libraries cannot honour (gzip `memory_level`, a gzip
 //! `window_bits` other than 15, gzip `compression_strategy`, a zstd `dictionary`).
@@ -62,6 +61,9 @@ pub struct Compressor {
     pub content_types: Vec<String>,
     /// Leave responses with an `etag` alone.
     pub disable_on_etag_header: bool,
+    /// Compress responses with a strong `etag` and weaken it (`W/`) rather than remove
+    /// it; overrides `disable_on_etag_header`.
+    pub weaken_etag_on_compress: bool,
     /// Remove `accept-encoding` from the request before it goes upstream.
     pub remove_accept_encoding_header: bool,
     /// Status codes whose responses are never compressed.
@@ -186,6 +188,10 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
     }
     let set = c.response_direction_config.is_some();
     // Without `response_direction_config`, Envoy takes the deprecated top-level fields.
+    let weaken = c
+        .response_direction_config
+        .as_ref()
+        .is_some_and(|r| r.weaken_etag_on_compress);
     let (enabled, min_len, types, etag, remove, codes) = match &c.response_direction_config {
         Some(r) => {
             let rpath = path.field("response_direction_config");
@@ -240,6 +246,7 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
         },
         content_types,
         disable_on_etag_header: etag,
+        weaken_etag_on_compress: weaken,
         remove_accept_encoding_header: remove,
         uncompressible_response_codes: codes,
         response_direction_set: set,

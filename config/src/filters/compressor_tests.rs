@@ -77,10 +77,10 @@ fn options_courier_cannot_honour_are_refused_at_their_paths() {
     ))
     .unwrap();
     let e = errors(compressor(&format!(
-        "{GZIP}response_direction_config:\n  weaken_etag_on_compress: true\n"
+        "{GZIP}response_direction_config:\n  status_header_enabled: true\n"
     )));
     assert!(
-        e.iter().any(|e| e.contains("weaken_etag_on_compress")),
+        e.iter().any(|e| e.contains("status_header_enabled")),
         "{e:?}"
     );
 }

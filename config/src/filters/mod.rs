@@ -388,6 +388,7 @@ pub(crate) const SUPPORT: &[Support] = &[
         &[
             "common_config",
             "disable_on_etag_header",
+            "weaken_etag_on_compress",
             "remove_accept_encoding_header",
             "uncompressible_response_codes",
         ],

@@ -90,12 +90,22 @@ pub(crate) fn insert_vary(headers: &mut HeaderMap) {
     headers.insert(VARY, value);
 }
 
-/// A strong `etag` describes the uncompressed bytes: it goes; a weak one (`W/`) stays.
-pub(crate) fn sanitize_etag(headers: &mut HeaderMap) {
-    if let Some(v) = headers.get(ETAG) {
-        let b = v.as_bytes();
-        if b.len() > 2 && !((b[0] == b'w' || b[0] == b'W') && b[1] == b'/') {
-            headers.remove(ETAG);
+/// A strong `etag` describes the uncompressed bytes: it goes, or with `weaken` becomes
+/// weak (`W/`); a weak one stays.
+pub(crate) fn sanitize_etag(headers: &mut HeaderMap, weaken: bool) {
+    let Some(v) = headers.get(ETAG) else {
+        return;
+    };
+    let b = v.as_bytes();
+    if b.len() > 2 && !((b[0] == b'w' || b[0] == b'W') && b[1] == b'/') {
+        let weak = [b"W/", b].concat();
+        match http::HeaderValue::from_bytes(&weak) {
+            Ok(w) if weaken => {
+                headers.insert(ETAG, w);
+            }
+            _ => {
+                headers.remove(ETAG);
+            }
         }
     }
 }

@@ -154,7 +154,9 @@ impl HttpFilter for CompressorFilter {
             }
             && !headers::no_transform(head.headers)
             && {
-                let ok = !(c.disable_on_etag_header && head.headers.contains_key(ETAG));
+                let ok = !(c.disable_on_etag_header
+                    && !c.weaken_etag_on_compress
+                    && head.headers.contains_key(ETAG));
                 if !ok {
                     inc(&s.not_compressed_etag);
                 }
@@ -182,7 +184,7 @@ impl HttpFilter for CompressorFilter {
         {
             match engine::Compression::new(&c.library, Arc::clone(&self.stats), req.conn.worker) {
                 Ok(e) => {
-                    headers::sanitize_etag(head.headers);
+                    headers::sanitize_etag(head.headers, c.weaken_etag_on_compress);
                     head.headers.remove(CONTENT_LENGTH);
                     head.headers.insert(
                         CONTENT_ENCODING,

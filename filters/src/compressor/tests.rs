@@ -18,6 +18,7 @@ fn filter(library: Library, types: &[&str], choose_first: bool) -> Arc<Compresso
             types.iter().map(|t| t.to_string()).collect()
         },
         disable_on_etag_header: false,
+        weaken_etag_on_compress: false,
         remove_accept_encoding_header: false,
         uncompressible_response_codes: Vec::new(),
         response_direction_set: true,
