@@ -11,7 +11,7 @@
 mod compressor_support;
 
 use compressor_support::{
-    cluster, decoded, filter, get, h2_upstream, istio_filters, text_body, upstream,
+    cluster, decode_as, decoded, filter, get, h2_upstream, istio_filters, post, text_body, upstream,
 };
 use courier_tests::client::{Protocol, Response};
 use courier_tests::courier_bin;
@@ -41,7 +41,7 @@ fn start() -> Proxy {
     let single = filter(
         "gzip",
         "Gzip",
-        "response_direction_config:\n  remove_accept_encoding_header: true\n",
+        "response_direction_config:\n  remove_accept_encoding_header: true\nrequest_direction_config: {}\n",
     );
     let yaml = format!(
         "{}{}\n",
@@ -205,12 +205,38 @@ fn single_gzip_filter_per_route_disabled_and_accept_encoding_removed() {
 }
 
 #[test]
+fn request_bodies_are_compressed_on_their_way_upstream() {
+    let p = start();
+    let gzip = p.listener("gzip").unwrap();
+    let istio = p.listener("istio").unwrap();
+    for proto in [Protocol::Http1, Protocol::H2c] {
+        let r = post(gzip, proto, "/echo", &text_body());
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("x-seen-content-encoding").as_deref(), Some("gzip"));
+        assert_eq!(
+            decode_as("gzip", &r.body).as_deref(),
+            Some(&text_body()[..]),
+            "{proto}"
+        );
+        // Too short for the direction's minimum: sent as it is.
+        let r = post(gzip, proto, "/echo", b"short");
+        assert_eq!(r.header("x-seen-content-encoding").as_deref(), Some("-"));
+        assert_eq!(r.body, b"short");
+        // Without request_direction_config, request bodies pass unchanged.
+        let r = post(istio, proto, "/echo", &text_body());
+        assert_eq!(r.header("x-seen-content-encoding").as_deref(), Some("-"));
+        assert_eq!(r.body, text_body());
+    }
+}
+
+#[test]
 fn counters_have_envoys_names() {
     let p = start();
     let gzip = p.listener("gzip").unwrap();
     get(gzip, Protocol::Http1, "/text", Some("gzip"));
     get(gzip, Protocol::Http1, "/small", Some("gzip"));
     get(gzip, Protocol::Http1, "/text", None);
+    post(gzip, Protocol::Http1, "/echo", &text_body());
     let stats = courier_tests::client::get(&p.admin, "/stats").unwrap();
     let stats = String::from_utf8_lossy(&stats.body).into_owned();
     let value = |name: &str| {
@@ -222,9 +248,17 @@ fn counters_have_envoys_names() {
     };
     let p = "http.gzip.compressor.text_gzip.gzip.";
     assert_eq!(value(&format!("{p}response.compressed")), "1");
-    assert_eq!(value(&format!("{p}response.not_compressed")), "2");
+    // The echo's octet-stream answer is not compressed either.
+    assert_eq!(value(&format!("{p}response.not_compressed")), "3");
+    assert_eq!(value(&format!("{p}request.compressed")), "1");
+    assert_eq!(value(&format!("{p}request.not_compressed")), "3");
+    assert_eq!(
+        value(&format!("{p}request.total_uncompressed_bytes")),
+        text_body().len().to_string()
+    );
     assert_eq!(value(&format!("{p}response.content_length_too_small")), "1");
-    assert_eq!(value(&format!("{p}no_accept_header")), "1");
+    // The POST sent none either (Envoy counts before it looks at the content type).
+    assert_eq!(value(&format!("{p}no_accept_header")), "2");
     assert_eq!(value(&format!("{p}header_compressor_used")), "1");
     assert_eq!(
         value(&format!("{p}response.total_uncompressed_bytes")),

@@ -96,6 +96,8 @@ fn serve(s: std::net::TcpStream) {
             return;
         }
         let mut accept = String::from("-");
+        let mut encoding = String::from("-");
+        let mut chunked = false;
         let mut length = 0usize;
         for _ in 0..200 {
             let mut h = String::new();
@@ -109,13 +111,36 @@ fn serve(s: std::net::TcpStream) {
             if let Some(v) = lower.strip_prefix("content-length:") {
                 length = v.trim().parse().unwrap_or(0);
             }
+            if let Some(v) = lower.strip_prefix("content-encoding:") {
+                encoding = v.trim().to_string();
+            }
+            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+                chunked = true;
+            }
         }
-        let mut sink = vec![0; length];
-        if r.read_exact(&mut sink).is_err() {
-            return;
-        }
+        let received = if chunked {
+            match read_chunked(&mut r) {
+                Some(b) => b,
+                None => return,
+            }
+        } else {
+            let mut b = vec![0; length];
+            if r.read_exact(&mut b).is_err() {
+                return;
+            }
+            b
+        };
         let path = first.split(' ').nth(1).unwrap_or("/").to_string();
-        let (status, headers, body, chunked) = answer(&path, &accept);
+        let (status, headers, body, chunked) = if path == "/echo" {
+            // The request body as it arrived, in a type no filter compresses.
+            let headers = vec![
+                "content-type: application/octet-stream".to_string(),
+                format!("x-seen-content-encoding: {encoding}"),
+            ];
+            (200, headers, received, false)
+        } else {
+            answer(&path, &accept)
+        };
         let mut out = format!("HTTP/1.1 {status} X\r\n");
         for h in headers {
             out.push_str(&h);
@@ -146,6 +171,27 @@ fn serve(s: std::net::TcpStream) {
                 return;
             }
         }
+    }
+}
+
+/// A chunked request body, trailers skipped.
+fn read_chunked(r: &mut impl BufRead) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).ok()?;
+        let n = usize::from_str_radix(size.trim().split(';').next()?, 16).ok()?;
+        if n == 0 {
+            loop {
+                let mut t = String::new();
+                if r.read_line(&mut t).ok()? == 0 || t == "\r\n" {
+                    return Some(out);
+                }
+            }
+        }
+        let mut chunk = vec![0; n + 2];
+        r.read_exact(&mut chunk).ok()?;
+        out.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -189,6 +235,35 @@ pub fn get(addr: &str, protocol: Protocol, path: &str, accept: Option<&str>) -> 
     request(addr, protocol, "GET", path, accept)
 }
 
+/// A POST of `body` (`content-type: text/plain`) to `path`.
+#[allow(dead_code)]
+pub fn post(addr: &str, protocol: Protocol, path: &str, body: &[u8]) -> Response {
+    let req = Request {
+        method: "POST".into(),
+        path: path.into(),
+        authority: "example.com".into(),
+        headers: vec![("content-type".to_string(), "text/plain".to_string())],
+        body: body.to_vec(),
+    };
+    client::send(addr, protocol, &req).unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
+/// A body as it is encoded with `encoding` decoded (`None` when it does not decode).
+pub fn decode_as(encoding: &str, body: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let ok = match encoding {
+        "gzip" => flate2::read::GzDecoder::new(body)
+            .read_to_end(&mut out)
+            .is_ok(),
+        "br" => brotli::Decompressor::new(body, 4096)
+            .read_to_end(&mut out)
+            .is_ok(),
+        "zstd" => zstd::stream::decode_all(body).map(|d| out = d).is_ok(),
+        _ => false,
+    };
+    ok.then_some(out)
+}
+
 /// [`get`] with another method.
 pub fn request(
     addr: &str,
@@ -212,20 +287,9 @@ pub fn request(
 /// The body decoded as its `content-encoding` says; a body that does not decode (the
 /// upstream's `/encoded` claims gzip over plain text) is returned as it came.
 pub fn decoded(r: &Response) -> Vec<u8> {
-    let mut out = Vec::new();
-    let ok = match r.header("content-encoding").as_deref() {
-        Some("gzip") => flate2::read::GzDecoder::new(&r.body[..])
-            .read_to_end(&mut out)
-            .is_ok(),
-        Some("br") => brotli::Decompressor::new(&r.body[..], 4096)
-            .read_to_end(&mut out)
-            .is_ok(),
-        Some("zstd") => zstd::stream::decode_all(&r.body[..])
-            .map(|d| out = d)
-            .is_ok(),
-        _ => false,
-    };
-    if ok { out } else { r.body.clone() }
+    r.header("content-encoding")
+        .and_then(|e| decode_as(&e, &r.body))
+        .unwrap_or_else(|| r.body.clone())
 }
 
 /// A response body sent as separate frames: data, then trailers.

@@ -111,9 +111,12 @@ pub struct ResponseHead<'h> {
 #[error("response body filter: {0}")]
 pub struct EncodeError(pub String);
 
-/// One filter's transform of one response body (Envoy's `encodeData` / `encodeTrailers`),
-/// made by [`HttpFilter::encode_response`] for the responses it transforms.
-pub trait BodyEncoder: Send {
+/// One filter's transform of one body (Envoy's `encodeData` / `encodeTrailers`, or on the
+/// request `decodeData` / `decodeTrailers`), made by [`HttpFilter::encode_response`] for
+/// the responses it transforms, or by a filter's `decode_headers` for the request
+/// ([`RequestState::request_encoders`]). `Sync` because the request's state, which holds
+/// request encoders, is shared by reference with a suspended filter's future.
+pub trait BodyEncoder: Send + Sync {
     /// Transforms a chunk; `end_stream` when it is the last one (no trailers follow).
     fn encode_data(&mut self, data: Bytes, end_stream: bool) -> Result<Bytes, EncodeError>;
 
@@ -131,6 +134,12 @@ impl BodyEncoders {
     /// Whether no filter transforms the body.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// Adds an encoder after the others (a filter's on the request path, where encoders
+    /// run in filter order).
+    pub fn push(&mut self, encoder: Box<dyn BodyEncoder>) {
+        self.0.push(encoder);
     }
 
     /// Passes a chunk through every encoder.

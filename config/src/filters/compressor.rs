@@ -1,10 +1,10 @@
 //! The compressor filter's config (`envoy.extensions.filters.http.compressor.v3.Compressor`),
 //! its per-route config (`CompressorPerRoute`) and its libraries (gzip, brotli, zstd).
 //!
-//! Response compression only. Refused at their paths: `request_direction_config` (request
-//! bodies are not compressed), `content_type_matcher` and `status_header_enabled` (left out of the support table), a `runtime_key` on an `enabled`
-//! flag (courier has no runtime layer for it), the per-route `compressor_library` override,
-//! and library options the Rust libraries cannot honour (gzip `memory_level`, a gzip
+//! Both directions. Refused at their paths: `content_type_matcher` and
+//! `status_header_enabled` (left out of the support table), a `runtime_key` on an
+//! `enabled` flag (courier has no runtime layer for it), the per-route
+//! `compressor_library` override, and library options the Rust libraries cannot honour (gzip `memory_level`, a gzip
 //! `window_bits` other than 15, gzip `compression_strategy`, a zstd `dictionary`).
 
 use crate::ctx::Ctx;
@@ -73,6 +73,19 @@ pub struct Compressor {
     pub response_direction_set: bool,
     /// On equal q-values, this filter's encoding wins.
     pub choose_first: bool,
+    /// `request_direction_config`: request bodies are compressed too.
+    pub request: Option<RequestDirection>,
+}
+
+/// The request direction of a compressor filter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestDirection {
+    /// `common_config.enabled.default_value` (default true).
+    pub enabled: bool,
+    /// Requests with a smaller `content-length` are left alone.
+    pub min_content_length: u32,
+    /// Lower-cased content types (without parameters) that are compressed.
+    pub content_types: Vec<String>,
 }
 
 /// A compression library with the options courier honours.
@@ -171,21 +184,21 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
             None
         }
     };
-    if let Some(r) = &c.request_direction_config {
-        // Envoy compresses request bodies only when the direction is enabled; an explicit
-        // `enabled: false` is the one form courier can take without doing it.
-        let common = r.common_config.as_ref();
+    // Envoy compresses request bodies only when the direction is configured (and its
+    // `enabled` flag is on).
+    let request = c.request_direction_config.as_ref().map(|r| {
+        let common = r.common_config.clone().unwrap_or_default();
         let rpath = path.field("request_direction_config");
-        let on = feature_flag(
-            common.and_then(|c| c.enabled.as_ref()),
-            true,
-            &rpath.field("common_config").field("enabled"),
-            ctx,
-        );
-        if on {
-            ctx.error(&rpath, "request body compression is not supported");
+        let cpath = rpath.field("common_config");
+        RequestDirection {
+            enabled: feature_flag(common.enabled.as_ref(), true, &cpath.field("enabled"), ctx),
+            min_content_length: match common.min_content_length.map(|v| v.value) {
+                Some(n) if n > 0 => n,
+                _ => DEFAULT_MIN_CONTENT_LENGTH,
+            },
+            content_types: content_types(&common.content_type),
         }
-    }
+    });
     let set = c.response_direction_config.is_some();
     // Without `response_direction_config`, Envoy takes the deprecated top-level fields.
     let weaken = c
@@ -220,14 +233,7 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
             Vec::new(),
         ),
     };
-    let content_types = if types.is_empty() {
-        DEFAULT_CONTENT_TYPES
-            .iter()
-            .map(|t| t.to_string())
-            .collect()
-    } else {
-        types.iter().map(|t| t.to_ascii_lowercase()).collect()
-    };
+    let content_types = content_types(&types);
     let library = library?;
     if ctx.error_count() > before {
         return None;
@@ -250,8 +256,21 @@ pub fn translate(c: &pb::Compressor, path: &Path<'_>, ctx: &mut Ctx) -> Option<C
         remove_accept_encoding_header: remove,
         uncompressible_response_codes: codes,
         response_direction_set: set,
+        request,
         choose_first: c.choose_first,
     })
+}
+
+/// The content types a direction compresses: lower-cased, or Envoy's list when none.
+fn content_types(types: &[String]) -> Vec<String> {
+    if types.is_empty() {
+        DEFAULT_CONTENT_TYPES
+            .iter()
+            .map(|t| t.to_string())
+            .collect()
+    } else {
+        types.iter().map(|t| t.to_ascii_lowercase()).collect()
+    }
 }
 
 /// `uncompressible_response_codes`: unique, in 200..600 (Envoy's validation).

@@ -1,4 +1,4 @@
-//! The compression libraries behind one response: each chunk is compressed and flushed
+//! The compression libraries behind one body (a response's, or a request's): each chunk is compressed and flushed
 //! (so the client can decode what has arrived, as Envoy's `Flush` state), the last one
 //! finishes the stream.
 
@@ -130,11 +130,21 @@ fn zstd_strategy(s: i32) -> Option<zstd::zstd_safe::Strategy> {
     })
 }
 
-/// One response's compression, with the filter's byte counters.
+/// Which body a compression is for: its byte counters differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Direction {
+    /// The request body, on its way upstream.
+    Request,
+    /// The response body, on its way downstream.
+    Response,
+}
+
+/// One body's compression, with the filter's byte counters.
 pub(crate) struct Compression {
     engine: Engine,
     stats: Arc<PerWorker<CompressorStats>>,
     worker: usize,
+    direction: Direction,
     finished: bool,
 }
 
@@ -144,11 +154,13 @@ impl Compression {
         library: &Library,
         stats: Arc<PerWorker<CompressorStats>>,
         worker: usize,
+        direction: Direction,
     ) -> Result<Self, EncodeError> {
         Ok(Self {
             engine: Engine::new(library).map_err(|e| EncodeError(e.to_string()))?,
             stats,
             worker,
+            direction,
             finished: false,
         })
     }
@@ -167,10 +179,15 @@ impl Compression {
             .map_err(|e| EncodeError(e.to_string()))?;
         self.finished = finish;
         let s = self.stats.get(self.worker);
-        s.total_uncompressed_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
-        s.total_compressed_bytes
-            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        let (before, after) = match self.direction {
+            Direction::Request => (
+                &s.request_total_uncompressed_bytes,
+                &s.request_total_compressed_bytes,
+            ),
+            Direction::Response => (&s.total_uncompressed_bytes, &s.total_compressed_bytes),
+        };
+        before.fetch_add(data.len() as u64, Ordering::Relaxed);
+        after.fetch_add(out.len() as u64, Ordering::Relaxed);
         Ok(out)
     }
 }

@@ -6,7 +6,8 @@
 //! `remove_accept_encoding_header`) and registers in the request's compressor registry; on
 //! the response it decides with the other compressor filters of the chain which encoding
 //! wins ([`negotiate`]), and the winner replaces `content-length` by `content-encoding` and
-//! returns the body's [`engine`].
+//! returns the body's [`engine`]. With `request_direction_config` the filter compresses
+//! request bodies on their way upstream too.
 
 mod engine;
 mod headers;
@@ -49,8 +50,16 @@ pub struct CompressorStats {
     pub header_not_valid: AtomicU64,
     /// Left alone for its `etag` (`disable_on_etag_header`).
     pub not_compressed_etag: AtomicU64,
-    /// Requests not compressed (`request.not_compressed`: courier never compresses them).
+    /// Requests compressed (`request.compressed`).
+    pub request_compressed: AtomicU64,
+    /// Requests left alone (`request.not_compressed`).
     pub request_not_compressed: AtomicU64,
+    /// Request bytes before compression.
+    pub request_total_uncompressed_bytes: AtomicU64,
+    /// Request bytes after compression.
+    pub request_total_compressed_bytes: AtomicU64,
+    /// Requests whose `content-length` was below the direction's minimum.
+    pub request_content_length_too_small: AtomicU64,
 }
 
 fn inc(c: &AtomicU64) {
@@ -106,8 +115,7 @@ impl HttpFilter for CompressorFilter {
         if self.enabled(p) && remove {
             req.head.headers.remove(ACCEPT_ENCODING);
         }
-        // Request bodies are never compressed (the config refuses the direction).
-        inc(&self.stats.get(req.conn.worker).request_not_compressed);
+        self.decode_body(req);
         let state = &mut req.filter_state;
         if state.get::<Registry>().is_none() {
             state.insert(Registry::default());
@@ -182,7 +190,12 @@ impl HttpFilter for CompressorFilter {
             && compressible
             && headers::transfer_encoding_allowed(head.headers, c.library.encoding())
         {
-            match engine::Compression::new(&c.library, Arc::clone(&self.stats), req.conn.worker) {
+            match engine::Compression::new(
+                &c.library,
+                Arc::clone(&self.stats),
+                req.conn.worker,
+                engine::Direction::Response,
+            ) {
                 Ok(e) => {
                     headers::sanitize_etag(head.headers, c.weaken_etag_on_compress);
                     head.headers.remove(CONTENT_LENGTH);
@@ -209,6 +222,55 @@ impl HttpFilter for CompressorFilter {
 }
 
 impl CompressorFilter {
+    /// The request direction (Envoy's `decodeHeaders`): compresses the request body when
+    /// the direction is on and the request qualifies.
+    fn decode_body(&self, req: &mut RequestState<'_>) {
+        let s = self.stats.get(req.conn.worker);
+        let h = &req.head.headers;
+        let ok = !req.end_stream
+            && self.config.request.as_ref().is_some_and(|r| {
+                r.enabled
+                    && !headers::is_upgrade(h)
+                    && {
+                        let ok = headers::long_enough(h, r.min_content_length);
+                        if !ok {
+                            inc(&s.request_content_length_too_small);
+                        }
+                        ok
+                    }
+                    && {
+                        let ct = headers::content_type(h);
+                        ct.is_empty() || r.content_types.contains(&ct)
+                    }
+            })
+            && !h.contains_key(CONTENT_ENCODING)
+            && headers::transfer_encoding_allowed(h, self.config.library.encoding());
+        let encoder = ok
+            .then(|| {
+                engine::Compression::new(
+                    &self.config.library,
+                    Arc::clone(&self.stats),
+                    req.conn.worker,
+                    engine::Direction::Request,
+                )
+                .ok()
+            })
+            .flatten();
+        match encoder {
+            Some(e) => {
+                let h = &mut req.head.headers;
+                h.remove(CONTENT_LENGTH);
+                h.insert(
+                    CONTENT_ENCODING,
+                    http::HeaderValue::from_static(self.config.library.encoding()),
+                );
+                inc(&s.request_compressed);
+                req.request_encoders.push(Box::new(e));
+            }
+            None => inc(&s.request_not_compressed),
+        }
+    }
+
     /// The chain's decision (made now if no filter made it yet) and whether it is ours,
     /// counting the `header_*` counters.
     fn decide(

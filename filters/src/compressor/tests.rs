@@ -23,6 +23,7 @@ fn filter(library: Library, types: &[&str], choose_first: bool) -> Arc<Compresso
         uncompressible_response_codes: Vec::new(),
         response_direction_set: true,
         choose_first,
+        request: None,
     })
 }
 

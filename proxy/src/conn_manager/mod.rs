@@ -410,6 +410,8 @@ async fn filter<'a>(
     let (head, mut body) = req.into_parts();
     let filter_route =
         selected.map(|(vh, r)| crate::filter_chain::selected_route(rc, vh, r, random));
+    // Whether the request has a body at all, before any of it is buffered.
+    let end_stream = http_body::Body::is_end_stream(&body);
     let mut buffered = crate::filter_chain::body::Buffered::default();
     let mut held = false;
     if let Some(wanted) = chain.wants_body_on(filter_route)
@@ -430,6 +432,7 @@ async fn filter<'a>(
     }
     let mut state = RequestState::new(head, &info.facts, remote, filter_route);
     state.body = held.then(|| buffered.bytes.clone());
+    state.end_stream = end_stream;
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
@@ -469,6 +472,17 @@ async fn filter<'a>(
                     None,
                 ),
                 None => body,
+            };
+            // A filter that transforms the request body (a compressor's request direction)
+            // gets it as it streams upstream.
+            let body = if state.request_encoders.is_empty() {
+                body
+            } else {
+                let encoders = std::mem::take(&mut state.request_encoders);
+                UpstreamBody::new(
+                    crate::request::body::RequestBody::encoded(body, encoders),
+                    None,
+                )
             };
             Filtered::Continue(Request::from_parts(head, body), selected, state)
         }

@@ -306,18 +306,23 @@ impl HttpFilters {
                     ] {
                         add(format!("{p}{name}"), &stats.each(field));
                     }
-                    add(
-                        format!("{p}request.not_compressed"),
-                        &stats.each(|s| &s.request_not_compressed),
-                    );
-                    for name in [
-                        "compressed",
-                        "total_uncompressed_bytes",
-                        "total_compressed_bytes",
-                        "content_length_too_small",
+                    for (name, field) in [
+                        ("compressed", compressor_field::REQUEST_COMPRESSED),
+                        ("not_compressed", compressor_field::REQUEST_NOT_COMPRESSED),
+                        (
+                            "total_uncompressed_bytes",
+                            compressor_field::REQUEST_UNCOMPRESSED,
+                        ),
+                        (
+                            "total_compressed_bytes",
+                            compressor_field::REQUEST_COMPRESSED_BYTES,
+                        ),
+                        (
+                            "content_length_too_small",
+                            compressor_field::REQUEST_TOO_SMALL,
+                        ),
                     ] {
-                        // Request bodies are never compressed: these stay zero.
-                        add(format!("{p}request.{name}"), &[&ZERO]);
+                        add(format!("{p}request.{name}"), &stats.each(field));
                     }
                 }
                 FilterStats::Rbac {
@@ -421,11 +426,7 @@ pub fn selected_route<'a>(
     }
 }
 
-/// A counter that never counts (the compressor's request direction, which courier
-/// refuses to enable).
-static ZERO: AtomicU64 = AtomicU64::new(0);
-
-/// The compressor's `accept-encoding` counters, by field.
+/// The compressor's `accept-encoding` and request-direction counters, by field.
 mod compressor_field {
     use courier_filters::compressor::CompressorStats;
     use std::sync::atomic::AtomicU64;
@@ -438,6 +439,11 @@ mod compressor_field {
     pub(super) const WILDCARD: Field = |s| &s.header_wildcard;
     pub(super) const NOT_VALID: Field = |s| &s.header_not_valid;
     pub(super) const ETAG: Field = |s| &s.not_compressed_etag;
+    pub(super) const REQUEST_COMPRESSED: Field = |s| &s.request_compressed;
+    pub(super) const REQUEST_NOT_COMPRESSED: Field = |s| &s.request_not_compressed;
+    pub(super) const REQUEST_UNCOMPRESSED: Field = |s| &s.request_total_uncompressed_bytes;
+    pub(super) const REQUEST_COMPRESSED_BYTES: Field = |s| &s.request_total_compressed_bytes;
+    pub(super) const REQUEST_TOO_SMALL: Field = |s| &s.request_content_length_too_small;
 }
 
 /// The sum of a counter's copies.
