@@ -4,7 +4,8 @@
 //! present, and the body once decoded must be Envoy's. (The compressed bytes themselves
 //! may differ: the libraries' window sizes and flush points are not Envoy's.) A third
 //! listener sets `uncompressible_response_codes`, `disable_on_etag_header` and a larger
-//! `min_content_length`; a fourth `weaken_etag_on_compress`. Every compressor counter must then read as Envoy's.
+//! `min_content_length`; a fourth `weaken_etag_on_compress`; a fifth `request_direction_config`, whose
+//! request bodies the upstream echoes. Every compressor counter must then read as Envoy's.
 //!
 //! ```text
 //! cargo build -p courier
@@ -16,7 +17,10 @@
 #[path = "compressor_support.rs"]
 mod compressor_support;
 
-use compressor_support::{cluster, decoded, filter, h2_upstream, istio_filters, request, upstream};
+use compressor_support::{
+    cluster, decode_as, decoded, filter, h2_upstream, istio_filters, post, request, text_body,
+    upstream,
+};
 use courier_tests::client::{Protocol, Response};
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
 use courier_tests::proxies::{Kind, Proxy};
@@ -79,6 +83,16 @@ fn compressed_responses_match_envoy() {
                 VHOSTS
             ),
             hcm_listener_filters(
+                "request",
+                "",
+                &filter(
+                    "gzip",
+                    "Gzip",
+                    "request_direction_config:\n  common_config:\n    min_content_length: 100\n    content_type: [text/plain]\n",
+                ),
+                VHOSTS
+            ),
+            hcm_listener_filters(
                 "weaken",
                 "",
                 &filter(
@@ -91,7 +105,7 @@ fn compressed_responses_match_envoy() {
         ]),
         indent(&cluster(up, h2_upstream()), 2)
     );
-    let names = ["istio", "gzip", "codes", "weaken"];
+    let names = ["istio", "gzip", "codes", "weaken", "request"];
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &names).unwrap();
     let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &names).unwrap();
     let paths = [
@@ -152,6 +166,27 @@ fn compressed_responses_match_envoy() {
                             "{listener} {proto} {method} {path} accept-encoding {accept:?}:\n  envoy   {a}\n  courier {b}\n  same decoded body: {same_body}"
                         ));
                     }
+                }
+            }
+        }
+    }
+    // Request bodies: what the upstream received, decoded as it was told.
+    for listener in names {
+        for proto in [Protocol::Http1, Protocol::H2c] {
+            for body in [&text_body()[..], b"short body"] {
+                let echo = |p: &Proxy| {
+                    let r = post(p.listener(listener).unwrap(), proto, "/echo", body);
+                    let enc = r.header("x-seen-content-encoding").unwrap_or_default();
+                    let got = decode_as(&enc, &r.body).unwrap_or(r.body.clone());
+                    (r.status, enc, got == body)
+                };
+                compared += 1;
+                let (a, b) = (echo(&e), echo(&c));
+                if a != b {
+                    failures.push(format!(
+                        "{listener} {proto} POST /echo ({} bytes): envoy {a:?}, courier {b:?}",
+                        body.len()
+                    ));
                 }
             }
         }
