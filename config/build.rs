@@ -44,6 +44,11 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.ext_authz.v3.ExtAuthzPerRoute",
     "envoy.extensions.filters.http.rbac.v3.RBAC",
     "envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
+    "envoy.extensions.filters.http.compressor.v3.Compressor",
+    "envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
+    "envoy.extensions.compression.gzip.compressor.v3.Gzip",
+    "envoy.extensions.compression.brotli.compressor.v3.Brotli",
+    "envoy.extensions.compression.zstd.compressor.v3.Zstd",
     // The RBAC unified matcher's inputs and input matchers.
     "envoy.extensions.matching.common_inputs.network.v3.SourceIPInput",
     "envoy.type.matcher.v3.HttpRequestHeaderMatchInput",

@@ -22,6 +22,12 @@ pub const RBAC: &str = "type.googleapis.com/envoy.extensions.filters.http.rbac.v
 /// Per-route config of the RBAC filter.
 pub const RBAC_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBACPerRoute";
+/// The compressor HTTP filter.
+pub const COMPRESSOR: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.Compressor";
+/// Per-route config of the compressor filter.
+pub const COMPRESSOR_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute";
 /// The generic per-route wrapper (`is_optional`, `disabled`).
 pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 /// The HTTP connection manager network filter.

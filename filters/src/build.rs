@@ -1,6 +1,7 @@
 //! Building an HCM's filter chain from its validated `http_filters`.
 
 use crate::chain::{ChainEntry, FilterChain};
+use crate::compressor::{CompressorFilter, CompressorStats};
 use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::jwt_authn::jwks_cache::FetchStats;
@@ -41,6 +42,18 @@ pub enum FilterStats {
         /// The outcomes per route target cluster.
         clusters: Arc<PerCluster>,
     },
+    /// compressor: `compressor.<library name>.<library>.[response.]...`.
+    Compressor {
+        /// `compressor_library.name`.
+        library_name: String,
+        /// `gzip`, `brotli` or `zstd`.
+        library: &'static str,
+        /// `response_direction_config` is set: the direction's counters are under
+        /// `response.`.
+        response_direction_set: bool,
+        /// The counters, per worker.
+        stats: Arc<PerWorker<CompressorStats>>,
+    },
 }
 
 /// The chain for `filters` (in config order, the terminal router left out) and the
@@ -79,6 +92,16 @@ pub fn build_chain_with(
                 stats.push(FilterStats::Rbac {
                     rules_stat_prefix: c.rules_stat_prefix.clone(),
                     shadow_rules_stat_prefix: c.shadow_rules_stat_prefix.clone(),
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::Compressor(c) => {
+                let filter = CompressorFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::Compressor {
+                    library_name: c.library_name.clone(),
+                    library: c.library.stats_prefix(),
+                    response_direction_set: c.response_direction_set,
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

@@ -20,9 +20,18 @@
 //!    - [`Verdict::Respond`]: answer with the [`LocalReply`] (through the local-reply path:
 //!      `content-type: text/plain` when there is a body, HEAD without body, gRPC mapping,
 //!      `details` as `%RESPONSE_CODE_DETAILS%`), without contacting the upstream;
-//! 3. on the response (upstream or local), `chain.encode_headers(&state, headers)` and add
+//! 3. on the response (upstream or local), `chain.encode_response(&mut state, head)` (or
+//!    `chain.encode_headers(&state, headers)` when the chain has no body filter) and add
 //!    `state.response_headers`; `state.metadata` is the request's dynamic metadata for
-//!    access logs.
+//!    access logs;
+//! 4. if `encode_response` returned encoders ([`BodyEncoders`], empty for most responses),
+//!    pass every response body chunk through [`BodyEncoders::data`] and the trailers through
+//!    [`BodyEncoders::trailers`] before they go downstream (Envoy's `encodeData` /
+//!    `encodeTrailers`): a filter transforms the body as it streams, never buffering it.
+//!
+//! The body path costs nothing where no filter uses it: [`FilterChain::has_body_filters`]
+//! is decided when the chain is built, and a response no filter transforms gets no
+//! encoder (an empty `Vec`, no allocation), so its body is sent as before.
 //!
 //! Filters run in config order. Each filter returns a [`Decision`]: a filter with nothing to
 //! wait for answers [`Decision::Continue`] or [`Decision::Respond`] synchronously, so it
@@ -81,6 +90,85 @@ impl LocalReply {
             headers: HeaderMap::new(),
             details: details.into(),
         }
+    }
+}
+
+/// The response head as a filter's response hooks see it.
+#[derive(Debug)]
+pub struct ResponseHead<'h> {
+    /// The status.
+    pub status: StatusCode,
+    /// The headers, which the filter may change.
+    pub headers: &'h mut HeaderMap,
+    /// The response has no body (HEAD, 204, an empty local reply): there is nothing to
+    /// transform.
+    pub end_stream: bool,
+}
+
+/// A response body transform failed (a compression library's error): the stream is reset,
+/// as Envoy resets a stream whose encoder filter fails.
+#[derive(Debug, thiserror::Error)]
+#[error("response body filter: {0}")]
+pub struct EncodeError(pub String);
+
+/// One filter's transform of one body (Envoy's `encodeData` / `encodeTrailers`, or on the
+/// request `decodeData` / `decodeTrailers`), made by [`HttpFilter::encode_response`] for
+/// the responses it transforms, or by a filter's `decode_headers` for the request
+/// ([`RequestState::request_encoders`]). `Sync` because the request's state, which holds
+/// request encoders, is shared by reference with a suspended filter's future.
+pub trait BodyEncoder: Send + Sync {
+    /// Transforms a chunk; `end_stream` when it is the last one (no trailers follow).
+    fn encode_data(&mut self, data: Bytes, end_stream: bool) -> Result<Bytes, EncodeError>;
+
+    /// The trailers arrive (the body has ended without an `end_stream` chunk): the filter
+    /// may change them and returns the bytes to send before them.
+    fn encode_trailers(&mut self, trailers: &mut HeaderMap) -> Result<Bytes, EncodeError>;
+}
+
+/// The encoders of one response, in the order its body flows through them (the chain's
+/// reverse order). Empty (no allocation) when no filter transforms the body.
+#[derive(Default)]
+pub struct BodyEncoders(Vec<Box<dyn BodyEncoder>>);
+
+impl BodyEncoders {
+    /// Whether no filter transforms the body.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds an encoder after the others (a filter's on the request path, where encoders
+    /// run in filter order).
+    pub fn push(&mut self, encoder: Box<dyn BodyEncoder>) {
+        self.0.push(encoder);
+    }
+
+    /// Passes a chunk through every encoder.
+    pub fn data(&mut self, mut data: Bytes, end_stream: bool) -> Result<Bytes, EncodeError> {
+        for e in &mut self.0 {
+            data = e.encode_data(data, end_stream)?;
+        }
+        Ok(data)
+    }
+
+    /// Passes the trailers through every encoder; returns the bytes to send before them.
+    /// What an encoder adds at the trailers flows through the encoders after it as data,
+    /// as Envoy's `addEncodedData` from `encodeTrailers` does.
+    pub fn trailers(&mut self, trailers: &mut HeaderMap) -> Result<Bytes, EncodeError> {
+        let mut out = bytes::BytesMut::new();
+        for i in 0..self.0.len() {
+            let mut added = self.0[i].encode_trailers(trailers)?;
+            for later in &mut self.0[i + 1..] {
+                added = later.encode_data(added, false)?;
+            }
+            out.extend_from_slice(&added);
+        }
+        Ok(out.freeze())
+    }
+}
+
+impl std::fmt::Debug for BodyEncoders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "BodyEncoders({})", self.0.len())
     }
 }
 
@@ -174,6 +262,27 @@ pub trait HttpFilter: Send + Sync {
     fn encode_headers(&self, req: &RequestState<'_>, headers: &mut HeaderMap) {
         let _ = (req, headers);
     }
+
+    /// Whether the filter has a response body path ([`HttpFilter::encode_response`]); fixed
+    /// for the filter's life, so a chain knows when it is built whether it needs the body
+    /// path at all. The default has none.
+    fn encodes_body(&self) -> bool {
+        false
+    }
+
+    /// Called (only when [`HttpFilter::encodes_body`]) with the response head after
+    /// [`HttpFilter::encode_headers`], with this filter's per-route config; returns the
+    /// transform of this response's body, if the filter changes it. The default changes
+    /// nothing.
+    fn encode_response(
+        &self,
+        req: &mut RequestState<'_>,
+        per_route: Option<&PerRouteFilterConfig>,
+        head: &mut ResponseHead<'_>,
+    ) -> Option<Box<dyn BodyEncoder>> {
+        let _ = (req, per_route, head);
+        None
+    }
 }
 
 /// One filter in a chain: its name (the key of per-route configs), whether the HCM disabled
@@ -218,12 +327,24 @@ impl std::fmt::Debug for ChainEntry {
 #[derive(Debug, Default)]
 pub struct FilterChain {
     entries: Vec<ChainEntry>,
+    /// Some filter has a response body path: decided once, so chains without one never
+    /// look for encoders per response.
+    body_filters: bool,
 }
 
 impl FilterChain {
     /// A chain of these filters, in this order.
     pub fn new(entries: Vec<ChainEntry>) -> Self {
-        Self { entries }
+        let body_filters = entries.iter().any(|e| e.filter.encodes_body());
+        Self {
+            entries,
+            body_filters,
+        }
+    }
+
+    /// Whether some filter may transform response bodies ([`FilterChain::encode_response`]).
+    pub fn has_body_filters(&self) -> bool {
+        self.body_filters
     }
 
     /// The filters.
@@ -340,6 +461,33 @@ impl FilterChain {
                 entry.filter.encode_headers(req, headers);
             }
         }
+    }
+
+    /// [`FilterChain::encode_headers`] plus the body filters' response hooks, filter by
+    /// filter, last filter first; returns the encoders the response body must flow through
+    /// (empty unless a body filter transforms this response).
+    pub fn encode_response(
+        &self,
+        req: &mut RequestState<'_>,
+        head: &mut ResponseHead<'_>,
+    ) -> BodyEncoders {
+        if !self.body_filters {
+            self.encode_headers(req, head.headers);
+            return BodyEncoders::default();
+        }
+        let mut encoders = BodyEncoders::default();
+        for entry in self.entries.iter().rev() {
+            let Some(per_route) = entry.on_route(req.route) else {
+                continue;
+            };
+            entry.filter.encode_headers(req, head.headers);
+            if entry.filter.encodes_body()
+                && let Some(e) = entry.filter.encode_response(req, per_route, head)
+            {
+                encoders.0.push(e);
+            }
+        }
+        encoders
     }
 }
 

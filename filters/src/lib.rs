@@ -1,9 +1,11 @@
 //! courier's HTTP filters: the filter-chain interface the connection manager drives
 //! ([`chain`]), what a filter sees of a request ([`request`]), and the jwt_authn and RBAC
-//! filters' runtime over the validated configs of `courier-config`.
+//! filters' runtime over the validated configs of `courier-config`, and the compressor
+//! filter (the response body path).
 
 pub mod build;
 pub mod chain;
+pub mod compressor;
 pub mod ext_authz;
 pub mod jwt_authn;
 pub mod per_worker;
@@ -16,6 +18,7 @@ mod timing_tests;
 
 pub use build::{build_chain, build_chain_with};
 pub use chain::{
-    BodyWanted, ChainEntry, Decision, FilterChain, HttpFilter, LocalReply, PendingFuture, Verdict,
+    BodyEncoder, BodyEncoders, BodyWanted, ChainEntry, Decision, EncodeError, FilterChain,
+    HttpFilter, LocalReply, PendingFuture, ResponseHead, Verdict,
 };
 pub use request::{ConnFacts, PeerCert, RequestState, SelectedRoute, TlsFacts};

@@ -98,6 +98,13 @@ pub struct RequestState<'a> {
     /// Typed state a filter keeps for its own response hook ([`crate::HttpFilter::encode_headers`]),
     /// e.g. ext_authz's response header actions. Empty costs nothing.
     pub filter_state: http::Extensions,
+    /// The request has no body (set by the connection manager before the chain runs):
+    /// there is nothing for a request body encoder to do.
+    pub end_stream: bool,
+    /// The encoders the request body must flow through on its way upstream, in filter
+    /// order (a compressor's request direction); empty, without allocation, for most
+    /// requests. The connection manager wraps the body in them after the chain.
+    pub request_encoders: crate::chain::BodyEncoders,
     clear_route_cache: bool,
 }
 
@@ -118,6 +125,8 @@ impl<'a> RequestState<'a> {
             body: None,
             response_headers: HeaderMap::new(),
             filter_state: http::Extensions::new(),
+            end_stream: false,
+            request_encoders: crate::chain::BodyEncoders::default(),
             clear_route_cache: false,
         }
     }

@@ -236,7 +236,7 @@ pub async fn handle(
             // The stream idle timer goes on while an upstream response streams
             // (worker); courier's own replies never stall. Returned beside the
             // response: in its extensions it would cost three allocations.
-            if matches!(resp.body(), ResponseBody::Upstream { .. }) {
+            if resp.body().is_upstream() {
                 streaming = Some(progress);
             }
             if let Some(id) = request_id {
@@ -429,6 +429,8 @@ async fn filter<'a>(
     let (head, mut body) = req.into_parts();
     let filter_route =
         selected.map(|(vh, r)| crate::filter_chain::selected_route(rc, vh, r, random));
+    // Whether the request has a body at all, before any of it is buffered.
+    let end_stream = http_body::Body::is_end_stream(&body);
     let mut buffered = crate::filter_chain::body::Buffered::default();
     let mut held = false;
     if let Some(wanted) = chain.wants_body_on(filter_route)
@@ -449,6 +451,7 @@ async fn filter<'a>(
     }
     let mut state = RequestState::new(head, &info.facts, remote, filter_route);
     state.body = held.then(|| buffered.bytes.clone());
+    state.end_stream = end_stream;
     let mut reselected = None;
     let verdict = chain
         .decode_headers(&mut state, |head| {
@@ -489,20 +492,36 @@ async fn filter<'a>(
                 ),
                 None => body,
             };
+            // A filter that transforms the request body (a compressor's request direction)
+            // gets it as it streams upstream.
+            let body = if state.request_encoders.is_empty() {
+                body
+            } else {
+                let encoders = std::mem::take(&mut state.request_encoders);
+                UpstreamBody::new(
+                    crate::request::body::RequestBody::encoded(body, encoders),
+                    None,
+                )
+            };
             Filtered::Continue(Request::from_parts(head, body), selected, state)
         }
     }
 }
 
 /// The filters' response hooks, the response headers they asked for, and (for the access
-/// log) the request's dynamic metadata.
+/// log) the request's dynamic metadata. A body a filter transforms (the compressor) is
+/// wrapped in its encoders here; a chain without body filters skips all of that.
 fn encode(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
     logging: bool,
 ) {
-    chain.encode_headers(state, resp.headers_mut());
+    if chain.has_body_filters() {
+        encode_body(chain, state, resp);
+    } else {
+        chain.encode_headers(state, resp.headers_mut());
+    }
     for (name, value) in std::mem::take(&mut state.response_headers) {
         if let Some(name) = name {
             resp.headers_mut().append(name, value);
@@ -511,6 +530,40 @@ fn encode(
     if logging && !state.metadata.is_empty() {
         resp.extensions_mut()
             .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
+    }
+}
+
+/// [`encode`]'s part for chains with body filters: the response head through the
+/// filters, and the body through the encoders they return.
+fn encode_body(
+    chain: &FilterChain,
+    state: &mut RequestState<'_>,
+    resp: &mut Response<ResponseBody>,
+) {
+    use http_body::Body as _;
+    let body = resp.body();
+    let end_stream = body.is_end_stream();
+    // Envoy's local replies carry their length, and the compressor's minimum length reads
+    // it: courier's own bodies say it here (hyper would add the same header when sending).
+    if let ResponseBody::Local(_) = body
+        && let Some(n) = body.size_hint().exact()
+        // An empty body is never compressed: no length needed (nor wanted on a 204).
+        && n > 0
+        && !resp.headers().contains_key(header::CONTENT_LENGTH)
+    {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
+    }
+    let status = resp.status();
+    let mut head = courier_filters::ResponseHead {
+        status,
+        headers: resp.headers_mut(),
+        end_stream,
+    };
+    let encoders = chain.encode_response(state, &mut head);
+    if !encoders.is_empty() {
+        let body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
+        *resp.body_mut() = body.encode(encoders);
     }
 }
 

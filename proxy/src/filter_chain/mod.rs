@@ -261,6 +261,70 @@ impl HttpFilters {
                     );
                     add(format!("{p}disabled"), &stats.each(|s| &s.disabled));
                 }
+                FilterStats::Compressor {
+                    library_name,
+                    library,
+                    response_direction_set,
+                    stats,
+                } => {
+                    // Envoy's names: the direction's counters under `response.` only when
+                    // `response_direction_config` is set; the `accept-encoding` ones beside.
+                    let p = format!("http.{hcm}.compressor.{library_name}.{library}.");
+                    let d = if *response_direction_set {
+                        format!("{p}response.")
+                    } else {
+                        p.clone()
+                    };
+                    add(format!("{d}compressed"), &stats.each(|s| &s.compressed));
+                    add(
+                        format!("{d}not_compressed"),
+                        &stats.each(|s| &s.not_compressed),
+                    );
+                    add(
+                        format!("{d}total_uncompressed_bytes"),
+                        &stats.each(|s| &s.total_uncompressed_bytes),
+                    );
+                    add(
+                        format!("{d}total_compressed_bytes"),
+                        &stats.each(|s| &s.total_compressed_bytes),
+                    );
+                    add(
+                        format!("{d}content_length_too_small"),
+                        &stats.each(|s| &s.content_length_too_small),
+                    );
+                    for (name, field) in [
+                        ("no_accept_header", compressor_field::NO_ACCEPT),
+                        ("header_identity", compressor_field::IDENTITY),
+                        ("header_compressor_used", compressor_field::USED),
+                        (
+                            "header_compressor_overshadowed",
+                            compressor_field::OVERSHADOWED,
+                        ),
+                        ("header_wildcard", compressor_field::WILDCARD),
+                        ("header_not_valid", compressor_field::NOT_VALID),
+                        ("not_compressed_etag", compressor_field::ETAG),
+                    ] {
+                        add(format!("{p}{name}"), &stats.each(field));
+                    }
+                    for (name, field) in [
+                        ("compressed", compressor_field::REQUEST_COMPRESSED),
+                        ("not_compressed", compressor_field::REQUEST_NOT_COMPRESSED),
+                        (
+                            "total_uncompressed_bytes",
+                            compressor_field::REQUEST_UNCOMPRESSED,
+                        ),
+                        (
+                            "total_compressed_bytes",
+                            compressor_field::REQUEST_COMPRESSED_BYTES,
+                        ),
+                        (
+                            "content_length_too_small",
+                            compressor_field::REQUEST_TOO_SMALL,
+                        ),
+                    ] {
+                        add(format!("{p}request.{name}"), &stats.each(field));
+                    }
+                }
                 FilterStats::Rbac {
                     rules_stat_prefix,
                     shadow_rules_stat_prefix,
@@ -360,6 +424,26 @@ pub fn selected_route<'a>(
         metadata: Some(&route.metadata),
         cluster,
     }
+}
+
+/// The compressor's `accept-encoding` and request-direction counters, by field.
+mod compressor_field {
+    use courier_filters::compressor::CompressorStats;
+    use std::sync::atomic::AtomicU64;
+
+    type Field = fn(&CompressorStats) -> &AtomicU64;
+    pub(super) const NO_ACCEPT: Field = |s| &s.no_accept_header;
+    pub(super) const IDENTITY: Field = |s| &s.header_identity;
+    pub(super) const USED: Field = |s| &s.header_compressor_used;
+    pub(super) const OVERSHADOWED: Field = |s| &s.header_compressor_overshadowed;
+    pub(super) const WILDCARD: Field = |s| &s.header_wildcard;
+    pub(super) const NOT_VALID: Field = |s| &s.header_not_valid;
+    pub(super) const ETAG: Field = |s| &s.not_compressed_etag;
+    pub(super) const REQUEST_COMPRESSED: Field = |s| &s.request_compressed;
+    pub(super) const REQUEST_NOT_COMPRESSED: Field = |s| &s.request_not_compressed;
+    pub(super) const REQUEST_UNCOMPRESSED: Field = |s| &s.request_total_uncompressed_bytes;
+    pub(super) const REQUEST_COMPRESSED_BYTES: Field = |s| &s.request_total_compressed_bytes;
+    pub(super) const REQUEST_TOO_SMALL: Field = |s| &s.request_content_length_too_small;
 }
 
 /// The sum of a counter's copies.

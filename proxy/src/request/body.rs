@@ -34,6 +34,8 @@ enum Source {
         trailers: Option<http::HeaderMap>,
         rest: Option<Box<UpstreamBody>>,
     },
+    /// A body through the filters' encoders (boxed: only such requests pay for it).
+    Encoded(Box<super::encoded::EncodedRequest>),
     /// A body of unknown length, copied for a retry as it is sent.
     Teed {
         inner: Box<UpstreamBody>,
@@ -80,6 +82,16 @@ impl RequestBody {
         }
     }
 
+    /// `inner` passed through `encoders` (a compressor's request direction).
+    pub fn encoded(inner: UpstreamBody, encoders: courier_filters::BodyEncoders) -> Self {
+        RequestBody {
+            body: Source::Encoded(Box::new(super::encoded::EncodedRequest::new(
+                inner, encoders,
+            ))),
+            progress: None,
+        }
+    }
+
     /// A body of `bytes` (none when empty), reporting nothing.
     pub fn full(bytes: Bytes) -> Self {
         RequestBody {
@@ -117,6 +129,7 @@ impl Body for RequestBody {
                     None => Poll::Ready(None),
                 };
             }
+            Source::Encoded(e) => return e.poll(cx),
             Source::Teed { inner, tee } => {
                 let polled = Pin::new(&mut **inner).poll_frame(cx);
                 tee.observe(&polled, inner.is_end_stream());
@@ -154,6 +167,7 @@ impl Body for RequestBody {
                     && trailers.is_none()
                     && rest.as_ref().is_none_or(|r| r.is_end_stream())
             }
+            Source::Encoded(e) => e.is_end_stream(),
             Source::Teed { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -177,6 +191,8 @@ impl Body for RequestBody {
                     }
                 }
             }
+            // The encoded length is not known ahead.
+            Source::Encoded(_) => SizeHint::default(),
             Source::Teed { inner, .. } => inner.size_hint(),
         }
     }

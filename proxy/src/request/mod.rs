@@ -8,6 +8,7 @@
 
 pub mod body;
 pub mod conn;
+pub mod encoded;
 pub mod headers;
 pub mod local_reply;
 pub mod phase;

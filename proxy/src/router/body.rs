@@ -1,5 +1,6 @@
 //! The body of every response the connection manager sends: a local reply's bytes,
-//! or an upstream response streamed through frame by frame (trailers included).
+//! or an upstream response streamed through frame by frame (trailers included), either
+//! possibly passed through the filters' body encoders.
 
 use crate::upstream::pool::Lease;
 use bytes::Bytes;
@@ -26,6 +27,8 @@ pub enum ResponseBody {
         /// upstream sends nothing for this long.
         idle: Option<Idle>,
     },
+    /// A body a filter transforms as it streams (boxed: only such responses pay for it).
+    Encoded(Box<crate::router::encoded::Encoded>),
 }
 
 /// A per-try idle timer on a streaming response.
@@ -63,6 +66,28 @@ impl ResponseBody {
                 sleep: Box::pin(tokio::time::sleep(every)),
             }),
         }
+    }
+}
+
+impl ResponseBody {
+    /// Whether the body comes from an upstream (its stream idle timer runs while it
+    /// streams).
+    pub fn is_upstream(&self) -> bool {
+        match self {
+            ResponseBody::Local(_) => false,
+            ResponseBody::Upstream { .. } => true,
+            ResponseBody::Encoded(e) => e.is_upstream(),
+        }
+    }
+
+    /// Passes the body through `encoders` (unchanged when there are none).
+    pub fn encode(self, encoders: courier_filters::BodyEncoders) -> Self {
+        if encoders.is_empty() {
+            return self;
+        }
+        ResponseBody::Encoded(Box::new(crate::router::encoded::Encoded::new(
+            self, encoders,
+        )))
     }
 }
 
@@ -110,6 +135,7 @@ impl Body for ResponseBody {
                 }
                 polled
             }
+            ResponseBody::Encoded(e) => e.poll(cx),
         }
     }
 
@@ -117,6 +143,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Local(b) => b.is_end_stream(),
             ResponseBody::Upstream { body, .. } => body.is_end_stream(),
+            ResponseBody::Encoded(e) => e.is_end_stream(),
         }
     }
 
@@ -124,6 +151,7 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Local(b) => b.size_hint(),
             ResponseBody::Upstream { body, .. } => body.size_hint(),
+            ResponseBody::Encoded(e) => e.size_hint(),
         }
     }
 }
