@@ -27,6 +27,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "bootstrap_extensions",
             "deferred_stat_options",
             "default_regex_engine",
+            "stats_config",
         ],
     ),
     (
@@ -124,6 +125,8 @@ pub struct Bootstrap {
     /// traffic stats (`cluster.<name>.upstream_*`) exist from its first use
     /// on, not from its creation.
     pub deferred_cluster_stats: bool,
+    /// `stats_config`: tag extraction and which stats exist.
+    pub stats: Arc<crate::stats::StatsConfig>,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -218,7 +221,13 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     // asks that a worker's part of a cluster be made at its first use: courier's
     // workers create their connection pools for a cluster's host when a request
     // first goes to it, and hold nothing else per cluster, so that is its way.
+    let stats = bs
+        .stats_config
+        .as_ref()
+        .map(|s| crate::stats::translate(s, &root.field("stats_config"), ctx))
+        .unwrap_or_default();
     Bootstrap {
+        stats: Arc::new(stats),
         node,
         admin,
         listeners,
