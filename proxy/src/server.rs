@@ -61,6 +61,8 @@ pub struct Shared {
     pub runtime: Arc<crate::admin::runtime::RuntimeAdmin>,
     /// With `deferred_stat_options`, which clusters' traffic stats exist.
     pub deferred_stats: Option<crate::admin::deferred_stats::DeferredStats>,
+    /// `stats_config`: which stats exist and their Prometheus names and tags.
+    pub stats_config: Arc<courier_config::stats::StatsConfig>,
 }
 
 impl Shared {
@@ -235,6 +237,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         deferred_stats: bootstrap
             .deferred_cluster_stats
             .then(crate::admin::deferred_stats::DeferredStats::default),
+        stats_config: Arc::clone(&bootstrap.stats),
     });
     for l in &registry.current().listeners {
         tracing::info!(listener = %l.name(), addr = %l.address, "listening");

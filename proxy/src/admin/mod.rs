@@ -161,12 +161,19 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/stats" => {
             let samples = samples(shared);
             if query.split('&').any(|p| p == "format=prometheus") {
-                prometheus(&samples)
+                prometheus(&samples, shared)
+            } else if query.split('&').any(|p| p == "format=json") {
+                let mut r = reply(StatusCode::OK, stats::render_json(&samples));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                r
             } else {
                 reply(StatusCode::OK, stats::render_text(&samples))
             }
         }
-        "/stats/prometheus" => prometheus(&samples(shared)),
+        "/stats/prometheus" => prometheus(&samples(shared), shared),
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
@@ -310,6 +317,11 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     if let Some(d) = &shared.deferred_stats {
         d.hide_unused(&mut samples);
     }
+    // A stat `stats_config.stats_matcher` rejects does not exist in Envoy
+    // (it is never instantiated): courier counts it in its fixed slot and
+    // leaves it out of every listing, which is all a user can see of it.
+    let matcher = &shared.stats_config.matcher;
+    samples.retain(|(name, _)| !matcher.rejects(name));
     samples.sort();
     // Filters of connection managers sharing a stat prefix count under the same
     // names: one counter each, as in Envoy's store.
@@ -323,8 +335,9 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     samples
 }
 
-fn prometheus(samples: &[stats::Sample]) -> Response<Body> {
-    let mut r = reply(StatusCode::OK, stats::render_prometheus(samples));
+fn prometheus(samples: &[stats::Sample], shared: &Shared) -> Response<Body> {
+    let text = stats::prometheus::render(samples, &shared.stats_config.tags);
+    let mut r = reply(StatusCode::OK, text);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4"),
