@@ -17,7 +17,10 @@ const EXPANSIONS: &[(&str, &str)] = &[
     // RE2 reads the `-` after `\w` as a literal; the `regex` crate needs it escaped.
     ("<ROUTE_CONFIG_NAME>", r"[\w\-\./]+"),
     ("<SCOPED_ROUTE_CONFIG_NAME>", r"[\w\-\.]+"),
-    ("<LISTENER_OR_CLUSTER_WITH_NAME>", r"(?:listener|cluster)\..*?"),
+    (
+        "<LISTENER_OR_CLUSTER_WITH_NAME>",
+        r"(?:listener|cluster)\..*?",
+    ),
     ("<PROXY_PROTOCOL_VERSION>", r"\d"),
 ];
 
@@ -177,7 +180,10 @@ const TOKENS: &[(&str, &str)] = &[
         "envoy.local_http_ratelimit_prefix",
         "$.http_local_rate_limit.**",
     ),
-    ("envoy.local_network_ratelimit_prefix", "local_rate_limit.$.**"),
+    (
+        "envoy.local_network_ratelimit_prefix",
+        "local_rate_limit.$.**",
+    ),
     (
         "envoy.local_listener_ratelimit_prefix",
         "listener_local_ratelimit.$.**",
@@ -199,10 +205,13 @@ fn expand(pattern: &str) -> String {
 /// checked by this module's tests.
 pub(crate) fn extractors(name: Option<&str>) -> Vec<Extractor> {
     let wanted = |n: &str| name.is_none_or(|w| w == n);
-    let regexes = RE2.iter().filter(|(n, ..)| wanted(n)).filter_map(|&(n, re, substr, negative)| {
-        let re = regex::Regex::new(&expand(re)).ok()?;
-        Some(Extractor::new(n, Pattern::Re2 { re, negative }, substr))
-    });
+    let regexes =
+        RE2.iter()
+            .filter(|(n, ..)| wanted(n))
+            .filter_map(|&(n, re, substr, negative)| {
+                let re = regex::Regex::new(&expand(re)).ok()?;
+                Some(Extractor::new(n, Pattern::Re2 { re, negative }, substr))
+            });
     let tokens = TOKENS.iter().filter(|(n, _)| wanted(n)).map(|&(n, t)| {
         let tokens = t.split('.').map(str::to_string).collect();
         Extractor::new(n, Pattern::Tokens(tokens), "")

@@ -8,7 +8,9 @@
 const ECMA_GROUPS: &[char] = &[':', '=', '!'];
 
 /// Escapes `fancy-regex` gives a meaning ECMAScript does not have.
-const NON_ECMA_ESCAPES: &[char] = &['A', 'z', 'Z', 'K', 'G', 'p', 'P', 'h', 'H', 'R', 'X', 'Q', 'E'];
+const NON_ECMA_ESCAPES: &[char] = &[
+    'A', 'z', 'Z', 'K', 'G', 'p', 'P', 'h', 'H', 'R', 'X', 'Q', 'E',
+];
 
 /// Compiles an ECMAScript tag regex; the error says why it is not one.
 pub(crate) fn compile(pattern: &str) -> Result<fancy_regex::Regex, String> {

@@ -12,8 +12,8 @@ use crate::matcher::{self, StringMatcher};
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::metrics::v3 as pb;
-pub use tags::{Tag, TagProducer};
 use tags::{Extractor, Pattern};
+pub use tags::{Tag, TagProducer};
 
 /// Fields of the stats messages courier implements.
 pub(crate) const SUPPORT: &[Support] = &[

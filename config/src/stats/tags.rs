@@ -83,8 +83,7 @@ impl Extractor {
             .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .unwrap_or(rest.len());
         let after = &rest[word..];
-        let ends_token =
-            after.starts_with("\\.") || after.starts_with("(?=\\.)") || after == "$";
+        let ends_token = after.starts_with("\\.") || after.starts_with("(?=\\.)") || after == "$";
         (word > 0 && ends_token).then(|| rest[..word].to_string())
     }
 

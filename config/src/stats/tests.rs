@@ -32,9 +32,8 @@ const ISTIO: &str = r#"{
 }"#;
 
 fn load(json: &str) -> Result<StatsConfig, crate::ConfigError> {
-    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| {
-        crate::ConfigError::single("json", e.to_string())
-    })?;
+    let v: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| crate::ConfigError::single("json", e.to_string()))?;
     let doc = serde_json::json!({ "stats_config": v }).to_string();
     let bs = crate::bootstrap_from_str(&doc, crate::load::Format::Json)?;
     Ok(Arc::try_unwrap(bs.stats).unwrap_or_else(|_| StatsConfig::default()))
@@ -69,7 +68,10 @@ fn default_tags_as_envoy() {
         &p,
         "cluster.echo.upstream_rq_200",
         "cluster.upstream_rq",
-        &[("envoy.response_code", "200"), ("envoy.cluster_name", "echo")],
+        &[
+            ("envoy.response_code", "200"),
+            ("envoy.cluster_name", "echo"),
+        ],
     );
     check(
         &p,
@@ -155,7 +157,10 @@ fn istio_tags_as_envoy() {
         p,
         "cluster.outbound|80||echo.default.svc.cluster.local;.upstream_cx_total",
         "cluster.upstream_cx_total",
-        &[("cluster_name", "outbound|80||echo.default.svc.cluster.local")],
+        &[(
+            "cluster_name",
+            "outbound|80||echo.default.svc.cluster.local",
+        )],
     );
     // No `;`: Istio's cluster pattern leaves the name alone.
     check(

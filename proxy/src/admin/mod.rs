@@ -159,7 +159,10 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             State::Draining => reply(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
         },
         "/stats" => {
-            let samples = samples(shared);
+            let samples = match filtered(samples(shared), query) {
+                Ok(s) => s,
+                Err(r) => return r,
+            };
             if query.split('&').any(|p| p == "format=prometheus") {
                 prometheus(&samples, shared)
             } else if query.split('&').any(|p| p == "format=json") {
@@ -173,7 +176,10 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 reply(StatusCode::OK, stats::render_text(&samples))
             }
         }
-        "/stats/prometheus" => prometheus(&samples(shared), shared),
+        "/stats/prometheus" => match filtered(samples(shared), query) {
+            Ok(s) => prometheus(&s, shared),
+            Err(r) => r,
+        },
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
@@ -333,6 +339,25 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
         same
     });
     samples
+}
+
+/// `?filter=<regex>`: only the stats whose full name the (RE2) regex finds a
+/// match in, as Envoy's stats endpoints; a regex that does not compile is a 400.
+fn filtered(
+    mut samples: Vec<stats::Sample>,
+    query: &str,
+) -> Result<Vec<stats::Sample>, Response<Body>> {
+    let Some(pattern) = query.split('&').find_map(|p| p.strip_prefix("filter=")) else {
+        return Ok(samples);
+    };
+    let pattern = runtime::percent_decode(pattern);
+    if pattern.is_empty() {
+        return Ok(samples);
+    }
+    let re = regex::Regex::new(&pattern)
+        .map_err(|_| reply(StatusCode::BAD_REQUEST, "Invalid re2 regex"))?;
+    samples.retain(|(name, _)| re.is_match(name));
+    Ok(samples)
 }
 
 fn prometheus(samples: &[stats::Sample], shared: &Shared) -> Response<Body> {
