@@ -5,7 +5,8 @@
 //! both, and then:
 //!
 //! - every stat both list in `/stats` gets the same Prometheus series
-//!   (metric name and labels, in order) from `/stats/prometheus?filter=^name$`;
+//!   (metric name and labels, in order) and type (counter or gauge) from
+//!   `/stats/prometheus?filter=^name$`;
 //! - the stats matcher keeps and drops the same stats: of the stats both list
 //!   without a `stats_config`, each is listed with Istio's inclusion list by
 //!   courier exactly when it is by Envoy;
@@ -15,6 +16,8 @@
 //! cargo build -p courier
 //! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test stats_config_differential
 //! ```
+//!
+//! With `STATS_DEBUG=1` it also prints the stats only one of the two lists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -243,15 +246,22 @@ fn exact_filter(name: &str) -> String {
         .collect()
 }
 
-/// The Prometheus series (name and labels, without the value) of one stat.
+/// The Prometheus lines of one stat: its family's `# TYPE` line and its series
+/// (name and labels, without the value).
 fn series(run: &Run, real: &str) -> Vec<String> {
     let path = format!("/stats/prometheus?filter={}", exact_filter(real));
     let r = client::get(&run.proxy.admin, &path).unwrap();
     assert_eq!(r.status, 200, "{} {path}", run.proxy.kind);
     let text = normalise(&String::from_utf8_lossy(&r.body), &run.proxy);
     text.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .map(|l| l.rsplit_once(' ').map_or(l, |(s, _)| s).to_string())
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            if l.starts_with('#') {
+                l.to_string()
+            } else {
+                l.rsplit_once(' ').map_or(l, |(s, _)| s).to_string()
+            }
+        })
         .collect()
 }
 
@@ -341,6 +351,14 @@ fn stats_config_tags_and_matcher_as_envoy() {
             c.names.len() - common.len(),
             e.names.len() - common.len()
         );
+        if std::env::var_os("STATS_DEBUG").is_some() {
+            for n in c.names.keys().filter(|n| !e.names.contains_key(*n)) {
+                eprintln!("{id}: courier only: {n}");
+            }
+            for n in e.names.keys().filter(|n| !c.names.contains_key(*n)) {
+                eprintln!("{id}: envoy only: {n}");
+            }
+        }
         listed.insert(
             id,
             (
