@@ -244,9 +244,11 @@ pub struct ListenerStats {
     pub cx_overload_reject: Counter,
 }
 
-/// A listener address as Envoy writes it in stat names (`127.0.0.1_10000`,
-/// `[__1]_10000`: `:` is not allowed in a stat name).
-pub fn listener_stat_name(addr: &crate::request::conn::Peer) -> String {
+/// A listener's configured address as Envoy writes it in stat names
+/// (`127.0.0.1_10000`, `[__1]_10000`: `:` is not allowed in a stat name). It
+/// is the address in the config, not the bound one: a listener on port 0
+/// counts under `127.0.0.1_0`, as in Envoy.
+pub fn listener_stat_name(addr: &courier_config::core::Address) -> String {
     addr.to_string().replace(':', "_")
 }
 
