@@ -146,8 +146,8 @@ impl Extractor {
                 let (mut from, mut to) = (start, start + value.len());
                 if index + 1 < tokens.len() {
                     to += 1;
-                } else if from > 0 {
-                    from -= 1;
+                } else {
+                    from = from.saturating_sub(1);
                 }
                 out.tag(&self.name, value);
                 out.remove(from, to);

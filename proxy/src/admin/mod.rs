@@ -161,7 +161,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         "/stats" => {
             let samples = match filtered(samples(shared), query) {
                 Ok(s) => s,
-                Err(r) => return r,
+                Err(e) => return e.reply(),
             };
             if query.split('&').any(|p| p == "format=prometheus") {
                 prometheus(&samples, shared)
@@ -178,7 +178,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
         }
         "/stats/prometheus" => match filtered(samples(shared), query) {
             Ok(s) => prometheus(&s, shared),
-            Err(r) => r,
+            Err(e) => e.reply(),
         },
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
@@ -341,12 +341,21 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     samples
 }
 
+/// A `filter` that is not a regex (answered 400, as Envoy).
+struct InvalidFilter;
+
+impl InvalidFilter {
+    fn reply(self) -> Response<Body> {
+        reply(StatusCode::BAD_REQUEST, "Invalid re2 regex")
+    }
+}
+
 /// `?filter=<regex>`: only the stats whose full name the (RE2) regex finds a
-/// match in, as Envoy's stats endpoints; a regex that does not compile is a 400.
+/// match in, as Envoy's stats endpoints.
 fn filtered(
     mut samples: Vec<stats::Sample>,
     query: &str,
-) -> Result<Vec<stats::Sample>, Response<Body>> {
+) -> Result<Vec<stats::Sample>, InvalidFilter> {
     let Some(pattern) = query.split('&').find_map(|p| p.strip_prefix("filter=")) else {
         return Ok(samples);
     };
@@ -354,8 +363,7 @@ fn filtered(
     if pattern.is_empty() {
         return Ok(samples);
     }
-    let re = regex::Regex::new(&pattern)
-        .map_err(|_| reply(StatusCode::BAD_REQUEST, "Invalid re2 regex"))?;
+    let re = regex::Regex::new(&pattern).map_err(|_| InvalidFilter)?;
     samples.retain(|(name, _)| re.is_match(name));
     Ok(samples)
 }
