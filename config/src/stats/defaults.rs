@@ -1,6 +1,8 @@
 //! Envoy's default tag extractors (`source/common/config/well_known_names.cc`),
 //! in Envoy's order: the RE2 patterns first, then the token patterns (Envoy
-//! keeps them in two lists and adds the first list before the second).
+//! keeps them in two lists and adds the first list before the second). The
+//! set is Envoy 1.40's: its binary holds these patterns and tag names (for
+//! example `envoy.health_check_name`, and no `_rq_status` response code).
 
 use super::tags::{Extractor, Pattern};
 
@@ -28,12 +30,6 @@ const EXPANSIONS: &[(&str, &str)] = &[
 const RE2: &[(&str, &str, &str, &str)] = &[
     ("envoy.response_code", r"_rq(_(\d{3}))$", "_rq_", ""),
     ("envoy.response_code_class", r"_rq_((\d))xx$", "_rq_", ""),
-    (
-        "envoy.response_code",
-        r"_rq_status(_(\d{3}))$",
-        "_rq_status_",
-        "",
-    ),
     (
         "envoy.dynamo_partition_id",
         r"^http\.<TAG_VALUE>\.dynamodb\.table\.<TAG_VALUE>\.capacity\.<TAG_VALUE>(\.__partition_id=(\w{7}))$",
@@ -146,6 +142,12 @@ const RE2: &[(&str, &str, &str, &str)] = &[
         "envoy.xds_resource_name",
         r"^sds\.((<TAG_VALUE>)\.).+",
         "",
+        "",
+    ),
+    (
+        "envoy.health_check_name",
+        r"^cluster\.<TAG_VALUE>\.health_check(\.name\.(<TAG_VALUE>))\..+",
+        ".health_check.name.",
         "",
     ),
 ];

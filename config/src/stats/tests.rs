@@ -147,6 +147,15 @@ fn default_tags_as_envoy() {
         &[("envoy.worker_id", "0")],
     );
     check(&p, "server.live", "server.live", &[]);
+    check(
+        &p,
+        "cluster.echo.health_check.name.ready.success",
+        "cluster.health_check.success",
+        &[
+            ("envoy.health_check_name", "ready"),
+            ("envoy.cluster_name", "echo"),
+        ],
+    );
 }
 
 #[test]
