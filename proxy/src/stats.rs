@@ -3,6 +3,7 @@
 
 pub mod edge;
 pub mod h2_floods;
+pub mod names;
 pub mod prometheus;
 pub mod trace;
 
@@ -479,10 +480,7 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
-        let prom = prometheus::render(
-            &samples,
-            &courier_config::stats::StatsConfig::default().tags,
-        );
+        let prom = prometheus::render(&samples, &names::StatNames::new(Default::default()));
         assert!(
             prom.contains(
                 "envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix=\"ingress\"} 2\n"

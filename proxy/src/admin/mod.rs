@@ -323,11 +323,6 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     if let Some(d) = &shared.deferred_stats {
         d.hide_unused(&mut samples);
     }
-    // A stat `stats_config.stats_matcher` rejects does not exist in Envoy
-    // (it is never instantiated): courier counts it in its fixed slot and
-    // leaves it out of every listing, which is all a user can see of it.
-    let matcher = &shared.stats_config.matcher;
-    samples.retain(|(name, _)| !matcher.rejects(name));
     samples.sort();
     // Filters of connection managers sharing a stat prefix count under the same
     // names: one counter each, as in Envoy's store.
@@ -338,6 +333,10 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
         }
         same
     });
+    // A stat `stats_config.stats_matcher` rejects does not exist in Envoy
+    // (it is never instantiated): courier counts it in its fixed slot and
+    // leaves it out of every listing, which is all a user can see of it.
+    shared.stat_names.keep_existing(&mut samples);
     samples
 }
 
@@ -369,7 +368,7 @@ fn filtered(
 }
 
 fn prometheus(samples: &[stats::Sample], shared: &Shared) -> Response<Body> {
-    let text = stats::prometheus::render(samples, &shared.stats_config.tags);
+    let text = stats::prometheus::render(samples, &shared.stat_names);
     let mut r = reply(StatusCode::OK, text);
     r.headers_mut().insert(
         header::CONTENT_TYPE,

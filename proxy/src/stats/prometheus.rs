@@ -7,7 +7,8 @@
 //! This runs when admin is scraped, never on the request path.
 
 use super::Sample;
-use courier_config::stats::{Tag, TagProducer};
+use super::names::StatNames;
+use courier_config::stats::Tag;
 use std::collections::BTreeMap;
 
 /// Whether a stat is a gauge. courier's stats are plain numbers; these are
@@ -84,28 +85,25 @@ pub fn labels(tags: &[Tag]) -> String {
 }
 
 /// One family's series: (full stat name's tokens for ordering, labels, value).
-type Series<'a> = Vec<(Vec<&'a str>, String, u64)>;
+type Series<'a> = Vec<(Vec<&'a str>, &'a str, u64)>;
 
 /// Renders samples (already filtered by the stats matcher) in Prometheus text form.
-pub fn render(samples: &[Sample], tags: &TagProducer) -> String {
-    let mut counters: BTreeMap<String, Series<'_>> = BTreeMap::new();
-    let mut gauges: BTreeMap<String, Series<'_>> = BTreeMap::new();
-    for (name, value) in samples {
-        let (extracted, t) = tags.produce(name);
-        let family = if is_gauge(name) {
-            &mut gauges
-        } else {
-            &mut counters
-        };
-        family
-            .entry(extracted)
-            .or_default()
-            .push((name.split('.').collect(), labels(&t), *value));
+pub fn render(samples: &[Sample], names: &StatNames) -> String {
+    let resolved = names.resolve(samples);
+    let mut counters: BTreeMap<&str, Series<'_>> = BTreeMap::new();
+    let mut gauges: BTreeMap<&str, Series<'_>> = BTreeMap::new();
+    for ((name, value), r) in samples.iter().zip(&resolved) {
+        let family = if r.gauge { &mut gauges } else { &mut counters };
+        family.entry(r.tag_extracted.as_str()).or_default().push((
+            name.split('.').collect(),
+            r.labels.as_str(),
+            *value,
+        ));
     }
     let mut out = String::new();
     for (kind, families) in [("counter", counters), ("gauge", gauges)] {
         for (extracted, mut series) in families {
-            let family = metric_name(&extracted);
+            let family = metric_name(extracted);
             out.push_str(&format!("# TYPE {family} {kind}\n"));
             series.sort();
             for (_, labels, value) in series {
@@ -128,10 +126,7 @@ mod tests {
             ("listener.admin.downstream_cx_total".to_string(), 4),
             ("cluster.a-b.upstream_cx_total".to_string(), 3),
         ];
-        let text = render(
-            &samples,
-            &courier_config::stats::StatsConfig::default().tags,
-        );
+        let text = render(&samples, &StatNames::new(Default::default()));
         for line in [
             "# TYPE envoy_cluster_upstream_rq counter",
             "envoy_cluster_upstream_rq{envoy_response_code=\"200\",envoy_cluster_name=\"echo\"} 2",
