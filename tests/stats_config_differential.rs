@@ -66,11 +66,13 @@ const ISTIO: &str = r#"stats_config:
       - { prefix: istio }
 "#;
 
-/// Envoy's default extractors with a configured regex, a fixed value and an
+/// Envoy's default extractors with a configured regex, fixed values (one that
+/// Envoy, reading it as a pattern, applies to `cluster.` stats only) and an
 /// exclusion list.
 const CUSTOM: &str = r#"stats_config:
   stats_tags:
   - { tag_name: mesh, fixed_value: blue }
+  - { tag_name: clusters_only, fixed_value: '^cluster\.x' }
   - { tag_name: direction, regex: '^cluster\.((inbound|outbound)\|)' }
   stats_matcher:
     exclusion_list:

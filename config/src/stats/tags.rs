@@ -76,7 +76,10 @@ impl Extractor {
                 let first = t.first()?;
                 return (!matches!(first.as_str(), "$" | "*" | "**")).then(|| first.clone());
             }
-            Pattern::Fixed(_) => return None,
+            // Envoy reads a fixed value's first token as it reads a regex's
+            // (`TagExtractorFixedImpl` passes the value as the pattern): a value
+            // such as `^cluster\.x` confines the tag to names starting `cluster.`.
+            Pattern::Fixed(v) => v.as_str(),
         };
         let rest = regex.strip_prefix('^')?;
         let word = rest

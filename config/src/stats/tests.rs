@@ -271,6 +271,16 @@ fn fixed_values_and_named_defaults() {
         &[("mesh", "blue"), ("envoy.cluster_name", "echo")],
     );
     check(&sc.tags, "server.live", "server.live", &[("mesh", "blue")]);
+    // Envoy reads a fixed value's leading `^word\.` as a first-token filter.
+    let sc = load(r#"{"stats_tags": [{"tag_name": "c", "fixed_value": "^cluster\\.x"}]}"#)
+        .unwrap_or_else(|e| panic!("{e}"));
+    check(&sc.tags, "server.live", "server.live", &[]);
+    check(
+        &sc.tags,
+        "cluster.a.upstream_cx_total",
+        "cluster.upstream_cx_total",
+        &[("envoy.cluster_name", "a"), ("c", "^cluster\\.x")],
+    );
 }
 
 #[test]
