@@ -21,7 +21,7 @@ pub struct Tag {
     pub value: String,
 }
 
-/// A configured or built-in regex extractor.
+/// How an extractor finds its tag's value.
 #[derive(Debug)]
 pub(crate) enum Pattern {
     /// A `stats_tags` regex, compiled as ECMAScript (std::regex in Envoy:
@@ -40,14 +40,17 @@ pub(crate) enum Pattern {
     /// A dotted token pattern (`cluster.*.grpc.$.**`): `*` is any one token,
     /// `**` any number of tokens, `$` the token that becomes the value.
     Tokens(Vec<String>),
-    /// A tag with the same value on every stat (`fixed_value`).
+    /// A tag with the same value on every stat (`fixed_value`; on every stat
+    /// of one first token if the value starts `^word\.`, as Envoy reads it).
     Fixed(String),
 }
 
 /// A tag extractor: a tag name and how it finds its value.
 #[derive(Debug)]
 pub(crate) struct Extractor {
+    /// The tag's name.
     pub(crate) name: String,
+    /// How the value is found.
     pub(crate) pattern: Pattern,
     /// A substring the name must contain (Envoy's cheap pre-check for built-ins).
     pub(crate) substr: &'static str,
