@@ -28,6 +28,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "deferred_stat_options",
             "default_regex_engine",
             "application_log_config",
+            "stats_config",
         ],
     ),
     (
@@ -137,6 +138,8 @@ pub struct Bootstrap {
     /// log lines are rendered with once the bootstrap is loaded (a
     /// `json_format` struct is its JSON text with the flags inside).
     pub application_log_format: Option<String>,
+    /// `stats_config`: tag extraction and which stats exist.
+    pub stats: Arc<crate::stats::StatsConfig>,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -235,7 +238,13 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     // asks that a worker's part of a cluster be made at its first use: courier's
     // workers create their connection pools for a cluster's host when a request
     // first goes to it, and hold nothing else per cluster, so that is its way.
+    let stats = bs
+        .stats_config
+        .as_ref()
+        .map(|s| crate::stats::translate(s, &root.field("stats_config"), ctx))
+        .unwrap_or_default();
     Bootstrap {
+        stats: Arc::new(stats),
         node,
         admin,
         listeners,

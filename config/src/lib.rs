@@ -31,6 +31,7 @@ pub mod resource;
 pub mod route;
 pub mod runtime;
 pub mod snapshot;
+pub mod stats;
 mod support;
 pub mod tls;
 pub mod tracing;

@@ -61,6 +61,9 @@ pub struct Shared {
     pub runtime: Arc<crate::admin::runtime::RuntimeAdmin>,
     /// With `deferred_stat_options`, which clusters' traffic stats exist.
     pub deferred_stats: Option<crate::admin::deferred_stats::DeferredStats>,
+    /// `stats_config` applied to stat names: which stats exist, their
+    /// Prometheus names and tags.
+    pub stat_names: crate::stats::names::StatNames,
 }
 
 impl Shared {
@@ -236,6 +239,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         deferred_stats: bootstrap
             .deferred_cluster_stats
             .then(crate::admin::deferred_stats::DeferredStats::default),
+        stat_names: crate::stats::names::StatNames::new(Arc::clone(&bootstrap.stats)),
     });
     for l in &registry.current().listeners {
         tracing::info!(listener = %l.name(), addr = %l.address, "listening");

@@ -3,6 +3,8 @@
 
 pub mod edge;
 pub mod h2_floods;
+pub mod names;
+pub mod prometheus;
 pub mod trace;
 
 use arc_swap::ArcSwap;
@@ -243,9 +245,11 @@ pub struct ListenerStats {
     pub cx_overload_reject: Counter,
 }
 
-/// A listener address as Envoy writes it in stat names (`127.0.0.1_10000`,
-/// `[__1]_10000`: `:` is not allowed in a stat name).
-pub fn listener_stat_name(addr: &crate::request::conn::Peer) -> String {
+/// A listener's configured address as Envoy writes it in stat names
+/// (`127.0.0.1_10000`, `[__1]_10000`: `:` is not allowed in a stat name). It
+/// is the address in the config, not the bound one: a listener on port 0
+/// counts under `127.0.0.1_0`, as in Envoy.
+pub fn listener_stat_name(addr: &courier_config::core::Address) -> String {
     addr.to_string().replace(':', "_")
 }
 
@@ -425,130 +429,18 @@ pub fn render_text(samples: &[Sample]) -> String {
     s
 }
 
-/// Renders samples in Prometheus text form with Envoy's tag extraction:
-/// `http.<prefix>.x` → `envoy_http_x{envoy_http_conn_manager_prefix="<prefix>"}`,
-/// `cluster.<name>.x` → `envoy_cluster_x{envoy_cluster_name="<name>"}`, the `_Nxx`
-/// classes → `envoy_response_code_class`, `upstream_rq_<code>` →
-/// `envoy_cluster_upstream_rq{envoy_response_code="<code>",...}`. Each family's
-/// samples are written together under one `# TYPE` line.
-pub fn render_prometheus(samples: &[Sample]) -> String {
-    let mut families: std::collections::BTreeMap<String, Vec<(String, u64)>> = Default::default();
-    for (name, v) in samples {
-        let Some((family, labels)) = prometheus_name(name) else {
-            continue;
-        };
-        families.entry(family).or_default().push((labels, *v));
-    }
-    let mut s = String::new();
-    for (family, lines) in families {
-        let kind = if family.ends_with("_active") || family.ends_with("_buffered") {
-            "gauge"
-        } else {
-            "counter"
-        };
-        s.push_str(&format!("# TYPE {family} {kind}\n"));
-        for (labels, v) in lines {
-            s.push_str(&format!("{family}{{{labels}}} {v}\n"));
-        }
-    }
-    s
-}
-
-/// The Prometheus family and labels of an Envoy stat name.
-fn prometheus_name(name: &str) -> Option<(String, String)> {
-    let (scope, rest) = name.split_once('.')?;
-    if scope == "listener" {
-        return listener_prometheus_name(rest);
-    }
-    let (owner, stat) = rest.split_once('.')?;
-    let owner_label = match scope {
-        "http" => format!("envoy_http_conn_manager_prefix=\"{owner}\""),
-        "cluster" => format!("envoy_cluster_name=\"{owner}\""),
-        "tcp" => format!("envoy_tcp_prefix=\"{owner}\""),
-        _ => return None,
-    };
-    let code_prefix = if scope == "http" {
-        "downstream_rq_"
-    } else {
-        "upstream_rq_"
-    };
-    if let Some(code) = stat.strip_prefix(code_prefix) {
-        let bytes = code.as_bytes();
-        if bytes.len() == 3 && bytes[0].is_ascii_digit() && &code[1..] == "xx" {
-            return Some((
-                format!("envoy_{scope}_{code_prefix}xx"),
-                format!("envoy_response_code_class=\"{}\",{owner_label}", &code[..1]),
-            ));
-        }
-        if bytes.len() == 3 && bytes.iter().all(u8::is_ascii_digit) {
-            return Some((
-                format!("envoy_{scope}_{}", code_prefix.trim_end_matches('_')),
-                format!("envoy_response_code=\"{code}\",{owner_label}"),
-            ));
-        }
-    }
-    Some((format!("envoy_{scope}_{stat}"), owner_label))
-}
-
-/// `listener.<address>.<stat>` and `listener.<address>.worker_<n>.<stat>`, tagged as
-/// Envoy's `envoy.listener_address` and `envoy.worker_id` extractors do. Envoy's address
-/// pattern takes only IP-like names (digits, dots, underscores; hex and brackets for
-/// IPv6): another owner stays in the family name untagged, like `listener.admin.*`.
-fn listener_prometheus_name(rest: &str) -> Option<(String, String)> {
-    let (owner, stat) = rest.rsplit_once('.')?;
-    let (address, worker) = match owner.rsplit_once(".worker_") {
-        Some((a, w)) if !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()) => (a, Some(w)),
-        _ => (owner, None),
-    };
-    let ip_like = |a: &str| {
-        !a.is_empty()
-            && (a
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b == b'.' || b == b'_')
-                || a.bytes()
-                    .all(|b| b.is_ascii_hexdigit() || matches!(b, b'_' | b'[' | b']')))
-    };
-    if !ip_like(address) {
-        let family = format!("envoy_listener_{owner}_{stat}").replace('.', "_");
-        return Some((family, String::new()));
-    }
-    Some(match worker {
-        Some(w) => (
-            format!("envoy_listener_worker_{stat}"),
-            format!("envoy_worker_id=\"{w}\",envoy_listener_address=\"{address}\""),
-        ),
-        None => (
-            format!("envoy_listener_{stat}"),
-            format!("envoy_listener_address=\"{address}\""),
-        ),
-    })
+/// Renders samples in Envoy's `/stats?format=json` form
+/// (`{"stats":[{"name":…,"value":…},…]}`).
+pub fn render_json(samples: &[Sample]) -> String {
+    let stats: Vec<serde_json::Value> = samples
+        .iter()
+        .map(|(name, value)| serde_json::json!({ "name": name, "value": value }))
+        .collect();
+    format!("{:#}\n", serde_json::json!({ "stats": stats }))
 }
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn listener_stats_get_envoys_prometheus_tags() {
-        let samples = vec![
-            ("listener.127.0.0.1_80.downstream_cx_total".to_string(), 3),
-            (
-                "listener.127.0.0.1_80.worker_1.downstream_cx_active".to_string(),
-                2,
-            ),
-            ("listener.[__1]_8080.downstream_cx_total".to_string(), 1),
-            ("listener.admin.downstream_cx_total".to_string(), 4),
-        ];
-        let text = super::render_prometheus(&samples);
-        for line in [
-            "envoy_listener_downstream_cx_total{envoy_listener_address=\"127.0.0.1_80\"} 3",
-            "envoy_listener_worker_downstream_cx_active{envoy_worker_id=\"1\",envoy_listener_address=\"127.0.0.1_80\"} 2",
-            "envoy_listener_downstream_cx_total{envoy_listener_address=\"[__1]_8080\"} 1",
-            "envoy_listener_admin_downstream_cx_total{} 4",
-            "# TYPE envoy_listener_worker_downstream_cx_active gauge",
-        ] {
-            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
-        }
-    }
-
     use super::*;
 
     #[test]
@@ -588,7 +480,7 @@ mod tests {
         ] {
             assert!(text.contains(line), "{line} missing in {text}");
         }
-        let prom = render_prometheus(&samples);
+        let prom = prometheus::render(&samples, &names::StatNames::new(Default::default()));
         assert!(
             prom.contains(
                 "envoy_http_downstream_rq_total{envoy_http_conn_manager_prefix=\"ingress\"} 2\n"

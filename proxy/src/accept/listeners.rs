@@ -317,7 +317,7 @@ impl Registry {
                 }
             },
         };
-        let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(&address));
+        let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(&l.address));
         let hcm_stats = l
             .all_filter_chains()
             .map(|fc| {

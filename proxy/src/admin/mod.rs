@@ -160,14 +160,27 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             State::Draining => reply(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
         },
         "/stats" => {
-            let samples = samples(shared);
+            let samples = match filtered(samples(shared), query) {
+                Ok(s) => s,
+                Err(e) => return e.reply(),
+            };
             if query.split('&').any(|p| p == "format=prometheus") {
-                prometheus(&samples)
+                prometheus(&samples, shared)
+            } else if query.split('&').any(|p| p == "format=json") {
+                let mut r = reply(StatusCode::OK, stats::render_json(&samples));
+                r.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json"),
+                );
+                r
             } else {
                 reply(StatusCode::OK, stats::render_text(&samples))
             }
         }
-        "/stats/prometheus" => prometheus(&samples(shared)),
+        "/stats/prometheus" => match filtered(samples(shared), query) {
+            Ok(s) => prometheus(&s, shared),
+            Err(e) => e.reply(),
+        },
         "/server_info" => json(server_info(shared)),
         "/listeners" => {
             let mut s = String::new();
@@ -321,11 +334,43 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
         }
         same
     });
+    // A stat `stats_config.stats_matcher` rejects does not exist in Envoy
+    // (it is never instantiated): courier counts it in its fixed slot and
+    // leaves it out of every listing, which is all a user can see of it.
+    shared.stat_names.keep_existing(&mut samples);
     samples
 }
 
-fn prometheus(samples: &[stats::Sample]) -> Response<Body> {
-    let mut r = reply(StatusCode::OK, stats::render_prometheus(samples));
+/// A `filter` that is not a regex (answered 400, as Envoy).
+struct InvalidFilter;
+
+impl InvalidFilter {
+    fn reply(self) -> Response<Body> {
+        reply(StatusCode::BAD_REQUEST, "Invalid re2 regex")
+    }
+}
+
+/// `?filter=<regex>`: only the stats whose full name the (RE2) regex finds a
+/// match in, as Envoy's stats endpoints.
+fn filtered(
+    mut samples: Vec<stats::Sample>,
+    query: &str,
+) -> Result<Vec<stats::Sample>, InvalidFilter> {
+    let Some(pattern) = query.split('&').find_map(|p| p.strip_prefix("filter=")) else {
+        return Ok(samples);
+    };
+    let pattern = runtime::percent_decode(pattern);
+    if pattern.is_empty() {
+        return Ok(samples);
+    }
+    let re = regex::Regex::new(&pattern).map_err(|_| InvalidFilter)?;
+    samples.retain(|(name, _)| re.is_match(name));
+    Ok(samples)
+}
+
+fn prometheus(samples: &[stats::Sample], shared: &Shared) -> Response<Body> {
+    let text = stats::prometheus::render(samples, &shared.stat_names);
+    let mut r = reply(StatusCode::OK, text);
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain; version=0.0.4"),

@@ -217,7 +217,7 @@ impl RuntimeAdmin {
 
 /// Decodes a query component (`%2F`, `+` for a space), keeping what is not
 /// valid escaping as it is.
-fn percent_decode(s: &str) -> String {
+pub(crate) fn percent_decode(s: &str) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;

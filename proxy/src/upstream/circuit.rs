@@ -266,7 +266,7 @@ impl Circuit {
 /// the admin's stats.
 pub fn samples(clusters: &super::ClusterManager, out: &mut Vec<(String, u64)>) {
     for c in clusters.clusters() {
-        let name = &c.config.name;
+        let name = c.config.stat_name();
         for (stat, v) in c.circuit.gauges() {
             out.push((format!("cluster.{name}.{stat}"), v));
         }

@@ -197,7 +197,7 @@ impl Detector {
 pub fn samples(clusters: &ClusterManager, out: &mut Vec<(String, u64)>) {
     for c in clusters.clusters() {
         if let Some(d) = &c.outlier {
-            let name = &c.config.name;
+            let name = c.config.stat_name();
             for (stat, v) in d.stats() {
                 out.push((format!("cluster.{name}.{stat}"), v));
             }
