@@ -10,7 +10,7 @@
 //! that first token; the others run on every name. When several extractors share
 //! a tag name only the first that matches adds its tag.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 /// One tag of a stat: its name and value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -229,7 +229,7 @@ pub struct TagProducer {
     /// Extractors that run on every name, in the order they were added.
     anywhere: Vec<Extractor>,
     /// Extractors by the first token of the names they apply to.
-    by_first_token: HashMap<String, Vec<Extractor>>,
+    by_first_token: BTreeMap<String, Vec<Extractor>>,
 }
 
 impl TagProducer {
