@@ -24,6 +24,7 @@ pub mod format;
 pub mod listener;
 pub mod load;
 pub mod matcher;
+pub mod re2_program;
 mod normalize;
 pub mod overload;
 mod path;
