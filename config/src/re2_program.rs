@@ -26,6 +26,7 @@
 
 use regex_syntax::ast::{self, Ast};
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a program size could not be computed (the pattern is not one RE2 and
 /// `regex-syntax` both parse the same way; courier's regex compile reports it).
@@ -39,6 +40,96 @@ pub enum SizeError {
     /// what is wrong, if anything).
     #[error("cannot measure the RE2 program size of this regex: {0}")]
     Unmeasured(String),
+}
+
+/// Envoy's RE2 program-size thresholds, from the runtime keys
+/// `re2.max_program_size.error_level` and `re2.max_program_size.warn_level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// A bigger program is refused (Envoy's default: 100).
+    pub error_level: u32,
+    /// A bigger program is logged at warn level (default: never).
+    pub warn_level: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            error_level: 100,
+            warn_level: u32::MAX,
+        }
+    }
+}
+
+/// The limits in force in this process for configs loaded from now on (xDS
+/// resources): the proxy sets them whenever the runtime changes, and as in
+/// Envoy a change applies at the next load, not to regexes already compiled.
+/// Both halves in one word so a reader never sees half an update.
+static PROCESS_LIMITS: AtomicU64 = AtomicU64::new((100 << 32) | u32::MAX as u64);
+
+/// Sets the limits that configs loaded from now on are checked against.
+pub fn set_process_limits(limits: Limits) {
+    let word = (u64::from(limits.error_level) << 32) | u64::from(limits.warn_level);
+    PROCESS_LIMITS.store(word, Ordering::Relaxed);
+}
+
+/// The limits set by [`set_process_limits`] (Envoy's defaults until then).
+pub fn process_limits() -> Limits {
+    let word = PROCESS_LIMITS.load(Ordering::Relaxed);
+    Limits {
+        error_level: (word >> 32) as u32,
+        warn_level: word as u32,
+    }
+}
+
+/// What Envoy says of a regex's program size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Within the limits.
+    Fine,
+    /// Over `warn_level`: Envoy logs this warning and loads the regex.
+    Warn(String),
+    /// Over a limit: Envoy refuses the regex with this message.
+    Refuse(String),
+}
+
+/// Checks `pattern` as Envoy's `CompiledGoogleReMatcher` does. `deprecated_max`
+/// is `google_re2.max_program_size` when set: then only it applies (no runtime
+/// thresholds, no warning), as in Envoy.
+pub fn check(pattern: &str, limits: Limits, deprecated_max: Option<u32>) -> Verdict {
+    let size = match program_size(pattern) {
+        Ok(size) => size,
+        Err(SizeError::InvalidEscape) => {
+            return Verdict::Refuse(format!("invalid escape sequence in '{pattern}'"));
+        }
+        // Syntax the emulation does not follow is syntax courier's own regex
+        // compile refuses; that error is the one to report.
+        Err(SizeError::Unmeasured(_)) => return Verdict::Fine,
+    };
+    if let Some(max) = deprecated_max {
+        if size > max {
+            return Verdict::Refuse(format!(
+                "regex '{pattern}' RE2 program size of {size} > max program size of {max}. \
+                 Increase configured max program size if necessary."
+            ));
+        }
+        return Verdict::Fine;
+    }
+    if size > limits.error_level {
+        return Verdict::Refuse(format!(
+            "regex '{pattern}' RE2 program size of {size} > max program size of {} set for the \
+             error level threshold. Increase configured max program size if necessary.",
+            limits.error_level
+        ));
+    }
+    if size > limits.warn_level {
+        return Verdict::Warn(format!(
+            "regex '{pattern}' RE2 program size of {size} > max program size of {} set for the \
+             warn level threshold. Increase configured max program size if necessary.",
+            limits.warn_level
+        ));
+    }
+    Verdict::Fine
 }
 
 /// How RE2 reads the pattern and the text.
@@ -168,9 +259,7 @@ fn equal(a: &Re, b: &Re) -> bool {
         (Op::LiteralString(x), Op::LiteralString(y)) => {
             x == y && (a.flags ^ b.flags) & FOLD_CASE == 0
         }
-        (Op::Concat(x), Op::Concat(y)) | (Op::Alternate(x), Op::Alternate(y)) => {
-            x.len() == y.len()
-        }
+        (Op::Concat(x), Op::Concat(y)) | (Op::Alternate(x), Op::Alternate(y)) => x.len() == y.len(),
         (Op::Star(_), Op::Star(_)) | (Op::Plus(_), Op::Plus(_)) | (Op::Quest(_), Op::Quest(_)) => {
             (a.flags ^ b.flags) & NON_GREEDY == 0
         }
@@ -181,11 +270,7 @@ fn equal(a: &Re, b: &Re) -> bool {
         (Op::CharClass(x), Op::CharClass(y)) => x == y,
         _ => false,
     };
-    top && a
-        .subs()
-        .iter()
-        .zip(b.subs())
-        .all(|(x, y)| equal(x, y))
+    top && a.subs().iter().zip(b.subs()).all(|(x, y)| equal(x, y))
 }
 
 fn literal_string(runes: &[u32], flags: u16) -> Re {
@@ -322,7 +407,8 @@ fn translated_class(text: &str) -> Result<Vec<(u32, u32)>, SizeError> {
             .map(|r| (r.start() as u32, r.end() as u32))
             .collect()),
         HirKind::Literal(lit) => {
-            let s = std::str::from_utf8(&lit.0).map_err(|e| SizeError::Unmeasured(e.to_string()))?;
+            let s =
+                std::str::from_utf8(&lit.0).map_err(|e| SizeError::Unmeasured(e.to_string()))?;
             Ok(s.chars().map(|c| (c as u32, c as u32)).collect())
         }
         _ => Err(SizeError::Unmeasured(format!("unexpected class {text}"))),
@@ -350,7 +436,11 @@ struct Parser<'a> {
 
 impl<'a> Parser<'a> {
     fn new(pattern: &'a str, encoding: Encoding) -> Self {
-        let latin1 = if encoding == Encoding::Latin1 { LATIN1 } else { 0 };
+        let latin1 = if encoding == Encoding::Latin1 {
+            LATIN1
+        } else {
+            0
+        };
         Self {
             pattern,
             stack: Vec::new(),
@@ -360,7 +450,11 @@ impl<'a> Parser<'a> {
     }
 
     fn rune_max(&self) -> u32 {
-        if self.flags & LATIN1 != 0 { 0xFF } else { RUNE_MAX }
+        if self.flags & LATIN1 != 0 {
+            0xFF
+        } else {
+            RUNE_MAX
+        }
     }
 
     fn walk(&mut self, ast: &Ast) -> Result<(), SizeError> {
@@ -500,7 +594,9 @@ impl<'a> Parser<'a> {
         match &c.kind {
             ast::ClassSet::Item(item) => self.class_item(item, &mut ranges)?,
             ast::ClassSet::BinaryOp(_) => {
-                return Err(SizeError::Unmeasured("class set operations are not RE2 syntax".into()));
+                return Err(SizeError::Unmeasured(
+                    "class set operations are not RE2 syntax".into(),
+                ));
             }
         }
         let ranges = normalize(ranges);
@@ -515,7 +611,11 @@ impl<'a> Parser<'a> {
         let flags = self.flags;
         let fold_case = flags & FOLD_CASE != 0;
         let add = |r: Vec<(u32, u32)>, out: &mut Vec<(u32, u32)>| {
-            out.extend(if fold_case { fold(&normalize(r), flags) } else { r });
+            out.extend(if fold_case {
+                fold(&normalize(r), flags)
+            } else {
+                r
+            });
         };
         match item {
             ast::ClassSetItem::Empty(_) => {}
@@ -747,7 +847,14 @@ impl<'a> Parser<'a> {
         self.do_alternation();
         let r1 = self.stack.pop();
         let r2 = self.stack.pop();
-        let (Some(r1), Some(Re { op: Op::LeftParen(cap), flags })) = (r1, r2) else {
+        let (
+            Some(r1),
+            Some(Re {
+                op: Op::LeftParen(cap),
+                flags,
+            }),
+        ) = (r1, r2)
+        else {
             return Err(SizeError::Unmeasured("unbalanced parenthesis".into()));
         };
         self.flags = flags;
@@ -951,7 +1058,9 @@ fn round2(subs: Vec<Re>, flags: u16) -> Vec<Re> {
             }
         }
         if j - i >= 2 {
-            let prefix = first.cloned().unwrap_or_else(|| Re::new(Op::EmptyMatch, flags));
+            let prefix = first
+                .cloned()
+                .unwrap_or_else(|| Re::new(Op::EmptyMatch, flags));
             let run: Vec<Re> = subs[i..j]
                 .iter()
                 .cloned()
@@ -991,7 +1100,10 @@ fn round3(subs: Vec<Re>, flags: u16) -> Vec<Re> {
                     _ => {}
                 }
             }
-            out.push(Re::new(Op::CharClass(normalize(ranges)), flags & !FOLD_CASE));
+            out.push(Re::new(
+                Op::CharClass(normalize(ranges)),
+                flags & !FOLD_CASE,
+            ));
         } else {
             out.push(subs[i].clone());
         }
@@ -1043,7 +1155,10 @@ fn coalesce(re: Re) -> Re {
             }
             Re::new(Op::Concat(subs), flags)
         }
-        Op::Alternate(subs) => Re::new(Op::Alternate(subs.into_iter().map(coalesce).collect()), flags),
+        Op::Alternate(subs) => Re::new(
+            Op::Alternate(subs.into_iter().map(coalesce).collect()),
+            flags,
+        ),
         Op::Star(s) => Re::new(Op::Star(Box::new(coalesce(*s))), flags),
         Op::Plus(s) => Re::new(Op::Plus(Box::new(coalesce(*s))), flags),
         Op::Quest(s) => Re::new(Op::Quest(Box::new(coalesce(*s))), flags),
@@ -1148,7 +1263,12 @@ fn do_coalesce(subs: &mut [Re], i: usize) {
 fn is_empty_op(re: &Re) -> bool {
     matches!(
         re.op,
-        Op::BeginLine | Op::EndLine | Op::WordBoundary | Op::NoWordBoundary | Op::BeginText | Op::EndText
+        Op::BeginLine
+            | Op::EndLine
+            | Op::WordBoundary
+            | Op::NoWordBoundary
+            | Op::BeginText
+            | Op::EndText
     )
 }
 
@@ -1156,9 +1276,10 @@ fn simplify(re: Re) -> Re {
     let flags = re.flags;
     match re.op {
         Op::Concat(subs) => Re::new(Op::Concat(subs.into_iter().map(simplify).collect()), flags),
-        Op::Alternate(subs) => {
-            Re::new(Op::Alternate(subs.into_iter().map(simplify).collect()), flags)
-        }
+        Op::Alternate(subs) => Re::new(
+            Op::Alternate(subs.into_iter().map(simplify).collect()),
+            flags,
+        ),
         Op::Capture(s, c) => Re::new(Op::Capture(Box::new(simplify(*s)), c), flags),
         op @ (Op::Star(_) | Op::Plus(_) | Op::Quest(_)) => {
             let (kind, s) = match op {
@@ -1748,14 +1869,22 @@ impl Compiler {
                 let f = self.walk(s);
                 self.capture(f)
             }
-            Op::BeginLine | Op::EndLine | Op::BeginText | Op::EndText | Op::WordBoundary
+            Op::BeginLine
+            | Op::EndLine
+            | Op::BeginText
+            | Op::EndText
+            | Op::WordBoundary
             | Op::NoWordBoundary => self.simple(Code::EmptyWidth, true),
         }
     }
 }
 
 fn max_rune(len: u32) -> u32 {
-    let bits = if len == 1 { 7 } else { 8 - (len + 1) + 6 * (len - 1) };
+    let bits = if len == 1 {
+        7
+    } else {
+        8 - (len + 1) + 6 * (len - 1)
+    };
     (1 << bits) - 1
 }
 
@@ -1861,8 +1990,10 @@ fn optimize(inst: &mut [Inst], start: u32) {
         if ip.code == Code::Alt {
             add(&mut q, &mut seen, ip.out1);
             let (j, kk) = (inst[ip.out as usize], inst[ip.out1 as usize]);
-            let any_loop = |b: Inst| b.code == Code::ByteRange && b.out == id && b.lo == 0 && b.hi == 0xFF;
-            if (any_loop(j) && is_match(inst, ip.out1)) || (is_match(inst, ip.out) && any_loop(kk)) {
+            let any_loop =
+                |b: Inst| b.code == Code::ByteRange && b.out == id && b.lo == 0 && b.hi == 0xFF;
+            if (any_loop(j) && is_match(inst, ip.out1)) || (is_match(inst, ip.out) && any_loop(kk))
+            {
                 inst[id as usize].code = Code::AltMatch;
             }
         }

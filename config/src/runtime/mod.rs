@@ -74,6 +74,9 @@ pub struct Runtime {
     pub otel_min_flush_spans: u64,
     /// `tracing.opentelemetry.flush_interval_ms` (Envoy's default: 5000).
     pub otel_flush_interval_ms: u64,
+    /// `re2.max_program_size.error_level` / `warn_level`: the RE2 program-size
+    /// thresholds regexes are checked against when a config is loaded.
+    pub re2_limits: crate::re2_program::Limits,
 }
 
 impl Default for Runtime {
@@ -85,6 +88,7 @@ impl Default for Runtime {
             reject_path_with_fragment: true,
             otel_min_flush_spans: 5,
             otel_flush_interval_ms: 5000,
+            re2_limits: crate::re2_program::Limits::default(),
         }
     }
 }
@@ -283,6 +287,8 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::RejectPathWithFragment(on) => out.reject_path_with_fragment = on,
         keys::Meaning::OtelMinFlushSpans(n) => out.otel_min_flush_spans = n,
         keys::Meaning::OtelFlushIntervalMs(ms) => out.otel_flush_interval_ms = ms,
+        keys::Meaning::Re2ErrorLevel(n) => out.re2_limits.error_level = n,
+        keys::Meaning::Re2WarnLevel(n) => out.re2_limits.warn_level = n,
     }
 }
 

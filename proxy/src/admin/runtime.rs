@@ -86,6 +86,9 @@ impl RuntimeAdmin {
         let rt = self.in_force();
         crate::codec::h1_check::set_reject_fragment(rt.reject_path_with_fragment);
         crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
+        // Regexes already compiled keep working; configs loaded from now on
+        // (xDS resources) are checked against the new thresholds, as in Envoy.
+        courier_config::re2_program::set_process_limits(rt.re2_limits);
         crate::overload::get().set_runtime_limits(
             rt.global_downstream_max_connections,
             &rt.listener_connection_limits,
