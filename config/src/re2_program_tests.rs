@@ -282,3 +282,64 @@ fn warn_level_warns_and_the_deprecated_field_replaces_the_runtime() {
         )
     );
 }
+
+/// An xDS resource is checked against the limits in force in the process when
+/// it is loaded (the proxy sets them from the runtime, RTDS and
+/// `/runtime_modify` included), not against those of the bootstrap's load.
+#[test]
+fn xds_resources_are_checked_against_the_process_limits() {
+    use envoy_types::pb::envoy::config::route::v3 as route;
+    use envoy_types::pb::envoy::r#type::matcher::v3::RegexMatcher;
+    use prost::Name;
+    let rc = route::RouteConfiguration {
+        name: "r".into(),
+        virtual_hosts: vec![route::VirtualHost {
+            name: "v".into(),
+            domains: vec!["*".into()],
+            routes: vec![route::Route {
+                r#match: Some(route::RouteMatch {
+                    path_specifier: Some(route::route_match::PathSpecifier::SafeRegex(
+                        RegexMatcher {
+                            regex: "a{200}".into(),
+                            ..Default::default()
+                        },
+                    )),
+                    ..Default::default()
+                }),
+                action: Some(route::route::Action::DirectResponse(
+                    route::DirectResponseAction {
+                        status: 200,
+                        ..Default::default()
+                    },
+                )),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let any = envoy_types::pb::google::protobuf::Any {
+        type_url: route::RouteConfiguration::type_url(),
+        value: prost::Message::encode_to_vec(&rc),
+    };
+    let load = || {
+        let mut ctx = crate::Ctx::new();
+        let r = crate::resource::translate(&any, &mut ctx);
+        ctx.finish(r)
+    };
+    // Only raised here, so tests running beside this one never see a lower limit.
+    super::set_process_limits(Limits {
+        error_level: 32768,
+        warn_level: 1000,
+    });
+    let raised = load();
+    super::set_process_limits(Limits::default());
+    assert!(raised.is_ok(), "{raised:?}");
+    let err = load().unwrap_err().to_string();
+    assert!(
+        err.contains(
+            "safe_regex.regex: regex 'a{200}' RE2 program size of 204 > max program size of 100"
+        ),
+        "{err}"
+    );
+}
