@@ -307,6 +307,35 @@ mod tests {
         assert_eq!(crate::trace::export::flush_settings(), (7, 250));
     }
 
+    /// `/runtime_modify` (like RTDS) changes the RE2 program-size thresholds
+    /// that xDS resources loaded from then on are checked against.
+    #[test]
+    fn re2_program_size_thresholds_apply_to_later_loads() {
+        use courier_config::re2_program::{Limits, process_limits};
+        let rt = RuntimeAdmin::new(&runtime(serde_json::json!([
+            {"name": "static", "static_layer": {"re2.max_program_size.error_level": "32768"}},
+            {"name": "admin", "admin_layer": {}},
+        ])));
+        let r = rt.modify("re2.max_program_size.warn_level=1000");
+        assert_eq!(r.status(), StatusCode::OK);
+        let want = Limits {
+            error_level: 32768,
+            warn_level: 1000,
+        };
+        assert_eq!(rt.in_force().re2_limits, want);
+        // Other tests of this process apply their runtimes too (Envoy's
+        // defaults); applying again until this one is seen keeps it exact.
+        assert!(
+            (0..100).any(|_| {
+                rt.apply();
+                process_limits() == want
+            }),
+            "apply() does not set the process's RE2 limits"
+        );
+        // Back to Envoy's defaults for the other tests of this process.
+        courier_config::re2_program::set_process_limits(Limits::default());
+    }
+
     #[test]
     fn refuses_what_it_cannot_apply_all_or_none() {
         let rt = RuntimeAdmin::new(&runtime(
