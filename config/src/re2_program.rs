@@ -36,6 +36,10 @@ pub enum SizeError {
     /// RE2 refuses the regex.
     #[error("invalid escape sequence")]
     InvalidEscape,
+    /// Nested counted repetitions multiply past 1000 copies: RE2 refuses the
+    /// regex ("bad repetition operator").
+    #[error("bad repetition operator")]
+    RepeatTooLarge,
     /// Syntax courier's emulation does not follow (its regex compile reports
     /// what is wrong, if anything).
     #[error("cannot measure the RE2 program size of this regex: {0}")]
@@ -101,6 +105,9 @@ pub fn check(pattern: &str, limits: Limits, deprecated_max: Option<u32>) -> Verd
         Ok(size) => size,
         Err(SizeError::InvalidEscape) => {
             return Verdict::Refuse(format!("invalid escape sequence in '{pattern}'"));
+        }
+        Err(SizeError::RepeatTooLarge) => {
+            return Verdict::Refuse(format!("bad repetition operator in '{pattern}'"));
         }
         // Syntax the emulation does not follow is syntax courier's own regex
         // compile refuses; that error is the one to report.
@@ -512,7 +519,7 @@ impl<'a> Parser<'a> {
                             ast::RepetitionRange::Bounded(n, m) => (n, Some(m)),
                         };
                         let to_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-                        self.push_repetition(to_i32(min), max.map_or(-1, to_i32), nongreedy);
+                        self.push_repetition(to_i32(min), max.map_or(-1, to_i32), nongreedy)?;
                     }
                 }
             }
@@ -787,14 +794,21 @@ impl<'a> Parser<'a> {
         self.stack.push(Re::new(op, fl));
     }
 
-    fn push_repetition(&mut self, min: i32, max: i32, nongreedy: bool) {
+    fn push_repetition(&mut self, min: i32, max: i32, nongreedy: bool) -> Result<(), SizeError> {
         let mut fl = self.flags;
         if nongreedy {
             fl ^= NON_GREEDY;
         }
-        let Some(top) = self.stack.pop() else { return };
-        self.stack
-            .push(Re::new(Op::Repeat(Box::new(top), min, max), fl));
+        let Some(top) = self.stack.pop() else {
+            return Ok(());
+        };
+        let re = Re::new(Op::Repeat(Box::new(top), min, max), fl);
+        // RE2's RepetitionWalker: nested counts may not multiply past 1000.
+        if (min >= 2 || max >= 2) && repetition_budget(&re, 1000) == 0 {
+            return Err(SizeError::RepeatTooLarge);
+        }
+        self.stack.push(re);
+        Ok(())
     }
 
     fn do_concatenation(&mut self) {
@@ -1362,6 +1376,22 @@ fn simplify_repeat(re: Re, mut min: i32, mut max: i32, f: u16) -> Re {
         });
     }
     nre.unwrap_or_else(|| Re::new(Op::NoMatch, f))
+}
+
+/// What is left of RE2's budget of 1000 copies under `re`: each counted
+/// repetition divides it by its count.
+fn repetition_budget(re: &Re, budget: i64) -> i64 {
+    let mut budget = budget;
+    if let Op::Repeat(_, min, max) = &re.op {
+        let m = if *max < 0 { *min } else { *max };
+        if m > 0 {
+            budget /= i64::from(m);
+        }
+    }
+    re.subs()
+        .iter()
+        .map(|s| repetition_budget(s, budget))
+        .fold(budget, i64::min)
 }
 
 fn remove_anchor(re: &mut Re, start: bool, depth: u32) -> bool {

@@ -12,6 +12,7 @@ const ENVOY_SIZES: &[(&str, u32)] = &[
     (r#"a"#, 5),
     (r#"abc"#, 7),
     (r#"a{200}"#, 204),
+    (r#"((a{10}){10}){10}"#, 1224),
     (r#"^abc$"#, 4),
     (r#"^abc"#, 4),
     (r#"abc$"#, 7),
@@ -228,6 +229,20 @@ fn escapes_above_latin1_are_refused() {
         Err(SizeError::InvalidEscape)
     );
     assert_eq!(program_size(r"\x{FF}"), Ok(5));
+}
+
+/// Nested counts multiplying past 1000 are refused by RE2 (and Envoy).
+#[test]
+fn repetitions_past_a_thousand_copies_are_refused() {
+    assert_eq!(
+        program_size("((a{10}){10}){11}"),
+        Err(SizeError::RepeatTooLarge)
+    );
+    assert_eq!(program_size("(a{2}){501}"), Err(SizeError::RepeatTooLarge));
+    assert!(matches!(
+        check("(a{2}){501}", Limits::default(), None),
+        Verdict::Refuse(_)
+    ));
 }
 
 /// RE2's default UTF-8 reading: `.` is a byte-sequence trie, `é` one character.
