@@ -23,6 +23,14 @@
 //!    anchors removed, the unanchored `.*?` prefix added.
 //! 5. **Optimize and Flatten** (`prog.cc`): Nops skipped, `.*` before a match
 //!    marked, then the program cut into lists at its roots and counted.
+//!
+//! Envoy 1.40's RE2 measures programs as RE2's Latin-1 mode builds them (each
+//! byte of the pattern one character, classes clipped to 0xFF, case folding
+//! for ASCII letters only), which is what [`program_size`] computes; the
+//! UTF-8 reading of RE2's default options is kept beside it
+//! ([`program_size_with`]). Every size in the tests was read from
+//! `envoy --mode validate`, and `tests/re2_program_size_differential.rs`
+//! compares courier with Envoy directly.
 
 use regex_syntax::ast::{self, Ast};
 use std::collections::{HashMap, HashSet};
