@@ -44,10 +44,11 @@ pub enum SizeError {
     /// RE2 refuses the regex.
     #[error("invalid escape sequence")]
     InvalidEscape,
-    /// Nested counted repetitions multiply past 1000 copies: RE2 refuses the
-    /// regex ("bad repetition operator").
+    /// A repetition operator RE2 refuses ("bad repetition operator"): one
+    /// stacked on another (`a**`, `a+{2}`; Perl forbids them too), or nested
+    /// counts multiplying past 1000 copies.
     #[error("bad repetition operator")]
-    RepeatTooLarge,
+    BadRepetition,
     /// Syntax courier's emulation does not follow (its regex compile reports
     /// what is wrong, if anything).
     #[error("cannot measure the RE2 program size of this regex: {0}")]
@@ -114,7 +115,7 @@ pub fn check(pattern: &str, limits: Limits, deprecated_max: Option<u32>) -> Verd
         Err(SizeError::InvalidEscape) => {
             return Verdict::Refuse(format!("invalid escape sequence in '{pattern}'"));
         }
-        Err(SizeError::RepeatTooLarge) => {
+        Err(SizeError::BadRepetition) => {
             return Verdict::Refuse(format!("bad repetition operator in '{pattern}'"));
         }
         // Syntax the emulation does not follow is syntax courier's own regex
@@ -514,6 +515,9 @@ impl<'a> Parser<'a> {
                 self.push_class(ranges);
             }
             Ast::Repetition(r) => {
+                if matches!(*r.ast, Ast::Repetition(_)) {
+                    return Err(SizeError::BadRepetition);
+                }
                 self.walk(&r.ast)?;
                 let nongreedy = !r.greedy;
                 match &r.op.kind {
@@ -813,7 +817,7 @@ impl<'a> Parser<'a> {
         let re = Re::new(Op::Repeat(Box::new(top), min, max), fl);
         // RE2's RepetitionWalker: nested counts may not multiply past 1000.
         if (min >= 2 || max >= 2) && repetition_budget(&re, 1000) == 0 {
-            return Err(SizeError::RepeatTooLarge);
+            return Err(SizeError::BadRepetition);
         }
         self.stack.push(re);
         Ok(())

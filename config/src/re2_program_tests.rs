@@ -231,14 +231,23 @@ fn escapes_above_latin1_are_refused() {
     assert_eq!(program_size(r"\x{FF}"), Ok(5));
 }
 
-/// Nested counts multiplying past 1000 are refused by RE2 (and Envoy).
+/// Nested counts multiplying past 1000, and stacked repetition operators, are
+/// refused by RE2 (and Envoy).
 #[test]
-fn repetitions_past_a_thousand_copies_are_refused() {
+fn bad_repetitions_are_refused() {
+    for stacked in [r"\d+?{2,}", r"\.?+?", "a**", "é{2}+", r"\w*?{1,3}"] {
+        assert_eq!(
+            program_size(stacked),
+            Err(SizeError::BadRepetition),
+            "{stacked}"
+        );
+    }
+    assert_eq!(program_size("(?:a*)*"), Ok(5));
     assert_eq!(
         program_size("((a{10}){10}){11}"),
-        Err(SizeError::RepeatTooLarge)
+        Err(SizeError::BadRepetition)
     );
-    assert_eq!(program_size("(a{2}){501}"), Err(SizeError::RepeatTooLarge));
+    assert_eq!(program_size("(a{2}){501}"), Err(SizeError::BadRepetition));
     assert!(matches!(
         check("(a{2}){501}", Limits::default(), None),
         Verdict::Refuse(_)
