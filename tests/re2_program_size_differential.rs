@@ -246,6 +246,26 @@ fn thresholds_defaults_and_the_deprecated_field_are_envoys() {
             bootstrap(deprecated("a{20}", 10), None),
             Said::Refused(Some(24)),
         ),
+        // What RE2 refuses whatever the limits: stacked repetition operators,
+        // nested counts past 1000 copies.
+        (
+            "stacked",
+            bootstrap(regex_route("a**"), None),
+            Said::Refused(None),
+        ),
+        (
+            "stacked lazy",
+            bootstrap(regex_route(r"\d+?{2,}"), None),
+            Said::Refused(None),
+        ),
+        (
+            "repeat budget",
+            bootstrap(
+                regex_route("((a{10}){10}){11}"),
+                Some(json!({"re2.max_program_size.error_level": 1_000_000})),
+            ),
+            Said::Refused(None),
+        ),
         // Header matchers and rewrites are checked as route regexes are.
         (
             "header",
