@@ -33,7 +33,7 @@
 //! compares courier with Envoy directly.
 
 use regex_syntax::ast::{self, Ast};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Why a program size could not be computed (the pattern is not one RE2 and
@@ -1983,19 +1983,55 @@ fn compile(re: Re, encoding: Encoding) -> u32 {
     flatten_size(&c.inst, start, unanchored)
 }
 
+/// A set of instruction ids that empties in O(1): a member carries the
+/// current generation (RE2's SparseSet, for the same reason: one per list).
+struct Marks {
+    stamp: Vec<u32>,
+    generation: u32,
+    members: Vec<u32>,
+}
+
+impl Marks {
+    fn new(n: usize) -> Self {
+        Self {
+            stamp: vec![0; n],
+            generation: 1,
+            members: Vec::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.generation += 1;
+        self.members.clear();
+    }
+
+    fn contains(&self, id: u32) -> bool {
+        self.stamp[id as usize] == self.generation
+    }
+
+    /// Adds `id`; false if it was there.
+    fn insert(&mut self, id: u32) -> bool {
+        if self.contains(id) {
+            return false;
+        }
+        self.stamp[id as usize] = self.generation;
+        self.members.push(id);
+        true
+    }
+}
+
 /// `Prog::Optimize`: skips Nops, marks `.*` loops before a match.
 fn optimize(inst: &mut [Inst], start: u32) {
-    let mut q: Vec<u32> = Vec::new();
-    let mut seen = HashSet::new();
-    let add = |q: &mut Vec<u32>, seen: &mut HashSet<u32>, id: u32| {
-        if id != 0 && seen.insert(id) {
-            q.push(id);
+    let mut q = Marks::new(inst.len());
+    let add = |q: &mut Marks, id: u32| {
+        if id != 0 {
+            q.insert(id);
         }
     };
-    add(&mut q, &mut seen, start);
+    add(&mut q, start);
     let mut k = 0;
-    while k < q.len() {
-        let id = q[k] as usize;
+    while k < q.members.len() {
+        let id = q.members[k] as usize;
         k += 1;
         let skip = |inst: &[Inst], mut j: u32| {
             while j != 0 && inst[j as usize].code == Code::Nop {
@@ -2005,11 +2041,11 @@ fn optimize(inst: &mut [Inst], start: u32) {
         };
         let out = skip(inst, inst[id].out);
         inst[id].out = out;
-        add(&mut q, &mut seen, out);
+        add(&mut q, out);
         if inst[id].code == Code::Alt {
             let out1 = skip(inst, inst[id].out1);
             inst[id].out1 = out1;
-            add(&mut q, &mut seen, out1);
+            add(&mut q, out1);
         }
     }
     let is_match = |inst: &[Inst], mut id: u32| loop {
@@ -2020,17 +2056,16 @@ fn optimize(inst: &mut [Inst], start: u32) {
             _ => return false,
         }
     };
-    let mut q: Vec<u32> = Vec::new();
-    let mut seen = HashSet::new();
-    add(&mut q, &mut seen, start);
+    q.clear();
+    add(&mut q, start);
     let mut k = 0;
-    while k < q.len() {
-        let id = q[k];
+    while k < q.members.len() {
+        let id = q.members[k];
         k += 1;
         let ip = inst[id as usize];
-        add(&mut q, &mut seen, ip.out);
+        add(&mut q, ip.out);
         if ip.code == Code::Alt {
-            add(&mut q, &mut seen, ip.out1);
+            add(&mut q, ip.out1);
             let (j, kk) = (inst[ip.out as usize], inst[ip.out1 as usize]);
             let any_loop =
                 |b: Inst| b.code == Code::ByteRange && b.out == id && b.lo == 0 && b.hi == 0xFF;
@@ -2042,46 +2077,40 @@ fn optimize(inst: &mut [Inst], start: u32) {
     }
 }
 
-/// Insertion-ordered set of instruction ids.
-#[derive(Default)]
-struct Roots {
-    order: Vec<u32>,
-    set: HashSet<u32>,
-}
-
-impl Roots {
-    fn add(&mut self, id: u32) {
-        if self.set.insert(id) {
-            self.order.push(id);
-        }
-    }
-}
-
 /// `Prog::Flatten`'s instruction count.
 fn flatten_size(inst: &[Inst], start: u32, unanchored: u32) -> u32 {
-    let mut roots = Roots::default();
-    roots.add(0);
-    roots.add(unanchored);
-    roots.add(start);
+    let n = inst.len();
+    // The roots, in the order they were found, and membership by id.
+    let mut roots: Vec<u32> = Vec::new();
+    let mut is_root = vec![false; n];
+    let add_root = |roots: &mut Vec<u32>, is_root: &mut Vec<bool>, id: u32| {
+        if !is_root[id as usize] {
+            is_root[id as usize] = true;
+            roots.push(id);
+        }
+    };
+    add_root(&mut roots, &mut is_root, 0);
+    add_root(&mut roots, &mut is_root, unanchored);
+    add_root(&mut roots, &mut is_root, start);
     // Successor roots and predecessors.
-    let mut preds: HashMap<u32, Vec<u32>> = HashMap::new();
-    let mut reachable = HashSet::new();
+    let mut preds: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut seen = Marks::new(n);
     let mut stk = vec![unanchored];
     while let Some(mut id) = stk.pop() {
         loop {
-            if !reachable.insert(id) {
+            if !seen.insert(id) {
                 break;
             }
             let ip = inst[id as usize];
             match ip.code {
                 Code::Alt | Code::AltMatch => {
-                    preds.entry(ip.out).or_default().push(id);
-                    preds.entry(ip.out1).or_default().push(id);
+                    preds[ip.out as usize].push(id);
+                    preds[ip.out1 as usize].push(id);
                     stk.push(ip.out1);
                     id = ip.out;
                 }
                 Code::ByteRange | Code::Capture | Code::EmptyWidth => {
-                    roots.add(ip.out);
+                    add_root(&mut roots, &mut is_root, ip.out);
                     id = ip.out;
                 }
                 Code::Nop => id = ip.out,
@@ -2089,33 +2118,52 @@ fn flatten_size(inst: &[Inst], start: u32, unanchored: u32) -> u32 {
             }
         }
     }
-    // Dominator roots, highest id first.
-    let mut sorted = roots.order.clone();
+    // Dominator roots, highest id first: an instruction reached from a root
+    // through Alts and Nops, with a predecessor that root does not reach,
+    // becomes a root too.
+    let mut sorted = roots.clone();
     sorted.sort_unstable();
     for &root in sorted.iter().skip(1).rev() {
         if root == unanchored || root == start {
             continue;
         }
-        let reached = epsilon_closure(inst, root, &roots.set);
-        for &id in &reached.order {
-            if let Some(ps) = preds.get(&id)
-                && ps.iter().any(|p| !reached.set.contains(p))
-            {
-                roots.add(id);
+        seen.clear();
+        let mut stk = vec![root];
+        while let Some(mut id) = stk.pop() {
+            loop {
+                if !seen.insert(id) || (id != root && is_root[id as usize]) {
+                    break;
+                }
+                let ip = inst[id as usize];
+                match ip.code {
+                    Code::Alt | Code::AltMatch => {
+                        stk.push(ip.out1);
+                        id = ip.out;
+                    }
+                    Code::Nop => id = ip.out,
+                    _ => break,
+                }
             }
         }
+        let reached = std::mem::take(&mut seen.members);
+        for &id in &reached {
+            if preds[id as usize].iter().any(|&p| !seen.contains(p)) {
+                add_root(&mut roots, &mut is_root, id);
+            }
+        }
+        seen.members = reached;
     }
     // Emit one list per root.
     let mut total = 0u32;
-    for &root in &roots.order {
-        let mut seen = HashSet::new();
+    for &root in &roots {
+        seen.clear();
         let mut stk = vec![root];
         while let Some(mut id) = stk.pop() {
             loop {
                 if !seen.insert(id) {
                     break;
                 }
-                if id != root && roots.set.contains(&id) {
+                if id != root && is_root[id as usize] {
                     total += 1; // a Nop to the other list
                     break;
                 }
@@ -2138,33 +2186,6 @@ fn flatten_size(inst: &[Inst], start: u32, unanchored: u32) -> u32 {
         }
     }
     total
-}
-
-/// The ids reachable from `root` through Alts and Nops, stopping at other roots.
-fn epsilon_closure(inst: &[Inst], root: u32, roots: &HashSet<u32>) -> Roots {
-    let mut reached = Roots::default();
-    let mut stk = vec![root];
-    while let Some(mut id) = stk.pop() {
-        loop {
-            if reached.set.contains(&id) {
-                break;
-            }
-            reached.add(id);
-            if id != root && roots.contains(&id) {
-                break;
-            }
-            let ip = inst[id as usize];
-            match ip.code {
-                Code::Alt | Code::AltMatch => {
-                    stk.push(ip.out1);
-                    id = ip.out;
-                }
-                Code::Nop => id = ip.out,
-                _ => break,
-            }
-        }
-    }
-    reached
 }
 
 #[cfg(test)]
