@@ -943,7 +943,7 @@ fn leading_string(re: &Re) -> (&[u32], u16) {
             None => break,
         }
     }
-    let flags = re.flags & FOLD_CASE;
+    let flags = re.flags & (FOLD_CASE | LATIN1);
     match &re.op {
         Op::Literal(r) => (std::slice::from_ref(r), flags),
         Op::LiteralString(s) => (s, flags),
