@@ -150,6 +150,15 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     let empty = pb::bootstrap::StaticResources::default();
     let statics = bs.static_resources.as_ref().unwrap_or(&empty);
 
+    // The runtime first: its `re2.max_program_size.*` keys bound every regex
+    // the rest of the bootstrap compiles (Envoy reads its static layers before
+    // it builds anything from the config).
+    let runtime = bs
+        .layered_runtime
+        .as_ref()
+        .map(|r| crate::runtime::translate(r, &root.field("layered_runtime"), ctx))
+        .unwrap_or_default();
+    ctx.set_re2_limits(runtime.re2_limits);
     bootstrap_extensions(
         &bs.bootstrap_extensions,
         &root.field("bootstrap_extensions"),
@@ -215,11 +224,6 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .overload_manager
         .as_ref()
         .map(|o| crate::overload::translate(o, &root.field("overload_manager"), ctx));
-    let runtime = bs
-        .layered_runtime
-        .as_ref()
-        .map(|r| crate::runtime::translate(r, &root.field("layered_runtime"), ctx))
-        .unwrap_or_default();
     // An empty path, as in Envoy, means no event log.
     let outlier_event_log_path = bs
         .cluster_manager

@@ -4,17 +4,41 @@ use crate::error::{ConfigError, FieldError};
 use crate::path::Path;
 
 /// Collects errors while a config is translated, so all of them are reported in one run.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Ctx {
     errors: Vec<FieldError>,
+    re2_limits: crate::re2_program::Limits,
     static_clusters: Option<std::sync::Arc<std::collections::HashSet<String>>>,
     static_secrets: Option<std::sync::Arc<crate::tls::secrets::StaticSecrets>>,
 }
 
+impl Default for Ctx {
+    fn default() -> Self {
+        Self {
+            errors: Vec::new(),
+            re2_limits: crate::re2_program::process_limits(),
+            static_clusters: None,
+            static_secrets: None,
+        }
+    }
+}
+
 impl Ctx {
-    /// A context with no errors.
+    /// A context with no errors, checking regexes against the RE2 program-size
+    /// limits in force in the process.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Sets the RE2 program-size limits regexes are checked against (the
+    /// bootstrap's own runtime, for the bootstrap).
+    pub fn set_re2_limits(&mut self, limits: crate::re2_program::Limits) {
+        self.re2_limits = limits;
+    }
+
+    /// The RE2 program-size limits in force for this translation.
+    pub fn re2_limits(&self) -> crate::re2_program::Limits {
+        self.re2_limits
     }
 
     /// Records an error at `path`.

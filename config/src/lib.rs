@@ -27,6 +27,7 @@ pub mod matcher;
 mod normalize;
 pub mod overload;
 mod path;
+pub mod re2_program;
 pub mod resource;
 pub mod route;
 pub mod runtime;

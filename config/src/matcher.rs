@@ -149,10 +149,38 @@ fn short_regex_error(e: &dyn std::fmt::Display) -> String {
 /// Compiles a `RegexMatcher`.
 pub fn regex(r: &m::RegexMatcher, path: &Path<'_>, ctx: &mut Ctx) -> Option<Regex> {
     match Regex::new(&r.regex) {
-        Ok(re) => Some(re),
+        Ok(re) => check_program_size(r, path, ctx).then_some(re),
         Err(e) => {
             ctx.error(&path.field("regex"), e);
             None
+        }
+    }
+}
+
+/// Envoy refuses (or warns of) a `RegexMatcher` whose RE2 program is over the
+/// runtime's `re2.max_program_size.*` thresholds, or over the deprecated
+/// `google_re2.max_program_size` when that is set. courier measures the program
+/// RE2 would build ([`crate::re2_program`]) and does the same, so a config
+/// loads in courier exactly when it loads in Envoy. Returns whether the regex
+/// may be used.
+pub fn check_program_size(r: &m::RegexMatcher, path: &Path<'_>, ctx: &mut Ctx) -> bool {
+    // Deprecated in Envoy, still honoured by it: when set it replaces the
+    // runtime thresholds for this regex.
+    #[allow(deprecated)]
+    let deprecated_max = r
+        .engine_type
+        .as_ref()
+        .and_then(|m::regex_matcher::EngineType::GoogleRe2(g)| g.max_program_size.as_ref())
+        .map(|w| w.value);
+    match crate::re2_program::check(&r.regex, ctx.re2_limits(), deprecated_max) {
+        crate::re2_program::Verdict::Fine => true,
+        crate::re2_program::Verdict::Warn(message) => {
+            tracing::warn!("{}: {message}", path.field("regex"));
+            true
+        }
+        crate::re2_program::Verdict::Refuse(message) => {
+            ctx.error(&path.field("regex"), message);
+            false
         }
     }
 }

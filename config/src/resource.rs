@@ -193,6 +193,8 @@ pub fn check_path_source(
             continue;
         }
         let mut inner = Ctx::new();
+        // Loaded after the runtime, so with its RE2 program-size thresholds.
+        inner.set_re2_limits(ctx.re2_limits());
         let resource = translate(any, &mut inner);
         if let Err(e) = inner.finish(()) {
             for err in e.errors {

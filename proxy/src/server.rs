@@ -145,6 +145,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let registry = Arc::new(Registry::new(stats.clone(), Arc::clone(&snapshot)));
     // The runtime's layers: RTDS updates and `/runtime_modify` change them.
     let runtime_layers = Arc::new(crate::admin::runtime::RuntimeAdmin::new(&bootstrap.runtime));
+    // xDS resources are checked against the bootstrap runtime's RE2 program-size
+    // thresholds until RTDS or `/runtime_modify` changes them.
+    courier_config::re2_program::set_process_limits(bootstrap.runtime.re2_limits);
     // EDS, RDS, CDS, LDS and RTDS (their streams run once the main loop below runs).
     let xds = {
         let _enter = runtime.enter();

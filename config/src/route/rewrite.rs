@@ -77,7 +77,8 @@ pub(crate) fn regex_rewrite(
         return None;
     };
     let pattern = match matcher::Regex::unanchored(&p.regex) {
-        Ok(re) => re,
+        Ok(re) if matcher::check_program_size(p, &path.field("pattern"), ctx) => re,
+        Ok(_) => return None,
         Err(e) => {
             ctx.error(&path.field("pattern.regex"), e);
             return None;

@@ -28,6 +28,12 @@ pub enum Meaning {
     /// monitor measures the bytes allocated (true) rather than the heap the
     /// process holds (false, Envoy 1.40's default).
     FixedHeapUseAllocated(bool),
+    /// `re2.max_program_size.error_level`: a regex whose RE2 program is bigger
+    /// is refused (Envoy's default 100).
+    Re2ErrorLevel(u32),
+    /// `re2.max_program_size.warn_level`: a regex whose RE2 program is bigger
+    /// is logged (Envoy's default: no warning).
+    Re2WarnLevel(u32),
 }
 
 /// Why a key or its value is refused.
@@ -90,8 +96,11 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
             }),
         };
     }
-    if key == "re2.max_program_size.error_level" || key == "re2.max_program_size.warn_level" {
-        return re2_program_size(key, value);
+    if key == "re2.max_program_size.error_level" {
+        return integer(value).map(|n| Meaning::Re2ErrorLevel(envoy_u32(n)));
+    }
+    if key == "re2.max_program_size.warn_level" {
+        return integer(value).map(|n| Meaning::Re2WarnLevel(envoy_u32(n)));
     }
     if key == "tracing.opentelemetry.min_flush_spans" {
         return integer(value).map(Meaning::OtelMinFlushSpans);
@@ -130,19 +139,12 @@ fn feature_flag(key: &str, value: &str) -> Result<Meaning, KeyError> {
     Ok(Meaning::Kept)
 }
 
-/// RE2's program-size thresholds. courier compiles regexes with the `regex`
-/// crate and sets no program-size limit and no warning: the values that mean
-/// "no limit" (at or above 2^32 - 1, what Envoy's counter can hold) are that.
-fn re2_program_size(key: &str, value: &str) -> Result<Meaning, KeyError> {
-    if integer(value)? >= u64::from(u32::MAX) {
-        Ok(Meaning::Kept)
-    } else {
-        Err(KeyError::Value {
-            key: key.to_string(),
-            value: value.to_string(),
-            why: "courier sets no RE2 program-size limit: only 4294967295 (no limit) is supported",
-        })
-    }
+/// Envoy reads the RE2 thresholds with `getInteger` (64 bits) into a 32-bit
+/// variable, so a value is taken modulo 2^32 (4294967296 is 0, refusing every
+/// regex), as in Envoy.
+fn envoy_u32(n: u64) -> u32 {
+    // Truncation is the point: it is what Envoy's `uint32_t` assignment does.
+    n as u32
 }
 
 /// Envoy reads integer keys from numbers and from strings that hold one.

@@ -77,6 +77,9 @@ pub struct Runtime {
     /// `envoy.reloadable_features.fixed_heap_use_allocated` (Envoy 1.40's
     /// default: off): the heap monitor reads allocated bytes, not the heap.
     pub fixed_heap_use_allocated: bool,
+    /// `re2.max_program_size.error_level` / `warn_level`: the RE2 program-size
+    /// thresholds regexes are checked against when a config is loaded.
+    pub re2_limits: crate::re2_program::Limits,
 }
 
 impl Default for Runtime {
@@ -89,6 +92,7 @@ impl Default for Runtime {
             otel_min_flush_spans: 5,
             otel_flush_interval_ms: 5000,
             fixed_heap_use_allocated: false,
+            re2_limits: crate::re2_program::Limits::default(),
         }
     }
 }
@@ -288,6 +292,8 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::OtelMinFlushSpans(n) => out.otel_min_flush_spans = n,
         keys::Meaning::OtelFlushIntervalMs(ms) => out.otel_flush_interval_ms = ms,
         keys::Meaning::FixedHeapUseAllocated(on) => out.fixed_heap_use_allocated = on,
+        keys::Meaning::Re2ErrorLevel(n) => out.re2_limits.error_level = n,
+        keys::Meaning::Re2WarnLevel(n) => out.re2_limits.warn_level = n,
     }
 }
 

@@ -59,6 +59,7 @@ fn corpus_layers_keep_their_values_as_text() {
         "false"
     );
     assert_eq!(values["re2.max_program_size.error_level"], "4294967295");
+    assert_eq!(rt.re2_limits.error_level, u32::MAX);
     assert_eq!(values["overload.global_downstream_max_connections"], "5000");
     assert_eq!(rt.global_downstream_max_connections, Some(5000));
     // Stripped, as Envoy with the flag off.
@@ -72,8 +73,7 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
             "upstream": {"use_http2": 1},
             "envoy.reloadable_features.http_reject_path_with_fragment": "yes",
             "envoy.reloadable_features.async_host_selection": false,
-            "re2.max_program_size.error_level": "32768",
-            "re2.max_program_size.warn_level": 1000,
+            "re2.max_program_size.error_level": "lots",
             "envoy.deprecated_features:x.y": false,
             "overload.global_downstream_max_connections": 1.5,
         }},
@@ -87,8 +87,7 @@ fn keys_without_a_meaning_in_courier_are_refused_with_their_path() {
         "layers[0].static_layer[\"upstream.use_http2\"]: runtime key upstream.use_http2 is not supported",
         "http_reject_path_with_fragment\"]: must be true or false, found \"yes\"",
         "runtime key envoy.reloadable_features.async_host_selection is not supported",
-        "re2.max_program_size.error_level: 32768 is not supported",
-        "re2.max_program_size.warn_level: 1000 is not supported",
+        "error_level\"]: must be a non-negative integer, found \"lots\"",
         "envoy.deprecated_features:x.y: false is not supported",
         "must be a non-negative integer, found \"1.5\"",
         "layers[1].rtds_layer.name: must name the Runtime resource",
@@ -271,4 +270,28 @@ fn fixed_heap_use_allocated_selects_the_heap_measure() {
         err.contains("fixed_heap_use_allocated\"]: must be true or false"),
         "{err}"
     );
+}
+
+/// Istio sets the RE2 thresholds as a string, others as a number: both are
+/// read, as Envoy's `getInteger` reads them; unset, Envoy's defaults apply.
+#[test]
+fn re2_program_size_thresholds_are_read_from_strings_and_numbers() {
+    let b = load(json!([
+        {"name": "a", "static_layer": {
+            "re2.max_program_size.error_level": "32768",
+            "re2.max_program_size.warn_level": 1000,
+        }},
+    ]))
+    .unwrap();
+    assert_eq!(b.runtime.re2_limits.error_level, 32768);
+    assert_eq!(b.runtime.re2_limits.warn_level, 1000);
+    let b = load(json!([{"name": "a", "admin_layer": {}}])).unwrap();
+    assert_eq!(b.runtime.re2_limits.error_level, 100);
+    assert_eq!(b.runtime.re2_limits.warn_level, u32::MAX);
+    // Envoy keeps the low 32 bits (its threshold is a uint32_t).
+    let b = load(json!([
+        {"name": "a", "static_layer": {"re2.max_program_size.error_level": 4294967396u64}},
+    ]))
+    .unwrap();
+    assert_eq!(b.runtime.re2_limits.error_level, 100);
 }

@@ -87,6 +87,9 @@ impl RuntimeAdmin {
         crate::codec::h1_check::set_reject_fragment(rt.reject_path_with_fragment);
         crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
         crate::overload::set_use_allocated(rt.fixed_heap_use_allocated);
+        // Regexes already compiled keep working; configs loaded from now on
+        // (xDS resources) are checked against the new thresholds, as in Envoy.
+        courier_config::re2_program::set_process_limits(rt.re2_limits);
         crate::overload::get().set_runtime_limits(
             rt.global_downstream_max_connections,
             &rt.listener_connection_limits,
@@ -303,6 +306,35 @@ mod tests {
             StatusCode::BAD_REQUEST
         );
         assert_eq!(crate::trace::export::flush_settings(), (7, 250));
+    }
+
+    /// `/runtime_modify` (like RTDS) changes the RE2 program-size thresholds
+    /// that xDS resources loaded from then on are checked against.
+    #[test]
+    fn re2_program_size_thresholds_apply_to_later_loads() {
+        use courier_config::re2_program::{Limits, process_limits};
+        let rt = RuntimeAdmin::new(&runtime(serde_json::json!([
+            {"name": "static", "static_layer": {"re2.max_program_size.error_level": "32768"}},
+            {"name": "admin", "admin_layer": {}},
+        ])));
+        let r = rt.modify("re2.max_program_size.warn_level=1000");
+        assert_eq!(r.status(), StatusCode::OK);
+        let want = Limits {
+            error_level: 32768,
+            warn_level: 1000,
+        };
+        assert_eq!(rt.in_force().re2_limits, want);
+        // Other tests of this process apply their runtimes too (Envoy's
+        // defaults); applying again until this one is seen keeps it exact.
+        assert!(
+            (0..100).any(|_| {
+                rt.apply();
+                process_limits() == want
+            }),
+            "apply() does not set the process's RE2 limits"
+        );
+        // Back to Envoy's defaults for the other tests of this process.
+        courier_config::re2_program::set_process_limits(Limits::default());
     }
 
     #[test]
