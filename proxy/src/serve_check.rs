@@ -74,12 +74,11 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     {
         refuse("transport_socket", "TLS to a pipe (unix socket) endpoint");
     }
-    if c.http.common.max_connection_duration.is_some()
-        || c.http.common.max_requests_per_connection.is_some()
-    {
+    // `max_requests_per_connection` is served (crate::upstream::pool).
+    if c.http.common.max_connection_duration.is_some() {
         refuse(
             "typed_extension_protocol_options",
-            "max_connection_duration and max_requests_per_connection",
+            "upstream max_connection_duration",
         );
     }
 }

@@ -358,7 +358,7 @@ async fn heap_over_the_limit_stops_connections() {
     assert!(refused);
     // Envoy names listener stats by the configured address (port 0 here).
     let name = "listener.127.0.0.1_0.downstream_cx_overload_reject";
-    assert!(stat(&c, &name) >= 1);
+    assert!(stat(&c, name) >= 1);
 }
 
 #[tokio::test]

@@ -411,7 +411,7 @@ async fn edge_requests_get_xff_and_lose_envoy_control_headers() {
 }
 
 #[test]
-fn serve_refuses_max_requests_per_connection_but_serves_resilience_and_tls_health_checks() {
+fn serve_refuses_max_connection_duration_but_serves_resilience_and_tls_health_checks() {
     let config = r#"
 static_resources:
   listeners:
@@ -436,6 +436,11 @@ static_resources:
   clusters:
   - name: u
     max_requests_per_connection: 4
+    typed_extension_protocol_options:
+      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+        common_http_protocol_options: {max_connection_duration: 10s}
+        explicit_http_config: {http_protocol_options: {}}
     outlier_detection: {}
     circuit_breakers: {thresholds: [{max_connection_pools: 2}, {priority: HIGH, max_connections: 4}]}
     health_checks:
@@ -458,8 +463,10 @@ static_resources:
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    let line = "static_resources.clusters[0].typed_extension_protocol_options: max_connection_duration and max_requests_per_connection is not served yet";
+    let line = "static_resources.clusters[0].typed_extension_protocol_options: upstream max_connection_duration is not served yet";
     assert!(err.contains(line), "{line} missing in {err}");
+    // `max_requests_per_connection` is served.
+    assert!(!err.contains("max_requests_per_connection"), "{err}");
     // Connection-pool limits are served.
     assert!(!err.contains("max_connection_pools"), "{err}");
     // Retries, outlier detection, HIGH thresholds and TLS health checks are served.
@@ -505,6 +512,37 @@ async fn responses_use_the_downstream_version_and_standard_reason() {
         assert!(out.ends_with("\r\n\r\nno"), "{out}");
     }
     assert_eq!(stat(&c, "cluster.old.upstream_rq_501").await, 2);
+}
+
+/// `max_requests_per_connection`: an HTTP/1.1 connection closes after that
+/// many requests, an HTTP/2 one takes no more streams; five requests in a
+/// row take three connections at 2 a connection.
+#[tokio::test]
+async fn max_requests_per_connection_retires_upstream_connections() {
+    for (kind, protocol) in [("h1", ""), ("h2", "      http2_protocol_options: {}\n")] {
+        let u = echo_upstream(kind).await;
+        let extra = format!(
+            "typed_extension_protocol_options:\n  envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n    \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n    common_http_protocol_options: {{max_requests_per_connection: 2}}\n    explicit_http_config:\n{}",
+            if protocol.is_empty() {
+                "      http_protocol_options: {}\n"
+            } else {
+                protocol
+            }
+        );
+        let c = courier(
+            "",
+            &route("/", "{cluster: one}"),
+            &static_cluster("one", &[u], &extra),
+        )
+        .await;
+        let mut h1 = H1::connect(c.listener).await;
+        for _ in 0..5 {
+            let r = h1.get("/", &[]).await;
+            assert_eq!(r.status, 200, "{kind}: {r:?}");
+        }
+        assert_eq!(stat(&c, "cluster.one.upstream_rq_total").await, 5, "{kind}");
+        assert_eq!(stat(&c, "cluster.one.upstream_cx_total").await, 3, "{kind}");
+    }
 }
 
 #[tokio::test]

@@ -44,7 +44,8 @@ pub(super) type Key = (usize, SocketAddr, bool, u64, SocketIndex);
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
 /// holds its cluster's `max_connection_pools` slot that long.
 struct HostPool {
-    idle_h1: Vec<http1::SendRequest<UpstreamBody>>,
+    /// Idle HTTP/1.1 connections and the requests each has carried.
+    idle_h1: Vec<(http1::SendRequest<UpstreamBody>, u32)>,
     h2: Vec<H2Conn>,
     /// Connections open or opening ([`PoolConn`]s alive).
     conns: u32,
@@ -125,6 +126,9 @@ struct H2Conn {
 /// that may be pending for one of them.
 struct H2Streams {
     open: AtomicU32,
+    /// Streams ever opened: at `max_requests_per_connection` the connection
+    /// takes no more and goes once its last stream ends.
+    created: AtomicU32,
     counts: Arc<Counts>,
 }
 
@@ -256,7 +260,9 @@ fn from_hyper(e: &hyper::Error) -> SendError {
 /// (closing an HTTP/1.1 connection mid-body) otherwise.
 pub struct Lease {
     key: Key,
-    sender: Option<http1::SendRequest<UpstreamBody>>,
+    /// An HTTP/1.1 connection, the requests it has carried (this one
+    /// included) and its cluster's `max_requests_per_connection`.
+    sender: Option<(http1::SendRequest<UpstreamBody>, u32, u32)>,
     _stream: Option<StreamGuard>,
     _active: ActiveRequest,
     /// The circuit-breaker request slot, held until the response ends.
@@ -277,13 +283,16 @@ impl Lease {
 
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
-        if let Some(s) = self.sender.take()
+        if let Some((s, used, max)) = self.sender.take()
             && !s.is_closed()
+            // At `max_requests_per_connection` the connection closes (its
+            // sender dropped) rather than going back.
+            && used < max
         {
             // No pool: the connection closed meanwhile; the sender is dropped.
             POOLS.with(|p| {
                 if let Some(pool) = p.borrow_mut().get_mut(&self.key) {
-                    pool.idle_h1.push(s);
+                    pool.idle_h1.push((s, used));
                     pool.slot.counts().wake_local();
                 }
             });
@@ -388,9 +397,15 @@ async fn send_h1(
     stats: &ClusterStats,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
-    let lease = |sender| Lease {
+    let max = cluster
+        .config
+        .http
+        .common
+        .max_requests_per_connection
+        .unwrap_or(u32::MAX);
+    let lease = |sender: Option<(http1::SendRequest<UpstreamBody>, u32)>| Lease {
         key,
-        sender,
+        sender: sender.map(|(s, used)| (s, used, max)),
         _stream: None,
         _active: active,
         _held: None,
@@ -405,12 +420,13 @@ async fn send_h1(
         let armed = pending.as_ref().map(Pending::arm);
         // Reuse the most recently returned connection first (LIFO: warm, least
         // likely to have been closed by the upstream's idle timeout).
-        while let Some(mut s) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop()) {
+        while let Some((mut s, used)) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop())
+        {
             if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
                 continue;
             }
             match s.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, lease(Some(s)))),
+                Ok(resp) => return Ok((resp, lease(Some((s, used + 1))))),
                 Err(mut e) => match e.take_message() {
                     // Never written: the connection died while idle; try another.
                     Some(r) => req = r,
@@ -462,7 +478,7 @@ async fn send_h1(
         .map_err(|e| (from_hyper(&e), None))?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
     match s.send_request(req).await {
-        Ok(resp) => Ok((resp, lease(Some(s)))),
+        Ok(resp) => Ok((resp, lease(Some((s, 1))))),
         Err(e) => Err((from_hyper(&e), None)),
     }
 }
@@ -492,13 +508,28 @@ async fn send_h2(
 /// A pooled HTTP/2 connection to `key` with a stream to spare.
 fn h2_find(cluster: &UpstreamCluster, key: Key) -> Option<H2Stream> {
     let max = cluster.config.http.http2.max_concurrent_streams;
+    let lifetime = cluster
+        .config
+        .http
+        .common
+        .max_requests_per_connection
+        .unwrap_or(u32::MAX);
     POOLS.with(|p| {
         let mut p = p.borrow_mut();
         let pool = p.get_mut(&key)?;
-        pool.h2.retain(|c| !c.send.is_closed());
+        // A connection that has carried `max_requests_per_connection` streams
+        // leaves the pool once idle (its last sender dropped, it closes).
+        pool.h2.retain(|c| {
+            !c.send.is_closed()
+                && (c.streams.created.load(Ordering::Relaxed) < lifetime
+                    || c.streams.open.load(Ordering::Relaxed) > 0)
+        });
         pool.h2
             .iter()
-            .find(|c| c.streams.open.load(Ordering::Relaxed) < max)
+            .find(|c| {
+                c.streams.open.load(Ordering::Relaxed) < max
+                    && c.streams.created.load(Ordering::Relaxed) < lifetime
+            })
             .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
     })
 }
@@ -565,6 +596,7 @@ async fn h2_join(
     OpenConn::new(host, slot, Some(member)).drive(conn);
     let streams = Arc::new(H2Streams {
         open: AtomicU32::new(0),
+        created: AtomicU32::new(0),
         counts: Arc::clone(cluster.circuit.counts(key.2)),
     });
     POOLS.with(|p| {
@@ -589,6 +621,7 @@ async fn send_h2_on(
     // that pin the downstream connection's read buffer.
     crate::request::headers::compact(req.headers_mut());
     streams.open.fetch_add(1, Ordering::Relaxed);
+    streams.created.fetch_add(1, Ordering::Relaxed);
     let guard = StreamGuard(streams);
     match send.send_request(req).await {
         Ok(resp) => Ok((
