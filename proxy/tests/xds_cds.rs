@@ -147,11 +147,7 @@ async fn cds_lifecycle(api_type: &str) {
     // A cluster courier does not serve is NACKed by name; its sibling in the
     // same response applies.
     let mut bad = static_cluster("bad", a);
-    #[allow(deprecated)]
-    {
-        bad.max_requests_per_connection =
-            Some(envoy_types::pb::google::protobuf::UInt32Value { value: 3 });
-    }
+    bad.lb_policy = cluster::LbPolicy::Maglev as i32;
     cp.state.send_modify(|(v, r)| {
         *v += 1;
         let mut next = Resources::clone(r);
@@ -161,7 +157,7 @@ async fn cds_lifecycle(api_type: &str) {
         *r = std::sync::Arc::new(next);
     });
     let nack = cp.saw("error=Cluster 'bad'").await;
-    assert!(nack.contains("max_requests_per_connection"), "{nack}");
+    assert!(nack.contains("lb_policy"), "{nack}");
     assert!(!nack.contains("'sib'"), "{nack}");
     let mut listed = String::new();
     for _ in 0..250 {
