@@ -35,7 +35,7 @@ enum Source {
         rest: Option<Box<UpstreamBody>>,
     },
     /// A body through the filters' encoders (boxed: only such requests pay for it).
-    Encoded(Box<super::encoded::EncodedRequest>),
+    Encoded(Box<super::encoded::Encoded<UpstreamBody>>),
     /// A body of unknown length, copied for a retry as it is sent.
     Teed {
         inner: Box<UpstreamBody>,
@@ -85,9 +85,7 @@ impl RequestBody {
     /// `inner` passed through `encoders` (a compressor's request direction).
     pub fn encoded(inner: UpstreamBody, encoders: courier_filters::BodyEncoders) -> Self {
         RequestBody {
-            body: Source::Encoded(Box::new(super::encoded::EncodedRequest::new(
-                inner, encoders,
-            ))),
+            body: Source::Encoded(Box::new(super::encoded::Encoded::new(inner, encoders))),
             progress: None,
         }
     }
@@ -129,7 +127,15 @@ impl Body for RequestBody {
                     None => Poll::Ready(None),
                 };
             }
-            Source::Encoded(e) => return e.poll(cx),
+            // The body's error type is the downstream codec's, which an encoder
+            // error cannot become: the body ends here, and the upstream's decoder
+            // sees an unfinished stream (it cannot take it for a whole one).
+            Source::Encoded(e) => {
+                return e.poll(cx, |e| {
+                    tracing::warn!("request body encoder failed: {e}");
+                    None
+                });
+            }
             Source::Teed { inner, tee } => {
                 let polled = Pin::new(&mut **inner).poll_frame(cx);
                 tee.observe(&polled, inner.is_end_stream());

@@ -1,18 +1,19 @@
-//! A request body on its way upstream through the filters' body encoders (a
-//! compressor's request direction), frame by frame as it streams.
+//! A body on its way through the filters' body encoders (a compressor, either
+//! direction), frame by frame as it streams: every chunk and the trailers pass
+//! through them, so the body is never held whole. Only bodies a filter
+//! transforms are wrapped.
 
-use crate::request::body::UpstreamBody;
 use bytes::Bytes;
-use courier_filters::BodyEncoders;
+use courier_filters::{BodyEncoders, EncodeError};
 use http::HeaderMap;
 use http_body::{Body, Frame};
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-/// A request body and the encoders it flows through.
+/// A body and the encoders it flows through.
 #[derive(Debug)]
-pub struct EncodedRequest {
-    inner: UpstreamBody,
+pub struct Encoded<B> {
+    inner: B,
     encoders: BodyEncoders,
     /// Trailers held back while the encoders' last bytes go first.
     trailers: Option<HeaderMap>,
@@ -22,9 +23,9 @@ pub struct EncodedRequest {
     done: bool,
 }
 
-impl EncodedRequest {
-    /// `inner` through `encoders`.
-    pub fn new(inner: UpstreamBody, encoders: BodyEncoders) -> Self {
+impl<B: Body<Data = Bytes> + Unpin> Encoded<B> {
+    /// `inner` through `encoders` (not empty).
+    pub fn new(inner: B, encoders: BodyEncoders) -> Self {
         Self {
             inner,
             encoders,
@@ -34,23 +35,29 @@ impl EncodedRequest {
         }
     }
 
-    /// An encoder failed. The body's error type is the downstream codec's, which an
-    /// encoder error cannot become: the body ends here, and the upstream's decoder sees an
-    /// unfinished stream (it cannot take it for a whole one).
-    fn failed(
-        &mut self,
-        e: &courier_filters::EncodeError,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
-        tracing::warn!("request body encoder failed: {e}");
-        self.done = true;
-        Poll::Ready(None)
+    /// The body being encoded.
+    pub fn inner(&self) -> &B {
+        &self.inner
     }
 
-    /// Polls the next frame to send upstream.
+    /// An encoder failed: the body ends, with the error `failure` makes of it
+    /// (none: it just ends) — a half-encoded body cannot be finished.
+    fn failed(
+        &mut self,
+        e: EncodeError,
+        failure: impl FnOnce(EncodeError) -> Option<B::Error>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        self.done = true;
+        Poll::Ready(failure(e).map(Err))
+    }
+
+    /// Polls the next frame to send; `failure` says what an encoder's error
+    /// becomes in this direction.
     pub fn poll(
         &mut self,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        failure: impl FnOnce(EncodeError) -> Option<B::Error>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
         loop {
             if self.done {
                 return Poll::Ready(None);
@@ -74,7 +81,7 @@ impl EncodedRequest {
                     return match self.encoders.data(Bytes::new(), true) {
                         Ok(out) if out.is_empty() => Poll::Ready(None),
                         Ok(out) => Poll::Ready(Some(Ok(Frame::data(out)))),
-                        Err(e) => self.failed(&e),
+                        Err(e) => self.failed(e, failure),
                     };
                 }
             };
@@ -91,13 +98,14 @@ impl EncodedRequest {
                         self.trailers = Some(t);
                         out
                     }
+                    // A frame kind http-body may add later: nothing to encode.
                     Err(_) => continue,
                 },
             };
             match out {
                 Ok(out) if out.is_empty() => continue,
                 Ok(out) => return Poll::Ready(Some(Ok(Frame::data(out)))),
-                Err(e) => return self.failed(&e),
+                Err(e) => return self.failed(e, failure),
             }
         }
     }

@@ -28,7 +28,7 @@ pub enum ResponseBody {
         idle: Option<Idle>,
     },
     /// A body a filter transforms as it streams (boxed: only such responses pay for it).
-    Encoded(Box<crate::router::encoded::Encoded>),
+    Encoded(Box<crate::request::encoded::Encoded<ResponseBody>>),
 }
 
 /// A per-try idle timer on a streaming response.
@@ -76,7 +76,7 @@ impl ResponseBody {
         match self {
             ResponseBody::Local(_) => false,
             ResponseBody::Upstream { .. } => true,
-            ResponseBody::Encoded(e) => e.is_upstream(),
+            ResponseBody::Encoded(e) => e.inner().is_upstream(),
         }
     }
 
@@ -85,7 +85,7 @@ impl ResponseBody {
         if encoders.is_empty() {
             return self;
         }
-        ResponseBody::Encoded(Box::new(crate::router::encoded::Encoded::new(
+        ResponseBody::Encoded(Box::new(crate::request::encoded::Encoded::new(
             self, encoders,
         )))
     }
@@ -135,7 +135,8 @@ impl Body for ResponseBody {
                 }
                 polled
             }
-            ResponseBody::Encoded(e) => e.poll(cx),
+            // The stream is reset: a half-encoded body cannot be finished.
+            ResponseBody::Encoded(e) => e.poll(cx, |e| Some(Box::new(e))),
         }
     }
 
@@ -151,7 +152,8 @@ impl Body for ResponseBody {
         match self {
             ResponseBody::Local(b) => b.size_hint(),
             ResponseBody::Upstream { body, .. } => body.size_hint(),
-            ResponseBody::Encoded(e) => e.size_hint(),
+            // The encoded length is not known ahead.
+            ResponseBody::Encoded(_) => SizeHint::default(),
         }
     }
 }

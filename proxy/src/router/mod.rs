@@ -6,7 +6,6 @@
 //! `upstream request timeout`).
 
 pub mod body;
-pub mod encoded;
 pub mod facts;
 pub mod forwarded;
 pub mod headers;
