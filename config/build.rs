@@ -75,6 +75,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.http.original_ip_detection.xff.v3.XffConfig",
     "envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
     "envoy.config.trace.v3.OpenTelemetryConfig",
+    "envoy.config.trace.v3.ZipkinConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig",

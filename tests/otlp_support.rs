@@ -166,7 +166,7 @@ pub fn upstream() -> (SocketAddr, mpsc::Receiver<Seen>) {
 }
 
 /// Runs `start` on a new runtime thread that lives as long as the process.
-fn on_runtime<F, Fut>(start: F) -> SocketAddr
+pub fn on_runtime<F, Fut>(start: F) -> SocketAddr
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = SocketAddr>,

@@ -29,6 +29,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "default_regex_engine",
             "application_log_config",
             "stats_config",
+            "tracing",
         ],
     ),
     (
@@ -140,6 +141,9 @@ pub struct Bootstrap {
     pub application_log_format: Option<String>,
     /// `stats_config`: tag extraction and which stats exist.
     pub stats: Arc<crate::stats::StatsConfig>,
+    /// `tracing.http`: the tracer of connection managers whose `tracing` names
+    /// no provider.
+    pub tracing: Option<crate::tracing::Provider>,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -231,6 +235,10 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .and_then(|cm| cm.outlier_detection.as_ref())
         .map(|o| o.event_log_path.clone())
         .filter(|p| !p.is_empty());
+    let tracing = bs
+        .tracing
+        .as_ref()
+        .and_then(|t| crate::tracing::bootstrap(t, &root.field("tracing"), ctx));
     if let Some(e) = &bs.default_regex_engine {
         default_regex_engine(e, &root.field("default_regex_engine"), ctx);
     }
@@ -249,6 +257,7 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .unwrap_or_default();
     Bootstrap {
         stats: Arc::new(stats),
+        tracing,
         node,
         admin,
         listeners,

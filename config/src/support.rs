@@ -42,6 +42,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::overload::SUPPORT,
         crate::runtime::SUPPORT,
         crate::tracing::SUPPORT,
+        crate::tracing::zipkin::SUPPORT,
         crate::stats::SUPPORT,
     ];
     let mut table: HashMap<&'static str, Vec<&'static str>> = HashMap::new();

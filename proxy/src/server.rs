@@ -98,13 +98,27 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .as_ref()
             .map_or("", |l| l.1.as_str()),
     );
-    if bootstrap.listeners.iter().any(|l| {
-        l.filter_chains.iter().any(|fc| {
-            fc.hcm()
-                .is_some_and(|h| h.tracing.as_ref().is_some_and(|t| t.provider.is_some()))
-        })
-    }) {
-        crate::trace::export::configured();
+    crate::trace::set_default_provider(bootstrap.tracing.clone());
+    crate::trace::zipkin::set_local(&bootstrap.node.cluster);
+    crate::trace::zipkin_export::set_runtime(bootstrap.runtime.zipkin);
+    // A tracer's stats exist once a connection manager uses it, as Envoy creates
+    // its driver then.
+    for l in &bootstrap.listeners {
+        for t in l
+            .filter_chains
+            .iter()
+            .filter_map(|fc| fc.hcm().and_then(|h| h.tracing.as_ref()))
+        {
+            match crate::trace::provider_of(t) {
+                Some(courier_config::tracing::Provider::OpenTelemetry(_)) => {
+                    crate::trace::export::configured()
+                }
+                Some(courier_config::tracing::Provider::Zipkin(_)) => {
+                    crate::trace::zipkin_export::configured()
+                }
+                None => {}
+            }
+        }
     }
     let snapshot = Arc::new(ArcSwap::from_pointee(Snapshot::from_bootstrap(&bootstrap)));
     // Certificates and keys are checked here, before any socket is bound.

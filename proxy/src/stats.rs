@@ -344,6 +344,7 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     out.extend(crate::overload::get().samples());
     out.extend(h2_floods::samples());
     out.extend(trace::otel_samples());
+    out.extend(crate::trace::zipkin_export::samples());
     out.into_iter().collect()
 }
 
@@ -415,6 +416,7 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
         }
     }
     trace::reset_otel();
+    crate::trace::zipkin_export::reset();
 }
 
 /// Renders samples in Envoy's `/stats` text form (`name: value`).

@@ -171,10 +171,11 @@ async fn serve(setup: WorkerSetup) {
     }
     let _ = setup.ready.send(Ok(()));
 
-    // This worker's OpenTelemetry exporter (spans go out through its own pools).
-    crate::trace::export::start(crate::upstream::client::ClusterClient::new(Arc::clone(
-        &setup.clusters,
-    )));
+    // This worker's OpenTelemetry exporter and Zipkin reporter (spans go out
+    // through its own pools).
+    let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
+    crate::trace::export::start(client.clone());
+    crate::trace::zipkin_export::start(client);
 
     // Pools of replaced or removed clusters and hosts are drained in the background.
     let sweeper = {
@@ -223,7 +224,8 @@ async fn serve(setup: WorkerSetup) {
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
-    if crate::trace::export::flush_at_exit() {
+    let otel = crate::trace::export::flush_at_exit();
+    if crate::trace::zipkin_export::flush_at_exit() || otel {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

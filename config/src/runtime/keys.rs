@@ -24,6 +24,13 @@ pub enum Meaning {
     OtelMinFlushSpans(u64),
     /// `tracing.opentelemetry.flush_interval_ms`: and on this timer (default 5000).
     OtelFlushIntervalMs(u64),
+    /// `tracing.zipkin.min_flush_spans`: a Zipkin tracer reports when this many
+    /// spans wait (Envoy's default 5).
+    ZipkinMinFlushSpans(u64),
+    /// `tracing.zipkin.flush_interval_ms`: and on this timer (default 5000).
+    ZipkinFlushIntervalMs(u64),
+    /// `tracing.zipkin.request_timeout`: a report's timeout in ms (default 5000).
+    ZipkinRequestTimeoutMs(u64),
     /// `envoy.reloadable_features.fixed_heap_use_allocated`: the fixed_heap
     /// monitor measures the bytes allocated (true) rather than the heap the
     /// process holds (false, Envoy 1.40's default).
@@ -107,6 +114,15 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     }
     if key == "tracing.opentelemetry.flush_interval_ms" {
         return integer(value).map(Meaning::OtelFlushIntervalMs);
+    }
+    if key == "tracing.zipkin.min_flush_spans" {
+        return integer(value).map(Meaning::ZipkinMinFlushSpans);
+    }
+    if key == "tracing.zipkin.flush_interval_ms" {
+        return integer(value).map(Meaning::ZipkinFlushIntervalMs);
+    }
+    if key == "tracing.zipkin.request_timeout" {
+        return integer(value).map(Meaning::ZipkinRequestTimeoutMs);
     }
     if key == "envoy.reloadable_features.fixed_heap_use_allocated" {
         return boolean(value).map(Meaning::FixedHeapUseAllocated);

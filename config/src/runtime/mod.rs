@@ -74,12 +74,35 @@ pub struct Runtime {
     pub otel_min_flush_spans: u64,
     /// `tracing.opentelemetry.flush_interval_ms` (Envoy's default: 5000).
     pub otel_flush_interval_ms: u64,
+    /// The Zipkin tracer's `tracing.zipkin.*` settings.
+    pub zipkin: ZipkinRuntime,
     /// `envoy.reloadable_features.fixed_heap_use_allocated` (Envoy 1.40's
     /// default: off): the heap monitor reads allocated bytes, not the heap.
     pub fixed_heap_use_allocated: bool,
     /// `re2.max_program_size.error_level` / `warn_level`: the RE2 program-size
     /// thresholds regexes are checked against when a config is loaded.
     pub re2_limits: crate::re2_program::Limits,
+}
+
+/// The Zipkin tracer's runtime settings (Envoy's keys and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZipkinRuntime {
+    /// `tracing.zipkin.min_flush_spans` (5).
+    pub min_flush_spans: u64,
+    /// `tracing.zipkin.flush_interval_ms` (5000).
+    pub flush_interval_ms: u64,
+    /// `tracing.zipkin.request_timeout` in ms (5000).
+    pub request_timeout_ms: u64,
+}
+
+impl Default for ZipkinRuntime {
+    fn default() -> Self {
+        ZipkinRuntime {
+            min_flush_spans: 5,
+            flush_interval_ms: 5000,
+            request_timeout_ms: 5000,
+        }
+    }
 }
 
 impl Default for Runtime {
@@ -91,6 +114,7 @@ impl Default for Runtime {
             reject_path_with_fragment: true,
             otel_min_flush_spans: 5,
             otel_flush_interval_ms: 5000,
+            zipkin: ZipkinRuntime::default(),
             fixed_heap_use_allocated: false,
             re2_limits: crate::re2_program::Limits::default(),
         }
@@ -291,6 +315,9 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::RejectPathWithFragment(on) => out.reject_path_with_fragment = on,
         keys::Meaning::OtelMinFlushSpans(n) => out.otel_min_flush_spans = n,
         keys::Meaning::OtelFlushIntervalMs(ms) => out.otel_flush_interval_ms = ms,
+        keys::Meaning::ZipkinMinFlushSpans(n) => out.zipkin.min_flush_spans = n,
+        keys::Meaning::ZipkinFlushIntervalMs(ms) => out.zipkin.flush_interval_ms = ms,
+        keys::Meaning::ZipkinRequestTimeoutMs(ms) => out.zipkin.request_timeout_ms = ms,
         keys::Meaning::FixedHeapUseAllocated(on) => out.fixed_heap_use_allocated = on,
         keys::Meaning::Re2ErrorLevel(n) => out.re2_limits.error_level = n,
         keys::Meaning::Re2WarnLevel(n) => out.re2_limits.warn_level = n,

@@ -86,6 +86,7 @@ impl RuntimeAdmin {
         let rt = self.in_force();
         crate::codec::h1_check::set_reject_fragment(rt.reject_path_with_fragment);
         crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
+        crate::trace::zipkin_export::set_runtime(rt.zipkin);
         crate::overload::set_use_allocated(rt.fixed_heap_use_allocated);
         // Regexes already compiled keep working; configs loaded from now on
         // (xDS resources) are checked against the new thresholds, as in Envoy.

@@ -328,7 +328,7 @@ async fn respond(
     remote: std::net::IpAddr,
     progress: &Progress,
     upgrades: Option<&HttpConnectionManager>,
-    inject: Option<&(HeaderValue, HeaderValue)>,
+    inject: Option<&crate::trace::Inject>,
 ) -> Response<ResponseBody> {
     let Some(rc) = rc else {
         stats.no_route.inc();

@@ -1,5 +1,6 @@
 //! HTTP tracing as Envoy 1.40's connection manager does it, with the
-//! `envoy.tracers.opentelemetry` tracer.
+//! `envoy.tracers.opentelemetry` tracer (here) and the `envoy.tracers.zipkin` one
+//! ([`zipkin`]: B3 propagation, Zipkin v2 JSON reports).
 //!
 //! Per request: the sampling decision is packed into `x-request-id` (Envoy's UUID
 //! request-id extension: byte 14 is `9` sampled, `a` forced, `b` client, `4` not
@@ -13,12 +14,14 @@
 //! this worker's exporter ([`export`]).
 
 pub mod export;
+pub mod zipkin;
+pub mod zipkin_export;
 
 use crate::access_log::{Pending, ResponseSide};
 use crate::stats::trace::TracingStats;
 use courier_config::listener::TrafficDirection;
 use courier_config::tracing::{
-    CustomTag, Fraction, OpenTelemetry, RouteTracing, Sampler, TagValue, Tracing,
+    CustomTag, Fraction, Provider, RouteTracing, Sampler, TagValue, Tracing,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
@@ -86,6 +89,21 @@ static NODE: OnceLock<(String, String)> = OnceLock::new();
 /// Sets the node's id and zone for the `node_id` and `zone` tags.
 pub fn set_node(id: &str, zone: &str) {
     let _ = NODE.set((id.to_string(), zone.to_string()));
+}
+
+/// The bootstrap's tracer (`Bootstrap.tracing`), set once at start.
+static DEFAULT_PROVIDER: OnceLock<Provider> = OnceLock::new();
+
+/// Sets the tracer of connection managers whose `tracing` names none.
+pub fn set_default_provider(p: Option<Provider>) {
+    if let Some(p) = p {
+        let _ = DEFAULT_PROVIDER.set(p);
+    }
+}
+
+/// The tracer a connection manager's `tracing` uses: its own, else the bootstrap's.
+pub fn provider_of(t: &Tracing) -> Option<&Provider> {
+    t.provider.as_ref().or_else(|| DEFAULT_PROVIDER.get())
 }
 
 /// Envoy's `mutateTracingRequestHeader` then `shouldTraceRequest`: marks the trace
@@ -256,7 +274,7 @@ struct Upstream {
 /// A request's span, from its start to the end of its response.
 #[derive(Debug)]
 pub struct Span {
-    provider: Arc<OpenTelemetry>,
+    provider: Provider,
     name: String,
     kind: SpanKind,
     trace_id: [u8; 16],
@@ -271,6 +289,17 @@ pub struct Span {
     tags: Vec<KeyValue>,
     /// `max_path_tag_length`.
     max_path: usize,
+    /// Zipkin: the trace id has 128 bits (written as 32 hex digits, else 16).
+    trace_128: bool,
+}
+
+/// The trace context for the upstream request.
+#[derive(Debug, Clone)]
+pub enum Inject {
+    /// OpenTelemetry: `traceparent` and `tracestate`.
+    W3c(HeaderValue, HeaderValue),
+    /// Zipkin: the B3 headers (the single `b3` one, or the `x-b3-*` ones).
+    B3(Vec<(HeaderName, HeaderValue)>),
 }
 
 /// A request's trace: its span (when sampled) and the headers for the upstream.
@@ -278,8 +307,8 @@ pub struct Span {
 pub struct Started {
     /// The span to finish when the response ends (sampled spans only).
     pub span: Option<Box<Span>>,
-    /// `traceparent` and `tracestate` for the upstream request.
-    pub inject: Option<(HeaderValue, HeaderValue)>,
+    /// The trace context for the upstream request.
+    pub inject: Option<Inject>,
 }
 
 /// Starts the request's span with the connection manager's tracer (Envoy's
@@ -293,8 +322,12 @@ pub fn start(
     (uri, headers): (&http::Uri, &HeaderMap),
     direction: TrafficDirection,
 ) -> Started {
-    let Some(provider) = &t.provider else {
-        return Started::default();
+    let provider = match provider_of(t) {
+        None => return Started::default(),
+        Some(Provider::Zipkin(z)) => {
+            return zipkin::start(z, t, route, traced, (uri, headers), direction);
+        }
+        Some(Provider::OpenTelemetry(o)) => o,
     };
     export::configured();
     let parent = match extract(headers) {
@@ -329,7 +362,10 @@ pub fn start(
     } else {
         HeaderValue::from_str(&tracestate).unwrap_or(HeaderValue::from_static(""))
     };
-    let inject = Some((traceparent(&trace_id, &sent_id, sent_sampled), state));
+    let inject = Some(Inject::W3c(
+        traceparent(&trace_id, &sent_id, sent_sampled),
+        state,
+    ));
     if !sampled && !upstream.as_ref().is_some_and(|u| u.sampled) {
         return Started { span: None, inject };
     }
@@ -345,16 +381,9 @@ pub fn start(
     } else {
         "ingress".to_string()
     };
-    let mut tags = Vec::with_capacity(t.custom_tags.len());
-    let route_tags = route.map_or(&[][..], |r| &r.custom_tags[..]);
-    for tag in t.custom_tags.iter().chain(route_tags) {
-        if let Some(v) = custom_value(tag, headers) {
-            set(&mut tags, &tag.tag, v);
-        }
-    }
     Started {
         span: Some(Box::new(Span {
-            provider: Arc::clone(provider),
+            provider: Provider::OpenTelemetry(Arc::clone(provider)),
             name,
             kind,
             trace_id,
@@ -364,11 +393,24 @@ pub fn start(
             sampled,
             start: SystemTime::now(),
             upstream,
-            tags,
+            tags: tags_of(t, route, headers),
             max_path: t.max_path_tag_length,
+            trace_128: true,
         })),
         inject,
     }
+}
+
+/// The request's custom tags: the route's after the connection manager's, by name.
+fn tags_of(t: &Tracing, route: Option<&RouteTracing>, headers: &HeaderMap) -> Vec<KeyValue> {
+    let mut tags = Vec::with_capacity(t.custom_tags.len());
+    let route_tags = route.map_or(&[][..], |r| &r.custom_tags[..]);
+    for tag in t.custom_tags.iter().chain(route_tags) {
+        if let Some(v) = custom_value(tag, headers) {
+            set(&mut tags, &tag.tag, v);
+        }
+    }
+    tags
 }
 
 /// A custom tag's value for this request (none: the tag is not set).
@@ -590,8 +632,17 @@ impl Span {
                 attrs,
             ));
         }
-        for s in spans {
-            export::record(&self.provider, s);
+        match &self.provider {
+            Provider::OpenTelemetry(p) => {
+                for s in spans {
+                    export::record(p, s);
+                }
+            }
+            Provider::Zipkin(z) => {
+                for s in spans {
+                    zipkin_export::record(z, zipkin::json(z, &s, self.trace_128));
+                }
+            }
         }
     }
 
@@ -629,9 +680,18 @@ fn peer_ip(peer: &crate::request::conn::Peer) -> String {
 }
 
 /// Puts the trace context for the upstream in the request headers.
-pub fn inject(headers: &mut HeaderMap, values: &(HeaderValue, HeaderValue)) {
-    headers.insert(TRACEPARENT, values.0.clone());
-    headers.insert(TRACESTATE, values.1.clone());
+pub fn inject(headers: &mut HeaderMap, values: &Inject) {
+    match values {
+        Inject::W3c(parent, state) => {
+            headers.insert(TRACEPARENT, parent.clone());
+            headers.insert(TRACESTATE, state.clone());
+        }
+        Inject::B3(b3) => {
+            for (name, value) in b3 {
+                headers.insert(name.clone(), value.clone());
+            }
+        }
+    }
 }
 
 #[cfg(test)]

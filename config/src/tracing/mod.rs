@@ -1,9 +1,14 @@
 //! HTTP tracing: the connection manager's `tracing` (sampling, custom tags, the
-//! `envoy.tracers.opentelemetry` provider) and a route's `tracing` overrides.
+//! `envoy.tracers.opentelemetry` and `envoy.tracers.zipkin` providers), the
+//! bootstrap's default provider, and a route's `tracing` overrides.
 //!
 //! What is served is what Envoy 1.40 does with these fields; everything else under
 //! `tracing` (other providers, `verbose`, `operation`, metadata tags, other samplers,
 //! resource detectors and exporters) is refused with its path.
+
+pub mod zipkin;
+
+pub use zipkin::Zipkin;
 
 use crate::config_source::{self, GrpcTarget};
 use crate::core;
@@ -62,6 +67,7 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.config.trace.v3.Tracing.Http",
         &["name", "typed_config"],
     ),
+    ("envoy.config.trace.v3.Tracing", &["http"]),
     (
         // `http_service`, `exporter`, `max_cache_size` and
         // `set_telemetry_sdk_resource_attributes` are refused by their absence.
@@ -89,6 +95,8 @@ pub(crate) const SUPPORT: &[Support] = &[
 
 /// The OpenTelemetry tracer's name.
 pub const OPENTELEMETRY: &str = "envoy.tracers.opentelemetry";
+/// The Zipkin tracer's name.
+pub const ZIPKIN: &str = "envoy.tracers.zipkin";
 const PARENT_BASED: &str = "envoy.tracers.opentelemetry.samplers.parent_based";
 const TRACE_ID_RATIO: &str = "envoy.tracers.opentelemetry.samplers.trace_id_ratio_based";
 const STATIC_DETECTOR: &str = "envoy.tracers.opentelemetry.resource_detectors.static_config";
@@ -196,6 +204,26 @@ pub struct OpenTelemetry {
     pub sampler: Option<Sampler>,
 }
 
+/// A tracer (`tracing.provider`), found as Envoy finds its factory: by the type of
+/// its `typed_config`, whatever its name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Provider {
+    /// `envoy.tracers.opentelemetry`.
+    OpenTelemetry(Arc<OpenTelemetry>),
+    /// `envoy.tracers.zipkin`.
+    Zipkin(Arc<Zipkin>),
+}
+
+impl Provider {
+    /// The collector's cluster.
+    pub fn cluster(&self) -> &str {
+        match self {
+            Provider::OpenTelemetry(o) => &o.cluster,
+            Provider::Zipkin(z) => &z.cluster,
+        }
+    }
+}
+
 /// The connection manager's `tracing`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tracing {
@@ -211,9 +239,9 @@ pub struct Tracing {
     pub max_path_tag_length: usize,
     /// `spawn_upstream_span`: a CLIENT span per upstream request.
     pub spawn_upstream_span: bool,
-    /// The tracer; none is Envoy's null tracer (decisions and `x-request-id` marks, no
-    /// spans).
-    pub provider: Option<Arc<OpenTelemetry>>,
+    /// The tracer; none is the bootstrap's (`Bootstrap.tracing`) or, without one,
+    /// Envoy's null tracer (decisions and `x-request-id` marks, no spans).
+    pub provider: Option<Provider>,
 }
 
 /// A route's `tracing`: sampling that replaces the connection manager's (100 % for
@@ -235,8 +263,7 @@ pub fn translate(t: &HcmTracingPb, path: &Path<'_>, ctx: &mut Ctx) -> Tracing {
     let provider = t
         .provider
         .as_ref()
-        .and_then(|p| provider(p, &path.field("provider"), ctx))
-        .map(Arc::new);
+        .and_then(|p| provider(p, &path.field("provider"), ctx));
     // Envoy's proto validation: a `Percent` is 0..=100.
     for (name, p) in [
         ("client_sampling", &t.client_sampling),
@@ -338,24 +365,44 @@ fn custom_tags(tags: &[tag_pb::CustomTag], path: &Path<'_>, ctx: &mut Ctx) -> Ve
     out
 }
 
-fn provider(p: &trace_pb::tracing::Http, path: &Path<'_>, ctx: &mut Ctx) -> Option<OpenTelemetry> {
+/// The bootstrap's `tracing`: the provider of connection managers whose `tracing`
+/// names none (Envoy's fallback, kept for older configs).
+pub fn bootstrap(t: &trace_pb::Tracing, path: &Path<'_>, ctx: &mut Ctx) -> Option<Provider> {
+    provider(t.http.as_ref()?, &path.field("http"), ctx)
+}
+
+/// A tracer, by the type of its `typed_config`.
+fn provider(p: &trace_pb::tracing::Http, path: &Path<'_>, ctx: &mut Ctx) -> Option<Provider> {
+    use prost::Name;
     use trace_pb::tracing::http::ConfigType;
-    if p.name != OPENTELEMETRY {
-        ctx.unsupported(
-            &path.field("name"),
-            format!(
-                "tracer {} (only {OPENTELEMETRY} is implemented)",
-                if p.name.is_empty() { "\"\"" } else { &p.name }
-            ),
-        );
-        return None;
-    }
     let tp = path.field("typed_config");
     let Some(ConfigType::TypedConfig(any)) = &p.config_type else {
         ctx.error(&tp, "is required");
         return None;
     };
-    let c: trace_pb::OpenTelemetryConfig = core::unpack(any, &tp, ctx)?;
+    if any.type_url == trace_pb::ZipkinConfig::type_url() {
+        let c: trace_pb::ZipkinConfig = core::unpack(any, &tp, ctx)?;
+        return zipkin::translate(&c, &tp, ctx).map(|z| Provider::Zipkin(Arc::new(z)));
+    }
+    if any.type_url != trace_pb::OpenTelemetryConfig::type_url() {
+        ctx.unsupported(
+            &path.field("name"),
+            format!(
+                "tracer {} (only {OPENTELEMETRY} and {ZIPKIN} are implemented)",
+                if p.name.is_empty() { "\"\"" } else { &p.name }
+            ),
+        );
+        return None;
+    }
+    opentelemetry(any, &tp, ctx).map(|o| Provider::OpenTelemetry(Arc::new(o)))
+}
+
+fn opentelemetry(
+    any: &envoy_types::pb::google::protobuf::Any,
+    tp: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<OpenTelemetry> {
+    let c: trace_pb::OpenTelemetryConfig = core::unpack(any, tp, ctx)?;
     let gp = tp.field("grpc_service");
     let Some(g) = c.grpc_service.as_ref() else {
         // Envoy accepts a tracer without an exporter (spans are dropped); courier
@@ -498,5 +545,4 @@ fn sampler(s: &TypedExtensionConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<S
 }
 
 #[cfg(test)]
-#[path = "tracing_tests.rs"]
 mod tests;

@@ -26,6 +26,67 @@ fn otel(config: Value) -> Value {
     json!({"name": "envoy.tracers.opentelemetry", "typed_config": c})
 }
 
+fn otel_of(p: Option<Provider>) -> Arc<OpenTelemetry> {
+    match p {
+        Some(Provider::OpenTelemetry(o)) => o,
+        other => panic!("an OpenTelemetry provider: {other:?}"),
+    }
+}
+
+fn zipkin(config: Value) -> Value {
+    let mut c = json!({"@type": "type.googleapis.com/envoy.config.trace.v3.ZipkinConfig",
+        "collector_cluster": "otel", "collector_endpoint": "/api/v2/spans",
+        "collector_endpoint_version": "HTTP_JSON"});
+    crate::listener::test_util::merge(&mut c, config);
+    // Envoy Gateway's (misspelt) name: the factory is found by the config's type.
+    json!({"name": "envoy.traces.zipkin", "typed_config": c})
+}
+
+#[test]
+fn zipkin_provider_with_defaults_and_the_bootstrap_default() {
+    let t = tracing_of(&with_tracing(json!({"provider": zipkin(json!({}))})));
+    let Some(Provider::Zipkin(z)) = t.provider else {
+        panic!("a Zipkin provider");
+    };
+    assert_eq!(
+        *z,
+        Zipkin {
+            cluster: "otel".into(),
+            endpoint: "/api/v2/spans".into(),
+            hostname: "otel".into(),
+            trace_id_128bit: false,
+            shared_span_context: true,
+        }
+    );
+    let t = tracing_of(&with_tracing(json!({"provider": zipkin(json!({
+        "collector_hostname": "zipkin.example", "trace_id_128bit": true, "shared_span_context": false}))})));
+    let Some(Provider::Zipkin(z)) = t.provider else {
+        panic!("a Zipkin provider");
+    };
+    assert_eq!(z.hostname, "zipkin.example");
+    assert!(z.trace_id_128bit && !z.shared_span_context);
+    // The bootstrap's `tracing.http` is kept for managers without a provider.
+    let mut b = with_tracing(json!({}));
+    b["tracing"] = json!({"http": zipkin(json!({}))});
+    let bs = load(&b).unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(bs.tracing, Some(Provider::Zipkin(_))));
+    assert!(
+        bs.listeners[0].filter_chains[0]
+            .hcm()
+            .unwrap()
+            .tracing
+            .as_ref()
+            .unwrap()
+            .provider
+            .is_none()
+    );
+    b["tracing"] = json!({"http": zipkin(json!({"collector_endpoint_version": "GRPC"}))});
+    assert_eq!(
+        errors(&b),
+        vec!["tracing.http.typed_config.collector_endpoint_version: collector_endpoint_version GRPC (HTTP_JSON is) is not supported".to_string()]
+    );
+}
+
 fn tracing_of(v: &Value) -> Tracing {
     let b = load(v).unwrap_or_else(|e| panic!("{e}"));
     b.listeners[0].filter_chains[0]
@@ -114,7 +175,7 @@ fn envoy_gateway_form_with_percent_rounding_and_defaults() {
             ),
         ]
     );
-    let p = t.provider.expect("provider");
+    let p = otel_of(t.provider);
     assert_eq!(p.cluster, "otel");
     assert_eq!(p.authority, "collector.example");
     assert_eq!(
@@ -169,7 +230,7 @@ fn defaults_no_provider_and_detector_overriding_service_name() {
                 "attributes": {"service.name": "detected"}}}]})),
     })));
     assert_eq!(t.max_path_tag_length, 10);
-    let p = t.provider.unwrap();
+    let p = otel_of(t.provider);
     assert_eq!(
         p.resource,
         [("service.name".to_string(), "detected".to_string())]
@@ -177,7 +238,7 @@ fn defaults_no_provider_and_detector_overriding_service_name() {
     assert_eq!(p.authority, "otel");
     let t = tracing_of(&with_tracing(json!({"provider": otel(json!({}))})));
     assert_eq!(
-        t.provider.unwrap().resource,
+        otel_of(t.provider).resource,
         [("service.name".to_string(), DEFAULT_SERVICE_NAME.to_string())]
     );
 }
@@ -235,9 +296,33 @@ fn refusals_name_their_paths() {
             format!("{t}.custom_tags[0].metadata: metadata is not supported"),
         ),
         (
-            json!({"provider": {"name": "envoy.tracers.zipkin", "typed_config": {"@type": "type.googleapis.com/envoy.config.trace.v3.ZipkinConfig", "collector_cluster": "otel", "collector_endpoint": "/api/v2/spans", "collector_endpoint_version": "HTTP_JSON"}}}),
+            json!({"provider": {"name": "envoy.tracers.datadog", "typed_config": {"@type": "type.googleapis.com/envoy.config.trace.v3.DatadogConfig", "collector_cluster": "otel", "service_name": "s"}}}),
             format!(
-                "{t}.provider.name: tracer envoy.tracers.zipkin (only envoy.tracers.opentelemetry is implemented) is not supported"
+                "{t}.provider.name: tracer envoy.tracers.datadog (only envoy.tracers.opentelemetry and envoy.tracers.zipkin are implemented) is not supported"
+            ),
+        ),
+        (
+            json!({"provider": zipkin(json!({"collector_endpoint_version": "HTTP_PROTO"}))}),
+            format!(
+                "{t}.provider.typed_config.collector_endpoint_version: collector_endpoint_version HTTP_PROTO (HTTP_JSON is) is not supported"
+            ),
+        ),
+        (
+            json!({"provider": zipkin(json!({"split_spans_for_request": true}))}),
+            format!(
+                "{t}.provider.typed_config.split_spans_for_request: split_spans_for_request is not supported"
+            ),
+        ),
+        (
+            json!({"provider": zipkin(json!({"collector_endpoint": ""}))}),
+            format!(
+                "{t}.provider.typed_config.collector_endpoint: must not be empty when collector_cluster is set"
+            ),
+        ),
+        (
+            json!({"provider": zipkin(json!({"collector_endpoint_version": "DEPRECATED_AND_UNAVAILABLE_DO_NOT_USE"}))}),
+            format!(
+                "{t}.provider.typed_config.collector_endpoint_version: HTTP_JSON_V1 has been deprecated; use a non-default collector_endpoint_version"
             ),
         ),
         (
