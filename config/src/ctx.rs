@@ -10,6 +10,7 @@ pub struct Ctx {
     re2_limits: crate::re2_program::Limits,
     static_clusters: Option<std::sync::Arc<std::collections::HashSet<String>>>,
     static_secrets: Option<std::sync::Arc<crate::tls::secrets::StaticSecrets>>,
+    node_complete: Option<bool>,
 }
 
 impl Default for Ctx {
@@ -19,6 +20,7 @@ impl Default for Ctx {
             re2_limits: crate::re2_program::process_limits(),
             static_clusters: None,
             static_secrets: None,
+            node_complete: None,
         }
     }
 }
@@ -76,6 +78,18 @@ impl Ctx {
     /// The static secrets, when this config may name them.
     pub(crate) fn static_secrets(&self) -> Option<&crate::tls::secrets::StaticSecrets> {
         self.static_secrets.as_deref()
+    }
+
+    /// Declares whether the bootstrap's node has an `id` and a `cluster`
+    /// (after `--service-node` / `--service-cluster`), which SDS needs.
+    pub(crate) fn set_node_complete(&mut self, complete: bool) {
+        self.node_complete = Some(complete);
+    }
+
+    /// Whether the node has an `id` and a `cluster`; `None` when not known
+    /// (an xDS resource).
+    pub(crate) fn node_complete(&self) -> Option<bool> {
+        self.node_complete
     }
 
     /// `Some(true/false)` when the cluster set is known, `None` when it cannot be told.
