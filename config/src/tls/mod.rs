@@ -661,6 +661,8 @@ fn versions(
 }
 
 #[cfg(test)]
+mod sds_tests;
+#[cfg(test)]
 mod test_pem;
 #[cfg(test)]
 mod tests;
