@@ -22,7 +22,7 @@ use courier_config::tls::{
     UpstreamTls,
 };
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::SystemTime;
 use tokio::sync::watch;
 
@@ -70,11 +70,12 @@ pub struct SecretProvider {
     /// fetch timed out: what warming waits for.
     initialized: AtomicBool,
     changed: watch::Sender<u64>,
-    watchers: Mutex<Vec<Weak<dyn SecretWatcher>>>,
+    /// Contexts to rebuild on a change (written on the main thread, rarely).
+    watchers: ArcSwap<Vec<Weak<dyn SecretWatcher>>>,
     /// Its stats (per provider, so shared by every context using it).
     pub counters: SdsCounters,
     /// What keeps its subscription running (dropped with the provider).
-    subscription: Mutex<Option<Box<dyn std::any::Any + Send>>>,
+    subscription: ArcSwapOption<Box<dyn std::any::Any + Send + Sync>>,
     /// Its own xDS client's handle (file and gRPC sources): its update stats.
     pub handle: OnceLock<courier_xds::XdsHandle>,
 }
@@ -99,9 +100,9 @@ impl SecretProvider {
             meta: ArcSwap::from_pointee(("uninitialized".to_string(), SystemTime::now())),
             initialized: AtomicBool::new(false),
             changed: watch::channel(0).0,
-            watchers: Mutex::new(Vec::new()),
+            watchers: ArcSwap::from_pointee(Vec::new()),
             counters: SdsCounters::default(),
-            subscription: Mutex::new(None),
+            subscription: ArcSwapOption::empty(),
             handle: OnceLock::new(),
         }
     }
@@ -141,13 +142,12 @@ impl SecretProvider {
 
     /// Rebuilds every context using this secret.
     fn notify(&self) {
-        let live: Vec<Arc<dyn SecretWatcher>> = {
-            let Ok(mut w) = self.watchers.lock() else {
-                return;
-            };
-            w.retain(|w| w.strong_count() > 0);
-            w.iter().filter_map(Weak::upgrade).collect()
-        };
+        let live: Vec<Arc<dyn SecretWatcher>> = self
+            .watchers
+            .load()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
         for w in live {
             w.secret_changed();
         }
@@ -177,23 +177,26 @@ impl SecretProvider {
     }
 
     fn watch(&self, w: Weak<dyn SecretWatcher>) {
-        if let Ok(mut list) = self.watchers.lock() {
-            list.retain(|w| w.strong_count() > 0);
-            list.push(w);
-        }
+        self.watchers.rcu(|list| {
+            let mut next: Vec<Weak<dyn SecretWatcher>> = list
+                .iter()
+                .filter(|w| w.strong_count() > 0)
+                .cloned()
+                .collect();
+            next.push(w.clone());
+            next
+        });
     }
 
     /// Keeps `subscription` (the task or client feeding this provider) for
     /// as long as the provider lives.
-    pub fn set_subscription(&self, subscription: Box<dyn std::any::Any + Send>) {
-        if let Ok(mut s) = self.subscription.lock() {
-            *s = Some(subscription);
-        }
+    pub fn set_subscription(&self, subscription: Box<dyn std::any::Any + Send + Sync>) {
+        self.subscription.store(Some(Arc::new(subscription)));
     }
 
     /// Whether a subscription feeds it.
     pub fn subscribed(&self) -> bool {
-        self.subscription.lock().is_ok_and(|s| s.is_some())
+        self.subscription.load().is_some()
     }
 }
 
@@ -207,11 +210,12 @@ struct Key {
 }
 
 /// Every provider alive, by kind, source and name; new ones wait in a queue
-/// until the xDS wiring starts their subscriptions.
+/// until the xDS wiring starts their subscriptions. Written when contexts
+/// are built (the main thread), read lock-free.
 #[derive(Default)]
 pub struct Registry {
-    providers: Mutex<Vec<(Key, Weak<SecretProvider>)>>,
-    pending: Mutex<Vec<Arc<SecretProvider>>>,
+    providers: ArcSwap<Vec<(Key, Weak<SecretProvider>)>>,
+    pending: ArcSwap<Vec<Arc<SecretProvider>>>,
     /// Ticks when a provider is queued.
     queued: OnceLock<watch::Sender<u64>>,
 }
@@ -237,25 +241,35 @@ impl Registry {
             name: secret.name.clone(),
             source: secret.source.clone(),
         };
-        let Ok(mut providers) = self.providers.lock() else {
-            return Arc::new(SecretProvider::new(kind, secret));
-        };
-        providers.retain(|(_, p)| p.strong_count() > 0);
-        if let Some(p) = providers
-            .iter()
-            .find(|(k, _)| *k == key)
-            .and_then(|(_, p)| p.upgrade())
-        {
+        loop {
+            let current = self.providers.load_full();
+            if let Some(p) = current
+                .iter()
+                .find(|(k, _)| *k == key)
+                .and_then(|(_, p)| p.upgrade())
+            {
+                return p;
+            }
+            let p = Arc::new(SecretProvider::new(kind, secret));
+            let mut next: Vec<(Key, Weak<SecretProvider>)> = current
+                .iter()
+                .filter(|(_, p)| p.strong_count() > 0)
+                .cloned()
+                .collect();
+            next.push((key.clone(), Arc::downgrade(&p)));
+            let prev = self.providers.compare_and_swap(&current, Arc::new(next));
+            if !Arc::ptr_eq(&prev, &current) {
+                // Another context added one meanwhile: look again.
+                continue;
+            }
+            self.pending.rcu(|pending| {
+                let mut next = Vec::clone(pending);
+                next.push(Arc::clone(&p));
+                next
+            });
+            self.queued_tx().send_modify(|g| *g += 1);
             return p;
         }
-        let p = Arc::new(SecretProvider::new(kind, secret));
-        providers.push((key, Arc::downgrade(&p)));
-        drop(providers);
-        if let Ok(mut pending) = self.pending.lock() {
-            pending.push(Arc::clone(&p));
-        }
-        self.queued_tx().send_modify(|g| *g += 1);
-        p
     }
 
     fn queued_tx(&self) -> &watch::Sender<u64> {
@@ -264,10 +278,7 @@ impl Registry {
 
     /// Providers created since the last call (their subscriptions to start).
     pub fn take_pending(&self) -> Vec<Arc<SecretProvider>> {
-        self.pending
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default()
+        Vec::clone(&self.pending.swap(Arc::new(Vec::new())))
     }
 
     /// A receiver that sees every queued provider.
@@ -278,9 +289,10 @@ impl Registry {
     /// Every live provider.
     pub fn all(&self) -> Vec<Arc<SecretProvider>> {
         self.providers
-            .lock()
-            .map(|p| p.iter().filter_map(|(_, p)| p.upgrade()).collect())
-            .unwrap_or_default()
+            .load()
+            .iter()
+            .filter_map(|(_, p)| p.upgrade())
+            .collect()
     }
 }
 
@@ -334,7 +346,7 @@ impl ContextSecrets {
         &self,
         statics: &[TlsCertificate],
         common: &CommonTls,
-    ) -> Option<Result<(Vec<TlsCertificate>, Option<CertificateValidation>), String>> {
+    ) -> Option<Result<Resolved, String>> {
         let mut certificates = Vec::with_capacity(statics.len() + self.certificates.len());
         let mut next = 0;
         for (at, p) in &self.certificates {
@@ -375,6 +387,12 @@ impl ContextSecrets {
         }
     }
 }
+
+/// A context's certificates and validation with its secrets in force.
+type Resolved = (Vec<TlsCertificate>, Option<CertificateValidation>);
+
+/// Builds an upstream context from its resolved config.
+type BuildUpstream<T> = Box<dyn Fn(&UpstreamTls) -> Result<T, String> + Send + Sync>;
 
 /// A downstream TLS context with SDS secrets (see the module docs).
 #[derive(Debug)]
@@ -443,7 +461,7 @@ impl SecretWatcher for DynamicServer {
 /// builds from the resolved config.
 pub struct DynamicUpstream<T> {
     config: UpstreamTls,
-    build: Box<dyn Fn(&UpstreamTls) -> Result<T, String> + Send + Sync>,
+    build: BuildUpstream<T>,
     secrets: ContextSecrets,
     built: ArcSwapOption<T>,
     /// Envoy's `client_ssl_socket_factory.ssl_context_update_by_sds`.

@@ -251,9 +251,12 @@ fn start_file_watch(p: &Arc<SecretProvider>, handle: Option<XdsHandle>) {
     p.set_subscription(Box::new(AbortOnDrop(task.abort_handle())));
 }
 
+/// Device, inode, length and modification time of a file.
+type Stamp = (u64, u64, u64, i64, i64);
+
 /// What identifies one version of a file (followed through symlinks, so a
 /// Kubernetes `..data` swap is a change).
-fn stamp(path: &str) -> Option<(u64, u64, u64, i64, i64)> {
+fn stamp(path: &str) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     Some((m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
 }
@@ -262,7 +265,7 @@ fn stamp(path: &str) -> Option<(u64, u64, u64, i64, i64)> {
 /// the secret again and puts it in force (`key_rotation_failed` when that
 /// fails: the secret in force stays).
 async fn watch_files(p: Weak<SecretProvider>, handle: Option<XdsHandle>) {
-    let mut seen: Vec<(String, Option<(u64, u64, u64, i64, i64)>)> = Vec::new();
+    let mut seen: Vec<(String, Option<Stamp>)> = Vec::new();
     let mut current: Option<Arc<SecretResource>> = None;
     loop {
         tokio::time::sleep(super::FILE_POLL).await;
