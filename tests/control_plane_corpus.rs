@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 /// Cases (of those Envoy accepts) courier must load: the count this
 /// repository reached, so that nothing that loads stops loading.
-const LOADED_AT_LEAST: usize = 92;
+const LOADED_AT_LEAST: usize = 95;
 
 /// One row of `MANIFEST.tsv`.
 struct Case {
@@ -49,7 +49,10 @@ fn manifest(dir: &Path) -> Vec<Case> {
 }
 
 /// The files the cases read relative to their working directory (the corpus
-/// README lists them): a CA certificate and two SDS `DiscoveryResponse` files.
+/// README lists them): a CA certificate and two SDS `DiscoveryResponse` files;
+/// and the two SDS files Contour's bootstrap names under its
+/// `--resources-dir` (Contour writes them beside the bootstrap), which
+/// courier's `--mode validate` reads as Envoy's requires them to exist.
 fn stand_ins(dir: &Path) {
     let ca = TestCa::new("control-plane corpus CA");
     let leaf = ca.leaf(&["xds.example.com"]);
@@ -84,6 +87,29 @@ fn stand_ins(dir: &Path) {
         sds.join("xds-trusted-ca.json"),
         secret(
             "xds_trusted_ca",
+            serde_json::json!({"validation_context": {
+                "trusted_ca": {"inline_string": ca.pem.cert},
+            }}),
+        ),
+    )
+    .unwrap();
+    let contour = dir.join("resources/sds");
+    std::fs::create_dir_all(&contour).unwrap();
+    std::fs::write(
+        contour.join("xds-tls-certificate.json"),
+        secret(
+            "contour_xds_tls_certificate",
+            serde_json::json!({"tls_certificate": {
+                "certificate_chain": {"inline_string": leaf.cert},
+                "private_key": {"inline_string": leaf.key},
+            }}),
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        contour.join("xds-validation-context.json"),
+        secret(
+            "contour_xds_tls_validation_context",
             serde_json::json!({"validation_context": {
                 "trusted_ca": {"inline_string": ca.pem.cert},
             }}),

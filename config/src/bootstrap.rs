@@ -168,6 +168,11 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         &root.field("bootstrap_extensions"),
         ctx,
     );
+    // SDS subscriptions identify the node (Envoy refuses them without one).
+    let (id_given, cluster_given) = ctx.node_overrides();
+    ctx.set_node_complete(
+        (id_given || !node.id.is_empty()) && (cluster_given || !node.cluster.is_empty()),
+    );
     // Secrets first: clusters' and listeners' TLS contexts may name them.
     let secrets = crate::tls::secrets::translate(&statics.secrets, &sr.field("secrets"), ctx);
     ctx.set_static_secrets(Arc::new(secrets));

@@ -14,6 +14,8 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.config.core.v3.ConfigSource",
         &[
             "path_config_source",
+            // The deprecated form: served for SDS, refused elsewhere with its path.
+            "path",
             "api_config_source",
             "ads",
             "self",

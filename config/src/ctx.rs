@@ -10,6 +10,9 @@ pub struct Ctx {
     re2_limits: crate::re2_program::Limits,
     static_clusters: Option<std::sync::Arc<std::collections::HashSet<String>>>,
     static_secrets: Option<std::sync::Arc<crate::tls::secrets::StaticSecrets>>,
+    node_complete: Option<bool>,
+    /// `--service-node` / `--service-cluster` given (they fill the node later).
+    node_overrides: (bool, bool),
 }
 
 impl Default for Ctx {
@@ -19,6 +22,8 @@ impl Default for Ctx {
             re2_limits: crate::re2_program::process_limits(),
             static_clusters: None,
             static_secrets: None,
+            node_complete: None,
+            node_overrides: (false, false),
         }
     }
 }
@@ -76,6 +81,29 @@ impl Ctx {
     /// The static secrets, when this config may name them.
     pub(crate) fn static_secrets(&self) -> Option<&crate::tls::secrets::StaticSecrets> {
         self.static_secrets.as_deref()
+    }
+
+    /// Declares that `--service-node` (`id`) and `--service-cluster`
+    /// (`cluster`) fill the node after translation.
+    pub(crate) fn set_node_overrides(&mut self, id: bool, cluster: bool) {
+        self.node_overrides = (id, cluster);
+    }
+
+    /// What [`Self::set_node_overrides`] declared.
+    pub(crate) fn node_overrides(&self) -> (bool, bool) {
+        self.node_overrides
+    }
+
+    /// Declares whether the bootstrap's node has an `id` and a `cluster`
+    /// (after `--service-node` / `--service-cluster`), which SDS needs.
+    pub(crate) fn set_node_complete(&mut self, complete: bool) {
+        self.node_complete = Some(complete);
+    }
+
+    /// Whether the node has an `id` and a `cluster`; `None` when not known
+    /// (an xDS resource).
+    pub(crate) fn node_complete(&self) -> Option<bool> {
+        self.node_complete
     }
 
     /// `Some(true/false)` when the cluster set is known, `None` when it cannot be told.

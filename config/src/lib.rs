@@ -66,6 +66,10 @@ pub struct LoadOptions {
 pub fn load_bootstrap(opts: &LoadOptions) -> Result<Bootstrap, ConfigError> {
     let proto = load_bootstrap_proto(opts)?;
     let mut ctx = Ctx::new();
+    ctx.set_node_overrides(
+        opts.service_node.as_ref().is_some_and(|s| !s.is_empty()),
+        opts.service_cluster.as_ref().is_some_and(|s| !s.is_empty()),
+    );
     let mut bootstrap = bootstrap_from_proto(&proto, &mut ctx);
     resource::check_path_sources(&bootstrap, &mut ctx);
     if let Some(id) = &opts.service_node {

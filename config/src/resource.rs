@@ -15,6 +15,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster as ClusterProto;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment as ClaProto;
 use envoy_types::pb::envoy::config::listener::v3::Listener as ListenerProto;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration as RouteProto;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret as SecretProto;
 use envoy_types::pb::envoy::service::discovery::v3::DiscoveryResponse;
 use envoy_types::pb::envoy::service::runtime::v3::Runtime as RuntimeProto;
 use envoy_types::pb::google::protobuf::Any;
@@ -34,6 +35,8 @@ pub enum Resource {
     LoadAssignment(LoadAssignment),
     /// RTDS: one runtime layer's values.
     Runtime(crate::runtime::RtdsValues),
+    /// SDS: a certificate or a validation context.
+    Secret(std::sync::Arc<crate::tls::sds::SecretResource>),
 }
 
 impl Resource {
@@ -45,6 +48,7 @@ impl Resource {
             Resource::Cluster(c) => &c.name,
             Resource::LoadAssignment(a) => &a.cluster_name,
             Resource::Runtime(r) => &r.name,
+            Resource::Secret(s) => &s.name,
         }
     }
 }
@@ -68,6 +72,10 @@ pub fn translate(any: &Any, ctx: &mut Ctx) -> Option<Resource> {
     } else if url == RuntimeProto::type_url() {
         let m = decode::<RuntimeProto>(any, ctx)?;
         crate::runtime::rtds_resource(&m, &root, ctx).map(Resource::Runtime)
+    } else if url == SecretProto::type_url() {
+        let m = decode::<SecretProto>(any, ctx)?;
+        crate::tls::sds::secret_resource(&m, &root, ctx)
+            .map(|s| Resource::Secret(std::sync::Arc::new(s)))
     } else {
         ctx.unsupported(&root, format!("resource type {url}"));
         None

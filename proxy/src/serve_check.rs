@@ -37,6 +37,49 @@ pub fn check(bootstrap: &Bootstrap) -> Result<(), Vec<String>> {
     for (i, c) in bootstrap.clusters.iter().enumerate() {
         cluster(c, &format!("static_resources.clusters[{i}]"), &mut problems);
     }
+    // SDS over ADS needs the ADS stream.
+    let has_ads = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .is_some_and(|d| d.ads_config.is_some());
+    if !has_ads {
+        let mut sds_over_ads = |common: &courier_config::tls::CommonTls, at: String| {
+            if common.sds.as_ref().is_some_and(|s| {
+                s.secrets()
+                    .any(|(_, secret)| secret.source.kind == ConfigSourceKind::Ads)
+            }) {
+                problems.push(format!(
+                    "{at}: SDS over ads needs dynamic_resources.ads_config"
+                ));
+            }
+        };
+        for (i, c) in bootstrap.clusters.iter().enumerate() {
+            let at = format!("static_resources.clusters[{i}]");
+            if let Some(t) = &c.tls {
+                sds_over_ads(&t.common, format!("{at}.transport_socket"));
+            }
+            for (j, m) in c.transport_socket_matches.iter().enumerate() {
+                if let Some(t) = &m.tls {
+                    sds_over_ads(
+                        &t.common,
+                        format!("{at}.transport_socket_matches[{j}].transport_socket"),
+                    );
+                }
+            }
+        }
+        for (i, l) in bootstrap.listeners.iter().enumerate() {
+            for (j, fc) in l.all_filter_chains().enumerate() {
+                if let Some(t) = &fc.tls {
+                    sds_over_ads(
+                        &t.common,
+                        format!(
+                            "static_resources.listeners[{i}].filter_chains[{j}].transport_socket"
+                        ),
+                    );
+                }
+            }
+        }
+    }
     for (i, l) in bootstrap.listeners.iter().enumerate() {
         listener(
             l,

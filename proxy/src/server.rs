@@ -167,6 +167,13 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         let _enter = runtime.enter();
         crate::xds::start(&bootstrap, &snapshot, &clusters, &registry, &runtime_layers)?
     };
+    // SDS: the secrets the listeners' and clusters' TLS contexts name (their
+    // streams and file watches run once the main loop below runs).
+    let sds = !crate::tls::sds::registry().all().is_empty();
+    {
+        let _enter = runtime.enter();
+        crate::xds::start_sds(&bootstrap, &clusters, xds.as_ref());
+    }
 
     // One chain per connection manager, shared by every worker (the filters' caches are
     // lock-free).
@@ -227,8 +234,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         }
     }
 
-    // With xDS, `/ready` says LIVE once the initial resources are in (or timed out).
-    let initial = if xds.is_some() {
+    // With xDS or SDS, `/ready` says LIVE once the initial resources and
+    // secrets are in (or timed out).
+    let initial = if xds.is_some() || sds {
         State::Initializing
     } else {
         State::Live
@@ -272,24 +280,32 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         tokio::spawn(crate::heap_trim::release_after_parks());
         crate::upstream::outlier::spawn(&clusters, clusters.outlier_event_log());
         crate::upstream::health_check::spawn(&clusters);
-        if let Some(x) = &xds {
-            let (handle, timeout) = (x.client.handle(), x.initial_fetch_timeout);
+        if xds.is_some() || sds {
+            let xds_wait = xds
+                .as_ref()
+                .map(|x| (x.client.handle(), x.initial_fetch_timeout));
             let shared = Arc::clone(&shared);
             tokio::spawn(async move {
-                // The initial resources, then the listeners they brought
-                // warm (routes, filters' start-up fetches), within one timeout.
-                let initial = async {
-                    let fetched = handle.initial_fetch(None).await;
-                    shared.listeners.warmed().await;
-                    fetched
-                };
-                let done = match timeout {
-                    Some(t) => tokio::time::timeout(t, initial).await.unwrap_or(false),
-                    None => initial.await,
-                };
-                if !done {
-                    tracing::warn!("xDS initial fetch timed out; serving what arrived");
+                if let Some((handle, timeout)) = xds_wait {
+                    // The initial resources, then the listeners they brought
+                    // warm (routes, secrets, filters' start-up fetches),
+                    // within one timeout.
+                    let initial = async {
+                        let fetched = handle.initial_fetch(None).await;
+                        shared.listeners.warmed().await;
+                        fetched
+                    };
+                    let done = match timeout {
+                        Some(t) => tokio::time::timeout(t, initial).await.unwrap_or(false),
+                        None => initial.await,
+                    };
+                    if !done {
+                        tracing::warn!("xDS initial fetch timed out; serving what arrived");
+                    }
                 }
+                // The secrets, each within its own source's
+                // `initial_fetch_timeout` (Envoy's SDS init targets).
+                crate::xds::sds::warmed().await;
                 if shared.state() == State::Initializing {
                     shared.set_state(State::Live);
                 }

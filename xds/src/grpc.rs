@@ -12,6 +12,7 @@ use envoy_types::pb::envoy::service::endpoint::v3::endpoint_discovery_service_cl
 use envoy_types::pb::envoy::service::listener::v3::listener_discovery_service_client::ListenerDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::route::v3::route_discovery_service_client::RouteDiscoveryServiceClient;
 use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_client::RuntimeDiscoveryServiceClient;
+use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_client::SecretDiscoveryServiceClient;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
@@ -134,6 +135,12 @@ pub(crate) async fn open_sotw(
                 .stream_runtime(req)
                 .await
         }
+        Rpc::Type(ResourceType::Secret) => {
+            SecretDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .stream_secrets(req)
+                .await
+        }
     }?;
     Ok(resp.into_inner())
 }
@@ -181,6 +188,12 @@ pub(crate) async fn open_delta(
             RuntimeDiscoveryServiceClient::new(channel)
                 .max_decoding_message_size(MAX_MESSAGE)
                 .delta_runtime(req)
+                .await
+        }
+        Rpc::Type(ResourceType::Secret) => {
+            SecretDiscoveryServiceClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE)
+                .delta_secrets(req)
                 .await
         }
     }?;

@@ -50,7 +50,7 @@ impl Interest {
 /// Interest of every type, with a change signal the streams wait on.
 #[derive(Debug)]
 pub(crate) struct Interests {
-    types: [ArcSwap<Interest>; 5],
+    types: [ArcSwap<Interest>; 6],
     changed: watch::Sender<u64>,
 }
 

@@ -4,6 +4,7 @@ use envoy_types::pb::envoy::config::cluster::v3::Cluster;
 use envoy_types::pb::envoy::config::endpoint::v3::ClusterLoadAssignment;
 use envoy_types::pb::envoy::config::listener::v3::Listener;
 use envoy_types::pb::envoy::config::route::v3::RouteConfiguration;
+use envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret;
 use envoy_types::pb::envoy::service::runtime::v3::Runtime;
 use prost::{Message, Name};
 
@@ -20,16 +21,19 @@ pub enum ResourceType {
     Endpoints,
     /// RTDS: `envoy.service.runtime.v3.Runtime` (one runtime layer's values).
     Runtime,
+    /// SDS: `envoy.extensions.transport_sockets.tls.v3.Secret`.
+    Secret,
 }
 
 impl ResourceType {
-    /// All types, in make-before-break order (CDS, EDS, LDS, RDS), then RTDS.
-    pub const ALL: [ResourceType; 5] = [
+    /// All types, in make-before-break order (CDS, EDS, LDS, RDS), then RTDS, SDS.
+    pub const ALL: [ResourceType; 6] = [
         ResourceType::Cluster,
         ResourceType::Endpoints,
         ResourceType::Listener,
         ResourceType::RouteConfig,
         ResourceType::Runtime,
+        ResourceType::Secret,
     ];
 
     /// The v3 type URL.
@@ -40,6 +44,7 @@ impl ResourceType {
             ResourceType::Cluster => Cluster::type_url(),
             ResourceType::Endpoints => ClusterLoadAssignment::type_url(),
             ResourceType::Runtime => Runtime::type_url(),
+            ResourceType::Secret => Secret::type_url(),
         }
     }
 
@@ -56,6 +61,7 @@ impl ResourceType {
             ResourceType::Cluster => "Cluster",
             ResourceType::Endpoints => "ClusterLoadAssignment",
             ResourceType::Runtime => "Runtime",
+            ResourceType::Secret => "Secret",
         }
     }
 
@@ -88,6 +94,7 @@ impl ResourceType {
             ResourceType::Listener => 2,
             ResourceType::RouteConfig => 3,
             ResourceType::Runtime => 4,
+            ResourceType::Secret => 5,
         }
     }
 
@@ -100,6 +107,7 @@ impl ResourceType {
             ResourceType::Cluster => Cluster::decode(bytes).ok()?.name,
             ResourceType::Endpoints => ClusterLoadAssignment::decode(bytes).ok()?.cluster_name,
             ResourceType::Runtime => Runtime::decode(bytes).ok()?.name,
+            ResourceType::Secret => Secret::decode(bytes).ok()?.name,
         };
         (!name.is_empty()).then_some(name)
     }

@@ -57,6 +57,7 @@ fn path(t: ResourceType) -> &'static str {
         ResourceType::Cluster => "/v3/discovery:clusters",
         ResourceType::Endpoints => "/v3/discovery:endpoints",
         ResourceType::Runtime => "/v3/discovery:runtime",
+        ResourceType::Secret => "/v3/discovery:secrets",
     }
 }
 

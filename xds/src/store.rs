@@ -94,8 +94,8 @@ impl Counters {
 /// Per-type state, read lock-free (admin) and written by the client only.
 #[derive(Debug)]
 pub struct Store {
-    types: [ArcSwap<TypeState>; 5],
-    counters: [Counters; 5],
+    types: [ArcSwap<TypeState>; 6],
+    counters: [Counters; 6],
     /// Ticks on every change (waiters for the initial fetch).
     changed: watch::Sender<u64>,
 }

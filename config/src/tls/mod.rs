@@ -5,7 +5,10 @@
 //! versions are refused, as are the BoringSSL-specific knobs (cipher suites, curves).
 
 mod pem;
+pub mod sds;
 pub(crate) mod secrets;
+
+pub use sds::{SdsSecret, SdsValidation, SecretKind, TlsSds};
 
 use crate::ctx::Ctx;
 use crate::extensions::{DOWNSTREAM_TLS, UPSTREAM_TLS};
@@ -58,9 +61,9 @@ pub(crate) const SUPPORT: &[Support] = &[
         ],
     ),
     (
-        // `sds_config` (secrets from an SDS server or file) is refused by its absence.
+        // `sds_resource_locator` (xDS-TP) is refused by its absence.
         "envoy.extensions.transport_sockets.tls.v3.SdsSecretConfig",
-        &["name"],
+        &["name", "sds_config"],
     ),
     (
         // Session ticket keys and generic secrets are refused by their absence.
@@ -159,6 +162,16 @@ pub struct CommonTls {
     pub min_version: TlsVersion,
     /// Highest version offered.
     pub max_version: TlsVersion,
+    /// Certificates and a validation context from SDS, resolved by the data
+    /// plane when the secrets arrive; `None` when nothing comes from SDS.
+    pub sds: Option<Arc<TlsSds>>,
+}
+
+impl CommonTls {
+    /// Whether the context names a validation context from SDS.
+    pub fn has_sds_validation(&self) -> bool {
+        self.sds.as_ref().is_some_and(|s| s.validation.is_some())
+    }
 }
 
 /// A validated downstream TLS context (TLS termination on a filter chain).
@@ -230,15 +243,19 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     let (certificates, common) = common(ctc, Side::Downstream, &cp, ctx);
     let require_client_certificate =
         crate::core::bool_or(dtc.require_client_certificate.as_ref(), false);
-    if require_client_certificate && common.as_ref().is_some_and(|c| c.validation.is_none()) {
+    if require_client_certificate
+        && common
+            .as_ref()
+            .is_some_and(|c| c.validation.is_none() && !c.has_sds_validation())
+    {
         // Envoy then asks for any certificate and checks nothing; courier needs a CA.
         ctx.unsupported(
             &tp.field("require_client_certificate"),
             "require_client_certificate without validation_context.trusted_ca",
         );
     }
-    // Envoy: "No TLS certificates found for server context". (SDS certificates
-    // are refused by the support table; a bad certificate has its own error.)
+    // Envoy: "No TLS certificates found for server context". (A bad
+    // certificate has its own error.)
     if ctc.tls_certificates.is_empty() && ctc.tls_certificate_sds_secret_configs.is_empty() {
         ctx.error(
             &cp.field("tls_certificates"),
@@ -246,7 +263,11 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
         );
     }
     let common = common?;
-    if certificates.is_empty() {
+    let from_sds = common
+        .sds
+        .as_ref()
+        .is_some_and(|s| !s.certificates.is_empty());
+    if certificates.is_empty() && !from_sds {
         return None;
     }
     // `session_ticket_keys` and `session_timeout` are refused by the support table:
@@ -376,6 +397,7 @@ fn common(
     let cp = path.field("tls_certificates");
     let sp = path.field("tls_certificate_sds_secret_configs");
     let mut certificates = Vec::new();
+    let mut from_sds = TlsSds::default();
     // Inline certificates (`Ok`), then those named by secret (`Err`), count as
     // one list.
     let inline = c.tls_certificates.iter().map(Ok);
@@ -395,19 +417,45 @@ fn common(
         }
         let certificate = match tc {
             Ok(tc) => tls_certificate(tc, &p, ctx),
-            Err(sds) => secrets::certificate(sds, &p, ctx),
+            Err(secret) => match &secret.sds_config {
+                Some(cs) => {
+                    if let Some(r) = sds::reference(secret, cs, SecretKind::Certificate, &p, ctx) {
+                        from_sds.certificates.push((certificates.len(), r));
+                    }
+                    None
+                }
+                None => secrets::certificate(secret, &p, ctx),
+            },
         };
         certificates.extend(certificate);
     }
     let validation = match &c.validation_context_type {
         Some(V::ValidationContext(v)) => validation(v, &path.field("validation_context"), ctx),
-        Some(V::ValidationContextSdsSecretConfig(sds)) => secrets::validation(
-            sds,
-            &path.field("validation_context_sds_secret_config"),
-            ctx,
-        ),
+        Some(V::ValidationContextSdsSecretConfig(secret)) => {
+            let vp = path.field("validation_context_sds_secret_config");
+            match &secret.sds_config {
+                Some(cs) => match sds::reference(secret, cs, SecretKind::Validation, &vp, ctx) {
+                    Some(r) => {
+                        from_sds.validation = Some(SdsValidation {
+                            secret: r,
+                            default: None,
+                        });
+                        Ok(None)
+                    }
+                    None => Err(()),
+                },
+                None => secrets::validation(secret, &vp, ctx),
+            }
+        }
         Some(V::CombinedValidationContext(cvc)) => {
-            secrets::combined(cvc, &path.field("combined_validation_context"), ctx)
+            match secrets::combined(cvc, &path.field("combined_validation_context"), ctx) {
+                Ok(secrets::Combined::Static(v)) => Ok(v),
+                Ok(secrets::Combined::Sds(v)) => {
+                    from_sds.validation = Some(v);
+                    Ok(None)
+                }
+                Err(()) => Err(()),
+            }
         }
         // The certificate-provider forms are refused by the support table.
         _ => Ok(None),
@@ -428,6 +476,7 @@ fn common(
             alpn_protocols,
             min_version,
             max_version,
+            sds: sds::shared(from_sds),
         }),
         _ => None,
     };
@@ -611,6 +660,8 @@ fn versions(
     (min, max)
 }
 
+#[cfg(test)]
+mod sds_tests;
 #[cfg(test)]
 mod test_pem;
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `static_resources.secrets`, and TLS contexts that name them
 //! (`tls_certificate_sds_secret_configs`, `validation_context_sds_secret_config`
-//! without an `sds_config`).
+//! without an `sds_config`; those with one are SDS references, [`super::sds`]).
 //!
 //! As in Envoy's secret manager, static secrets are kept per kind: a
 //! certificate and a validation context may share a name, and a reference finds
@@ -81,7 +81,7 @@ pub(crate) fn translate(list: &[pb::Secret], path: &Path<'_>, ctx: &mut Ctx) -> 
 }
 
 /// The certificate a `tls_certificate_sds_secret_configs` entry (at `path`)
-/// names. An entry with an `sds_config` is refused by the support table.
+/// names (one without an `sds_config`).
 pub(super) fn certificate(
     sds: &pb::SdsSecretConfig,
     path: &Path<'_>,
@@ -135,16 +135,25 @@ pub(super) fn validation(
     }
 }
 
+/// What a `combined_validation_context` resolves to.
+pub(super) enum Combined {
+    /// Its secret is static: the merged context (`None`: nothing to verify).
+    Static(Option<CertificateValidation>),
+    /// Its secret comes from SDS: merged when it arrives.
+    Sds(super::SdsValidation),
+}
+
 /// A `combined_validation_context`: its `default_validation_context` merged
-/// with the static secret its `validation_context_sds_secret_config` names, as
+/// with the secret its `validation_context_sds_secret_config` names, as
 /// Envoy merges them (the default, then the secret's fields over it: the
 /// secret's `trusted_ca` replaces the default's, SAN matchers add up, the
-/// default's first); the merged context is then checked as one.
+/// default's first); the merged context is then checked as one. A secret from
+/// SDS is merged by the data plane when it arrives.
 pub(super) fn combined(
     cvc: &pb::common_tls_context::CombinedCertificateValidationContext,
     path: &Path<'_>,
     ctx: &mut Ctx,
-) -> Result<Option<CertificateValidation>, ()> {
+) -> Result<Combined, ()> {
     let dp = path.field("default_validation_context");
     let sp = path.field("validation_context_sds_secret_config");
     // PGV: both are required.
@@ -157,6 +166,17 @@ pub(super) fn combined(
         return Err(());
     };
     let (default_ca, mut san_matchers) = super::validation_fields(default, &dp, ctx)?;
+    if let Some(cs) = &sds.sds_config {
+        let secret =
+            super::sds::reference(sds, cs, super::SecretKind::Validation, &sp, ctx).ok_or(())?;
+        return Ok(Combined::Sds(super::SdsValidation {
+            secret,
+            default: Some(super::sds::ValidationFields {
+                trusted_ca: default_ca,
+                san_matchers,
+            }),
+        }));
+    }
     let secret = validation(sds, &sp, ctx)?;
     let trusted_ca = match secret {
         Some(v) => {
@@ -165,5 +185,5 @@ pub(super) fn combined(
         }
         None => default_ca,
     };
-    super::checked_validation(trusted_ca, san_matchers, path, ctx)
+    super::checked_validation(trusted_ca, san_matchers, path, ctx).map(Combined::Static)
 }

@@ -320,6 +320,7 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     if let Some(x) = &shared.xds {
         crate::xds::samples(x, &mut samples);
     }
+    crate::xds::sds::samples(&mut samples);
     shared.runtime.samples(&mut samples);
     if let Some(d) = &shared.deferred_stats {
         d.hide_unused(&mut samples);

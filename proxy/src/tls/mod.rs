@@ -5,6 +5,7 @@
 mod cert_select;
 mod peer;
 pub(crate) mod san;
+pub mod sds;
 mod stream;
 
 pub use peer::peer_cert;
@@ -49,7 +50,14 @@ impl ChainTls {
 pub struct ServerConfigs {
     // The `Arc` kept here pins the allocation, so its address cannot be reused
     // by another context while the entry exists.
-    by_context: HashMap<usize, (Arc<DownstreamTls>, ChainTls)>,
+    by_context: HashMap<usize, (Arc<DownstreamTls>, Built)>,
+}
+
+/// One context's configs: built once, or rebuilt as its SDS secrets change.
+#[derive(Debug, Clone)]
+enum Built {
+    Static(ChainTls),
+    Sds(Arc<sds::DynamicServer>),
 }
 
 impl ServerConfigs {
@@ -61,8 +69,13 @@ impl ServerConfigs {
         for l in listeners {
             for (i, fc) in l.all_filter_chains().enumerate() {
                 let Some(tls) = &fc.tls else { continue };
-                let built = chain_tls(tls)
-                    .map_err(|e| format!("listener {} filter chain {i}: TLS: {e}", l.name))?;
+                let built =
+                    match sds::DynamicServer::new(Arc::clone(tls)) {
+                        Some(d) => Built::Sds(d),
+                        None => Built::Static(chain_tls(tls).map_err(|e| {
+                            format!("listener {} filter chain {i}: TLS: {e}", l.name)
+                        })?),
+                    };
                 by_context.insert(key(tls), (Arc::clone(tls), built));
             }
         }
@@ -71,10 +84,26 @@ impl ServerConfigs {
 
     /// The configs for `tls`: the prebuilt ones, or (for a context this table
     /// was not built with, as after a config update) new ones.
+    /// A context whose SDS secrets have not arrived gives `Err`
+    /// ([`sds::NOT_READY`]).
     pub fn get(&self, tls: &Arc<DownstreamTls>) -> Result<ChainTls, String> {
         match self.by_context.get(&key(tls)) {
-            Some((ctx, built)) if Arc::ptr_eq(ctx, tls) => Ok(built.clone()),
-            _ => chain_tls(tls),
+            Some((ctx, Built::Static(built))) if Arc::ptr_eq(ctx, tls) => Ok(built.clone()),
+            Some((ctx, Built::Sds(d))) if Arc::ptr_eq(ctx, tls) => d.current(),
+            _ => match sds::DynamicServer::new(Arc::clone(tls)) {
+                Some(d) => d.current(),
+                None => chain_tls(tls),
+            },
+        }
+    }
+
+    /// Waits until the SDS secrets of every context here had their first
+    /// answer or timed out (a listener warms until then, as in Envoy).
+    pub async fn warmed(&self) {
+        for (_, built) in self.by_context.values() {
+            if let Built::Sds(d) = built {
+                d.secrets().warmed().await;
+            }
         }
     }
 }

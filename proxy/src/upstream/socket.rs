@@ -60,6 +60,20 @@ impl Sockets {
                 count.get(),
             ));
         }
+        // Envoy's TLS socket factories (one per socket, sharing the
+        // cluster's scope): their SDS counters.
+        if self.tls.iter().any(Option::is_some) {
+            let (mut updates, mut not_ready) = (0, 0);
+            for t in self.tls.iter().flatten() {
+                let (u, n) = t.factory_counters();
+                updates += u;
+                not_ready += n;
+            }
+            let p = format!("cluster.{stat_name}.client_ssl_socket_factory");
+            out.push((format!("{p}.downstream_context_secrets_not_ready"), 0));
+            out.push((format!("{p}.ssl_context_update_by_sds"), updates));
+            out.push((format!("{p}.upstream_context_secrets_not_ready"), not_ready));
+        }
     }
 }
 

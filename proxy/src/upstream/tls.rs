@@ -37,9 +37,84 @@ use tokio_rustls::client::TlsStream;
 /// host's IP, so this bounds the number of hosts remembered per cluster.
 const SESSION_CACHE_NAMES: usize = 256;
 
-/// A cluster's TLS client side.
+/// A cluster's TLS client side: built once, or (a context naming SDS
+/// secrets) rebuilt whenever its secrets change, each handshake taking the
+/// one in force.
 #[derive(Debug, Clone)]
 pub struct UpstreamTlsContext {
+    inner: Inner,
+}
+
+#[derive(Debug, Clone)]
+enum Inner {
+    Static(Arc<Built>),
+    Sds(Arc<crate::tls::sds::DynamicUpstream<Built>>),
+}
+
+impl UpstreamTlsContext {
+    /// Builds the context of a cluster speaking `protocol` upstream.
+    pub fn new(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<Self, String> {
+        if let Some(d) =
+            crate::tls::sds::DynamicUpstream::new(tls.clone(), move |t| Built::new(t, protocol))
+        {
+            return Ok(Self {
+                inner: Inner::Sds(d),
+            });
+        }
+        Ok(Self {
+            inner: Inner::Static(Arc::new(Built::new(tls, protocol)?)),
+        })
+    }
+
+    /// The context in force: `Err` as Envoy's `NotReadySslSocket` before the
+    /// SDS secrets arrive.
+    fn built(&self) -> std::io::Result<Arc<Built>> {
+        match &self.inner {
+            Inner::Static(b) => Ok(Arc::clone(b)),
+            Inner::Sds(d) => d.current().ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::NotConnected, crate::tls::sds::NOT_READY)
+            }),
+        }
+    }
+
+    /// `(ssl_context_update_by_sds, upstream_context_secrets_not_ready)`:
+    /// Envoy's `client_ssl_socket_factory` counters (zero for a context
+    /// without SDS secrets).
+    pub fn factory_counters(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match &self.inner {
+            Inner::Static(_) => (0, 0),
+            Inner::Sds(d) => (d.updates.load(Relaxed), d.not_ready.load(Relaxed)),
+        }
+    }
+
+    /// Runs the TLS handshake over `tcp`, connected to `addr`; `auto`: the SNI
+    /// and SAN taken from the request that opens the connection.
+    pub async fn handshake(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+        auto: Option<&AutoName>,
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        self.built()?.handshake(tcp, addr, auto).await
+    }
+
+    /// [`Self::handshake`] offering only `alpn`: a health check of an
+    /// `auto_config` cluster speaks its own codec, so it must not let the
+    /// server pick another.
+    pub async fn handshake_offering(
+        &self,
+        tcp: TcpStream,
+        addr: SocketAddr,
+        alpn: &[u8],
+    ) -> std::io::Result<TlsStream<TcpStream>> {
+        self.built()?.handshake_offering(tcp, addr, alpn).await
+    }
+}
+
+/// One built TLS client context.
+#[derive(Debug)]
+pub struct Built {
     config: Arc<ClientConfig>,
     /// The configured server-certificate check, for connections whose SAN
     /// comes from the request ([`AutoName`]).
@@ -49,9 +124,8 @@ pub struct UpstreamTlsContext {
     sni: Option<ServerName<'static>>,
 }
 
-impl UpstreamTlsContext {
-    /// Builds the context of a cluster speaking `protocol` upstream.
-    pub fn new(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<Self, String> {
+impl Built {
+    fn new(tls: &UpstreamTls, protocol: UpstreamProtocol) -> Result<Self, String> {
         let provider = crate::tls::provider();
         let verifier = Arc::new(ServerVerifier::new(tls, &provider)?);
         let builder = ClientConfig::builder_with_provider(Arc::clone(&provider))
@@ -101,9 +175,7 @@ impl UpstreamTlsContext {
         })
     }
 
-    /// Runs the TLS handshake over `tcp`, connected to `addr`; `auto`: the SNI
-    /// and SAN taken from the request that opens the connection.
-    pub async fn handshake(
+    async fn handshake(
         &self,
         tcp: TcpStream,
         addr: SocketAddr,
@@ -143,11 +215,8 @@ impl UpstreamTlsContext {
     }
 }
 
-impl UpstreamTlsContext {
-    /// [`Self::handshake`] offering only `alpn`: a health check of an
-    /// `auto_config` cluster speaks its own codec, so it must not let the
-    /// server pick another.
-    pub async fn handshake_offering(
+impl Built {
+    async fn handshake_offering(
         &self,
         tcp: TcpStream,
         addr: SocketAddr,

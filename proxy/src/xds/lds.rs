@@ -60,7 +60,13 @@ type Init = std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>>;
 
 fn init_of(active: &Arc<ActiveListener>) -> Init {
     let filters = Arc::clone(&active.http_filters);
-    Box::pin(async move { filters.init_all().await })
+    let tls = Arc::clone(&active.tls);
+    Box::pin(async move {
+        let ok = filters.init_all().await;
+        // Its SDS secrets' first answers (or their initial_fetch_timeout).
+        tls.warmed().await;
+        ok
+    })
 }
 
 /// The RDS names of `l`'s connection managers, with the longest

@@ -10,6 +10,7 @@
 mod cds;
 mod dump;
 mod lds;
+pub mod sds;
 
 use crate::upstream::ClusterManager;
 use arc_swap::ArcSwap;
@@ -63,6 +64,7 @@ impl Consumer for Apply {
                 verdict
             }
             ResourceType::Listener => self.lds.listeners(u),
+            ResourceType::Secret => sds::apply_ads(u),
             ResourceType::Runtime => {
                 // Checked key by key when translated: what arrives here applies.
                 let upserts = u
@@ -419,6 +421,31 @@ pub fn start(
             name.to_string()
         })
         .collect();
+    // Secrets over ADS (the providers' names, now and as contexts naming
+    // new ones come) ride the ADS stream whenever the bootstrap has one.
+    let has_ads = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .is_some_and(|d| d.ads_config.is_some());
+    let ads_secrets: Vec<Arc<crate::tls::sds::SecretProvider>> = crate::tls::sds::registry()
+        .all()
+        .into_iter()
+        .filter(|p| p.source.kind == ConfigSourceKind::Ads)
+        .collect();
+    if has_ads {
+        sources.push((
+            ResourceType::Secret,
+            ConfigSource {
+                kind: ConfigSourceKind::Ads,
+                initial_fetch_timeout: ads_secrets
+                    .iter()
+                    .map(|p| p.source.initial_fetch_timeout)
+                    .try_fold(Duration::ZERO, |acc, t| t.map(|t| acc.max(t)))
+                    .map(|t| t.max(courier_config::config_source::DEFAULT_INITIAL_FETCH_TIMEOUT)),
+            },
+        ));
+    }
+    let sds_names: BTreeSet<String> = ads_secrets.iter().map(|p| p.name.clone()).collect();
     if sources.is_empty() {
         return Ok(None);
     }
@@ -479,6 +506,7 @@ pub fn start(
         ),
         (ResourceType::RouteConfig, Interest::Names(rds.clone())),
         (ResourceType::Runtime, Interest::Names(rtds)),
+        (ResourceType::Secret, Interest::Names(sds_names)),
     ];
     let lds = Arc::new(lds::Lds::new(
         Arc::clone(registry),
@@ -503,6 +531,26 @@ pub fn start(
     }))
 }
 
+/// Starts SDS: the subscriptions of the secret providers the bootstrap's
+/// listeners and clusters made, and of those later contexts make
+/// ([`sds::spawn`]). Call within the main thread's runtime, after [`start`].
+pub fn start_sds(bootstrap: &Bootstrap, clusters: &Arc<ClusterManager>, xds: Option<&Xds>) {
+    let has_ads = bootstrap
+        .dynamic_resources
+        .as_ref()
+        .is_some_and(|d| d.ads_config.is_some());
+    sds::spawn(
+        Arc::new(Clusters(Arc::clone(clusters))),
+        Node {
+            id: bootstrap.node.id.clone(),
+            cluster: bootstrap.node.cluster.clone(),
+            user_agent_name: "courier".into(),
+            ..Default::default()
+        },
+        xds.filter(|_| has_ads).map(|x| x.client.handle()),
+    );
+}
+
 /// The client's stats: `control_plane.connected_state`, and per type
 /// `update_attempt`, `update_success`, `update_rejected` (CDS and LDS under
 /// Envoy's `cluster_manager.cds.` and `listener_manager.lds.`; EDS and RDS,
@@ -521,6 +569,8 @@ pub fn samples(handle: &courier_xds::XdsHandle, out: &mut Vec<crate::stats::Samp
             ResourceType::Endpoints => "cluster_manager.eds",
             ResourceType::RouteConfig => "http.rds",
             ResourceType::Runtime => "runtime",
+            // Per secret: `sds::samples`.
+            ResourceType::Secret => continue,
         };
         if !handle.delivers(t) {
             continue;

@@ -27,6 +27,9 @@ use envoy_types::pb::envoy::service::discovery::v3::{
 use envoy_types::pb::envoy::service::runtime::v3::runtime_discovery_service_server::{
     RuntimeDiscoveryService, RuntimeDiscoveryServiceServer,
 };
+use envoy_types::pb::envoy::service::secret::v3::secret_discovery_service_server::{
+    SecretDiscoveryService, SecretDiscoveryServiceServer,
+};
 use envoy_types::pb::google::protobuf::Any;
 use http::Request;
 use hyper::body::Incoming;
@@ -238,6 +241,75 @@ impl RuntimeDiscoveryService for Cp {
     }
 }
 
+/// SDS on its own streams, as Envoy's `SdsApi` opens one per secret: each
+/// response carries the resources the stream names (Envoy refuses any other
+/// count than one), sent again on every change; the version is the control
+/// plane's.
+#[tonic::async_trait]
+impl SecretDiscoveryService for Cp {
+    type StreamSecretsStream = Out<DiscoveryResponse>;
+    type DeltaSecretsStream = Out<DeltaDiscoveryResponse>;
+
+    async fn stream_secrets(
+        &self,
+        request: tonic::Request<Streaming<DiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::StreamSecretsStream>, Status> {
+        let mut input = request.into_inner();
+        let (tx, rx) = mpsc::channel(16);
+        let (mut state, requests) = (self.state.clone(), self.requests.clone());
+        tokio::spawn(async move {
+            let mut names: Vec<String> = Vec::new();
+            let named = |cur: &(u64, Arc<Resources>), t: &str, names: &[String]| {
+                let mut r = sotw_response(cur, t);
+                r.resources = names
+                    .iter()
+                    .filter_map(|n| cur.1.get(t).and_then(|m| m.get(n)).cloned())
+                    .collect();
+                r
+            };
+            let t =
+                envoy_types::pb::envoy::extensions::transport_sockets::tls::v3::Secret::type_url();
+            loop {
+                tokio::select! {
+                    req = input.next() => {
+                        let Some(Ok(req)) = req else { return };
+                        record(&requests, req.node.as_ref().map(|n| n.id.as_str()),
+                            &format!("{}[{}]", req.type_url, req.resource_names.join(",")),
+                            req.error_detail.as_ref().map(|e| e.message.as_str()));
+                        if req.response_nonce.is_empty() {
+                            names = req.resource_names.clone();
+                            let cur = state.borrow().clone();
+                            let resp = named(&cur, &t, &names);
+                            if !resp.resources.is_empty() && tx.send(Ok(resp)).await.is_err() { return; }
+                        }
+                    }
+                    r = state.changed() => {
+                        if r.is_err() { return; }
+                        let cur = state.borrow().clone();
+                        let resp = named(&cur, &t, &names);
+                        if !resp.resources.is_empty() && tx.send(Ok(resp)).await.is_err() { return; }
+                    }
+                }
+            }
+        });
+        Ok(tonic::Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn delta_secrets(
+        &self,
+        request: tonic::Request<Streaming<DeltaDiscoveryRequest>>,
+    ) -> Result<tonic::Response<Self::DeltaSecretsStream>, Status> {
+        self.delta_aggregated_resources(request).await
+    }
+
+    async fn fetch_secrets(
+        &self,
+        _request: tonic::Request<DiscoveryRequest>,
+    ) -> Result<tonic::Response<DiscoveryResponse>, Status> {
+        Err(Status::unimplemented("REST-style fetch"))
+    }
+}
+
 pub struct ControlPlane {
     pub addr: SocketAddr,
     pub state: watch::Sender<(u64, Arc<Resources>)>,
@@ -304,6 +376,7 @@ impl ControlPlane {
             requests: self.req_tx.clone(),
         };
         let rtds = RuntimeDiscoveryServiceServer::new(inner.clone());
+        let sds = SecretDiscoveryServiceServer::new(inner.clone());
         let cp = AggregatedDiscoveryServiceServer::new(inner);
         let conns = Arc::clone(&self.tasks);
         let tls = self.tls.clone();
@@ -312,9 +385,9 @@ impl ControlPlane {
                 let Ok((s, _)) = l.accept().await else {
                     continue;
                 };
-                let (cp, rtds) = (cp.clone(), rtds.clone());
+                let (cp, rtds, sds) = (cp.clone(), rtds.clone(), sds.clone());
                 let service = service_fn(move |req: Request<Incoming>| {
-                    let (mut cp, mut rtds) = (cp.clone(), rtds.clone());
+                    let (mut cp, mut rtds, mut sds) = (cp.clone(), rtds.clone(), sds.clone());
                     async move {
                         if req
                             .uri()
@@ -322,6 +395,12 @@ impl ControlPlane {
                             .starts_with("/envoy.service.runtime.v3.RuntimeDiscoveryService/")
                         {
                             rtds.call(req).await
+                        } else if req
+                            .uri()
+                            .path()
+                            .starts_with("/envoy.service.secret.v3.SecretDiscoveryService/")
+                        {
+                            sds.call(req).await
                         } else {
                             cp.call(req).await
                         }
