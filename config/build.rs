@@ -76,6 +76,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
     "envoy.config.trace.v3.OpenTelemetryConfig",
     "envoy.config.trace.v3.ZipkinConfig",
+    "envoy.config.metrics.v3.StatsdSink",
+    "envoy.config.metrics.v3.MetricsServiceConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig",

@@ -30,6 +30,8 @@ pub(crate) const SUPPORT: &[Support] = &[
             "application_log_config",
             "stats_config",
             "tracing",
+            "stats_sinks",
+            "stats_flush_interval",
         ],
     ),
     (
@@ -144,6 +146,10 @@ pub struct Bootstrap {
     /// `tracing.http`: the tracer of connection managers whose `tracing` names
     /// no provider.
     pub tracing: Option<crate::tracing::Provider>,
+    /// `stats_sinks`: where counters and gauges go on every flush.
+    pub stats_sinks: Vec<crate::stats::sinks::StatsSink>,
+    /// `stats_flush_interval` (5 s when unset).
+    pub stats_flush_interval: std::time::Duration,
 }
 
 /// Translates a bootstrap, checking every field and every cross-reference.
@@ -263,6 +269,16 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     Bootstrap {
         stats: Arc::new(stats),
         tracing,
+        stats_sinks: crate::stats::sinks::translate(
+            &bs.stats_sinks,
+            &root.field("stats_sinks"),
+            ctx,
+        ),
+        stats_flush_interval: crate::stats::sinks::flush_interval(
+            bs.stats_flush_interval.as_ref(),
+            &root.field("stats_flush_interval"),
+            ctx,
+        ),
         node,
         admin,
         listeners,

@@ -44,6 +44,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::tracing::SUPPORT,
         crate::tracing::zipkin::SUPPORT,
         crate::stats::SUPPORT,
+        crate::stats::sinks::SUPPORT,
     ];
     let mut table: HashMap<&'static str, Vec<&'static str>> = HashMap::new();
     for (message, fields) in tables.iter().flat_map(|t| t.iter().copied()) {

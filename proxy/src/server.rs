@@ -280,6 +280,16 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         tokio::spawn(crate::heap_trim::release_after_parks());
         crate::upstream::outlier::spawn(&clusters, clusters.outlier_event_log());
         crate::upstream::health_check::spawn(&clusters);
+        {
+            let shared = Arc::clone(&shared);
+            crate::stats::sinks::spawn(
+                bootstrap.stats_sinks.clone(),
+                bootstrap.stats_flush_interval,
+                courier_node(&bootstrap),
+                Arc::clone(&clusters),
+                move || crate::admin::samples(&shared),
+            );
+        }
         if xds.is_some() || sds {
             let xds_wait = xds
                 .as_ref()
@@ -367,5 +377,15 @@ async fn wait_for_shutdown(shared: &Shared) {
         _ = term.recv() => tracing::info!("SIGTERM"),
         _ = int.recv() => tracing::info!("SIGINT"),
         _ = shared.quit.notified() => tracing::info!("quitquitquit"),
+    }
+}
+
+/// The node as courier names itself to the services it streams to.
+fn courier_node(bootstrap: &Bootstrap) -> envoy_types::pb::envoy::config::core::v3::Node {
+    envoy_types::pb::envoy::config::core::v3::Node {
+        id: bootstrap.node.id.clone(),
+        cluster: bootstrap.node.cluster.clone(),
+        user_agent_name: "courier".into(),
+        ..Default::default()
     }
 }

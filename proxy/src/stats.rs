@@ -5,6 +5,7 @@ pub mod edge;
 pub mod h2_floods;
 pub mod names;
 pub mod prometheus;
+pub mod sinks;
 pub mod trace;
 
 use arc_swap::ArcSwap;

@@ -5,6 +5,7 @@
 
 mod defaults;
 mod ecma;
+pub mod sinks;
 mod tags;
 
 use crate::ctx::Ctx;

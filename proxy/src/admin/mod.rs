@@ -308,7 +308,7 @@ fn logging(query: &str, shared: &Shared) -> Response<Body> {
 }
 
 /// Every counter and gauge: the workers' and the HTTP filters', sorted by name.
-fn samples(shared: &Shared) -> Vec<stats::Sample> {
+pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     let mut samples = stats::collect(&shared.stats);
     shared.http_filters.samples(&mut samples);
     shared.listeners.samples(&mut samples);

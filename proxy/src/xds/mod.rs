@@ -160,6 +160,20 @@ fn config_sources_of(
         .collect()
 }
 
+/// A gRPC channel to `cluster` (one of its current hosts, over its TLS if it has
+/// one), as the xDS streams dial it: for courier's other long-lived streams.
+pub(crate) async fn grpc_channel(
+    clusters: &Arc<ClusterManager>,
+    cluster: &str,
+) -> Result<Channel, XdsError> {
+    ClusterConnector {
+        clusters: Arc::clone(clusters),
+        cluster: cluster.to_string(),
+    }
+    .connect()
+    .await
+}
+
 /// Reaches `envoy_grpc` clusters through their current hosts: HTTP/2, over the
 /// cluster's TLS (its `transport_socket`) when it has one.
 struct Clusters(Arc<ClusterManager>);
