@@ -46,6 +46,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.rbac.v3.RBACPerRoute",
     "envoy.extensions.filters.http.compressor.v3.Compressor",
     "envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
+    "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
     "envoy.extensions.compression.gzip.compressor.v3.Gzip",
     "envoy.extensions.compression.brotli.compressor.v3.Brotli",
     "envoy.extensions.compression.zstd.compressor.v3.Zstd",

@@ -28,6 +28,9 @@ pub const COMPRESSOR: &str =
 /// Per-route config of the compressor filter.
 pub const COMPRESSOR_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute";
+/// The local rate limit HTTP filter (also its per-route config).
+pub const LOCAL_RATELIMIT: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 /// The generic per-route wrapper (`is_optional`, `disabled`).
 pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 /// The HTTP connection manager network filter.

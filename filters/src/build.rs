@@ -7,6 +7,7 @@ use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::jwt_authn::jwks_cache::FetchStats;
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
+use crate::local_ratelimit::{LocalRateLimitFilter, StatsByPrefix};
 use crate::per_worker::PerWorker;
 use crate::rbac::{RbacFilter, RbacStats};
 use courier_config::filters::{HttpFilter as FilterConfig, HttpFilterConfig};
@@ -53,6 +54,12 @@ pub enum FilterStats {
         response_direction_set: bool,
         /// The counters, per worker.
         stats: Arc<PerWorker<CompressorStats>>,
+    },
+    /// local_ratelimit: `<stat_prefix>.http_local_rate_limit.<name>` for each stat prefix
+    /// the filter and its per-route configs use.
+    LocalRateLimit {
+        /// The counters by prefix.
+        stats: Arc<StatsByPrefix>,
     },
 }
 
@@ -102,6 +109,13 @@ pub fn build_chain_with(
                     library_name: c.library_name.clone(),
                     library: c.library.stats_prefix(),
                     response_direction_set: c.response_direction_set,
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::LocalRateLimit(c) => {
+                let filter = LocalRateLimitFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::LocalRateLimit {
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

@@ -8,6 +8,7 @@ pub mod chain;
 pub mod compressor;
 pub mod ext_authz;
 pub mod jwt_authn;
+pub mod local_ratelimit;
 pub mod per_worker;
 pub mod rbac;
 pub mod request;

@@ -5,6 +5,8 @@ pub mod compressor;
 pub mod ext_authz;
 pub mod http_uri;
 pub mod jwt_authn;
+pub mod local_ratelimit;
+pub mod rate_limit_actions;
 pub mod rbac;
 pub mod rbac_index;
 pub mod rbac_matcher;
@@ -19,6 +21,7 @@ use envoy_types::pb::envoy::config::route::v3 as route_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
+use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
@@ -28,6 +31,7 @@ pub use compressor::{Compressor, CompressorPerRoute};
 pub use ext_authz::{ExtAuthz, ExtAuthzPerRoute};
 pub use http_uri::HttpUri;
 pub use jwt_authn::{JwtAuthn, JwtPerRoute};
+pub use local_ratelimit::LocalRateLimit;
 pub use rbac::{RbacFilter, RbacPerRoute};
 pub use router::Router;
 
@@ -413,6 +417,75 @@ pub(crate) const SUPPORT: &[Support] = &[
         ALL,
     ),
     ("envoy.extensions.compression.zstd.compressor.v3.Zstd", ALL),
+    // local_ratelimit (filters/local_ratelimit/mod.rs says why `stage` and `vh_rate_limits`
+    // are accepted).
+    (
+        "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+        &[
+            "stat_prefix",
+            "status",
+            "token_bucket",
+            "filter_enabled",
+            "filter_enforced",
+            "descriptors",
+            "stage",
+            "enable_x_ratelimit_headers",
+            "vh_rate_limits",
+            "always_consume_default_token_bucket",
+            "rate_limited_as_resource_exhausted",
+            "rate_limits",
+            "max_dynamic_descriptors",
+        ],
+    ),
+    ("envoy.type.v3.TokenBucket", ALL),
+    (
+        "envoy.extensions.common.ratelimit.v3.LocalRateLimitDescriptor",
+        ALL,
+    ),
+    (
+        "envoy.extensions.common.ratelimit.v3.RateLimitDescriptor.Entry",
+        ALL,
+    ),
+    // Rate-limit actions (filters/rate_limit_actions.rs).
+    ("envoy.config.route.v3.RateLimit", &["actions"]),
+    (
+        "envoy.config.route.v3.RateLimit.Action",
+        &[
+            "destination_cluster",
+            "request_headers",
+            "remote_address",
+            "generic_key",
+            "header_value_match",
+            "query_parameter_value_match",
+            "masked_remote_address",
+            "remote_address_match",
+        ],
+    ),
+    (
+        "envoy.config.route.v3.RateLimit.Action.DestinationCluster",
+        ALL,
+    ),
+    ("envoy.config.route.v3.RateLimit.Action.RequestHeaders", ALL),
+    ("envoy.config.route.v3.RateLimit.Action.RemoteAddress", ALL),
+    ("envoy.config.route.v3.RateLimit.Action.GenericKey", ALL),
+    (
+        "envoy.config.route.v3.RateLimit.Action.HeaderValueMatch",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RateLimit.Action.QueryParameterValueMatch",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RateLimit.Action.MaskedRemoteAddress",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RateLimit.Action.RemoteAddressMatch",
+        ALL,
+    ),
+    ("envoy.type.matcher.v3.AddressMatcher", ALL),
+    ("xds.core.v3.CidrRange", ALL),
 ];
 
 /// A validated HTTP filter.
@@ -441,6 +514,8 @@ pub enum HttpFilterConfig {
     Rbac(Box<RbacFilter>),
     /// Response compression (gzip, brotli, zstd).
     Compressor(Box<Compressor>),
+    /// Local (in-process) rate limiting.
+    LocalRateLimit(Box<LocalRateLimit>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -465,6 +540,8 @@ pub enum PerRouteFilterConfig {
     Rbac(Box<RbacPerRoute>),
     /// compressor `CompressorPerRoute`.
     Compressor(CompressorPerRoute),
+    /// local_ratelimit `LocalRateLimit`.
+    LocalRateLimit(Box<LocalRateLimit>),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -506,6 +583,11 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::COMPRESSOR {
         let m = core::unpack::<compressor_pb::Compressor>(any, &tp, ctx)?;
         HttpFilterConfig::Compressor(Box::new(compressor::translate(&m, &tp, ctx)?))
+    } else if url == extensions::LOCAL_RATELIMIT {
+        let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
+        HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
+            &m, false, &tp, ctx,
+        )?))
     } else {
         let what = format!("HTTP filter {} ({})", f.name, type_name(url));
         if f.is_optional {
@@ -581,6 +663,11 @@ fn per_filter(
     } else if url == extensions::COMPRESSOR_PER_ROUTE {
         let m = core::unpack::<compressor_pb::CompressorPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::Compressor(compressor::per_route(&m, path, ctx)?)
+    } else if url == extensions::LOCAL_RATELIMIT {
+        let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, path, ctx)?;
+        PerRouteFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
+            &m, true, path, ctx,
+        )?))
     } else {
         ctx.unsupported(
             path,

@@ -29,7 +29,7 @@ pub use retry::{
     RetryOn, RetryPolicy,
 };
 pub use rewrite::RegexRewrite;
-pub use route_match::{PathMatch, QueryParameterMatcher, QueryTest, RouteMatch, RouteRequest};
+pub use route_match::{PathMatch, QueryParameterMatcher, query_parameter_matcher, QueryTest, RouteMatch, RouteRequest};
 pub use vhost::VirtualHost;
 
 use crate::ctx::Ctx;

@@ -325,6 +325,17 @@ impl HttpFilters {
                         add(format!("{p}request.{name}"), &stats.each(field));
                     }
                 }
+                FilterStats::LocalRateLimit { stats } => {
+                    // Envoy roots these at the filter's stat prefix (no `http.<hcm>.`).
+                    for (prefix, s) in stats.all() {
+                        let p = format!("{prefix}.http_local_rate_limit.");
+                        add(format!("{p}enabled"), &s.each(|s| &s.enabled));
+                        add(format!("{p}enforced"), &s.each(|s| &s.enforced));
+                        add(format!("{p}rate_limited"), &s.each(|s| &s.rate_limited));
+                        add(format!("{p}ok"), &s.each(|s| &s.ok));
+                        add(format!("{p}shadow_mode"), &s.each(|s| &s.shadow_mode));
+                    }
+                }
                 FilterStats::Rbac {
                     rules_stat_prefix,
                     shadow_rules_stat_prefix,
