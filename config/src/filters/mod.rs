@@ -585,9 +585,7 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
         HttpFilterConfig::Compressor(Box::new(compressor::translate(&m, &tp, ctx)?))
     } else if url == extensions::LOCAL_RATELIMIT {
         let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
-        HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
-            &m, false, &tp, ctx,
-        )?))
+        HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(&m, false, &tp, ctx)?))
     } else {
         let what = format!("HTTP filter {} ({})", f.name, type_name(url));
         if f.is_optional {

@@ -192,7 +192,10 @@ fn action(a: &pb::rate_limit::Action, path: &Path<'_>, ctx: &mut Ctx) -> Option<
                 return None;
             }
             if !h.default_value.is_empty() {
-                ctx.unsupported(&p.field("default_value"), "header_value_match default_value");
+                ctx.unsupported(
+                    &p.field("default_value"),
+                    "header_value_match default_value",
+                );
                 return None;
             }
             let hp = p.field("headers");
@@ -227,11 +230,7 @@ fn action(a: &pb::rate_limit::Action, path: &Path<'_>, ctx: &mut Ctx) -> Option<
             let qp = p.field("query_parameters");
             let mut query_parameters = Vec::with_capacity(q.query_parameters.len());
             for (i, m) in q.query_parameters.iter().enumerate() {
-                query_parameters.push(crate::route::query_parameter_matcher(
-                    m,
-                    &qp.index(i),
-                    ctx,
-                )?);
+                query_parameters.push(crate::route::query_parameter_matcher(m, &qp.index(i), ctx)?);
             }
             Action::QueryParameterValueMatch {
                 descriptor_key: or_default(&q.descriptor_key, "query_match"),
@@ -340,7 +339,11 @@ mod tests {
     #[test]
     fn formats_address_commands_and_literals() {
         let mut ctx = Ctx::new();
-        let f = format("ip=%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%%%", &Path::ROOT, &mut ctx);
+        let f = format(
+            "ip=%DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%%%",
+            &Path::ROOT,
+            &mut ctx,
+        );
         assert_eq!(
             f,
             Some(vec![

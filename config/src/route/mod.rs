@@ -29,7 +29,9 @@ pub use retry::{
     RetryOn, RetryPolicy,
 };
 pub use rewrite::RegexRewrite;
-pub use route_match::{PathMatch, QueryParameterMatcher, query_parameter_matcher, QueryTest, RouteMatch, RouteRequest};
+pub use route_match::{
+    PathMatch, QueryParameterMatcher, QueryTest, RouteMatch, RouteRequest, query_parameter_matcher,
+};
 pub use vhost::VirtualHost;
 
 use crate::ctx::Ctx;

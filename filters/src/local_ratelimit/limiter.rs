@@ -21,6 +21,9 @@ pub struct Outcome {
     pub bucket: Option<Arc<Bucket>>,
 }
 
+/// A dynamic descriptor's bucket and when it was last used.
+type Used = (Arc<Bucket>, Arc<AtomicU64>);
+
 /// A wildcard descriptor: each distinct request descriptor it matches gets a bucket, the
 /// least recently used ones dropped beyond `max` (Envoy's LRU of dynamic descriptors).
 #[derive(Debug)]
@@ -31,7 +34,7 @@ struct Dynamic {
     max: usize,
     /// Copy-on-write so lookups take no lock; a new request descriptor copies the map,
     /// which is bounded by `max`.
-    buckets: ArcSwap<HashMap<Entries, (Arc<Bucket>, Arc<AtomicU64>)>>,
+    buckets: ArcSwap<HashMap<Entries, Used>>,
     /// A use counter standing in for recency.
     clock: AtomicU64,
 }

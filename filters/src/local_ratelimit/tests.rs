@@ -1,10 +1,13 @@
 use super::*;
 use crate::chain::Verdict;
-use crate::test_support::{filter_config, head, per_route_config, plain_conn, reply, run_sync, state};
+use crate::test_support::{
+    filter_config, head, per_route_config, plain_conn, reply, run_sync, state,
+};
 use courier_config::filters::HttpFilterConfig;
 use std::time::Duration;
 
-const TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+const TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 
 fn filter(body: &str) -> LocalRateLimitFilter {
     let f = filter_config(&format!(
@@ -16,7 +19,11 @@ fn filter(body: &str) -> LocalRateLimitFilter {
     LocalRateLimitFilter::new(Arc::new(*c))
 }
 
-fn count(f: &LocalRateLimitFilter, prefix: &str, field: fn(&LocalRateLimitStats) -> &AtomicU64) -> u64 {
+fn count(
+    f: &LocalRateLimitFilter,
+    prefix: &str,
+    field: fn(&LocalRateLimitStats) -> &AtomicU64,
+) -> u64 {
     f.stats().get(prefix).sum(field)
 }
 
@@ -117,10 +124,16 @@ rate_limits:
     };
     // The header+query descriptor allows one; 10.0.0.1's address bucket two.
     assert!(go("/?user=alice", Some("one"), "10.0.0.1"));
-    assert!(!go("/?user=alice", Some("one"), "10.0.0.2"), "header+query bucket empty");
+    assert!(
+        !go("/?user=alice", Some("one"), "10.0.0.2"),
+        "header+query bucket empty"
+    );
     // Not the header: only the address descriptor applies.
     assert!(go("/?user=alice", Some("two"), "10.0.0.1"));
-    assert!(!go("/?user=bob", None, "10.0.0.1"), "10.0.0.1's bucket empty");
+    assert!(
+        !go("/?user=bob", None, "10.0.0.1"),
+        "10.0.0.1's bucket empty"
+    );
     // Another address has its own bucket.
     assert!(go("/", None, "10.0.0.3"));
     assert_eq!(count(&f, "route", |s| &s.rate_limited), 2);
@@ -168,7 +181,9 @@ fn masked_address_and_headers_actions_make_descriptors() {
     req.remote = "192.168.7.9".parse().unwrap();
     let d = descriptors::populate(policies, &req);
     let e = |v: &[(&str, &str)]| -> Vec<(String, String)> {
-        v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        v.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     };
     assert_eq!(
         d,
@@ -181,6 +196,9 @@ fn masked_address_and_headers_actions_make_descriptors() {
     let d = descriptors::populate(policies, &req);
     assert_eq!(
         d,
-        vec![e(&[("remote_address", "10.0.0.1")]), e(&[("header_match", "nope")])]
+        vec![
+            e(&[("remote_address", "10.0.0.1")]),
+            e(&[("header_match", "nope")])
+        ]
     );
 }

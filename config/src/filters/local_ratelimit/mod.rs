@@ -113,11 +113,17 @@ impl std::fmt::Debug for StateSlot {
     }
 }
 
-fn fraction(f: Option<&envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent>) -> Option<Fraction> {
+fn fraction(
+    f: Option<&envoy_types::pb::envoy::config::core::v3::RuntimeFractionalPercent>,
+) -> Option<Fraction> {
     f.map(|f| {
-        f.default_value
-            .as_ref()
-            .map_or(Fraction { numerator: 0, denominator: 100 }, Fraction::of)
+        f.default_value.as_ref().map_or(
+            Fraction {
+                numerator: 0,
+                denominator: 100,
+            },
+            Fraction::of,
+        )
     })
 }
 
@@ -141,7 +147,10 @@ fn bucket(tb: &type_pb::TokenBucket, path: &Path<'_>, ctx: &mut Ctx) -> Option<T
         Some(d) => core::duration(d, &fp, ctx)?,
     };
     if fill_interval < MIN_FILL_INTERVAL {
-        ctx.error(&fp, "local rate limit token bucket fill timer must be >= 50ms");
+        ctx.error(
+            &fp,
+            "local rate limit token bucket fill timer must be >= 50ms",
+        );
         ok = false;
     }
     ok.then_some(TokenBucket {
@@ -187,7 +196,10 @@ pub fn translate(
     let status = match m.status.as_ref().map(|s| s.code) {
         None => 429,
         Some(c) if !(100..=599).contains(&c) => {
-            ctx.error(&path.field("status").field("code"), format!("{c} is not an HTTP status"));
+            ctx.error(
+                &path.field("status").field("code"),
+                format!("{c} is not an HTTP status"),
+            );
             ok = false;
             429
         }
@@ -206,7 +218,10 @@ pub fn translate(
         let mut entries = Vec::with_capacity(d.entries.len());
         for (j, e) in d.entries.iter().enumerate() {
             if e.key.is_empty() {
-                ctx.error(&p.field("entries").index(j).field("key"), "must not be empty");
+                ctx.error(
+                    &p.field("entries").index(j).field("key"),
+                    "must not be empty",
+                );
                 ok = false;
             }
             entries.push((e.key.clone(), e.value.clone()));

@@ -1,9 +1,10 @@
 use super::*;
+use crate::filters::rate_limit_actions::{Action, FormatPart};
 use crate::filters::test_util::{errors, filter, per_route};
 use crate::filters::{HttpFilterConfig, PerRouteFilterConfig};
-use crate::filters::rate_limit_actions::{Action, FormatPart};
 
-const TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+const TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 
 fn route(body: &str) -> Result<LocalRateLimit, crate::error::ConfigError> {
     per_route(
@@ -72,17 +73,33 @@ rate_limits:
     assert!(c.descriptors[0].is_dynamic() && c.descriptors[0].shadow_mode);
     assert_eq!(c.descriptors[0].token_bucket.tokens_per_fill, 1);
     let actions = &c.rate_limits[0].actions;
-    assert!(matches!(&actions[0], Action::HeaderValueMatch { expect_match: false, headers, .. } if headers[0].name == "x-user"));
+    assert!(
+        matches!(&actions[0], Action::HeaderValueMatch { expect_match: false, headers, .. } if headers[0].name == "x-user")
+    );
     match &actions[1] {
-        Action::RemoteAddressMatch { descriptor_value, ranges: Some((r, false)), .. } => {
+        Action::RemoteAddressMatch {
+            descriptor_value,
+            ranges: Some((r, false)),
+            ..
+        } => {
             assert_eq!(descriptor_value, &[FormatPart::RemoteAddressWithoutPort]);
             assert_eq!(r[0].0.to_string(), "10.0.0.0/8");
         }
         other => panic!("{other:?}"),
     }
-    assert!(matches!(&actions[2], Action::QueryParameterValueMatch { descriptor_key, .. } if descriptor_key == "query_match"));
-    assert!(matches!(&actions[3], Action::MaskedRemoteAddress { v4_prefix_len: 16, v6_prefix_len: 128 }));
-    assert!(matches!(&actions[4], Action::GenericKey { descriptor_key, .. } if descriptor_key == "generic_key"));
+    assert!(
+        matches!(&actions[2], Action::QueryParameterValueMatch { descriptor_key, .. } if descriptor_key == "query_match")
+    );
+    assert!(matches!(
+        &actions[3],
+        Action::MaskedRemoteAddress {
+            v4_prefix_len: 16,
+            v6_prefix_len: 128
+        }
+    ));
+    assert!(
+        matches!(&actions[4], Action::GenericKey { descriptor_key, .. } if descriptor_key == "generic_key")
+    );
 }
 
 #[test]
@@ -93,12 +110,20 @@ fn refusals_carry_their_paths() {
         ["token_bucket: local rate limit token bucket must be set for per filter configs"]
     );
     // Envoy: "local rate limit token bucket fill timer must be >= 50ms".
-    let e = errors(route("stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 0.01s}\n"));
-    assert_eq!(e, ["token_bucket.fill_interval: local rate limit token bucket fill timer must be >= 50ms"]);
+    let e = errors(route(
+        "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 0.01s}\n",
+    ));
+    assert_eq!(
+        e,
+        ["token_bucket.fill_interval: local rate limit token bucket fill timer must be >= 50ms"]
+    );
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\ndescriptors:\n- {entries: [{key: a, value: b}], token_bucket: {max_tokens: 1, fill_interval: 1s}}\n- {entries: [{key: a, value: b}], token_bucket: {max_tokens: 2, fill_interval: 1s}}\n",
     ));
-    assert_eq!(e, ["descriptors[1]: duplicate descriptor in the local rate descriptor"]);
+    assert_eq!(
+        e,
+        ["descriptors[1]: duplicate descriptor in the local rate descriptor"]
+    );
     // Not served: refused where they are written.
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nresponse_headers_to_add: [{header: {key: a, value: b}}]\n",
@@ -107,7 +132,10 @@ fn refusals_carry_their_paths() {
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nlocal_rate_limit_per_downstream_connection: true\n",
     ));
-    assert!(e[0].starts_with("local_rate_limit_per_downstream_connection"), "{e:?}");
+    assert!(
+        e[0].starts_with("local_rate_limit_per_downstream_connection"),
+        "{e:?}"
+    );
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nfilter_enabled: {runtime_key: k, default_value: {numerator: 1}}\n",
     ));
@@ -115,9 +143,15 @@ fn refusals_carry_their_paths() {
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nrate_limits: [{actions: [{metadata: {descriptor_key: k, metadata_key: {key: a, path: [{key: b}]}}}]}]\n",
     ));
-    assert!(e[0].starts_with("rate_limits[0].actions[0].metadata"), "{e:?}");
+    assert!(
+        e[0].starts_with("rate_limits[0].actions[0].metadata"),
+        "{e:?}"
+    );
     let e = errors(route(
         "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nrate_limits: [{actions: [{remote_address_match: {descriptor_value: \"%REQ(x-a)%\"}}]}]\n",
     ));
-    assert!(e[0].starts_with("rate_limits[0].actions[0].remote_address_match.descriptor_value"), "{e:?}");
+    assert!(
+        e[0].starts_with("rate_limits[0].actions[0].remote_address_match.descriptor_value"),
+        "{e:?}"
+    );
 }
