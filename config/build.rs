@@ -47,6 +47,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.compressor.v3.Compressor",
     "envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
     "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
+    "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+    "envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
     "envoy.extensions.compression.gzip.compressor.v3.Gzip",
     "envoy.extensions.compression.brotli.compressor.v3.Brotli",
     "envoy.extensions.compression.zstd.compressor.v3.Zstd",

@@ -9,6 +9,7 @@ use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
 use crate::local_ratelimit::{LocalRateLimitFilter, StatsByPrefix};
 use crate::per_worker::PerWorker;
+use crate::ratelimit::{RateLimitHttpFilter, RateLimitTransport};
 use crate::rbac::{RbacFilter, RbacStats};
 use courier_config::filters::{HttpFilter as FilterConfig, HttpFilterConfig};
 use std::sync::Arc;
@@ -61,6 +62,11 @@ pub enum FilterStats {
         /// The counters by prefix.
         stats: Arc<StatsByPrefix>,
     },
+    /// ratelimit: `cluster.<route cluster>.ratelimit.<name>` (`denied` is `over_limit`).
+    RateLimit {
+        /// The outcomes per route cluster.
+        clusters: Arc<PerCluster>,
+    },
 }
 
 /// The chain for `filters` (in config order, the terminal router left out) and the
@@ -79,6 +85,17 @@ pub fn build_chain_with(
     filters: &[FilterConfig],
     fetcher: Option<Arc<dyn JwksFetcher>>,
     authz: Option<Arc<dyn AuthzTransport>>,
+) -> Result<(FilterChain, Vec<FilterStats>), String> {
+    build_chain_full(filters, fetcher, authz, None)
+}
+
+/// [`build_chain_with`] with `rls` carrying the global rate limit filter's calls (without
+/// one, a ratelimit filter fails the build).
+pub fn build_chain_full(
+    filters: &[FilterConfig],
+    fetcher: Option<Arc<dyn JwksFetcher>>,
+    authz: Option<Arc<dyn AuthzTransport>>,
+    rls: Option<Arc<dyn RateLimitTransport>>,
 ) -> Result<(FilterChain, Vec<FilterStats>), String> {
     let mut entries = Vec::new();
     let mut stats = Vec::new();
@@ -117,6 +134,19 @@ pub fn build_chain_with(
                 let filter = LocalRateLimitFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::LocalRateLimit {
                     stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::RateLimit(c) => {
+                let Some(transport) = rls.clone() else {
+                    return Err(format!(
+                        "HTTP filter {} (ratelimit) needs a rate limit transport",
+                        f.name
+                    ));
+                };
+                let filter = RateLimitHttpFilter::new(Arc::new((**c).clone()), transport);
+                stats.push(FilterStats::RateLimit {
+                    clusters: Arc::clone(filter.cluster_stats()),
                 });
                 Box::new(filter)
             }

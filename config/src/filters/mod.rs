@@ -7,6 +7,7 @@ pub mod http_uri;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod rate_limit_actions;
+pub mod ratelimit;
 pub mod rbac;
 pub mod rbac_index;
 pub mod rbac_matcher;
@@ -22,6 +23,7 @@ use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compres
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
+use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3 as rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
@@ -32,6 +34,7 @@ pub use ext_authz::{ExtAuthz, ExtAuthzPerRoute};
 pub use http_uri::HttpUri;
 pub use jwt_authn::{JwtAuthn, JwtPerRoute};
 pub use local_ratelimit::LocalRateLimit;
+pub use ratelimit::{RateLimitFilter, RateLimitPerRoute};
 pub use rbac::{RbacFilter, RbacPerRoute};
 pub use router::Router;
 
@@ -485,6 +488,31 @@ pub(crate) const SUPPORT: &[Support] = &[
         ALL,
     ),
     ("envoy.type.matcher.v3.AddressMatcher", ALL),
+    // ratelimit (filters/ratelimit.rs).
+    (
+        "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
+        &[
+            "domain",
+            "stage",
+            "request_type",
+            "timeout",
+            "failure_mode_deny",
+            "rate_limited_as_resource_exhausted",
+            "rate_limit_service",
+            "enable_x_ratelimit_headers",
+            "disable_x_envoy_ratelimited_header",
+            "rate_limited_status",
+            "rate_limits",
+        ],
+    ),
+    (
+        "envoy.config.ratelimit.v3.RateLimitServiceConfig",
+        &["grpc_service", "transport_api_version"],
+    ),
+    (
+        "envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",
+        &["rate_limits", "domain"],
+    ),
     ("xds.core.v3.CidrRange", ALL),
 ];
 
@@ -516,6 +544,8 @@ pub enum HttpFilterConfig {
     Compressor(Box<Compressor>),
     /// Local (in-process) rate limiting.
     LocalRateLimit(Box<LocalRateLimit>),
+    /// Global rate limiting through a rate limit service.
+    RateLimit(Box<RateLimitFilter>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -542,6 +572,8 @@ pub enum PerRouteFilterConfig {
     Compressor(CompressorPerRoute),
     /// local_ratelimit `LocalRateLimit`.
     LocalRateLimit(Box<LocalRateLimit>),
+    /// ratelimit `RateLimitPerRoute`.
+    RateLimit(RateLimitPerRoute),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -586,6 +618,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::LOCAL_RATELIMIT {
         let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(&m, false, &tp, ctx)?))
+    } else if url == extensions::RATELIMIT {
+        let m = core::unpack::<rl_pb::RateLimit>(any, &tp, ctx)?;
+        HttpFilterConfig::RateLimit(Box::new(ratelimit::translate(&m, &tp, ctx)?))
     } else {
         let what = format!("HTTP filter {} ({})", f.name, type_name(url));
         if f.is_optional {
@@ -666,6 +701,9 @@ fn per_filter(
         PerRouteFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
             &m, true, path, ctx,
         )?))
+    } else if url == extensions::RATELIMIT_PER_ROUTE {
+        let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)
     } else {
         ctx.unsupported(
             path,
