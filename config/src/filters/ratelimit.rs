@@ -3,7 +3,8 @@
 //!
 //! Served: `domain`, `stage`, `request_type`, `timeout` (20 ms by default),
 //! `failure_mode_deny`, `rate_limited_as_resource_exhausted`, `rate_limit_service` (an
-//! `envoy_grpc` cluster, transport API v3), `enable_x_ratelimit_headers`,
+//! `envoy_grpc` cluster, which need not exist yet, as Envoy's rate limit client skips that
+//! check; transport API v3 or unset), `enable_x_ratelimit_headers`,
 //! `disable_x_envoy_ratelimited_header`, `rate_limited_status` and the filter's own
 //! `rate_limits`; per route `domain` and `rate_limits`. `stage` only picks among route and
 //! virtual host `rate_limits`, which courier refuses at their own paths. Refused by the
@@ -106,10 +107,11 @@ pub fn translate(m: &pb::RateLimit, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ra
             None
         }
         Some(rls) => {
-            if rls.transport_api_version != core_pb::ApiVersion::V3 as i32 {
+            // Envoy 1.40 takes AUTO (unset) as v3 and refuses v2.
+            if rls.transport_api_version == core_pb::ApiVersion::V2 as i32 {
                 ctx.error(
                     &sp.field("transport_api_version"),
-                    "API versions other than v3 are not supported",
+                    "the v2 xDS major version has been removed and is no longer supported",
                 );
                 ok = false;
             }
@@ -119,7 +121,7 @@ pub fn translate(m: &pb::RateLimit, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ra
                     ctx.error(&gp, "is required");
                     None
                 }
-                Some(g) => config_source::grpc_service(g, &gp, ctx).and_then(|s| {
+                Some(g) => config_source::grpc_service_any_cluster(g, &gp, ctx).and_then(|s| {
                     if matches!(s.target, GrpcTarget::GoogleGrpc { .. }) {
                         ctx.unsupported(
                             &gp.field("google_grpc"),
@@ -176,3 +178,7 @@ pub fn per_route(
         rate_limits,
     })
 }
+
+#[cfg(test)]
+#[path = "ratelimit_tests.rs"]
+mod tests;
