@@ -2,7 +2,8 @@
 //! bucket with `x-ratelimit-*` headers and a custom status; Envoy Gateway's form (a filter
 //! with only a stat prefix, the limits in per-route configs with descriptors made of a
 //! header and a query parameter, and a wildcard per client address); shadow mode; and a
-//! filter that is enabled but not enforced; gRPC requests limited with and without
+//! filter that is enabled but not enforced; a filter of stage 1 limiting by route and
+//! virtual host `rate_limits`; gRPC requests limited with and without
 //! `rate_limited_as_resource_exhausted`. The same requests go to each, in the same
 //! order; status, body, the `x-ratelimit-*` headers (the reset within a second: it is
 //! computed from the time left), what each upstream received, and the filter's counters
@@ -164,6 +165,14 @@ rate_limits:
                 &vhosts(""),
             ),
             hcm_listener_filters(
+                "routes",
+                "",
+                &filter(&format!(
+                    "stat_prefix: routes\ntoken_bucket: {{max_tokens: 100, tokens_per_fill: 100, fill_interval: 60s}}\n{ON}enable_x_ratelimit_headers: DRAFT_VERSION_03\nalways_consume_default_token_bucket: false\nstage: 1\ndescriptors:\n- {{entries: [{{key: generic_key, value: own}}], token_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}}}\n- {{entries: [{{key: generic_key, value: vh}}], token_bucket: {{max_tokens: 2, tokens_per_fill: 2, fill_interval: 60s}}}}\n- {{entries: [{{key: generic_key, value: keyed}}], token_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}}}\n- {{entries: [{{key: generic_key, value: stage0}}], token_bucket: {{max_tokens: 1, tokens_per_fill: 1, fill_interval: 60s}}}}\n"
+                )),
+                ROUTED_VHOSTS,
+            ),
+            hcm_listener_filters(
                 "grpc",
                 "",
                 &filter(&format!(
@@ -189,6 +198,30 @@ rate_limits:
         )
     )
 }
+
+/// Route and virtual host `rate_limits` for a filter of stage 1 without its own: `/own`
+/// has its own (one of stage 0, one with a `disable_key`, which the local filter skips),
+/// `/other` none (the host's apply).
+const ROUTED_VHOSTS: &str = r#"- name: all
+  domains: ["*"]
+  response_headers_to_remove: [x-envoy-upstream-service-time, date, server]
+  rate_limits:
+  - stage: 1
+    actions: [{generic_key: {descriptor_value: vh}}]
+  routes:
+  - match: { prefix: "/own" }
+    route:
+      cluster: up
+      rate_limits:
+      - stage: 1
+        actions: [{generic_key: {descriptor_value: own}}]
+      - actions: [{generic_key: {descriptor_value: stage0}}]
+      - stage: 1
+        disable_key: rl-off
+        actions: [{generic_key: {descriptor_value: keyed}}]
+  - match: { prefix: "/" }
+    route: { cluster: up }
+"#;
 
 /// The requests, in order: (listener, target, headers).
 /// (listener, target, headers).
@@ -220,6 +253,11 @@ fn requests() -> Vec<Req> {
     }
     for _ in 0..3 {
         out.push(("counted", "/", vec![]));
+    }
+    for path in ["/own", "/other"] {
+        for _ in 0..3 {
+            out.push(("routes", path, vec![]));
+        }
     }
     // gRPC requests (over h2c): a limited one gets a trailers-only reply, RESOURCE_EXHAUSTED
     // with `rate_limited_as_resource_exhausted`, else UNAVAILABLE (mapped from 429).
@@ -281,6 +319,7 @@ fn local_rate_limits_match_envoy() {
         "eg",
         "shadow",
         "counted",
+        "routes",
         "grpc",
         "grpc_unavailable",
     ];

@@ -220,6 +220,38 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: up }
 "#;
 
+/// Route and virtual host `rate_limits` (the filter has none of its own): a route with
+/// its own (one of another stage), one that includes its host's, one that has none (the
+/// host's apply), and a direct response (none apply).
+const ROUTED_VHOSTS: &str = r#"- name: all
+  domains: ["*"]
+  response_headers_to_remove: [x-envoy-upstream-service-time, date, server]
+  rate_limits:
+  - actions: [{generic_key: {descriptor_value: vh}}, {request_headers: {header_name: x-v, descriptor_key: v}}]
+  - stage: 1
+    actions: [{generic_key: {descriptor_value: vh-stage1}}]
+  routes:
+  - match: { prefix: "/own" }
+    route:
+      cluster: up
+      rate_limits:
+      - actions: [{generic_key: {descriptor_value: own}}, {request_headers: {header_name: x-v, descriptor_key: v}}]
+      - stage: 1
+        actions: [{generic_key: {descriptor_value: stage1}}]
+      - disable_key: "rl-off"
+        actions: [{generic_key: {descriptor_value: keyed}}]
+  - match: { prefix: "/both" }
+    route:
+      cluster: up
+      include_vh_rate_limits: true
+      rate_limits:
+      - actions: [{generic_key: {descriptor_value: both}}, {request_headers: {header_name: x-v, descriptor_key: v}}]
+  - match: { prefix: "/direct" }
+    direct_response: { status: 200, body: { inline_string: direct } }
+  - match: { prefix: "/" }
+    route: { cluster: up }
+"#;
+
 fn yaml(up: SocketAddr, rls: SocketAddr) -> String {
     let cluster = |name: &str, port: u16, h2: bool| {
         format!(
@@ -239,6 +271,14 @@ fn yaml(up: SocketAddr, rls: SocketAddr) -> String {
                 "",
                 &filter("enable_x_ratelimit_headers: DRAFT_VERSION_03\n"),
                 VHOSTS
+            ),
+            hcm_listener_filters(
+                "routed",
+                "",
+                &format!(
+                    "- name: envoy.filters.http.ratelimit\n  typed_config:\n    \"@type\": {TYPE}\n    domain: routed\n    rate_limit_service:\n      grpc_service: {{envoy_grpc: {{cluster_name: rls}}}}\n      transport_api_version: V3\n    timeout: 0.2s\n"
+                ),
+                ROUTED_VHOSTS
             ),
             hcm_listener_filters(
                 "deny",
@@ -272,6 +312,12 @@ fn requests() -> Vec<Req> {
             // No `x-v`: no descriptor, no call.
             out.push((listener, path, vec![]));
         }
+    }
+    for path in ["/own", "/both", "/other", "/direct"] {
+        for v in ["ok", "over"] {
+            out.push(("routed", path, vec![("x-v", v)]));
+        }
+        out.push(("routed", path, vec![]));
     }
     out
 }
@@ -313,7 +359,7 @@ fn global_rate_limits_match_envoy() {
         return;
     };
     let (rls_addr, rls_seen) = rls();
-    let names = ["main", "deny"];
+    let names = ["main", "deny", "routed"];
     let (up_e, seen_e) = upstream();
     let (up_c, seen_c) = upstream();
     let e = Proxy::start(Kind::Envoy, &envoy, &yaml(up_e, rls_addr), &names).unwrap();

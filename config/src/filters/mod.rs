@@ -450,7 +450,10 @@ pub(crate) const SUPPORT: &[Support] = &[
         ALL,
     ),
     // Rate-limit actions (filters/rate_limit_actions.rs).
-    ("envoy.config.route.v3.RateLimit", &["actions"]),
+    (
+        "envoy.config.route.v3.RateLimit",
+        &["actions", "stage", "disable_key"],
+    ),
     (
         "envoy.config.route.v3.RateLimit.Action",
         &[

@@ -26,6 +26,11 @@ use envoy_types::pb::envoy::config::route::v3 as pb;
 pub struct RateLimitPolicy {
     /// The actions, in order.
     pub actions: Vec<Action>,
+    /// `stage` (route and virtual host policies): only filters of this stage use it.
+    pub stage: u32,
+    /// `disable_key` (route and virtual host policies): the local filter skips a policy
+    /// that has one; the global one reads it as a runtime key, on by default.
+    pub disable_key: String,
 }
 
 /// One descriptor-entry producer.
@@ -108,8 +113,36 @@ pub enum FormatPart {
     DirectRemoteAddressWithoutPort,
 }
 
-/// Translates `rate_limits` (`path` is the list's path).
+/// Translates a filter's own `rate_limits` (`path` is the list's path), where Envoy does
+/// not support `stage` and `disable_key`.
 pub fn policies(
+    list: &[pb::RateLimit],
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Vec<RateLimitPolicy>> {
+    let mut ok = true;
+    for (i, rl) in list.iter().enumerate() {
+        if rl.stage.is_some() {
+            ctx.unsupported(
+                &path.index(i).field("stage"),
+                "stage in a filter's rate_limits",
+            );
+            ok = false;
+        }
+        if !rl.disable_key.is_empty() {
+            ctx.unsupported(
+                &path.index(i).field("disable_key"),
+                "disable_key in a filter's rate_limits",
+            );
+            ok = false;
+        }
+    }
+    let out = route_policies(list, path, ctx)?;
+    ok.then_some(out)
+}
+
+/// Translates a route's or virtual host's `rate_limits`.
+pub fn route_policies(
     list: &[pb::RateLimit],
     path: &Path<'_>,
     ctx: &mut Ctx,
@@ -131,7 +164,16 @@ pub fn policies(
                 None => ok = false,
             }
         }
-        out.push(RateLimitPolicy { actions });
+        let stage = rl.stage.as_ref().map_or(0, |s| s.value);
+        if stage > 10 {
+            ctx.error(&p.field("stage"), "must be at most 10");
+            ok = false;
+        }
+        out.push(RateLimitPolicy {
+            actions,
+            stage,
+            disable_key: rl.disable_key.clone(),
+        });
     }
     ok.then_some(out)
 }

@@ -6,8 +6,9 @@
 //! `envoy_grpc` cluster, which need not exist yet, as Envoy's rate limit client skips that
 //! check; transport API v3 or unset), `enable_x_ratelimit_headers`,
 //! `disable_x_envoy_ratelimited_header`, `rate_limited_status` and the filter's own
-//! `rate_limits`; per route `domain` and `rate_limits`. `stage` only picks among route and
-//! virtual host `rate_limits`, which courier refuses at their own paths. Refused by the
+//! `rate_limits`; per route `domain` and `rate_limits`; else the route's and (when it has
+//! none, or with `include_vh_rate_limits`) the virtual host's `rate_limits` of the
+//! filter's `stage`. Refused by the
 //! support table: `response_headers_to_add`, `status_on_error`, `stat_prefix`,
 //! `filter_enabled`, `filter_enforced`, `failure_mode_deny_percent`, `metadata_namespace`,
 //! `enable_retry_after_header`; per route `vh_rate_limits` and `override_option`; a
@@ -59,6 +60,8 @@ pub struct RateLimitFilter {
     pub rate_limited_status: u16,
     /// The filter's own `rate_limits`.
     pub rate_limits: Vec<RateLimitPolicy>,
+    /// `stage`: the route and virtual host `rate_limits` of this stage apply.
+    pub stage: u32,
 }
 
 /// A validated `RateLimitPerRoute`.
@@ -162,6 +165,7 @@ pub fn translate(m: &pb::RateLimit, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ra
         disable_x_envoy_ratelimited_header: m.disable_x_envoy_ratelimited_header,
         rate_limited_status,
         rate_limits,
+        stage: m.stage,
     })
 }
 

@@ -80,6 +80,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "per_request_buffer_limit_bytes",
             "request_body_buffer_limit",
             "metadata",
+            "rate_limits",
         ],
     ),
     (
@@ -142,6 +143,8 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_stream_duration",
             "upgrade_configs",
             "request_mirror_policies",
+            "rate_limits",
+            "include_vh_rate_limits",
         ],
     ),
     (

@@ -5,6 +5,7 @@
 
 use super::limiter::Entries;
 use crate::request::RequestState;
+use courier_config::filters::local_ratelimit::VhRateLimits;
 use courier_config::filters::rate_limit_actions::{Action, FormatPart, RateLimitPolicy};
 use courier_config::route::route_match::first_query_value;
 use ipnet::IpNet;
@@ -12,8 +13,47 @@ use std::net::IpAddr;
 
 /// The descriptors `policies` make of `req`, in order.
 pub fn populate(policies: &[RateLimitPolicy], req: &RequestState<'_>) -> Vec<Entries> {
+    populate_each(policies.iter(), req)
+}
+
+/// The descriptors of the route's `rate_limits` of `stage` and, as `vh` says (a route's
+/// `include_vh_rate_limits` makes it `Include`), its virtual host's; `skip_disabled` leaves
+/// out policies with a `disable_key` (the local filter; the global one reads the key as a
+/// runtime flag, on by default).
+pub fn from_route(
+    req: &RequestState<'_>,
+    stage: u32,
+    vh: VhRateLimits,
+    skip_disabled: bool,
+) -> Vec<Entries> {
+    let Some(r) = req.route else {
+        return Vec::new();
+    };
+    let applies = move |p: &&RateLimitPolicy| {
+        p.stage == stage && (!skip_disabled || p.disable_key.is_empty())
+    };
+    let mut out = populate_each(r.rate_limits.iter().filter(applies), req);
+    let vh = if r.include_vh_rate_limits {
+        VhRateLimits::Include
+    } else {
+        vh
+    };
+    let with_vh = match vh {
+        VhRateLimits::Ignore => false,
+        VhRateLimits::Include => true,
+        VhRateLimits::Override => r.rate_limits.is_empty(),
+    };
+    if with_vh {
+        out.extend(populate_each(r.vh_rate_limits.iter().filter(applies), req));
+    }
+    out
+}
+
+fn populate_each<'p>(
+    policies: impl Iterator<Item = &'p RateLimitPolicy>,
+    req: &RequestState<'_>,
+) -> Vec<Entries> {
     policies
-        .iter()
         .filter_map(|p| {
             let mut entries = Vec::with_capacity(p.actions.len());
             for a in &p.actions {

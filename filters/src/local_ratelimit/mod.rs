@@ -3,8 +3,8 @@
 //!
 //! Per request, with the config of the most specific route level that has one (else the
 //! filter's): `filter_enabled` decides whether the filter looks at the request at all
-//! (counted `enabled`); the config's `rate_limits` make descriptors (only when it has
-//! `descriptors`); the [`Limiter`](limiter::Limiter) takes tokens. An allowed request is
+//! (counted `enabled`); the config's `rate_limits`, else the route's and virtual host's
+//! of its `stage`, make descriptors (only when it has `descriptors`); the [`Limiter`](limiter::Limiter) takes tokens. An allowed request is
 //! counted `ok`; a limited one `rate_limited`, then let through if its bucket is in shadow
 //! mode, or if `filter_enforced` says no; else (counted `enforced`) it is answered with
 //! `status` (429), body `local_rate_limited` and the `RL` response flag (no
@@ -137,8 +137,10 @@ impl HttpFilter for LocalRateLimitFilter {
         // Descriptors only matter when the config has some to match them against.
         let descriptors = if cfg.descriptors.is_empty() {
             Vec::new()
-        } else {
+        } else if !cfg.rate_limits.is_empty() {
             descriptors::populate(&cfg.rate_limits, req)
+        } else {
+            descriptors::from_route(req, cfg.stage, cfg.vh_rate_limits, true)
         };
         let Some(limiter) = limiter(cfg) else {
             return Decision::Continue;

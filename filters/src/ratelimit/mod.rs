@@ -4,7 +4,7 @@
 //!
 //! Per request: a request of the wrong `request_type` (by `x-envoy-internal`) is left
 //! alone; the descriptors come from the route's `RateLimitPerRoute.rate_limits`, else the
-//! filter's `rate_limits`; none, or a route without a target cluster, means no call. The
+//! filter's `rate_limits`, else the route's (and virtual host's) of the filter's `stage`; none, or a route without a target cluster, means no call. The
 //! call is bounded by `timeout` (20 ms). OK: the request goes on, the service's
 //! `request_headers_to_add` set upstream and its `response_headers_to_add` (and, when
 //! enabled, `x-ratelimit-*`) added to the response. OVER_LIMIT: a local reply with
@@ -22,6 +22,7 @@ use crate::ext_authz::cluster_stats::{ClusterAuthzStats, PerCluster};
 use crate::local_ratelimit::descriptors;
 use crate::request::RequestState;
 use courier_config::config_source::GrpcService;
+use courier_config::filters::local_ratelimit::VhRateLimits;
 use courier_config::filters::ratelimit::RequestType;
 use courier_config::filters::{PerRouteFilterConfig, RateLimitFilter};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -103,11 +104,12 @@ impl HttpFilter for RateLimitHttpFilter {
         let Some(cluster) = req.route.and_then(|r| r.cluster) else {
             return Decision::Continue;
         };
-        let policies = match per_route {
-            Some(p) if !p.rate_limits.is_empty() => &p.rate_limits,
-            _ => &cfg.rate_limits,
+        let descriptors = match per_route {
+            Some(p) if !p.rate_limits.is_empty() => descriptors::populate(&p.rate_limits, req),
+            _ if !cfg.rate_limits.is_empty() => descriptors::populate(&cfg.rate_limits, req),
+            // Per-route `vh_rate_limits` is refused: its default, OVERRIDE.
+            _ => descriptors::from_route(req, cfg.stage, VhRateLimits::Override, false),
         };
-        let descriptors = descriptors::populate(policies, req);
         if descriptors.is_empty() {
             return Decision::Continue;
         }

@@ -429,6 +429,16 @@ pub fn selected_route<'a>(
     route: &'a courier_config::route::Route,
     random: u64,
 ) -> SelectedRoute<'a> {
+    // Only a route entry (not a redirect or direct response) has rate limits, its own or
+    // its virtual host's, as in Envoy.
+    let (rate_limits, vh_rate_limits, include_vh_rate_limits) = match &route.action {
+        Action::Route(ra) => (
+            &ra.rate_limits[..],
+            &vhost.rate_limits[..],
+            ra.include_vh_rate_limits,
+        ),
+        _ => (&[][..], &[][..], false),
+    };
     let (weighted, cluster) = match &route.action {
         Action::Route(ra) => match &ra.cluster {
             ClusterSpecifier::Weighted(w) => {
@@ -452,6 +462,9 @@ pub fn selected_route<'a>(
         ],
         metadata: Some(&route.metadata),
         cluster,
+        rate_limits,
+        vh_rate_limits,
+        include_vh_rate_limits,
     }
 }
 

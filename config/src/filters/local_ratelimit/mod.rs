@@ -5,9 +5,9 @@
 //! (their `default_value`: there is no runtime layer, `runtime_key` is refused), `descriptors`
 //! (with wildcard entries and `shadow_mode`), `max_dynamic_descriptors`,
 //! `always_consume_default_token_bucket`, `enable_x_ratelimit_headers`,
-//! `rate_limited_as_resource_exhausted` and the filter's own `rate_limits`. `stage` and
-//! `vh_rate_limits` are accepted: they only pick among route and virtual host `rate_limits`,
-//! which courier refuses at their own paths, so there is never anything for them to pick.
+//! `rate_limited_as_resource_exhausted`, the filter's own `rate_limits`, and `stage` and
+//! `vh_rate_limits`, which pick the route's and virtual host's `rate_limits` when the filter
+//! has none of its own.
 //! Refused by the support table: `response_headers_to_add`,
 //! `request_headers_to_add_when_not_enforced`, `local_rate_limit_per_downstream_connection`,
 //! `local_cluster_rate_limit`, `enable_retry_after_header`.
@@ -54,10 +54,26 @@ pub struct LocalRateLimit {
     pub rate_limited_as_resource_exhausted: bool,
     /// The filter's own `rate_limits`.
     pub rate_limits: Vec<RateLimitPolicy>,
+    /// `stage`: the route and virtual host `rate_limits` of this stage apply.
+    pub stage: u32,
+    /// `vh_rate_limits`: whether the virtual host's `rate_limits` apply.
+    pub vh_rate_limits: VhRateLimits,
     /// The runtime state (token buckets) of this config, made by the filter on first use and
     /// shared by every worker and every copy of this config, so its buckets live as long
     /// as the config does (Envoy's per-config limiter).
     pub state: StateSlot,
+}
+
+/// Whether a virtual host's `rate_limits` apply besides the route's (a route's
+/// `include_vh_rate_limits` makes it `Include`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VhRateLimits {
+    /// Only when the route has none (the default).
+    Override,
+    /// Always.
+    Include,
+    /// Never.
+    Ignore,
 }
 
 /// A token bucket: `max_tokens`, refilled by `tokens_per_fill` every `fill_interval`.
@@ -269,6 +285,12 @@ pub fn translate(
         x_ratelimit_headers,
         rate_limited_as_resource_exhausted: m.rate_limited_as_resource_exhausted,
         rate_limits: rate_limits.unwrap_or_default(),
+        stage: m.stage,
+        vh_rate_limits: match m.vh_rate_limits {
+            1 => VhRateLimits::Include,
+            2 => VhRateLimits::Ignore,
+            _ => VhRateLimits::Override,
+        },
         state: StateSlot::default(),
     })
 }

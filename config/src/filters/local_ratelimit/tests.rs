@@ -155,3 +155,29 @@ fn refusals_carry_their_paths() {
         "{e:?}"
     );
 }
+
+#[test]
+fn a_filters_own_rate_limits_take_no_stage_or_disable_key() {
+    // Envoy: not supported in the filter's rate_limits (only route and virtual host ones).
+    let e = errors(route(
+        "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nrate_limits: [{stage: 1, disable_key: k, actions: [{generic_key: {descriptor_value: v}}]}]\n",
+    ));
+    assert_eq!(
+        e,
+        [
+            "rate_limits[0].stage: stage in a filter's rate_limits is not supported",
+            "rate_limits[0].disable_key: disable_key in a filter's rate_limits is not supported"
+        ]
+    );
+    let c = route(
+        "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nstage: 3\nvh_rate_limits: INCLUDE\n",
+    )
+    .unwrap();
+    assert_eq!((c.stage, c.vh_rate_limits), (3, VhRateLimits::Include));
+    assert!(
+        errors(route(
+            "stat_prefix: rl\ntoken_bucket: {max_tokens: 1, fill_interval: 1s}\nstage: 11\n"
+        ))[0]
+            .starts_with("stage")
+    );
+}
