@@ -314,6 +314,25 @@ pub fn api_config_source(
 /// Translates a `GrpcService`. An `envoy_grpc` cluster must exist when the cluster set is known
 /// (Envoy requires a statically defined cluster there).
 pub fn grpc_service(g: &pb::GrpcService, path: &Path<'_>, ctx: &mut Ctx) -> Option<GrpcService> {
+    grpc_service_checked(g, path, ctx, true)
+}
+
+/// [`grpc_service`] without requiring the `envoy_grpc` cluster to exist: Envoy's rate limit
+/// client skips that check (a call to a missing cluster fails at run time).
+pub fn grpc_service_any_cluster(
+    g: &pb::GrpcService,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<GrpcService> {
+    grpc_service_checked(g, path, ctx, false)
+}
+
+fn grpc_service_checked(
+    g: &pb::GrpcService,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+    check_cluster: bool,
+) -> Option<GrpcService> {
     use pb::grpc_service::TargetSpecifier as T;
     let timeout = match g.timeout.as_ref() {
         Some(d) => core::duration(d, &path.field("timeout"), ctx),
@@ -341,7 +360,7 @@ pub fn grpc_service(g: &pb::GrpcService, path: &Path<'_>, ctx: &mut Ctx) -> Opti
             let ep = path.field("envoy_grpc");
             if e.cluster_name.is_empty() {
                 ctx.error(&ep.field("cluster_name"), "must not be empty");
-            } else if ctx.cluster_known(&e.cluster_name) == Some(false) {
+            } else if check_cluster && ctx.cluster_known(&e.cluster_name) == Some(false) {
                 ctx.error(
                     &ep.field("cluster_name"),
                     format!("unknown cluster '{}'", e.cluster_name),

@@ -28,6 +28,15 @@ pub const COMPRESSOR: &str =
 /// Per-route config of the compressor filter.
 pub const COMPRESSOR_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.compressor.v3.CompressorPerRoute";
+/// The local rate limit HTTP filter (also its per-route config).
+pub const LOCAL_RATELIMIT: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+/// The global rate limit HTTP filter.
+pub const RATELIMIT: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit";
+/// Per-route config of the global rate limit filter.
+pub const RATELIMIT_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute";
 /// The generic per-route wrapper (`is_optional`, `disabled`).
 pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
 /// The HTTP connection manager network filter.

@@ -7,7 +7,9 @@ use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::jwt_authn::jwks_cache::FetchStats;
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
+use crate::local_ratelimit::{LocalRateLimitFilter, StatsByPrefix};
 use crate::per_worker::PerWorker;
+use crate::ratelimit::{RateLimitHttpFilter, RateLimitTransport};
 use crate::rbac::{RbacFilter, RbacStats};
 use courier_config::filters::{HttpFilter as FilterConfig, HttpFilterConfig};
 use std::sync::Arc;
@@ -54,6 +56,17 @@ pub enum FilterStats {
         /// The counters, per worker.
         stats: Arc<PerWorker<CompressorStats>>,
     },
+    /// local_ratelimit: `<stat_prefix>.http_local_rate_limit.<name>` for each stat prefix
+    /// the filter and its per-route configs use.
+    LocalRateLimit {
+        /// The counters by prefix.
+        stats: Arc<StatsByPrefix>,
+    },
+    /// ratelimit: `cluster.<route cluster>.ratelimit.<name>` (`denied` is `over_limit`).
+    RateLimit {
+        /// The outcomes per route cluster.
+        clusters: Arc<PerCluster>,
+    },
 }
 
 /// The chain for `filters` (in config order, the terminal router left out) and the
@@ -72,6 +85,17 @@ pub fn build_chain_with(
     filters: &[FilterConfig],
     fetcher: Option<Arc<dyn JwksFetcher>>,
     authz: Option<Arc<dyn AuthzTransport>>,
+) -> Result<(FilterChain, Vec<FilterStats>), String> {
+    build_chain_full(filters, fetcher, authz, None)
+}
+
+/// [`build_chain_with`] with `rls` carrying the global rate limit filter's calls (without
+/// one, a ratelimit filter fails the build).
+pub fn build_chain_full(
+    filters: &[FilterConfig],
+    fetcher: Option<Arc<dyn JwksFetcher>>,
+    authz: Option<Arc<dyn AuthzTransport>>,
+    rls: Option<Arc<dyn RateLimitTransport>>,
 ) -> Result<(FilterChain, Vec<FilterStats>), String> {
     let mut entries = Vec::new();
     let mut stats = Vec::new();
@@ -103,6 +127,26 @@ pub fn build_chain_with(
                     library: c.library.stats_prefix(),
                     response_direction_set: c.response_direction_set,
                     stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::LocalRateLimit(c) => {
+                let filter = LocalRateLimitFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::LocalRateLimit {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::RateLimit(c) => {
+                let Some(transport) = rls.clone() else {
+                    return Err(format!(
+                        "HTTP filter {} (ratelimit) needs a rate limit transport",
+                        f.name
+                    ));
+                };
+                let filter = RateLimitHttpFilter::new(Arc::new((**c).clone()), transport);
+                stats.push(FilterStats::RateLimit {
+                    clusters: Arc::clone(filter.cluster_stats()),
                 });
                 Box::new(filter)
             }

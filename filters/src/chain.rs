@@ -75,6 +75,11 @@ pub struct LocalReply {
     pub headers: HeaderMap,
     /// `%RESPONSE_CODE_DETAILS%`, e.g. `rbac_access_denied_matched_policy[none]`.
     pub details: Cow<'static, str>,
+    /// The response flag the reply sets (`RL` for a rate-limited request), if any.
+    pub response_flag: Option<&'static str>,
+    /// The `grpc-status` of the reply to a gRPC request, in place of the one mapped from
+    /// the HTTP status (`rate_limited_as_resource_exhausted`).
+    pub grpc_status: Option<u16>,
 }
 
 impl LocalReply {
@@ -89,6 +94,8 @@ impl LocalReply {
             body: body.into(),
             headers: HeaderMap::new(),
             details: details.into(),
+            response_flag: None,
+            grpc_status: None,
         }
     }
 }

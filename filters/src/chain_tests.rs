@@ -113,6 +113,7 @@ async fn disabled_per_route_and_route_reselection() {
         per_filter: [None, None, Some(&vhost_level), None],
         metadata: None,
         cluster: None,
+        ..Default::default()
     };
     let mut req = state(&conn, head("GET", "/x", &[]));
     req.route = Some(vhost_only);
@@ -127,6 +128,7 @@ async fn disabled_per_route_and_route_reselection() {
         per_filter: [None, Some(&route_level), None, None],
         metadata: None,
         cluster: None,
+        ..Default::default()
     };
     let auth = format!("Bearer {}", token("alice"));
     let mut req = state(&conn, head("GET", "/x", &[("authorization", &auth)]));

@@ -8,7 +8,9 @@ pub mod chain;
 pub mod compressor;
 pub mod ext_authz;
 pub mod jwt_authn;
+pub mod local_ratelimit;
 pub mod per_worker;
+pub mod ratelimit;
 pub mod rbac;
 pub mod request;
 #[cfg(test)]
@@ -16,7 +18,7 @@ pub(crate) mod test_support;
 #[cfg(test)]
 mod timing_tests;
 
-pub use build::{build_chain, build_chain_with};
+pub use build::{build_chain, build_chain_full, build_chain_with};
 pub use chain::{
     BodyEncoder, BodyEncoders, BodyWanted, ChainEntry, Decision, EncodeError, FilterChain,
     HttpFilter, LocalReply, PendingFuture, ResponseHead, Verdict,

@@ -3,6 +3,7 @@
 
 use courier_config::core::MetadataMap;
 use courier_config::filters::PerRouteConfig;
+use courier_config::filters::rate_limit_actions::RateLimitPolicy;
 use courier_config::route::PerFilterConfigs;
 use http::HeaderMap;
 use http::request::Parts;
@@ -61,6 +62,12 @@ pub struct SelectedRoute<'a> {
     /// `cluster_header`, redirects and direct responses (ext_authz counts under
     /// `cluster.<name>.ext_authz.*`).
     pub cluster: Option<&'a str>,
+    /// The route's `rate_limits`.
+    pub rate_limits: &'a [RateLimitPolicy],
+    /// The virtual host's `rate_limits`.
+    pub vh_rate_limits: &'a [RateLimitPolicy],
+    /// The route's `include_vh_rate_limits`.
+    pub include_vh_rate_limits: bool,
 }
 
 impl<'a> SelectedRoute<'a> {

@@ -5,6 +5,10 @@ pub mod compressor;
 pub mod ext_authz;
 pub mod http_uri;
 pub mod jwt_authn;
+pub mod local_ratelimit;
+pub mod rate_limit_actions;
+pub(crate) mod rate_limit_support;
+pub mod ratelimit;
 pub mod rbac;
 pub mod rbac_index;
 pub mod rbac_matcher;
@@ -19,6 +23,8 @@ use envoy_types::pb::envoy::config::route::v3 as route_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
+use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
+use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3 as rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
@@ -28,6 +34,8 @@ pub use compressor::{Compressor, CompressorPerRoute};
 pub use ext_authz::{ExtAuthz, ExtAuthzPerRoute};
 pub use http_uri::HttpUri;
 pub use jwt_authn::{JwtAuthn, JwtPerRoute};
+pub use local_ratelimit::LocalRateLimit;
+pub use ratelimit::{RateLimitFilter, RateLimitPerRoute};
 pub use rbac::{RbacFilter, RbacPerRoute};
 pub use router::Router;
 
@@ -441,6 +449,10 @@ pub enum HttpFilterConfig {
     Rbac(Box<RbacFilter>),
     /// Response compression (gzip, brotli, zstd).
     Compressor(Box<Compressor>),
+    /// Local (in-process) rate limiting.
+    LocalRateLimit(Box<LocalRateLimit>),
+    /// Global rate limiting through a rate limit service.
+    RateLimit(Box<RateLimitFilter>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -465,6 +477,10 @@ pub enum PerRouteFilterConfig {
     Rbac(Box<RbacPerRoute>),
     /// compressor `CompressorPerRoute`.
     Compressor(CompressorPerRoute),
+    /// local_ratelimit `LocalRateLimit`.
+    LocalRateLimit(Box<LocalRateLimit>),
+    /// ratelimit `RateLimitPerRoute`.
+    RateLimit(RateLimitPerRoute),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -506,6 +522,12 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::COMPRESSOR {
         let m = core::unpack::<compressor_pb::Compressor>(any, &tp, ctx)?;
         HttpFilterConfig::Compressor(Box::new(compressor::translate(&m, &tp, ctx)?))
+    } else if url == extensions::LOCAL_RATELIMIT {
+        let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
+        HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(&m, false, &tp, ctx)?))
+    } else if url == extensions::RATELIMIT {
+        let m = core::unpack::<rl_pb::RateLimit>(any, &tp, ctx)?;
+        HttpFilterConfig::RateLimit(Box::new(ratelimit::translate(&m, &tp, ctx)?))
     } else {
         let what = format!("HTTP filter {} ({})", f.name, type_name(url));
         if f.is_optional {
@@ -581,6 +603,14 @@ fn per_filter(
     } else if url == extensions::COMPRESSOR_PER_ROUTE {
         let m = core::unpack::<compressor_pb::CompressorPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::Compressor(compressor::per_route(&m, path, ctx)?)
+    } else if url == extensions::LOCAL_RATELIMIT {
+        let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, path, ctx)?;
+        PerRouteFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
+            &m, true, path, ctx,
+        )?))
+    } else if url == extensions::RATELIMIT_PER_ROUTE {
+        let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)
     } else {
         ctx.unsupported(
             path,

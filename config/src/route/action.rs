@@ -122,6 +122,10 @@ pub struct RouteAction {
     pub upgrade_configs: Vec<RouteUpgrade>,
     /// `request_mirror_policies`: copies of each request sent elsewhere.
     pub request_mirror_policies: Vec<super::mirror::MirrorPolicy>,
+    /// `rate_limits`: descriptors for the rate limit filters.
+    pub rate_limits: Vec<crate::filters::rate_limit_actions::RateLimitPolicy>,
+    /// `include_vh_rate_limits`: the virtual host's `rate_limits` apply too.
+    pub include_vh_rate_limits: bool,
 }
 
 /// A route's word on one upgrade type (`RouteAction.UpgradeConfig`).
@@ -357,10 +361,18 @@ pub(crate) fn route_action(
             RoutingPriority::Default
         }
     };
+    let rate_limits = crate::filters::rate_limit_actions::route_policies(
+        &ra.rate_limits,
+        &path.field("rate_limits"),
+        ctx,
+    );
     if ctx.error_count() != before {
         return None;
     }
     Some(RouteAction {
+        rate_limits: rate_limits.unwrap_or_default(),
+        #[allow(deprecated)] // Envoy 1.40 still honours it.
+        include_vh_rate_limits: ra.include_vh_rate_limits.as_ref().is_some_and(|b| b.value),
         cluster: cluster?,
         cluster_not_found_response_code,
         path_rewrite,

@@ -29,7 +29,9 @@ pub use retry::{
     RetryOn, RetryPolicy,
 };
 pub use rewrite::RegexRewrite;
-pub use route_match::{PathMatch, QueryParameterMatcher, QueryTest, RouteMatch, RouteRequest};
+pub use route_match::{
+    PathMatch, QueryParameterMatcher, QueryTest, RouteMatch, RouteRequest, query_parameter_matcher,
+};
 pub use vhost::VirtualHost;
 
 use crate::ctx::Ctx;
@@ -78,6 +80,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "per_request_buffer_limit_bytes",
             "request_body_buffer_limit",
             "metadata",
+            "rate_limits",
         ],
     ),
     (
@@ -140,6 +143,8 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_stream_duration",
             "upgrade_configs",
             "request_mirror_policies",
+            "rate_limits",
+            "include_vh_rate_limits",
         ],
     ),
     (

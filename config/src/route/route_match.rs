@@ -246,7 +246,7 @@ pub(crate) fn route_match(
     let qp = path.field("query_parameters");
     let mut query_parameters = Vec::with_capacity(m.query_parameters.len());
     for (i, q) in m.query_parameters.iter().enumerate() {
-        if let Some(q) = query_parameter(q, &qp.index(i), ctx) {
+        if let Some(q) = query_parameter_matcher(q, &qp.index(i), ctx) {
             query_parameters.push(q);
         }
     }
@@ -267,7 +267,8 @@ pub(crate) fn route_match(
     })
 }
 
-fn query_parameter(
+/// Compiles a `QueryParameterMatcher` (route match, rate-limit actions).
+pub fn query_parameter_matcher(
     q: &pb::QueryParameterMatcher,
     path: &Path<'_>,
     ctx: &mut Ctx,

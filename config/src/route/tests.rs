@@ -768,3 +768,33 @@ virtual_hosts:
     );
     assert!(rc.virtual_hosts[1].metadata.is_empty());
 }
+
+#[test]
+fn route_and_virtual_host_rate_limits() {
+    let rc = ok(r#"
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  rate_limits: [{stage: 2, actions: [{generic_key: {descriptor_value: vh}}]}]
+  routes:
+  - match: {prefix: /}
+    route:
+      cluster: backend
+      include_vh_rate_limits: true
+      rate_limits: [{disable_key: k, actions: [{remote_address: {}}]}]
+"#);
+    let vh = &rc.virtual_hosts[0];
+    assert_eq!(vh.rate_limits[0].stage, 2);
+    let Action::Route(ra) = &vh.routes[0].action else {
+        panic!()
+    };
+    assert!(ra.include_vh_rate_limits);
+    assert_eq!(ra.rate_limits[0].disable_key, "k");
+    let e = errs(
+        "virtual_hosts: [{name: a, domains: [\"*\"], rate_limits: [{stage: 11, actions: [{remote_address: {}}]}], routes: []}]",
+    );
+    assert_eq!(
+        e,
+        ["virtual_hosts[0].rate_limits[0].stage: must be at most 10"]
+    );
+}

@@ -42,6 +42,8 @@ pub struct VirtualHost {
     /// a virtual host's metadata, such as `%METADATA(VIRTUAL_HOST:...)%`, are
     /// refused where they are configured.)
     pub metadata: crate::core::MetadataMap,
+    /// `rate_limits`: descriptors for the rate limit filters.
+    pub rate_limits: Vec<crate::filters::rate_limit_actions::RateLimitPolicy>,
 }
 
 impl VirtualHost {
@@ -101,7 +103,14 @@ pub(crate) fn virtual_host(
         .as_ref()
         .and_then(|h| retry::hedge_policy(h, &path.field("hedge_policy"), ctx));
     let index = RouteIndex::build(routes.iter().map(|r| &r.route_match));
+    let rate_limits = crate::filters::rate_limit_actions::route_policies(
+        &vh.rate_limits,
+        &path.field("rate_limits"),
+        ctx,
+    )
+    .unwrap_or_default();
     VirtualHost {
+        rate_limits,
         name: vh.name.clone(),
         domains: vh.domains.iter().map(|d| d.to_ascii_lowercase()).collect(),
         routes,

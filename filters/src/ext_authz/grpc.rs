@@ -76,6 +76,8 @@ fn reply(d: &DeniedHttpResponse, details: &'static str) -> LocalReply {
         body: d.body.clone().into(),
         headers,
         details: details.into(),
+        response_flag: None,
+        grpc_status: None,
     }
 }
 

@@ -124,5 +124,7 @@ pub fn outcome(resp: &Response<Bytes>, svc: &HttpService) -> Outcome {
         body: resp.body().clone(),
         headers,
         details: "ext_authz_denied".into(),
+        response_flag: None,
+        grpc_status: None,
     })
 }

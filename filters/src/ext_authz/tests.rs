@@ -287,6 +287,7 @@ async fn check_request_carries_the_request_peer_and_merged_context() {
         per_filter: [None, Some(&route_level), Some(&vhost), None],
         metadata: None,
         cluster: None,
+        ..Default::default()
     });
     let own = route_level.values().next().and_then(|c| c.config.as_ref());
     assert!(matches!(run(&f, &mut req, own).await, Verdict::Continue));

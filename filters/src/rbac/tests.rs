@@ -334,6 +334,7 @@ rules:
         per_filter: [None; 4],
         metadata: Some(&route_md),
         cluster: None,
+        ..Default::default()
     });
     assert!(matches!(run_sync(&f, &mut req, None), Verdict::Continue));
 }

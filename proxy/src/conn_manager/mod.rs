@@ -463,9 +463,18 @@ async fn filter<'a>(
     match verdict {
         Verdict::Respond(r) => {
             let mut resp = local_reply(to, r.status, r.body);
+            if to.grpc
+                && let Some(code) = r.grpc_status
+            {
+                resp.headers_mut()
+                    .insert("grpc-status", http::HeaderValue::from(code));
+            }
             resp.headers_mut().extend(r.headers);
             if r.details.starts_with("ext_authz") {
                 resp.extensions_mut().insert(ResponseFlag("UAEX"));
+            }
+            if let Some(flag) = r.response_flag {
+                resp.extensions_mut().insert(ResponseFlag(flag));
             }
             if logging {
                 resp.extensions_mut()

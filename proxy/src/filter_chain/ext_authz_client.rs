@@ -142,6 +142,7 @@ fn grpc_timeout(t: Duration) -> HeaderValue {
 /// A check's URI and headers as built for a service on this thread: the same for every
 /// check of a filter config, so built once and cloned (no parsing, no hashing) per check.
 struct CheckHead {
+    path: &'static str,
     authority: String,
     timeout: Option<Duration>,
     metadata: Vec<(String, String)>,
@@ -160,6 +161,7 @@ thread_local! {
 /// The check's URI in HTTP/2 form (`:scheme`, `:authority` in it) and its headers:
 /// `content-type`, `te`, `grpc-timeout`, then the service's `initial_metadata`.
 fn check_head(
+    path: &'static str,
     authority: &str,
     service: &GrpcService,
     timeout: Option<Duration>,
@@ -168,7 +170,8 @@ fn check_head(
         h.borrow()
             .iter()
             .find(|k| {
-                k.authority == authority
+                k.path == path
+                    && k.authority == authority
                     && k.timeout == timeout
                     && k.metadata == service.initial_metadata
             })
@@ -180,7 +183,7 @@ fn check_head(
     let uri = http::Uri::builder()
         .scheme(http::uri::Scheme::HTTP)
         .authority(authority)
-        .path_and_query(http::uri::PathAndQuery::from_static(CHECK_PATH))
+        .path_and_query(http::uri::PathAndQuery::from_static(path))
         .build()
         .map_err(|e| e.to_string())?;
     let mut h = http::HeaderMap::with_capacity(3 + service.initial_metadata.len());
@@ -204,6 +207,7 @@ fn check_head(
         let mut heads = heads.borrow_mut();
         if heads.len() < HEADS_KEPT {
             heads.push(CheckHead {
+                path,
                 authority: authority.to_string(),
                 timeout,
                 metadata: service.initial_metadata.clone(),
@@ -224,40 +228,56 @@ impl ClusterAuthz {
         timeout: Option<Duration>,
         frame: Bytes,
     ) -> Result<CheckResponse, String> {
-        let (uri, headers) = check_head(authority, service, timeout)?;
-        let mut r = Request::new(());
-        *r.method_mut() = http::Method::POST;
-        *r.uri_mut() = uri;
-        *r.version_mut() = http::Version::HTTP_2;
-        *r.headers_mut() = headers;
-        let resp = self
-            .0
-            .unary(cluster, r, frame)
-            .await
-            .map_err(|e| e.to_string())?;
-        if resp.head.status != http::StatusCode::OK {
-            return Err(format!("http status {}", resp.head.status.as_u16()));
-        }
-        // Trailers-only answers carry the status in the headers.
-        let status = resp
-            .trailers
-            .as_ref()
-            .and_then(|t| t.get(&GRPC_STATUS))
-            .or_else(|| resp.head.headers.get(&GRPC_STATUS))
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<i32>().ok());
-        if status != Some(0) {
-            return Err(format!("grpc status {status:?}"));
-        }
-        let mut data = resp.body;
-        if data.len() < 5 || data[0] != 0 {
-            return Err("malformed gRPC message".into());
-        }
-        data.advance(1);
-        let len = data.get_u32() as usize;
-        if data.len() < len {
-            return Err("truncated gRPC message".into());
-        }
-        CheckResponse::decode(data.slice(..len)).map_err(|e| e.to_string())
+        unary_grpc(
+            &self.0, CHECK_PATH, cluster, authority, service, timeout, frame,
+        )
+        .await
     }
+}
+
+/// A unary gRPC call to `path` through `cluster` (`envoy_grpc`) with `frame`, the
+/// length-prefixed request; decodes the answer as `M`. A non-OK status is an `Err`.
+pub(crate) async fn unary_grpc<M: Message + Default>(
+    client: &ClusterClient,
+    path: &'static str,
+    cluster: &str,
+    authority: &str,
+    service: &GrpcService,
+    timeout: Option<Duration>,
+    frame: Bytes,
+) -> Result<M, String> {
+    let (uri, headers) = check_head(path, authority, service, timeout)?;
+    let mut r = Request::new(());
+    *r.method_mut() = http::Method::POST;
+    *r.uri_mut() = uri;
+    *r.version_mut() = http::Version::HTTP_2;
+    *r.headers_mut() = headers;
+    let resp = client
+        .unary(cluster, r, frame)
+        .await
+        .map_err(|e| e.to_string())?;
+    if resp.head.status != http::StatusCode::OK {
+        return Err(format!("http status {}", resp.head.status.as_u16()));
+    }
+    // Trailers-only answers carry the status in the headers.
+    let status = resp
+        .trailers
+        .as_ref()
+        .and_then(|t| t.get(&GRPC_STATUS))
+        .or_else(|| resp.head.headers.get(&GRPC_STATUS))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i32>().ok());
+    if status != Some(0) {
+        return Err(format!("grpc status {status:?}"));
+    }
+    let mut data = resp.body;
+    if data.len() < 5 || data[0] != 0 {
+        return Err("malformed gRPC message".into());
+    }
+    data.advance(1);
+    let len = data.get_u32() as usize;
+    if data.len() < len {
+        return Err("truncated gRPC message".into());
+    }
+    M::decode(data.slice(..len)).map_err(|e| e.to_string())
 }

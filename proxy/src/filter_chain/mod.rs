@@ -4,9 +4,11 @@
 pub mod body;
 pub mod ext_authz_client;
 pub mod jwks_fetch;
+pub mod rls_client;
 
 use crate::filter_chain::ext_authz_client::ClusterAuthz;
 use crate::filter_chain::jwks_fetch::ClusterJwksFetcher;
+use crate::filter_chain::rls_client::ClusterRls;
 use crate::stats::Sample;
 use crate::tls::DownstreamStream;
 use crate::upstream::client::ClusterClient;
@@ -16,6 +18,7 @@ use courier_config::route::{Action, ClusterSpecifier, RouteConfig, VirtualHost};
 use courier_filters::build::FilterStats;
 use courier_filters::ext_authz::AuthzTransport;
 use courier_filters::jwt_authn::jwks_cache::JwksFetcher;
+use courier_filters::ratelimit::RateLimitTransport;
 use courier_filters::{ConnFacts, FilterChain, SelectedRoute, TlsFacts};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +48,7 @@ impl HttpFilters {
         let mut out = Self::default();
         let fetcher: Arc<dyn JwksFetcher> = Arc::new(ClusterJwksFetcher(client.clone()));
         let authz: Arc<dyn AuthzTransport> = Arc::new(ClusterAuthz(client.clone()));
+        let rls: Arc<dyn RateLimitTransport> = Arc::new(ClusterRls(client.clone()));
         for (row, l) in listeners.into_iter().enumerate() {
             let mut chains = Vec::new();
             for (index, fc) in l.all_filter_chains().enumerate() {
@@ -52,10 +56,11 @@ impl HttpFilters {
                 let (filters, prefix) = fc
                     .hcm()
                     .map_or((&[][..], ""), |h| (&h.http_filters[..], &h.stat_prefix[..]));
-                let (chain, stats) = courier_filters::build_chain_with(
+                let (chain, stats) = courier_filters::build_chain_full(
                     filters,
                     Some(Arc::clone(&fetcher)),
                     Some(Arc::clone(&authz)),
+                    Some(Arc::clone(&rls)),
                 )
                 .map_err(|e| format!("listener {}: {e}", l.name))?;
                 out.stats.extend(
@@ -188,6 +193,17 @@ impl HttpFilters {
     /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
     fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
         for (_, _, s) in &self.stats {
+            if let FilterStats::RateLimit { clusters } = s {
+                clusters.each(|cluster, c| {
+                    add(format!("cluster.{cluster}.ratelimit.ok"), &c.ok);
+                    add(format!("cluster.{cluster}.ratelimit.over_limit"), &c.denied);
+                    add(format!("cluster.{cluster}.ratelimit.error"), &c.error);
+                    add(
+                        format!("cluster.{cluster}.ratelimit.failure_mode_allowed"),
+                        &c.failure_mode_allowed,
+                    );
+                });
+            }
             if let FilterStats::ExtAuthz {
                 stat_prefix,
                 clusters,
@@ -325,6 +341,19 @@ impl HttpFilters {
                         add(format!("{p}request.{name}"), &stats.each(field));
                     }
                 }
+                // Counted in the route cluster's scope (for_each_cluster_counter).
+                FilterStats::RateLimit { .. } => {}
+                FilterStats::LocalRateLimit { stats } => {
+                    // Envoy roots these at the filter's stat prefix (no `http.<hcm>.`).
+                    for (prefix, s) in stats.all() {
+                        let p = format!("{prefix}.http_local_rate_limit.");
+                        add(format!("{p}enabled"), &s.each(|s| &s.enabled));
+                        add(format!("{p}enforced"), &s.each(|s| &s.enforced));
+                        add(format!("{p}rate_limited"), &s.each(|s| &s.rate_limited));
+                        add(format!("{p}ok"), &s.each(|s| &s.ok));
+                        add(format!("{p}shadow_mode"), &s.each(|s| &s.shadow_mode));
+                    }
+                }
                 FilterStats::Rbac {
                     rules_stat_prefix,
                     shadow_rules_stat_prefix,
@@ -400,6 +429,16 @@ pub fn selected_route<'a>(
     route: &'a courier_config::route::Route,
     random: u64,
 ) -> SelectedRoute<'a> {
+    // Only a route entry (not a redirect or direct response) has rate limits, its own or
+    // its virtual host's, as in Envoy.
+    let (rate_limits, vh_rate_limits, include_vh_rate_limits) = match &route.action {
+        Action::Route(ra) => (
+            &ra.rate_limits[..],
+            &vhost.rate_limits[..],
+            ra.include_vh_rate_limits,
+        ),
+        _ => (&[][..], &[][..], false),
+    };
     let (weighted, cluster) = match &route.action {
         Action::Route(ra) => match &ra.cluster {
             ClusterSpecifier::Weighted(w) => {
@@ -423,6 +462,9 @@ pub fn selected_route<'a>(
         ],
         metadata: Some(&route.metadata),
         cluster,
+        rate_limits,
+        vh_rate_limits,
+        include_vh_rate_limits,
     }
 }
 
