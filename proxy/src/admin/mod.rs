@@ -316,6 +316,7 @@ fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
+    crate::upstream::zone::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);
     if let Some(x) = &shared.xds {
         crate::xds::samples(x, &mut samples);
