@@ -73,21 +73,18 @@ pub struct ZoneStats {
     pub cross_zone: Counter,
     /// `lb_zone_no_capacity_left`.
     pub no_capacity_left: Counter,
-    /// `lb_zone_number_differs`: Envoy 1.40 still has the counter but no
-    /// longer counts anything in it (differing numbers of zones route by
-    /// zone); it stays 0.
-    pub number_differs: Counter,
+    // No `lb_zone_number_differs`: Envoy 1.40 no longer has it (differing
+    // numbers of zones route by zone).
 }
 
 impl ZoneStats {
     /// The counters by their names under `cluster.<name>.`.
-    pub fn values(&self) -> [(&'static str, &Counter); 8] {
+    pub fn values(&self) -> [(&'static str, &Counter); 7] {
         [
             ("lb_local_cluster_not_ok", &self.local_cluster_not_ok),
             ("lb_recalculate_zone_structures", &self.recalculate),
             ("lb_zone_cluster_too_small", &self.cluster_too_small),
             ("lb_zone_no_capacity_left", &self.no_capacity_left),
-            ("lb_zone_number_differs", &self.number_differs),
             ("lb_zone_routing_all_directly", &self.all_directly),
             ("lb_zone_routing_cross_zone", &self.cross_zone),
             ("lb_zone_routing_sampled", &self.sampled),
