@@ -21,6 +21,12 @@ use std::net::{SocketAddr, TcpListener};
 
 /// An HTTP/1.1 upstream answering every request with 200 and body `name`.
 fn upstream(name: String) -> SocketAddr {
+    upstream_with(name, 200)
+}
+
+/// An HTTP/1.1 upstream answering every request (health checks too) with
+/// `status` and body `name`.
+fn upstream_with(name: String, status: u16) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
@@ -42,7 +48,7 @@ fn upstream(name: String) -> SocketAddr {
                         }
                     }
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{name}",
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{name}",
                         name.len()
                     );
                     if !ended || s.write_all(answer.as_bytes()).is_err() {
@@ -71,6 +77,9 @@ fn cluster(name: &str, lb: &str, counts: [usize; 3], dead: bool) -> String {
             let port = if dead {
                 // Distinct addresses on 127.0.0.2, never connected to.
                 1000 + 10 * z as u16 + i as u16
+            } else if name == "hc" && *zone == "a" {
+                // Zone a of `hc` fails its health checks (and any request).
+                upstream_with(format!("{name}-{zone}{i}"), 503).port()
             } else {
                 upstream(format!("{name}-{zone}{i}")).port()
             };
@@ -184,7 +193,30 @@ fn clusters() -> Vec<(&'static str, String, [usize; 3])> {
             typed("random", "Random", "{min_cluster_size: 1}"),
             [1, 3, 2],
         ),
+        // Active health checks take zone a's hosts out: a's healthy share
+        // drops to 0 and its traffic goes across to b and c (1667 residual
+        // capacity each), recomputed on the health change.
+        (
+            "hc",
+            "  common_lb_config: {zone_aware_lb_config: {min_cluster_size: 1}}\n  health_checks: [{timeout: 1s, interval: 0.1s, unhealthy_threshold: 1, healthy_threshold: 1, http_health_check: {path: /hc}}]\n".to_string(),
+            [2, 2, 2],
+        ),
     ]
+}
+
+/// Waits (bounded) until 20 requests in a row to `/hc` succeed: the failing
+/// zone's hosts are out.
+fn wait_for_health_checks(addr: &str) {
+    let mut ok = 0;
+    for _ in 0..500 {
+        let r = client::get(addr, "/hc").unwrap();
+        ok = if r.status == 200 { ok + 1 } else { 0 };
+        if ok == 20 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("zone a of hc never left");
 }
 
 #[test]
@@ -211,10 +243,12 @@ fn requests_land_by_zone_as_envoy_sends_them() {
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
         let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
         let addr = proxy.listener("l").unwrap().to_string();
+        wait_for_health_checks(&addr);
+        let before = zone_stats(&proxy, "hc");
         let splits: BTreeMap<&str, BTreeMap<String, usize>> = names
             .iter()
             .map(|n| {
-                let count = if *n == "residual" {
+                let count = if *n == "residual" || *n == "hc" {
                     residual
                 } else {
                     deterministic
@@ -222,8 +256,14 @@ fn requests_land_by_zone_as_envoy_sends_them() {
                 (*n, split(&addr, n, count))
             })
             .collect();
-        let stats: BTreeMap<&str, BTreeMap<String, u64>> =
+        let mut stats: BTreeMap<&str, BTreeMap<String, u64>> =
             names.iter().map(|n| (*n, zone_stats(&proxy, n))).collect();
+        // `hc`'s counters over the measured requests only.
+        if let Some(hc) = stats.get_mut("hc") {
+            for (k, v) in hc.iter_mut() {
+                *v -= before.get(k).copied().unwrap_or(0);
+            }
+        }
         got.push((splits, stats));
     }
     let (envoy, courier) = (&got[0], &got[1]);
@@ -260,6 +300,19 @@ fn requests_land_by_zone_as_envoy_sends_them() {
                 "{n}: courier {:?}, expected {expect:?}",
                 courier.0[n]
             ));
+        }
+    }
+    // hc: nothing to the failing zone, b and c about evenly, all across.
+    for (who, s, st) in [
+        ("envoy", &envoy.0["hc"], &envoy.1["hc"]),
+        ("courier", &courier.0["hc"], &courier.1["hc"]),
+    ] {
+        let b = *s.get("b").unwrap_or(&0);
+        if s.get("a").is_some()
+            || !(240..=360).contains(&b)
+            || st.get("lb_zone_routing_cross_zone") != Some(&600)
+        {
+            report.push(format!("hc: {who} {s:?} {st:?}"));
         }
     }
     // Residual: a keeps about half, b takes the rest, c nothing, in both.
@@ -309,6 +362,10 @@ fn requests_land_by_zone_as_envoy_sends_them() {
             "lb_recalculate_zone_structures",
             "lb_zone_cluster_too_small",
         ] {
+            if *n == "hc" {
+                // Over the measured requests: nothing recomputed in either.
+                continue;
+            }
             let e = envoy.1[n].get(stat).copied().unwrap_or(0);
             let c = courier.1[n].get(stat).copied().unwrap_or(0);
             if (e > 0) != (c > 0) || c > e {
