@@ -237,6 +237,9 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
             for c in shared.clusters.clusters() {
+                for (_, counter) in c.zone_stats.values() {
+                    counter.reset();
+                }
                 for level in &c.hosts().priorities {
                     for h in level.all() {
                         if let Some(s) = h.stats.get() {

@@ -130,6 +130,9 @@ enum Exit {
     TooSmall,
 }
 
+/// One locality's healthy hosts and their order.
+type LocalityHosts = (Box<[Arc<Host>]>, Schedule);
+
 /// The routing computed from one upstream set and one local set.
 #[derive(Debug)]
 pub struct ZoneRouting {
@@ -139,7 +142,7 @@ pub struct ZoneRouting {
     pub state: State,
     /// Priority 0's healthy hosts per locality (the local one first when the
     /// level has it, then the others in Envoy's order) and their orders.
-    localities: Box<[(Box<[Arc<Host>]>, Schedule)]>,
+    localities: Box<[LocalityHosts]>,
     /// The local cluster is in panic (too few healthy hosts).
     local_panic: bool,
     exit: Option<Exit>,
@@ -251,9 +254,9 @@ pub fn compute(
         exit: None,
     };
     // earlyExitNonLocalityRouting, in Envoy's order.
-    let exit = if up_all.len() < 2 {
-        Some(Exit::Silent)
-    } else if cfg.force_local_zone_min_size.is_none() && local_all.len() < 2 {
+    // Fewer than two upstream localities, or (unless forced) local ones.
+    let few = up_all.len() < 2 || (cfg.force_local_zone_min_size.is_none() && local_all.len() < 2);
+    let exit = if few {
         Some(Exit::Silent)
     } else if !local_has_local || local_all.first().is_none_or(|g| g.is_empty()) {
         Some(Exit::LocalNotOk)
