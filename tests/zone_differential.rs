@@ -87,6 +87,10 @@ fn cluster(name: &str, lb: &str, counts: [usize; 3], dead: bool) -> String {
             endpoints.push_str(&format!(
                 "      - endpoint: {{address: {{socket_address: {{address: {host}, port_value: {port}}}}}}}\n"
             ));
+            // `panic*` clusters: only zone a's host is healthy (1 of 3).
+            if name.starts_with("panic") && *zone != "a" {
+                endpoints.push_str("        health_status: UNHEALTHY\n");
+            }
         }
     }
     format!(
@@ -193,6 +197,22 @@ fn clusters() -> Vec<(&'static str, String, [usize; 3])> {
             typed("random", "Random", "{min_cluster_size: 1}"),
             [1, 3, 2],
         ),
+        // Priority 0 in panic (1 of 3 healthy): every host, zones aside...
+        (
+            "panic",
+            typed("round_robin", "RoundRobin", "{min_cluster_size: 1}"),
+            [1, 1, 1],
+        ),
+        // ...or, with fail_traffic_on_panic, no host at all (503).
+        (
+            "panicfail",
+            typed(
+                "round_robin",
+                "RoundRobin",
+                "{min_cluster_size: 1, fail_traffic_on_panic: true}",
+            ),
+            [1, 1, 1],
+        ),
         // Active health checks take zone a's hosts out: a's healthy share
         // drops to 0 and its traffic goes across to b and c (1667 residual
         // capacity each), recomputed on the health change.
@@ -238,12 +258,18 @@ fn requests_land_by_zone_as_envoy_sends_them() {
         indent(&text, 2)
     );
     let deterministic = 60;
+    let names: Vec<&str> = names.into_iter().filter(|n| *n != "panicfail").collect();
     let residual = 600;
     let mut got = Vec::new();
+    let mut statuses = Vec::new();
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
         let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
         let addr = proxy.listener("l").unwrap().to_string();
         wait_for_health_checks(&addr);
+        let failed: Vec<u16> = (0..10)
+            .map(|_| client::get(&addr, "/panicfail").unwrap().status)
+            .collect();
+        statuses.push(failed);
         let before = zone_stats(&proxy, "hc");
         let splits: BTreeMap<&str, BTreeMap<String, usize>> = names
             .iter()
@@ -275,8 +301,11 @@ fn requests_land_by_zone_as_envoy_sends_them() {
     let zones = |m: &BTreeMap<String, usize>| -> Vec<(String, usize)> {
         m.iter().map(|(k, v)| (k.clone(), *v)).collect()
     };
+    // fail_traffic_on_panic: 503 from both.
+    assert_eq!(statuses[0], vec![503; 10], "envoy");
+    assert_eq!(statuses[1], vec![503; 10], "courier");
     // Where requests land: exactly alike where the algorithm is deterministic.
-    for n in ["direct", "plain", "small", "forced", "disabled"] {
+    for n in ["direct", "plain", "small", "forced", "disabled", "panic"] {
         if envoy.0[n] != courier.0[n] {
             report.push(format!(
                 "{n}: envoy {:?}, courier {:?}",
@@ -290,6 +319,7 @@ fn requests_land_by_zone_as_envoy_sends_them() {
         ("small", vec![("a", 20), ("b", 20), ("c", 20)]),
         ("forced", vec![("a", 60)]),
         ("disabled", vec![("a", 20), ("b", 20), ("c", 20)]),
+        ("panic", vec![("a", 20), ("b", 20), ("c", 20)]),
     ] {
         let expect: Vec<(String, usize)> = expect
             .into_iter()
@@ -356,14 +386,18 @@ fn requests_land_by_zone_as_envoy_sends_them() {
     // each worker's, and again as the local cluster's hosts arrive after the
     // balancers are built (so `forced` counts lb_local_cluster_not_ok before
     // the fleet is known); courier computes once per change of either host
-    // set, shared by its workers. Both count, and count the same exits.
+    // set, at the first pick that needs it, shared by its workers. Both count,
+    // and count the same exits.
     for n in &names {
         for stat in [
             "lb_recalculate_zone_structures",
             "lb_zone_cluster_too_small",
         ] {
-            if *n == "hc" {
-                // Over the measured requests: nothing recomputed in either.
+            if *n == "hc" || *n == "panic" {
+                // hc: over the measured requests, nothing recomputed in
+                // either. panic: courier computes when a pick needs the zone
+                // routing, and a level in panic never does (Envoy computes
+                // at every change).
                 continue;
             }
             let e = envoy.1[n].get(stat).copied().unwrap_or(0);

@@ -236,6 +236,21 @@ mod tests {
     }
 
     #[test]
+    fn fail_traffic_on_panic_fails_a_level_in_panic() {
+        // 1 of 3 healthy (33 % < 50 %): panic. Envoy's zone_aware_lb_config
+        // fail_traffic_on_panic fails the pick instead of using every host,
+        // with or without a local cluster.
+        let s = set(&[&[true, false, false]]);
+        let mut l = lb(LbPolicy::RoundRobin, 50.0);
+        assert!(choose(&s, &l, 0).is_some());
+        l.zone_aware.fail_traffic_on_panic = true;
+        assert!(choose(&s, &l, 0).is_none());
+        // Not in panic: it picks as usual.
+        let healthy = set(&[&[true, true, false]]);
+        assert!(choose(&healthy, &l, 0).is_some_and(|h| h.healthy));
+    }
+
+    #[test]
     fn least_request_avoids_the_busy_host() {
         let s = set(&[&[true, true]]);
         let busy = Arc::clone(&s.priorities[0].all()[0]);

@@ -183,6 +183,11 @@ impl ClusterManager {
         })
     }
 
+    /// `cluster_manager.local_cluster_name`, when the bootstrap names one.
+    pub fn local_cluster_name(&self) -> Option<&str> {
+        self.zone.as_deref().map(|z| z.local_name.as_str())
+    }
+
     /// Records which CDS clusters are warming (main thread).
     pub fn set_warming(&self, names: Vec<String>) {
         self.warming.store(Arc::new(names));

@@ -48,6 +48,20 @@ impl ZoneContext {
     }
 }
 
+/// Why an EDS assignment for the local cluster `name` is refused: Envoy takes
+/// the local fleet from priority 0 only and rejects an assignment with hosts
+/// in another (in its words).
+pub fn local_assignment_error(
+    la: &courier_config::cluster::LoadAssignment,
+    name: &str,
+) -> Option<String> {
+    la.priorities
+        .iter()
+        .skip(1)
+        .any(|p| p.localities.iter().any(|l| !l.endpoints.is_empty()))
+        .then(|| format!("Unexpected non-zero priority for local cluster '{name}'."))
+}
+
 /// A cluster's zone-aware routing: the context and the state computed last.
 #[derive(Debug)]
 pub struct ClusterZone {

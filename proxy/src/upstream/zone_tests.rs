@@ -382,3 +382,18 @@ fn a_local_cluster_in_panic_is_not_ok_and_may_fail_traffic() {
         assert_eq!(up.zone_stats.local_cluster_not_ok.get(), 1);
     }
 }
+
+#[test]
+fn a_local_assignment_beyond_priority_0_is_refused() {
+    let mut la = local_assignment([1, 1, 1]);
+    assert_eq!(local_assignment_error(&la, "fleet"), None);
+    let p1 = la.priorities[0].clone();
+    la.priorities.push(p1);
+    assert_eq!(
+        local_assignment_error(&la, "fleet").as_deref(),
+        Some("Unexpected non-zero priority for local cluster 'fleet'.")
+    );
+    // An empty level above 0 holds no host: nothing to refuse.
+    la.priorities[1].localities.clear();
+    assert_eq!(local_assignment_error(&la, "fleet"), None);
+}
