@@ -86,6 +86,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     // Before any worker serves: the codec reads it per connection.
     crate::codec::h1_check::set_reject_fragment(bootstrap.runtime.reject_path_with_fragment);
     crate::overload::set_use_allocated(bootstrap.runtime.fixed_heap_use_allocated);
+    crate::upstream::zone::set_runtime(
+        bootstrap.runtime.zone_routing_enabled,
+        bootstrap.runtime.zone_min_cluster_size,
+    );
     crate::trace::export::set_flush(
         bootstrap.runtime.otel_min_flush_spans,
         bootstrap.runtime.otel_flush_interval_ms,

@@ -45,12 +45,17 @@ async fn up() -> String {
 }
 
 async fn start(zone_args: &[&str]) -> Courier {
+    start_with(zone_args, "").await
+}
+
+/// [`start`], with `top` added at the bootstrap's top level.
+async fn start_with(zone_args: &[&str], top: &str) -> Courier {
     let mut args = vec!["--concurrency", "1"];
     args.extend_from_slice(zone_args);
     let clusters = format!("{FLEET}{}", up().await);
     courier_top(
         &args,
-        "cluster_manager: {local_cluster_name: fleet}",
+        &format!("cluster_manager: {{local_cluster_name: fleet}}\n{top}"),
         "",
         "",
         "- match: {prefix: \"/\"}\n  route: {cluster: up}\n",
@@ -58,6 +63,19 @@ async fn start(zone_args: &[&str]) -> Courier {
         "",
     )
     .await
+}
+
+async fn post(c: &Courier, path: &str) -> u16 {
+    let mut admin = H1::connect(c.admin.parse().unwrap()).await;
+    admin
+        .send(
+            Request::post(path)
+                .header("host", "admin")
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .status
 }
 
 async fn split(c: &Courier, n: usize) -> BTreeMap<String, usize> {
@@ -97,16 +115,7 @@ async fn service_zone_routes_everything_to_its_zone_and_counts_it() {
         "{stats}"
     );
     // /reset_counters zeroes them.
-    let mut admin = H1::connect(c.admin.parse().unwrap()).await;
-    let r = admin
-        .send(
-            Request::post("/reset_counters")
-                .header("host", "admin")
-                .body(Full::new(Bytes::new()))
-                .unwrap(),
-        )
-        .await;
-    assert_eq!(r.status, 200);
+    assert_eq!(post(&c, "/reset_counters").await, 200);
     assert_eq!(stat(&c, "cluster.up.lb_zone_routing_all_directly").await, 0);
 }
 
@@ -119,4 +128,38 @@ async fn without_a_zone_the_fleet_is_not_ok_and_all_hosts_share() {
     assert!(s.len() == 6 && s.values().all(|&n| n == 10), "{s:?}");
     assert_eq!(stat(&c, "cluster.up.lb_local_cluster_not_ok").await, 1);
     assert_eq!(stat(&c, "cluster.up.lb_zone_routing_all_directly").await, 0);
+}
+
+#[tokio::test]
+async fn the_runtime_turns_zone_routing_off_and_on() {
+    // `upstream.zone_routing.enabled: 0` in a static layer: no pick routes by
+    // zone; the admin layer's 100 brings it back at the next pick.
+    let c = start_with(
+        &["--service-zone", "b"],
+        "layered_runtime:\n  layers:\n  - {name: s, static_layer: {upstream.zone_routing.enabled: 0}}\n  - {name: admin, admin_layer: {}}",
+    )
+    .await;
+    let s = split(&c, 60).await;
+    assert!(s.len() == 6 && s.values().all(|&n| n == 10), "{s:?}");
+    assert_eq!(stat(&c, "cluster.up.lb_zone_routing_all_directly").await, 0);
+    assert_eq!(
+        post(&c, "/runtime_modify?upstream.zone_routing.enabled=100").await,
+        200
+    );
+    let s = split(&c, 20).await;
+    assert_eq!(
+        s.into_iter().collect::<Vec<_>>(),
+        [("b1".to_string(), 10), ("b2".to_string(), 10)]
+    );
+    // min_cluster_size from the runtime: 7 of 6 hosts is too small, from the
+    // next computation (the routing is computed again when a set changes;
+    // here a restart with the key set).
+    let c = start_with(
+        &["--service-zone", "b"],
+        "layered_runtime:\n  layers:\n  - {name: s, static_layer: {upstream.zone_routing.min_cluster_size: 7}}",
+    )
+    .await;
+    let s = split(&c, 60).await;
+    assert_eq!(s.len(), 6, "{s:?}");
+    assert_eq!(stat(&c, "cluster.up.lb_zone_cluster_too_small").await, 1);
 }

@@ -18,6 +18,31 @@ use arc_swap::ArcSwapOption;
 use courier_config::cluster::{LoadBalancer, Locality, LocalityBasis, ZoneAware};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// No runtime value: the clusters' own settings apply.
+const UNSET: u64 = u64::MAX;
+/// `upstream.zone_routing.enabled` in force (process-wide, as Envoy's runtime).
+static RUNTIME_ENABLED: AtomicU64 = AtomicU64::new(UNSET);
+/// `upstream.zone_routing.min_cluster_size` in force.
+static RUNTIME_MIN_CLUSTER_SIZE: AtomicU64 = AtomicU64::new(UNSET);
+
+/// Sets the runtime's `upstream.zone_routing.enabled` and
+/// `upstream.zone_routing.min_cluster_size` (`None`: not set by any layer).
+/// The first applies from the next pick, the second from the next time a
+/// cluster's zone routing is computed (as Envoy reads it).
+pub fn set_runtime(enabled: Option<u64>, min_cluster_size: Option<u64>) {
+    RUNTIME_ENABLED.store(enabled.unwrap_or(UNSET), Ordering::Relaxed);
+    RUNTIME_MIN_CLUSTER_SIZE.store(min_cluster_size.unwrap_or(UNSET), Ordering::Relaxed);
+}
+
+/// The runtime's value of a key, or `default`.
+fn runtime_or(key: &AtomicU64, default: u64) -> u64 {
+    match key.load(Ordering::Relaxed) {
+        UNSET => default,
+        v => v,
+    }
+}
 
 /// The proxy's side of zone-aware routing, shared by every cluster.
 #[derive(Debug)]
@@ -274,7 +299,9 @@ pub fn compute(
         Some(Exit::Silent)
     } else if !local_has_local || local_all.first().is_none_or(|g| g.is_empty()) {
         Some(Exit::LocalNotOk)
-    } else if (p0.map_or(0, |l| l.healthy().len()) as u64) < cfg.min_cluster_size {
+    } else if (p0.map_or(0, |l| l.healthy().len()) as u64)
+        < runtime_or(&RUNTIME_MIN_CLUSTER_SIZE, cfg.min_cluster_size)
+    {
         Some(Exit::TooSmall)
     } else {
         None
@@ -416,8 +443,10 @@ pub fn choose_locality(
     if routing.state == State::NoLocalityRouting {
         return None;
     }
-    // `upstream.zone_routing.enabled`'s default: routing_enabled percent of picks.
-    if fastrand::u32(0..100) >= lb.zone_aware.routing_enabled {
+    // Envoy's featureEnabled(`upstream.zone_routing.enabled`, routing_enabled):
+    // that percent of picks.
+    let enabled = runtime_or(&RUNTIME_ENABLED, u64::from(lb.zone_aware.routing_enabled));
+    if fastrand::u64(0..100) >= enabled {
         return None;
     }
     if routing.local_panic {
