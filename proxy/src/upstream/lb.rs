@@ -62,10 +62,20 @@ fn pick(
         // Envoy: a level in panic fails the pick instead of using every host.
         return None;
     }
-    // Zones route priority 0 only (as Envoy), and not a locality-weighted
-    // cluster; the routing is kept alive for the pick.
+    // Envoy's hostSourceToUse: a level in panic balances over all its hosts,
+    // localities aside; otherwise a locality-weighted cluster picks a locality
+    // and balances within its healthy hosts; failing that (no locality with
+    // any effective weight, or no locality weighting) zone-aware routing may
+    // pick a locality of priority 0 by zone (the routing is kept alive for
+    // the pick); else the level's healthy hosts.
+    let weighted = if panic || !lb.locality_weighted {
+        None
+    } else {
+        set.localities(priority)
+            .and_then(|l| pick_locality(l, cluster))
+    };
     let routed = match zone {
-        Some((z, stats, arc)) if priority == 0 && !panic && !lb.locality_weighted => {
+        Some((z, stats, arc)) if priority == 0 && !panic && weighted.is_none() => {
             match zone::choose_locality(z, arc, lb, stats) {
                 Some(None) => return None,
                 Some(Some(r)) => Some(r),
@@ -74,26 +84,17 @@ fn pick(
         }
         _ => None,
     };
-    // Envoy's hostSourceToUse: a level in panic balances over all its hosts,
-    // localities aside; otherwise a locality-weighted cluster picks a locality
-    // and balances within its healthy hosts, and falls back to the level's
-    // healthy hosts when no locality has any effective weight; zone-aware
-    // routing picks a locality of priority 0 by zone.
     let (hosts, schedule, (cursors, slot)) = if panic {
         (
             level.all(),
             level.all_schedule(),
             (&CURSORS, 2 * priority + 1),
         )
+    } else if let Some((hosts, schedule, slot)) = weighted {
+        (hosts, schedule, (&LOCALITY_CURSORS, slot))
     } else if let Some((routing, index)) = &routed {
         let (hosts, schedule) = zone::locality_hosts(routing, *index);
         (hosts, schedule, (&ZONE_CURSORS, *index))
-    } else if let Some((hosts, schedule, slot)) = set
-        .localities(priority)
-        .filter(|_| lb.locality_weighted)
-        .and_then(|l| pick_locality(l, cluster))
-    {
-        (hosts, schedule, (&LOCALITY_CURSORS, slot))
     } else {
         (
             level.healthy(),

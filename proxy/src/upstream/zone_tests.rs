@@ -397,3 +397,15 @@ fn a_local_assignment_beyond_priority_0_is_refused() {
     la.priorities[1].localities.clear();
     assert_eq!(local_assignment_error(&la, "fleet"), None);
 }
+
+#[test]
+fn locality_weighting_comes_first_and_zones_take_over_without_weights() {
+    // Locality weighting on but no locality has a weight: Envoy falls through
+    // to zone-aware routing (a has its share: all to a).
+    let m = manager("common_lb_config: {locality_weighted_lb_config: {}}");
+    assert!(m.set_eds_hosts("local", Some(&local_assignment([1, 1, 1]))));
+    let up = m.get("up").unwrap();
+    let c = picks(&up, 40);
+    assert_eq!(c.into_iter().collect::<Vec<_>>(), [(11, 20), (12, 20)]);
+    assert_eq!(up.zone_stats.all_directly.get(), 40);
+}
