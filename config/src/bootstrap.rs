@@ -53,7 +53,11 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.bootstrap.v3.ClusterManager",
-        &["outlier_detection", "enable_deferred_cluster_creation"],
+        &[
+            "outlier_detection",
+            "enable_deferred_cluster_creation",
+            "local_cluster_name",
+        ],
     ),
     (
         "envoy.config.bootstrap.v3.ClusterManager.OutlierDetection",
@@ -133,6 +137,9 @@ pub struct Bootstrap {
     /// `cluster_manager.outlier_detection.event_log_path`: where outlier
     /// ejection and unejection events are appended as JSON lines.
     pub outlier_event_log_path: Option<String>,
+    /// `cluster_manager.local_cluster_name`: the static cluster of the proxy's
+    /// own fleet, by whose zones the other clusters route (zone-aware routing).
+    pub local_cluster_name: Option<String>,
     /// `deferred_stat_options.enable_deferred_creation_stats`: a cluster's
     /// traffic stats (`cluster.<name>.upstream_*`) exist from its first use
     /// on, not from its creation.
@@ -250,6 +257,15 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .tracing
         .as_ref()
         .and_then(|t| crate::tracing::bootstrap(t, &root.field("tracing"), ctx));
+    let local_cluster_name = bs
+        .cluster_manager
+        .as_ref()
+        .map(|cm| cm.local_cluster_name.as_str())
+        .filter(|n| !n.is_empty())
+        .map(str::to_string);
+    if let Some(name) = &local_cluster_name {
+        local_cluster(name, statics, &root, ctx);
+    }
     if let Some(e) = &bs.default_regex_engine {
         default_regex_engine(e, &root.field("default_regex_engine"), ctx);
     }
@@ -287,11 +303,51 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         overload_manager,
         runtime,
         outlier_event_log_path,
+        local_cluster_name,
         deferred_cluster_stats: bs
             .deferred_stat_options
             .as_ref()
             .is_some_and(|d| d.enable_deferred_creation_stats),
         application_log_format,
+    }
+}
+
+/// `cluster_manager.local_cluster_name` must name a static cluster (Envoy's
+/// words when it does not), whose endpoints are all of priority 0: zone-aware
+/// routing reads the local fleet from one level.
+fn local_cluster(
+    name: &str,
+    statics: &pb::bootstrap::StaticResources,
+    root: &Path<'_>,
+    ctx: &mut Ctx,
+) {
+    let Some((i, c)) = statics
+        .clusters
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.name == name)
+    else {
+        ctx.error(
+            &root.field("cluster_manager").field("local_cluster_name"),
+            format!("local cluster '{name}' must be defined"),
+        );
+        return;
+    };
+    let Some(la) = &c.load_assignment else {
+        return;
+    };
+    let sr = root.field("static_resources");
+    let cs = sr.field("clusters");
+    let c = cs.index(i);
+    let lp = c.field("load_assignment");
+    let ep = lp.field("endpoints");
+    for (j, l) in la.endpoints.iter().enumerate() {
+        if l.priority != 0 {
+            ctx.error(
+                &ep.index(j).field("priority"),
+                format!("Unexpected non-zero priority for local cluster '{name}'."),
+            );
+        }
     }
 }
 

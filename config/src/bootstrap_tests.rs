@@ -92,3 +92,26 @@ fn application_log_config_is_one_pattern() {
         "{err}"
     );
 }
+
+#[test]
+fn local_cluster_name_names_a_static_cluster() {
+    let with = |cm: &str| {
+        let yaml = format!(
+            "cluster_manager: {cm}\nstatic_resources: {{clusters: [{{name: fleet, load_assignment: {{cluster_name: fleet, endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: 1}}}}}}}}]}}]}}}}]}}"
+        );
+        crate::bootstrap_from_str(&yaml, crate::load::Format::Yaml)
+    };
+    let b = with("{local_cluster_name: fleet}").unwrap();
+    assert_eq!(b.local_cluster_name.as_deref(), Some("fleet"));
+    assert_eq!(with("{}").unwrap().local_cluster_name, None);
+    // Empty: none, as Envoy reads it.
+    assert_eq!(
+        with("{local_cluster_name: ''}").unwrap().local_cluster_name,
+        None
+    );
+    let err = with("{local_cluster_name: other}").unwrap_err().to_string();
+    assert!(
+        err.contains("cluster_manager.local_cluster_name: local cluster 'other' must be defined"),
+        "{err}"
+    );
+}

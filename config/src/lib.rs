@@ -48,7 +48,8 @@ use envoy_types::pb::envoy::config::bootstrap::v3::Bootstrap as BootstrapProto;
 use prost::Name;
 use std::path::PathBuf;
 
-/// What to load: Envoy's `-c`, `--config-yaml`, `--service-node` and `--service-cluster`.
+/// What to load: Envoy's `-c`, `--config-yaml`, `--service-node`, `--service-cluster`
+/// and `--service-zone`.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// `-c / --config-path`: a YAML or JSON bootstrap file.
@@ -60,6 +61,9 @@ pub struct LoadOptions {
     pub service_node: Option<String>,
     /// `--service-cluster`: overrides `node.cluster`.
     pub service_cluster: Option<String>,
+    /// `--service-zone`: overrides `node.locality.zone` (the proxy's own zone,
+    /// for zone-aware routing).
+    pub service_zone: Option<String>,
 }
 
 /// Loads, validates and translates a bootstrap, reporting every error found.
@@ -77,6 +81,14 @@ pub fn load_bootstrap(opts: &LoadOptions) -> Result<Bootstrap, ConfigError> {
     }
     if let Some(cluster) = &opts.service_cluster {
         bootstrap.node.cluster.clone_from(cluster);
+    }
+    // As Envoy: a non-empty zone sets the node's locality (made if absent).
+    if let Some(zone) = opts.service_zone.as_ref().filter(|z| !z.is_empty()) {
+        bootstrap
+            .node
+            .locality
+            .get_or_insert_with(Default::default)
+            .1 = zone.clone();
     }
     ctx.finish(bootstrap)
 }

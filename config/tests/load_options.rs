@@ -60,6 +60,34 @@ fn service_node_and_cluster_override_the_node() {
 }
 
 #[test]
+fn service_zone_sets_the_node_locality_zone() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = load_bootstrap(&LoadOptions {
+        config_path: Some(file(&dir)),
+        service_zone: Some("us-east-1a".into()),
+        ..Default::default()
+    })
+    .unwrap();
+    // The file's node has no locality: one is made with the zone only.
+    assert_eq!(
+        b.node.locality,
+        Some((String::new(), "us-east-1a".into(), String::new()))
+    );
+    // An empty zone changes nothing, as in Envoy.
+    let b = load_bootstrap(&LoadOptions {
+        config_path: Some(file(&dir)),
+        config_yaml: Some("node: {locality: {region: r, zone: z}}".into()),
+        service_zone: Some(String::new()),
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        b.node.locality,
+        Some(("r".into(), "z".into(), String::new()))
+    );
+}
+
+#[test]
 fn json_files_and_unknown_extensions() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("b.json");

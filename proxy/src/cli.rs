@@ -78,6 +78,10 @@ pub struct Cli {
     #[arg(long = "service-cluster", value_name = "NAME")]
     pub service_cluster: Option<String>,
 
+    /// Overrides node.locality.zone of the bootstrap.
+    #[arg(long = "service-zone", value_name = "ZONE")]
+    pub service_zone: Option<String>,
+
     /// Once admin listens, write its address (`host:port`) to this file, as Envoy does.
     #[arg(long = "admin-address-path", value_name = "FILE")]
     pub admin_address_path: Option<PathBuf>,
@@ -136,6 +140,7 @@ impl Cli {
             config_yaml: self.config_yaml.clone(),
             service_node: self.service_node.clone(),
             service_cluster: self.service_cluster.clone(),
+            service_zone: self.service_zone.clone(),
         }
     }
 

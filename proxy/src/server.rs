@@ -86,6 +86,10 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     // Before any worker serves: the codec reads it per connection.
     crate::codec::h1_check::set_reject_fragment(bootstrap.runtime.reject_path_with_fragment);
     crate::overload::set_use_allocated(bootstrap.runtime.fixed_heap_use_allocated);
+    crate::upstream::zone::set_runtime(
+        bootstrap.runtime.zone_routing_enabled,
+        bootstrap.runtime.zone_min_cluster_size,
+    );
     crate::trace::export::set_flush(
         bootstrap.runtime.otel_min_flush_spans,
         bootstrap.runtime.otel_flush_interval_ms,
@@ -125,7 +129,23 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     let tls = Arc::new(ServerConfigs::build(
         bootstrap.listeners.iter().map(AsRef::as_ref),
     )?);
-    let mut clusters = ClusterManager::new(&snapshot.load())?;
+    let zone = bootstrap.local_cluster_name.as_ref().map(|name| {
+        Arc::new(crate::upstream::zone::ZoneContext::new(
+            name.clone(),
+            bootstrap
+                .node
+                .locality
+                .as_ref()
+                .map(
+                    |(region, zone, sub_zone)| courier_config::cluster::Locality {
+                        region: region.clone(),
+                        zone: zone.clone(),
+                        sub_zone: sub_zone.clone(),
+                    },
+                ),
+        ))
+    });
+    let mut clusters = ClusterManager::with_zone(&snapshot.load(), zone)?;
     if let Some(path) = &bootstrap.outlier_event_log_path {
         clusters.set_outlier_event_log(crate::upstream::outlier::EventLog::open(path)?);
     }

@@ -2,6 +2,7 @@
 //! `common_lb_config`.
 
 use super::values;
+use super::zone_aware::{self, ZoneAware};
 use crate::core;
 use crate::ctx::Ctx;
 use crate::extensions;
@@ -54,12 +55,15 @@ pub struct LoadBalancer {
     /// `load_balancing_weight` scaled by its health, then a host within it by
     /// `policy`.
     pub locality_weighted: bool,
+    /// Zone-aware routing settings (`zone_aware_lb_config`, else Envoy's
+    /// defaults): used when the bootstrap names a local cluster.
+    pub zone_aware: ZoneAware,
 }
 
 /// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
 /// `common_lb_config`.
 pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> LoadBalancer {
-    let (policy, locality_weighted) = match &c.load_balancing_policy {
+    let (policy, (locality_weighted, zone_aware)) = match &c.load_balancing_policy {
         Some(lbp) => {
             // The typed policy supersedes lb_policy; refuse a conflicting setting rather
             // than ignore it.
@@ -94,19 +98,44 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
                     "cannot be combined with load_balancing_policy (set locality_lb_config in the policy)",
                 );
             }
+            if let Some(common) = &c.common_lb_config
+                && matches!(
+                    common.locality_config_specifier,
+                    Some(
+                        pb::cluster::common_lb_config::LocalityConfigSpecifier::ZoneAwareLbConfig(
+                            _
+                        )
+                    )
+                )
+            {
+                ctx.error(
+                    &path.field("common_lb_config.zone_aware_lb_config"),
+                    "cannot be combined with load_balancing_policy (set locality_lb_config in the policy)",
+                );
+            }
             match typed_policy(lbp, &path.field("load_balancing_policy"), ctx) {
                 Some((policy, locality)) => (Some(policy), locality),
-                None => (None, false),
+                None => (None, (false, ZoneAware::default())),
             }
         }
         None => {
-            // The zone-aware variant is refused by the support table.
-            let locality = c.common_lb_config.as_ref().is_some_and(|common| {
-                matches!(
-                    common.locality_config_specifier,
-                    Some(pb::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
-                )
-            });
+            use pb::cluster::common_lb_config::LocalityConfigSpecifier as S;
+            let locality = match c
+                .common_lb_config
+                .as_ref()
+                .and_then(|common| common.locality_config_specifier.as_ref())
+            {
+                Some(S::LocalityWeightedLbConfig(_)) => (true, ZoneAware::default()),
+                Some(S::ZoneAwareLbConfig(z)) => (
+                    false,
+                    zone_aware::common(
+                        z,
+                        &path.field("common_lb_config.zone_aware_lb_config"),
+                        ctx,
+                    ),
+                ),
+                None => (false, ZoneAware::default()),
+            };
             (lb_policy(c, path, ctx), locality)
         }
     };
@@ -123,6 +152,7 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
         policy: policy.unwrap_or(LbPolicy::RoundRobin),
         healthy_panic_threshold,
         locality_weighted,
+        zone_aware,
     }
 }
 
@@ -202,22 +232,37 @@ fn least_request_policy(
     }
 }
 
-/// Whether a typed policy's `locality_lb_config` asks for locality-weighted
-/// balancing (its zone-aware variant is refused by the support table).
-fn locality_weighted(config: Option<&LocalityLbConfig>) -> bool {
-    matches!(
-        config.and_then(|c| c.locality_config_specifier.as_ref()),
-        Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
-    )
+/// A typed policy's `locality_lb_config`: whether it asks for
+/// locality-weighted balancing, and its zone-aware settings.
+fn locality(
+    config: Option<&LocalityLbConfig>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> (bool, ZoneAware) {
+    match config.and_then(|c| c.locality_config_specifier.as_ref()) {
+        Some(LocalityConfigSpecifier::LocalityWeightedLbConfig(_)) => (true, ZoneAware::default()),
+        Some(LocalityConfigSpecifier::ZoneAwareLbConfig(z)) => (
+            false,
+            zone_aware::typed(
+                z,
+                &path
+                    .field("locality_lb_config")
+                    .field("zone_aware_lb_config"),
+                ctx,
+            ),
+        ),
+        None => (false, ZoneAware::default()),
+    }
 }
 
 /// The first policy courier implements wins, as in Envoy; the others are not used.
-/// Returns the policy and whether it balances by locality weight.
+/// Returns the policy, whether it balances by locality weight and its
+/// zone-aware settings.
 fn typed_policy(
     lbp: &pb::LoadBalancingPolicy,
     path: &Path<'_>,
     ctx: &mut Ctx,
-) -> Option<(LbPolicy, bool)> {
+) -> Option<(LbPolicy, (bool, ZoneAware))> {
     let pp = path.field("policies");
     if lbp.policies.is_empty() {
         ctx.error(&pp, "must name at least one policy");
@@ -239,12 +284,12 @@ fn typed_policy(
         match any.type_url.as_str() {
             extensions::LB_ROUND_ROBIN => {
                 let rr: RoundRobin = core::unpack(any, &cp, ctx)?;
-                let locality = locality_weighted(rr.locality_lb_config.as_ref());
+                let locality = locality(rr.locality_lb_config.as_ref(), &cp, ctx);
                 return Some((LbPolicy::RoundRobin, locality));
             }
             extensions::LB_RANDOM => {
                 let r: Random = core::unpack(any, &cp, ctx)?;
-                let locality = locality_weighted(r.locality_lb_config.as_ref());
+                let locality = locality(r.locality_lb_config.as_ref(), &cp, ctx);
                 return Some((LbPolicy::Random, locality));
             }
             extensions::LB_LEAST_REQUEST => {
@@ -255,7 +300,8 @@ fn typed_policy(
                     &cp,
                     ctx,
                 );
-                return Some((policy, locality_weighted(lr.locality_lb_config.as_ref())));
+                let locality = locality(lr.locality_lb_config.as_ref(), &cp, ctx);
+                return Some((policy, locality));
             }
             url => unknown.push((
                 i,

@@ -15,6 +15,7 @@ mod protocol;
 mod socket_match;
 mod table;
 mod values;
+mod zone_aware;
 
 pub use circuit_breaker::{CircuitBreakers, RetryBudget, Thresholds};
 pub use endpoint::{
@@ -32,6 +33,7 @@ pub use socket_match::{
     DEFAULT_SOCKET, SocketIndex, TransportSocketMatch, resolve as resolve_socket,
 };
 pub(crate) use table::SUPPORT;
+pub use zone_aware::{LocalityBasis, ZoneAware};
 
 use crate::config_source::{self, ConfigSource};
 use crate::core::{self, MetadataMap};

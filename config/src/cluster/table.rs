@@ -76,7 +76,19 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.cluster.v3.Cluster.CommonLbConfig",
-        &["healthy_panic_threshold", "locality_weighted_lb_config"],
+        &[
+            "healthy_panic_threshold",
+            "locality_weighted_lb_config",
+            "zone_aware_lb_config",
+        ],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.CommonLbConfig.ZoneAwareLbConfig",
+        &[
+            "routing_enabled",
+            "min_cluster_size",
+            "fail_traffic_on_panic",
+        ],
     ),
     (
         "envoy.config.cluster.v3.Cluster.CommonLbConfig.LocalityWeightedLbConfig",
@@ -104,10 +116,24 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
         &["choice_count", "active_request_bias", "locality_lb_config"],
     ),
-    // Locality-weighted only: zone-aware balancing needs `local_cluster_name`.
     (
         "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig",
-        &["locality_weighted_lb_config"],
+        &["locality_weighted_lb_config", "zone_aware_lb_config"],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig.ZoneAwareLbConfig",
+        &[
+            "routing_enabled",
+            "min_cluster_size",
+            "fail_traffic_on_panic",
+            "force_locality_direct_routing",
+            "force_local_zone",
+            "locality_basis",
+        ],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig.ZoneAwareLbConfig.ForceLocalZone",
+        &["min_size"],
     ),
     (
         "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig.LocalityWeightedLbConfig",

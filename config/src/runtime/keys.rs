@@ -41,6 +41,12 @@ pub enum Meaning {
     /// `re2.max_program_size.warn_level`: a regex whose RE2 program is bigger
     /// is logged (Envoy's default: no warning).
     Re2WarnLevel(u32),
+    /// `upstream.zone_routing.enabled`: percent of picks that route by zone,
+    /// in place of every cluster's `routing_enabled`.
+    ZoneRoutingEnabled(u64),
+    /// `upstream.zone_routing.min_cluster_size`: in place of every cluster's
+    /// `min_cluster_size`, read when the zone routing is next computed.
+    ZoneMinClusterSize(u64),
 }
 
 /// Why a key or its value is refused.
@@ -108,6 +114,12 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     }
     if key == "re2.max_program_size.warn_level" {
         return integer(value).map(|n| Meaning::Re2WarnLevel(envoy_u32(n)));
+    }
+    if key == "upstream.zone_routing.enabled" {
+        return integer(value).map(Meaning::ZoneRoutingEnabled);
+    }
+    if key == "upstream.zone_routing.min_cluster_size" {
+        return integer(value).map(Meaning::ZoneMinClusterSize);
     }
     if key == "tracing.opentelemetry.min_flush_spans" {
         return integer(value).map(Meaning::OtelMinFlushSpans);

@@ -82,6 +82,10 @@ pub struct Runtime {
     /// `re2.max_program_size.error_level` / `warn_level`: the RE2 program-size
     /// thresholds regexes are checked against when a config is loaded.
     pub re2_limits: crate::re2_program::Limits,
+    /// `upstream.zone_routing.enabled`, when a layer sets it.
+    pub zone_routing_enabled: Option<u64>,
+    /// `upstream.zone_routing.min_cluster_size`, when a layer sets it.
+    pub zone_min_cluster_size: Option<u64>,
 }
 
 /// The Zipkin tracer's runtime settings (Envoy's keys and defaults).
@@ -117,6 +121,8 @@ impl Default for Runtime {
             zipkin: ZipkinRuntime::default(),
             fixed_heap_use_allocated: false,
             re2_limits: crate::re2_program::Limits::default(),
+            zone_routing_enabled: None,
+            zone_min_cluster_size: None,
         }
     }
 }
@@ -321,6 +327,8 @@ fn apply(meaning: keys::Meaning, out: &mut Runtime) {
         keys::Meaning::FixedHeapUseAllocated(on) => out.fixed_heap_use_allocated = on,
         keys::Meaning::Re2ErrorLevel(n) => out.re2_limits.error_level = n,
         keys::Meaning::Re2WarnLevel(n) => out.re2_limits.warn_level = n,
+        keys::Meaning::ZoneRoutingEnabled(n) => out.zone_routing_enabled = Some(n),
+        keys::Meaning::ZoneMinClusterSize(n) => out.zone_min_cluster_size = Some(n),
     }
 }
 

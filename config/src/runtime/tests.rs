@@ -256,6 +256,22 @@ fn to_struct(m: &serde_json::Map<String, Value>) -> envoy_types::pb::google::pro
 }
 
 #[test]
+fn zone_routing_keys_override_the_clusters_settings() {
+    let rt = load(json!([{"name": "a", "static_layer": {
+        "upstream.zone_routing.enabled": 25,
+        "upstream.zone_routing": {"min_cluster_size": "3"}}}]))
+    .unwrap();
+    assert_eq!(rt.runtime.zone_routing_enabled, Some(25));
+    assert_eq!(rt.runtime.zone_min_cluster_size, Some(3));
+    assert_eq!(Runtime::default().zone_routing_enabled, None);
+    let err = load(json!([{"name": "a", "static_layer": {
+        "upstream.zone_routing.enabled": "half"}}]))
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("must be a non-negative integer"), "{err}");
+}
+
+#[test]
 fn fixed_heap_use_allocated_selects_the_heap_measure() {
     let rt = load(json!([{"name": "a", "static_layer": {
         "envoy.reloadable_features.fixed_heap_use_allocated": true}}]))

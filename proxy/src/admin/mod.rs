@@ -237,6 +237,9 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
             for c in shared.clusters.clusters() {
+                for (_, counter) in c.zone_stats.values() {
+                    counter.reset();
+                }
                 for level in &c.hosts().priorities {
                     for h in level.all() {
                         if let Some(s) = h.stats.get() {
@@ -316,6 +319,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
+    crate::upstream::zone::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);
     if let Some(x) = &shared.xds {
         crate::xds::samples(x, &mut samples);

@@ -88,6 +88,7 @@ impl RuntimeAdmin {
         crate::trace::export::set_flush(rt.otel_min_flush_spans, rt.otel_flush_interval_ms);
         crate::trace::zipkin_export::set_runtime(rt.zipkin);
         crate::overload::set_use_allocated(rt.fixed_heap_use_allocated);
+        crate::upstream::zone::set_runtime(rt.zone_routing_enabled, rt.zone_min_cluster_size);
         // Regexes already compiled keep working; configs loaded from now on
         // (xDS resources) are checked against the new thresholds, as in Envoy.
         courier_config::re2_program::set_process_limits(rt.re2_limits);

@@ -145,7 +145,7 @@ pub(super) fn pick(
     let set = cluster.hosts();
     let mut last = None;
     for _ in 0..=retry.host_attempts.min(64) {
-        let h = lb::choose(&set, &cluster.config.lb, cluster.lb_slot)?;
+        let h = lb::choose_in(cluster, &set)?;
         if !retry.previous_hosts || !tried.contains(&h.address) {
             return Some(h);
         }

@@ -7,7 +7,7 @@ use crate::router::facts::Upstreamed;
 use crate::stats::ClusterStats;
 use crate::upstream::pool::{self, OpenConn, SendError};
 use crate::upstream::stream::UpstreamStream;
-use crate::upstream::{UpstreamCluster, lb, outlier};
+use crate::upstream::{UpstreamCluster, outlier};
 use courier_config::listener::tcp_proxy::Backoff;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,7 +58,7 @@ pub async fn connect(s: &Session, rec: &mut Record) -> Option<Connected> {
             rec.flags.set(Flag::UpstreamOverflow);
             return None;
         };
-        let Some(host) = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.lb_slot) else {
+        let Some(host) = cluster.choose() else {
             stats.cx_none_healthy.inc();
             rec.flags.set(Flag::NoHealthyUpstream);
             return None;

@@ -11,7 +11,7 @@
 use super::Upstream;
 use crate::request::body::{RequestBody, UpstreamBody};
 use crate::request::tee::Tee;
-use crate::upstream::{UpstreamCluster, lb, pool};
+use crate::upstream::{UpstreamCluster, pool};
 use courier_config::route::mirror::{MirrorPolicy, shadow_host};
 use http::{HeaderValue, Request};
 use std::sync::Arc;
@@ -112,7 +112,7 @@ fn copy(policy: &MirrorPolicy, parts: &http::request::Parts, up: &Upstream<'_>) 
 
 /// Sends one copy and reads its response to the end, within `timeout`.
 async fn send(c: Copy, body: RequestBody, timeout: Option<Duration>) {
-    let Some(host) = lb::choose(&c.cluster.hosts(), &c.cluster.config.lb, c.cluster.lb_slot) else {
+    let Some(host) = c.cluster.choose() else {
         c.stats.cx_none_healthy.inc();
         return;
     };

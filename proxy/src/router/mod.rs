@@ -17,8 +17,8 @@ use crate::attempt::{self, retry};
 use crate::request::conn::ConnInfo;
 use crate::request::local_reply::reply;
 use crate::stats::{ClusterStats, WorkerStats};
+use crate::upstream::ClusterManager;
 use crate::upstream::pool::{self, UpstreamBody};
-use crate::upstream::{ClusterManager, lb};
 use body::ResponseBody;
 use courier_config::route::{
     ClusterSpecifier, ClusterWeight, HeaderMutations, Route, RouteAction, RouteConfig, VirtualHost,
@@ -205,7 +205,7 @@ pub async fn forward(
         Some((_, s)) => s,
         None => &cluster.stats,
     };
-    let host = lb::choose(&cluster.hosts(), &cluster.config.lb, cluster.lb_slot);
+    let host = cluster.choose();
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
         let mut resp = out.local(

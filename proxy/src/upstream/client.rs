@@ -9,7 +9,7 @@
 use super::host::Host;
 use super::pool::{self, Lease, UpstreamBody};
 use super::unary::{self, UnaryResponse};
-use super::{ClusterManager, UpstreamCluster, lb};
+use super::{ClusterManager, UpstreamCluster};
 use crate::stats::ClusterStats;
 use bytes::Bytes;
 use courier_config::cluster::UpstreamProtocol;
@@ -149,7 +149,8 @@ impl ClusterClient {
             .clusters
             .get(cluster)
             .ok_or_else(|| ClientError::UnknownCluster(cluster.to_string()))?;
-        let host = lb::choose(&c.hosts(), &c.config.lb, c.lb_slot)
+        let host = c
+            .choose()
             .ok_or_else(|| ClientError::NoHealthyUpstream(cluster.to_string()))?;
         Ok((c, host))
     }

@@ -59,13 +59,21 @@ pub fn host_set(
         let mut hosts = Vec::new();
         let mut level_spans = Vec::new();
         let level_sockets = sockets.level(level);
+        let localities = host::level_localities(level);
         for (weight, endpoints) in host::level_groups(level, locality_weighted) {
             let start = hosts.len();
             for (i, e) in endpoints {
                 let addrs = answers.get(p).and_then(|a| a.get(i));
                 for addr in addrs.into_iter().flatten() {
                     let socket = HostSockets::of(&level_sockets, i);
-                    hosts.push(host::resolved_host(e, *addr, previous, (socket, sockets)));
+                    let locality = localities.get(i).cloned().flatten();
+                    hosts.push(host::resolved_host(
+                        e,
+                        *addr,
+                        previous,
+                        (socket, sockets),
+                        locality,
+                    ));
                     if logical {
                         break;
                     }

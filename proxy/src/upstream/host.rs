@@ -4,7 +4,7 @@
 
 use super::lazy::Lazy;
 use super::socket::HostSockets;
-use courier_config::cluster::{Endpoint, LoadAssignment, Priority, SocketIndex};
+use courier_config::cluster::{Endpoint, LoadAssignment, Locality, Priority, SocketIndex};
 use courier_config::core::Address;
 use once_cell::race::OnceBox;
 use std::net::SocketAddr;
@@ -37,6 +37,9 @@ pub struct Host {
     /// Its cluster's transport socket for it (`transport_socket_matches`,
     /// chosen by its metadata when it was built; 0: the cluster's own).
     pub socket: SocketIndex,
+    /// Its endpoint group's `locality` (shared by the group's hosts; none is
+    /// Envoy's empty locality): zone-aware routing groups hosts by it.
+    pub locality: Option<Arc<Locality>>,
     /// Requests in flight to this host, over all workers.
     active: AtomicU64,
     /// Per-host stats admin's `/clusters` reports (shared by all workers, as
@@ -86,6 +89,7 @@ impl Host {
             weight: weight.max(1),
             healthy,
             socket: courier_config::cluster::DEFAULT_SOCKET,
+            locality: None,
             active: AtomicU64::new(0),
             stats: Lazy::default(),
             outlier: Default::default(),
@@ -110,6 +114,12 @@ impl Host {
     /// This host with connections over its cluster's transport socket `socket`.
     pub fn with_socket(mut self, socket: SocketIndex) -> Self {
         self.socket = socket;
+        self
+    }
+
+    /// This host in `locality`.
+    pub fn with_locality(mut self, locality: Option<Arc<Locality>>) -> Self {
+        self.locality = locality;
         self
     }
 
@@ -200,7 +210,8 @@ impl Default for Schedule {
 const MAX_SCHEDULE: u64 = 4096;
 
 impl Schedule {
-    fn new(hosts: &[Arc<Host>]) -> Self {
+    /// The order of `hosts` by their weights.
+    pub fn new(hosts: &[Arc<Host>]) -> Self {
         let equal = hosts.windows(2).all(|w| w[0].weight == w[1].weight);
         if equal {
             return Schedule::Uniform(hosts.len());
@@ -272,7 +283,7 @@ fn gcd(a: u64, b: u64) -> u64 {
 
 /// Whether the balancer may pick `h`: the control plane's status allows it and
 /// neither outlier detection nor active health checks took it out.
-fn usable(h: &Arc<Host>) -> bool {
+pub(crate) fn usable(h: &Arc<Host>) -> bool {
     h.healthy && !h.outlier.ejected() && !h.health.failed()
 }
 
@@ -745,9 +756,11 @@ pub fn static_hosts_reusing(
                 Vec::with_capacity(p.localities.iter().map(|l| l.endpoints.len()).sum());
             let mut level = Vec::new();
             let level_sockets = sockets.level(p);
+            let localities = level_localities(p);
             for (weight, endpoints) in level_groups(p, locality_weighted) {
                 let start = hosts.len();
                 hosts.extend(endpoints.into_iter().filter_map(|(i, e)| {
+                    let locality = localities.get(i).cloned().flatten();
                     let address = match &e.address {
                         Address::Socket(sa) => SocketAddr::new(sa.ip?, sa.port),
                         Address::Pipe(p) => pipe_key(&p.path),
@@ -760,6 +773,7 @@ pub fn static_hosts_reusing(
                             && h.weight == e.weight.max(1)
                             && h.healthy == healthy
                             && h.socket == socket
+                            && h.locality == locality
                     }) {
                         // Back in the assignment: no longer on its way out.
                         h.set_pending_removal(false);
@@ -770,7 +784,7 @@ pub fn static_hosts_reusing(
                         Address::Pipe(p) => Host::pipe(&p.path, hostname, e.weight, healthy),
                         Address::Socket(_) => Host::new(address, hostname, e.weight, healthy),
                     };
-                    Some(Arc::new(host.with_socket(socket)))
+                    Some(Arc::new(host.with_socket(socket).with_locality(locality)))
                 }));
                 level.push(LocalitySpan {
                     hosts: hosts.len() - start,
@@ -788,13 +802,28 @@ pub fn static_hosts_reusing(
     )
 }
 
-/// A host for `endpoint` resolved to `address`; keeps `previous`'s host object (and
-/// so its active request count) when nothing about it changed.
+/// Per endpoint of `level` (in config order), its group's locality: one `Arc`
+/// per group, shared by its hosts.
+pub(crate) fn level_localities(level: &Priority) -> Vec<Option<Arc<Locality>>> {
+    level
+        .localities
+        .iter()
+        .flat_map(|l| {
+            let shared = l.locality.clone().map(Arc::new);
+            std::iter::repeat_n(shared, l.endpoints.len())
+        })
+        .collect()
+}
+
+/// A host for `endpoint` (of `locality`) resolved to `address`; keeps
+/// `previous`'s host object (and so its active request count) when nothing
+/// about it changed.
 pub fn resolved_host(
     endpoint: &Endpoint,
     address: SocketAddr,
     previous: Option<&HostSet>,
     (socket, sockets): (SocketIndex, &HostSockets<'_>),
+    locality: Option<Arc<Locality>>,
 ) -> Arc<Host> {
     let hostname = endpoint.hostname.clone().unwrap_or_else(|| {
         endpoint
@@ -811,12 +840,17 @@ pub fn resolved_host(
                 && h.weight == endpoint.weight.max(1)
                 && h.healthy == healthy
                 && h.socket == socket
+                && h.locality == locality
         })
     }) {
         return Arc::clone(h);
     }
     sockets.count(socket);
-    Arc::new(Host::new(address, hostname, endpoint.weight, healthy).with_socket(socket))
+    Arc::new(
+        Host::new(address, hostname, endpoint.weight, healthy)
+            .with_socket(socket)
+            .with_locality(locality),
+    )
 }
 
 #[cfg(test)]

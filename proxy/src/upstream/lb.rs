@@ -6,6 +6,7 @@
 //! active request counts.
 
 use super::host::{Host, HostSet, Schedule};
+use super::zone::{self, ClusterZone, ZoneStats};
 use courier_config::cluster::{LbPolicy, LoadBalancer};
 use std::cell::RefCell;
 use std::sync::Arc;
@@ -23,30 +24,77 @@ thread_local! {
     /// [`super::host::Localities`]). Apart from [`CURSORS`] so other clusters'
     /// tables stay two slots a level.
     static LOCALITY_CURSORS: Cursors = const { RefCell::new(Vec::new()) };
+    /// Cursors of zone-aware picks: one per locality of priority 0.
+    static ZONE_CURSORS: Cursors = const { RefCell::new(Vec::new()) };
 }
 
-/// Picks a host of `set` for cluster number `cluster`; `None` = no healthy upstream.
+/// Picks a host of `set` for cluster number `cluster`; `None` = no healthy
+/// upstream. Zones are not considered (see [`choose_in`]).
+#[cfg(test)]
 pub fn choose(set: &HostSet, lb: &LoadBalancer, cluster: usize) -> Option<Arc<Host>> {
+    pick(set, lb, cluster, None)
+}
+
+/// Picks a host of `set` (`cluster`'s current hosts) as [`choose`], with
+/// zone-aware routing when the bootstrap names a local cluster.
+pub fn choose_in(cluster: &super::UpstreamCluster, set: &Arc<HostSet>) -> Option<Arc<Host>> {
+    let zone = cluster
+        .zone
+        .as_deref()
+        .map(|z| (z, &*cluster.zone_stats, set));
+    pick(set, &cluster.config.lb, cluster.lb_slot, zone)
+}
+
+/// The zone state of a pick: the cluster's, its counters and its set.
+type ZoneArgs<'a> = (&'a ClusterZone, &'a ZoneStats, &'a Arc<HostSet>);
+
+fn pick(
+    set: &HostSet,
+    lb: &LoadBalancer,
+    cluster: usize,
+    zone: Option<ZoneArgs<'_>>,
+) -> Option<Arc<Host>> {
     let priority = set.priority_for(fastrand::u32(0..100));
     let level = set.priorities.get(priority)?;
     let panic = lb.healthy_panic_threshold > 0.0
         && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
+    if panic && lb.zone_aware.fail_traffic_on_panic {
+        // Envoy: a level in panic fails the pick instead of using every host.
+        return None;
+    }
     // Envoy's hostSourceToUse: a level in panic balances over all its hosts,
     // localities aside; otherwise a locality-weighted cluster picks a locality
-    // and balances within its healthy hosts, and falls back to the level's
-    // healthy hosts when no locality has any effective weight.
+    // and balances within its healthy hosts; failing that (no locality with
+    // any effective weight, or no locality weighting) zone-aware routing may
+    // pick a locality of priority 0 by zone (the routing is kept alive for
+    // the pick); else the level's healthy hosts.
+    let weighted = if panic || !lb.locality_weighted {
+        None
+    } else {
+        set.localities(priority)
+            .and_then(|l| pick_locality(l, cluster))
+    };
+    let routed = match zone {
+        Some((z, stats, arc)) if priority == 0 && !panic && weighted.is_none() => {
+            match zone::choose_locality(z, arc, lb, stats) {
+                Some(None) => return None,
+                Some(Some(r)) => Some(r),
+                None => None,
+            }
+        }
+        _ => None,
+    };
     let (hosts, schedule, (cursors, slot)) = if panic {
         (
             level.all(),
             level.all_schedule(),
             (&CURSORS, 2 * priority + 1),
         )
-    } else if let Some((hosts, schedule, slot)) = set
-        .localities(priority)
-        .filter(|_| lb.locality_weighted)
-        .and_then(|l| pick_locality(l, cluster))
-    {
+    } else if let Some((hosts, schedule, slot)) = weighted {
         (hosts, schedule, (&LOCALITY_CURSORS, slot))
+    } else if let Some((routing, index)) = &routed {
+        let (hosts, schedule) = zone::locality_hosts(routing, *index);
+        (hosts, schedule, (&ZONE_CURSORS, *index))
     } else {
         (
             level.healthy(),
@@ -162,6 +210,7 @@ mod tests {
             policy,
             healthy_panic_threshold: panic,
             locality_weighted: false,
+            zone_aware: Default::default(),
         }
     }
 
@@ -185,6 +234,21 @@ mod tests {
         assert!(choose(&s, &lb(LbPolicy::Random, 0.0), 0).is_none());
         let empty = set(&[&[]]);
         assert!(choose(&empty, &lb(LbPolicy::RoundRobin, 50.0), 0).is_none());
+    }
+
+    #[test]
+    fn fail_traffic_on_panic_fails_a_level_in_panic() {
+        // 1 of 3 healthy (33 % < 50 %): panic. Envoy's zone_aware_lb_config
+        // fail_traffic_on_panic fails the pick instead of using every host,
+        // with or without a local cluster.
+        let s = set(&[&[true, false, false]]);
+        let mut l = lb(LbPolicy::RoundRobin, 50.0);
+        assert!(choose(&s, &l, 0).is_some());
+        l.zone_aware.fail_traffic_on_panic = true;
+        assert!(choose(&s, &l, 0).is_none());
+        // Not in panic: it picks as usual.
+        let healthy = set(&[&[true, true, false]]);
+        assert!(choose(&healthy, &l, 0).is_some_and(|h| h.healthy));
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod socket;
 pub mod stream;
 pub mod tls;
 pub mod unary;
+pub mod zone;
 
 use arc_swap::ArcSwap;
 use courier_config::cluster::{Cluster, Discovery};
@@ -65,6 +66,12 @@ pub struct UpstreamCluster {
     /// Outlier detection, when configured (boxed: most clusters have none,
     /// and inline it would make every cluster ≈ 300 bytes larger).
     pub outlier: Option<Box<outlier::Detector>>,
+    /// Zone-aware routing, when the bootstrap names a local cluster (and this
+    /// is not it: the local cluster itself routes without zones, as in Envoy).
+    pub zone: Option<Box<zone::ClusterZone>>,
+    /// `cluster.<name>.lb_zone_*` counters (shared by the versions of the
+    /// cluster CDS updates).
+    pub zone_stats: Arc<zone::ZoneStats>,
     /// Set when CDS removed or replaced it: its background tasks (DNS refresh,
     /// outlier sweeps, health checks) stop at their next tick.
     retired: AtomicBool,
@@ -74,6 +81,12 @@ impl UpstreamCluster {
     /// The current host set.
     pub fn hosts(&self) -> arc_swap::Guard<Arc<HostSet>> {
         self.hosts.load()
+    }
+
+    /// A host by the cluster's load balancer (with zone-aware routing when
+    /// configured); `None` = no healthy upstream.
+    pub fn choose(&self) -> Option<Arc<host::Host>> {
+        lb::choose_in(self, &self.hosts())
     }
 
     /// TLS to `host` (its socket's), `None` for plaintext.
@@ -121,6 +134,8 @@ pub struct ClusterManager {
     outlier_log: Option<Arc<outlier::EventLog>>,
     /// Names of CDS clusters warming (not in force until their endpoints arrive).
     warming: ArcSwap<Vec<String>>,
+    /// Zone-aware routing's context, when the bootstrap names a local cluster.
+    zone: Option<Arc<zone::ZoneContext>>,
 }
 
 impl ClusterManager {
@@ -131,6 +146,15 @@ impl ClusterManager {
     /// configs are built here too; an error (a client key that does not match
     /// its certificate, say) names the cluster.
     pub fn new(snapshot: &Snapshot) -> Result<Self, String> {
+        Self::with_zone(snapshot, None)
+    }
+
+    /// [`Self::new`], with zone-aware routing by `zone`'s local cluster
+    /// (`cluster_manager.local_cluster_name`) for every other cluster.
+    pub fn with_zone(
+        snapshot: &Snapshot,
+        zone: Option<Arc<zone::ZoneContext>>,
+    ) -> Result<Self, String> {
         let mut names: Vec<&String> = snapshot.clusters.keys().collect();
         names.sort();
         let mut by_name = FxHashMap::with_capacity_and_hasher(names.len(), FxBuildHasher);
@@ -140,7 +164,12 @@ impl ClusterManager {
             };
             let mut c = build(Arc::clone(config), index, Some(index), None, Arc::default())?;
             c.lb_slot = index;
-            by_name.insert(name.clone(), Arc::new(c));
+            c.zone = cluster_zone(zone.as_ref(), name);
+            let c = Arc::new(c);
+            if let Some(z) = &zone {
+                z.set_local(&c);
+            }
+            by_name.insert(name.clone(), c);
         }
         let n = by_name.len();
         Ok(Self {
@@ -150,7 +179,13 @@ impl ClusterManager {
             next_lb_slot: AtomicUsize::new(n),
             outlier_log: None,
             warming: ArcSwap::default(),
+            zone,
         })
+    }
+
+    /// `cluster_manager.local_cluster_name`, when the bootstrap names one.
+    pub fn local_cluster_name(&self) -> Option<&str> {
+        self.zone.as_deref().map(|z| z.local_name.as_str())
     }
 
     /// Records which CDS clusters are warming (main thread).
@@ -220,8 +255,15 @@ impl ClusterManager {
             || self.next_lb_slot.fetch_add(1, Ordering::Relaxed),
             |p| p.lb_slot,
         );
+        let zone_stats = previous
+            .as_ref()
+            .map(|p| Arc::clone(&p.zone_stats))
+            .unwrap_or_default();
+        let zone = cluster_zone(self.zone.as_ref(), &config.name);
         let mut c = build(config, index, stat_slot, hosts, stats)?;
         c.lb_slot = lb_slot;
+        c.zone = zone;
+        c.zone_stats = zone_stats;
         if let Some(p) = same {
             c.circuit = Arc::clone(&p.circuit);
         }
@@ -249,6 +291,11 @@ impl ClusterManager {
             }
             ClusterSet::from_map(by_name)
         });
+        if let Some(z) = &self.zone {
+            for c in &publish {
+                z.set_local(c);
+            }
+        }
         for (old, _) in &retired {
             old.retired.store(true, Ordering::Relaxed);
         }
@@ -292,6 +339,16 @@ impl ClusterManager {
             spawn_dns_refresh(c);
         }
     }
+}
+
+/// The zone-aware routing of cluster `name`: every cluster but the local one
+/// routes by zone when there is a local cluster.
+fn cluster_zone(
+    ctx: Option<&Arc<zone::ZoneContext>>,
+    name: &str,
+) -> Option<Box<zone::ClusterZone>> {
+    let ctx = ctx.filter(|z| z.local_name != name)?;
+    Some(Box::new(zone::ClusterZone::new(Arc::clone(ctx))))
 }
 
 /// [`ClusterManager::set_eds_hosts`] on one cluster.
@@ -397,6 +454,8 @@ fn build(
             .clone()
             .map(|o| Box::new(outlier::Detector::new(*o))),
         config,
+        zone: None,
+        zone_stats: Arc::default(),
         retired: AtomicBool::new(false),
     })
 }

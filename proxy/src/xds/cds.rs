@@ -76,9 +76,19 @@ impl Cds {
             return busy(u);
         };
         let mut warmed = Vec::new();
+        let mut verdict = Verdict::accept();
         for up in &u.upserts {
             if let Resource::LoadAssignment(la) = &*up.resource {
-                for c in self.users(&st, &up.name) {
+                let users = self.users(&st, &up.name);
+                // The local cluster's fleet is priority 0 only (Envoy NACKs).
+                if let Some(local) = self.clusters.local_cluster_name()
+                    && users.iter().any(|c| c == local)
+                    && let Some(why) = upstream::zone::local_assignment_error(la, local)
+                {
+                    verdict.rejected.push((up.name.clone(), why));
+                    continue;
+                }
+                for c in users {
                     match st.warming.remove(&c) {
                         Some(w) => {
                             upstream::set_eds_hosts(&w, Some(la));
@@ -98,7 +108,7 @@ impl Cds {
                 self.clusters.set_eds_hosts(&c, None);
             }
         }
-        Verdict::accept()
+        verdict
     }
 
     /// Tells the cluster manager which clusters warm (`/config_dump`'s

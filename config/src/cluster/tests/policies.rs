@@ -55,12 +55,31 @@ fn lb_policies() {
     ));
     assert_eq!(c.lb.policy, LbPolicy::Random);
     assert!(c.lb.locality_weighted);
+    // Zone-aware settings: Envoy's defaults, or the three fields the older
+    // message has.
+    let c = cluster(&with_ep("  common_lb_config: {zone_aware_lb_config: {}}\n"));
+    assert_eq!(c.lb.zone_aware, ZoneAware::default());
     assert_eq!(
-        errors(&with_ep("  common_lb_config: {zone_aware_lb_config: {}}\n")),
-        [
-            "static_resources.clusters[0].common_lb_config.zone_aware_lb_config: zone_aware_lb_config is not supported"
-        ]
+        (
+            c.lb.zone_aware.routing_enabled,
+            c.lb.zone_aware.min_cluster_size
+        ),
+        (100, 6)
     );
+    assert!(!c.lb.locality_weighted);
+    let c = cluster(&with_ep(
+        "  common_lb_config: {zone_aware_lb_config: {routing_enabled: {value: 33.5}, min_cluster_size: 0, fail_traffic_on_panic: true}}\n",
+    ));
+    assert_eq!(
+        c.lb.zone_aware,
+        ZoneAware {
+            routing_enabled: 34,
+            min_cluster_size: 0,
+            fail_traffic_on_panic: true,
+            ..ZoneAware::default()
+        }
+    );
+    assert_eq!(cluster(&with_ep("")).lb.zone_aware, ZoneAware::default());
     assert_eq!(
         errors(&with_ep(
             "  common_lb_config: {healthy_panic_threshold: {value: 101}}\n"
@@ -153,13 +172,41 @@ fn typed_policies_take_locality_weighted_lb_config() {
         // An empty locality_lb_config names no variant: no locality weighting.
         let c = cluster(&with_ep(&typed(url, ", locality_lb_config: {}")));
         assert!(!c.lb.locality_weighted, "{url}");
+        let c = cluster(&with_ep(&typed(
+            url,
+            ", locality_lb_config: {zone_aware_lb_config: {min_cluster_size: 3, routing_enabled: {value: 150}, force_local_zone: {}, locality_basis: HEALTHY_HOSTS_WEIGHT}}",
+        )));
+        assert!(!c.lb.locality_weighted, "{url}");
+        assert_eq!(
+            c.lb.zone_aware,
+            ZoneAware {
+                routing_enabled: 100,
+                min_cluster_size: 3,
+                fail_traffic_on_panic: false,
+                force_local_zone_min_size: Some(1),
+                locality_basis: LocalityBasis::HealthyWeight,
+            },
+            "{url}"
+        );
+        // The deprecated flag is force_local_zone with its default; an
+        // explicit minimum wins over it.
+        let c = cluster(&with_ep(&typed(
+            url,
+            ", locality_lb_config: {zone_aware_lb_config: {force_locality_direct_routing: true}}",
+        )));
+        assert_eq!(c.lb.zone_aware.force_local_zone_min_size, Some(1));
+        let c = cluster(&with_ep(&typed(
+            url,
+            ", locality_lb_config: {zone_aware_lb_config: {force_locality_direct_routing: true, force_local_zone: {min_size: 4}}}",
+        )));
+        assert_eq!(c.lb.zone_aware.force_local_zone_min_size, Some(4));
         assert_eq!(
             errors(&with_ep(&typed(
                 url,
-                ", locality_lb_config: {zone_aware_lb_config: {min_cluster_size: 3}}"
+                ", locality_lb_config: {zone_aware_lb_config: {routing_enabled: {value: -1}}}"
             ))),
             [
-                "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.locality_lb_config.zone_aware_lb_config: zone_aware_lb_config is not supported"
+                "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.locality_lb_config.zone_aware_lb_config.routing_enabled.value: must be a non-negative percentage, found -1"
             ],
             "{url}"
         );
