@@ -81,6 +81,7 @@ const ROOTS: &[&str] = &[
     "envoy.config.trace.v3.ZipkinConfig",
     "envoy.config.metrics.v3.StatsdSink",
     "envoy.config.metrics.v3.MetricsServiceConfig",
+    "envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.ParentBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.samplers.v3.TraceIdRatioBasedSamplerConfig",
     "envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig",

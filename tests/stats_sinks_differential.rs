@@ -1,5 +1,5 @@
-//! Bootstrap `stats_sinks` (`envoy.stat_sinks.statsd`, `envoy.stat_sinks.metrics_service`)
-//! and `stats_flush_interval`, beside real Envoy.
+//! Bootstrap `stats_sinks` (`envoy.stat_sinks.statsd`, `envoy.stat_sinks.metrics_service`,
+//! `envoy.stat_sinks.open_telemetry`) and `stats_flush_interval`, beside real Envoy.
 //!
 //! Each proxy runs from the same bootstrap with its own statsd receiver (a UDP socket)
 //! and its own metrics service (envoy-types' tonic `MetricsService` on loopback);
@@ -9,8 +9,9 @@
 //! type and last value, and the stream's shape (the node's identifier on the first
 //! message only). Without Envoy (`COURIER_ENVOY`) only courier is checked.
 //!
-//! Intended difference (README): courier keeps no histograms, so neither sink
-//! gets Envoy's timers (`|ms` lines, SUMMARY families).
+//! Intended differences (README): courier keeps no histograms, so no sink gets
+//! Envoy's timers (`|ms` lines, SUMMARY families, OTLP histograms); the OTLP
+//! resource's `telemetry.sdk.*` name courier's SDK (`courier` / `rust`).
 //!
 //! ```text
 //! cargo build -p courier
@@ -298,4 +299,240 @@ fn statsd_and_metrics_service_as_envoy() {
 #[test]
 fn metrics_service_counters_as_deltas() {
     compare(true);
+}
+
+mod otlp_metrics {
+    //! The `envoy.stat_sinks.open_telemetry` sink beside Envoy: a real OTLP
+    //! `MetricsService` (opentelemetry-proto's tonic server) as the collector.
+
+    use super::*;
+    use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+        MetricsService as OtlpService, MetricsServiceServer as OtlpServer,
+    };
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+    };
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value;
+
+    /// One export: its `:authority`, its `authorization` metadata, the request.
+    type Export = (String, Option<String>, ExportMetricsServiceRequest);
+
+    #[derive(Clone)]
+    struct Collector(mpsc::Sender<Export>);
+
+    #[tonic::async_trait]
+    impl OtlpService for Collector {
+        async fn export(
+            &self,
+            req: tonic::Request<ExportMetricsServiceRequest>,
+        ) -> Result<tonic::Response<ExportMetricsServiceResponse>, tonic::Status> {
+            let auth = req
+                .metadata()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+            let authority = req
+                .extensions()
+                .get::<Authority>()
+                .map(|a| a.0.clone())
+                .unwrap_or_default();
+            let _ = self.0.send((authority, auth, req.into_inner()));
+            Ok(tonic::Response::new(ExportMetricsServiceResponse::default()))
+        }
+    }
+
+    #[derive(Clone)]
+    struct Authority(String);
+
+    fn collector() -> (SocketAddr, mpsc::Receiver<Export>) {
+        let (tx, rx) = mpsc::channel();
+        let addr = otlp::on_runtime(move || async move {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let svc = OtlpServer::new(Collector(tx));
+            tokio::spawn(async move {
+                while let Ok((sock, _)) = l.accept().await {
+                    let svc = svc.clone();
+                    let service = hyper::service::service_fn(
+                        move |mut req: hyper::Request<hyper::body::Incoming>| {
+                            let mut svc = svc.clone();
+                            let a = req
+                                .uri()
+                                .authority()
+                                .map(|a| a.as_str().to_string())
+                                .unwrap_or_default();
+                            req.extensions_mut().insert(Authority(a));
+                            async move { tonic::codegen::Service::call(&mut svc, req).await }
+                        },
+                    );
+                    tokio::spawn(
+                        hyper::server::conn::http2::Builder::new(
+                            hyper_util::rt::TokioExecutor::new(),
+                        )
+                        .serve_connection(hyper_util::rt::TokioIo::new(sock), service),
+                    );
+                }
+            });
+            addr
+        });
+        (addr, rx)
+    }
+
+    fn yaml(up: SocketAddr, collector: SocketAddr, options: &str) -> String {
+        let clusters = [cluster("up", up, false), cluster("otel", collector, true)].concat();
+        format!(
+            r#"node: {{ id: node-1, cluster: svc-a }}
+stats_flush_interval: 0.2s
+stats_sinks:
+- name: envoy.stat_sinks.open_telemetry
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig
+    grpc_service:
+      envoy_grpc: {{ cluster_name: otel, authority: otel-collector.example.com }}
+      initial_metadata: [{{ key: Authorization, value: Bearer fake }}]
+    resource_detectors:
+    - name: envoy.tracers.opentelemetry.resource_detectors.static_config
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.tracers.opentelemetry.resource_detectors.v3.StaticConfigResourceDetectorConfig
+        attributes: {{ deployment.environment: test, service.name: test-service }}
+{options}{}  clusters:
+{}"#,
+            bootstrap(&[hcm_listener("ing", "", VHOSTS)]),
+            indent(&clusters, 2)
+        )
+    }
+
+    /// The metric names compared (tag-extracted), for `up` and `ing` only.
+    const NAMES: &[&str] = &[
+        "http.downstream_rq_total",
+        "http.downstream_rq_xx",
+        "http.downstream_cx_active",
+        "cluster.upstream_rq_total",
+        "cluster.upstream_rq",
+        "cluster.upstream_cx_total",
+        "http.ing.downstream_rq_total",
+        "cluster.up.upstream_rq_total",
+        "cluster.up.upstream_rq_200",
+    ];
+
+    /// Per data point `name{attributes}`: its kind and last value (summed with
+    /// deltas); the resource; the calls' authority and authorization.
+    fn run(
+        kind: Kind,
+        bin: &std::path::Path,
+        options: &str,
+    ) -> (BTreeMap<String, String>, Vec<String>) {
+        let (up, _up_rx) = otlp::upstream();
+        let (col, rx) = collector();
+        let p = Proxy::start(kind, bin, &yaml(up, col, options), &["ing"]).unwrap();
+        for _ in 0..REQUESTS {
+            let r = client::send(
+                p.listener("ing").unwrap(),
+                Protocol::Http1,
+                &Request {
+                    method: "GET".into(),
+                    path: "/".into(),
+                    authority: "example.com".into(),
+                    headers: Vec::new(),
+                    body: Vec::new(),
+                },
+            )
+            .unwrap();
+            assert_eq!(r.status, 200);
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        drop(p);
+        let mut points = BTreeMap::new();
+        let mut calls = std::collections::BTreeSet::new();
+        while let Ok((authority, auth, req)) = rx.try_recv() {
+            calls.insert(format!("authority={authority} authorization={auth:?}"));
+            for rm in &req.resource_metrics {
+                // Intended difference: each proxy names its own SDK (key only).
+                let mut res: Vec<String> = rm
+                    .resource
+                    .iter()
+                    .flat_map(|r| &r.attributes)
+                    .map(|kv| {
+                        if kv.key.starts_with("telemetry.sdk.") {
+                            kv.key.clone()
+                        } else {
+                            format!("{}={:?}", kv.key, kv.value)
+                        }
+                    })
+                    .collect();
+                res.sort();
+                calls.insert(format!("resource {res:?}"));
+                for m in rm.scope_metrics.iter().flat_map(|s| &s.metrics) {
+                    if !NAMES.contains(&m.name.as_str()) {
+                        continue;
+                    }
+                    let (kind, dps, delta) = match &m.data {
+                        Some(Data::Gauge(g)) => ("gauge".to_string(), &g.data_points, false),
+                        Some(Data::Sum(s)) => (
+                            format!(
+                                "sum temporality={} monotonic={}",
+                                s.aggregation_temporality, s.is_monotonic
+                            ),
+                            &s.data_points,
+                            s.aggregation_temporality == 1,
+                        ),
+                        other => panic!("{other:?}"),
+                    };
+                    for dp in dps {
+                        assert!(dp.time_unix_nano >= dp.start_time_unix_nano, "{m:?}");
+                        let mut attrs: Vec<String> = dp
+                            .attributes
+                            .iter()
+                            .map(|kv| format!("{}={:?}", kv.key, kv.value))
+                            .collect();
+                        attrs.sort();
+                        let attrs = attrs.join(",");
+                        if !attrs.contains("\"up\"")
+                            && !attrs.contains("\"ing\"")
+                            && !attrs.is_empty()
+                        {
+                            continue;
+                        }
+                        let Some(Value::AsInt(v)) = dp.value else {
+                            panic!("{dp:?}")
+                        };
+                        let key = format!("{}{{{attrs}}}", m.name);
+                        let prev: i64 = points
+                            .get(&key)
+                            .and_then(|s: &String| s.rsplit('=').next()?.parse().ok())
+                            .unwrap_or(0);
+                        let v = if delta { prev + v } else { v };
+                        points.insert(key, format!("{kind} value={v}"));
+                    }
+                }
+            }
+        }
+        (points, calls.into_iter().collect())
+    }
+
+    fn compare(options: &str) {
+        let courier = run(Kind::Courier, &courier_bin(), options);
+        println!("courier: {courier:#?}");
+        assert!(!courier.0.is_empty());
+        let Some(envoy) = envoy_bin() else {
+            eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
+            return;
+        };
+        let envoy = run(Kind::Envoy, &envoy, options);
+        println!("envoy: {envoy:#?}");
+        assert_eq!(courier, envoy);
+    }
+
+    #[test]
+    fn open_telemetry_sink_as_envoy() {
+        compare("");
+    }
+
+    #[test]
+    fn open_telemetry_sink_deltas_full_names_no_tags() {
+        compare(
+            "    report_counters_as_deltas: true\n    use_tag_extracted_name: false\n    emit_tags_as_attributes: false\n",
+        );
+    }
 }

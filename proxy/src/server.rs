@@ -307,6 +307,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
                 bootstrap.stats_flush_interval,
                 courier_node(&bootstrap),
                 Arc::clone(&clusters),
+                Arc::clone(&bootstrap.stats),
                 move || crate::admin::samples(&shared),
             );
         }

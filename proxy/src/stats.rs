@@ -4,6 +4,7 @@
 pub mod edge;
 pub mod h2_floods;
 pub mod names;
+pub mod otlp_sink;
 pub mod prometheus;
 pub mod sinks;
 pub mod trace;

@@ -1,6 +1,7 @@
 //! Bootstrap `stats_sinks` and `stats_flush_interval`: where courier's counters
-//! and gauges go on every flush, as Envoy's `envoy.stat_sinks.statsd` and
-//! `envoy.stat_sinks.metrics_service` sinks send them. Other sinks, and the
+//! and gauges go on every flush, as Envoy's `envoy.stat_sinks.statsd`,
+//! `envoy.stat_sinks.metrics_service` and `envoy.stat_sinks.open_telemetry` sinks
+//! send them. Other sinks, and the
 //! fields of these that change what is sent in ways courier does not implement,
 //! are refused with their path.
 
@@ -10,6 +11,7 @@ use crate::ctx::Ctx;
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::metrics::v3 as pb;
+use envoy_types::pb::envoy::extensions::stat_sinks::open_telemetry::v3 as otel_pb;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -28,6 +30,20 @@ pub(crate) const SUPPORT: &[Support] = &[
             "grpc_service",
             "transport_api_version",
             "report_counters_as_deltas",
+        ],
+    ),
+    // `report_histograms_as_deltas` (courier keeps no histograms),
+    // `custom_metric_conversions`, `max_data_points_per_request` and `http_service`
+    // are refused by their absence.
+    (
+        "envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig",
+        &[
+            "grpc_service",
+            "resource_detectors",
+            "report_counters_as_deltas",
+            "emit_tags_as_attributes",
+            "use_tag_extracted_name",
+            "prefix",
         ],
     ),
 ];
@@ -57,6 +73,30 @@ pub enum StatsSink {
         /// flush rather than their value.
         counters_as_deltas: bool,
     },
+    /// `envoy.stat_sinks.open_telemetry`: an OTLP `Export` call per flush.
+    OpenTelemetry(OtlpSink),
+}
+
+/// The `envoy.stat_sinks.open_telemetry` sink.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpSink {
+    /// The collector's cluster (`envoy_grpc`).
+    pub cluster: String,
+    /// `:authority` of the calls (the cluster's name when unset).
+    pub authority: String,
+    /// `grpc_service.initial_metadata`.
+    pub initial_metadata: Vec<(String, String)>,
+    /// Resource attributes from the `static_config` detectors.
+    pub resource: Vec<(String, String)>,
+    /// `report_counters_as_deltas`: DELTA sums instead of CUMULATIVE ones.
+    pub counters_as_deltas: bool,
+    /// `emit_tags_as_attributes` (default true): the stat's tags as attributes.
+    pub emit_tags: bool,
+    /// `use_tag_extracted_name` (default true): the metric is named by the
+    /// tag-extracted name rather than the full one.
+    pub tag_extracted_name: bool,
+    /// `prefix`, with its `.` (empty when unset).
+    pub prefix: String,
 }
 
 /// Translates `stats_sinks`.
@@ -74,6 +114,8 @@ pub fn translate(sinks: &[pb::StatsSink], path: &Path<'_>, ctx: &mut Ctx) -> Vec
         // Found by the config's type, as Envoy finds the sink's factory.
         let sink = if any.type_url == pb::StatsdSink::type_url() {
             core::unpack::<pb::StatsdSink>(any, &tp, ctx).and_then(|c| statsd(&c, &tp, ctx))
+        } else if any.type_url == otel_pb::SinkConfig::type_url() {
+            core::unpack::<otel_pb::SinkConfig>(any, &tp, ctx).and_then(|c| otlp(&c, &tp, ctx))
         } else if any.type_url == pb::MetricsServiceConfig::type_url() {
             core::unpack::<pb::MetricsServiceConfig>(any, &tp, ctx)
                 .and_then(|c| metrics_service(&c, &tp, ctx))
@@ -81,7 +123,7 @@ pub fn translate(sinks: &[pb::StatsSink], path: &Path<'_>, ctx: &mut Ctx) -> Vec
             ctx.unsupported(
                 &p.field("name"),
                 format!(
-                    "stats sink {} ({}; envoy.stat_sinks.statsd and envoy.stat_sinks.metrics_service are implemented)",
+                    "stats sink {} ({}; envoy.stat_sinks.statsd, envoy.stat_sinks.metrics_service and envoy.stat_sinks.open_telemetry are implemented)",
                     s.name, any.type_url
                 ),
             );
@@ -184,6 +226,68 @@ fn metrics_service(
     })
 }
 
+fn otlp(c: &otel_pb::SinkConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<StatsSink> {
+    use otel_pb::sink_config::ProtocolSpecifier as P;
+    let gp = path.field("grpc_service");
+    let g = match &c.protocol_specifier {
+        Some(P::GrpcService(g)) => g,
+        // `http_service` is refused by the support walker.
+        Some(_) => return None,
+        None => {
+            ctx.error(path, "one of grpc_service or http_service is required");
+            return None;
+        }
+    };
+    if g.timeout.is_some() {
+        ctx.unsupported(
+            &gp.field("timeout"),
+            "timeout on the OpenTelemetry stats sink",
+        );
+    }
+    let service = config_source::grpc_service(g, &gp, ctx)?;
+    let GrpcTarget::EnvoyGrpc {
+        cluster_name,
+        authority,
+    } = service.target
+    else {
+        ctx.unsupported(
+            &gp.field("google_grpc"),
+            "google_grpc for the OpenTelemetry stats sink (envoy_grpc is)",
+        );
+        return None;
+    };
+    let mut resource: Vec<(String, String)> = Vec::new();
+    let dp = path.field("resource_detectors");
+    for (i, d) in c.resource_detectors.iter().enumerate() {
+        let Some(attrs) = crate::tracing::static_detector(d, &dp.index(i), ctx) else {
+            continue;
+        };
+        // A later detector's attribute replaces an earlier one of the same key.
+        let mut attrs: Vec<_> = attrs.into_iter().collect();
+        attrs.sort();
+        for (k, v) in attrs {
+            match resource.iter_mut().find(|(key, _)| *key == k) {
+                Some(slot) => slot.1 = v,
+                None => resource.push((k, v)),
+            }
+        }
+    }
+    Some(StatsSink::OpenTelemetry(OtlpSink {
+        authority: authority.unwrap_or_else(|| cluster_name.clone()),
+        cluster: cluster_name,
+        initial_metadata: service.initial_metadata,
+        resource,
+        counters_as_deltas: c.report_counters_as_deltas,
+        emit_tags: core::bool_or(c.emit_tags_as_attributes.as_ref(), true),
+        tag_extracted_name: core::bool_or(c.use_tag_extracted_name.as_ref(), true),
+        prefix: if c.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}.", c.prefix)
+        },
+    }))
+}
+
 /// Translates `stats_flush_interval` (Envoy: 1 ms to 300 s, 5 s when unset).
 pub fn flush_interval(
     d: Option<&envoy_types::pb::google::protobuf::Duration>,
@@ -271,9 +375,17 @@ mod tests {
                 "stats_sinks[0].typed_config.emit_tags_as_labels: emit_tags_as_labels is not supported",
             ),
             (
-                json!([{"name": "envoy.stat_sinks.open_telemetry", "typed_config": {
-                    "@type": "type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig"}}]),
-                "stats_sinks[0].name: stats sink envoy.stat_sinks.open_telemetry (type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig; envoy.stat_sinks.statsd and envoy.stat_sinks.metrics_service are implemented) is not supported",
+                json!([{"name": "envoy.stat_sinks.dog_statsd", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.config.metrics.v3.DogStatsdSink",
+                    "address": {"socket_address": {"address": "127.0.0.1", "port_value": 8125}}}}]),
+                "stats_sinks[0].name: stats sink envoy.stat_sinks.dog_statsd (type.googleapis.com/envoy.config.metrics.v3.DogStatsdSink; envoy.stat_sinks.statsd, envoy.stat_sinks.metrics_service and envoy.stat_sinks.open_telemetry are implemented) is not supported",
+            ),
+            (
+                json!([{"name": "o", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig",
+                    "report_histograms_as_deltas": true,
+                    "grpc_service": {"envoy_grpc": {"cluster_name": "envoy_metrics_service"}}}}]),
+                "stats_sinks[0].typed_config.report_histograms_as_deltas: report_histograms_as_deltas is not supported",
             ),
         ];
         for (sinks, want) in cases {

@@ -470,7 +470,7 @@ fn opentelemetry(
     })
 }
 
-fn static_detector(
+pub(crate) fn static_detector(
     d: &TypedExtensionConfig,
     path: &Path<'_>,
     ctx: &mut Ctx,

@@ -4,8 +4,10 @@
 //! stat, `<prefix>.<name>:<delta>|c` for counters and `<prefix>.<name>:<value>|g`
 //! for gauges; `envoy.stat_sinks.metrics_service` sends one `StreamMetricsMessage`
 //! per flush on a long-lived `StreamMetrics` stream (the node's identifier in the
-//! stream's first message), each stat a Prometheus `MetricFamily`. A sink that is
-//! down loses that flush; the stream is opened again at the next one.
+//! stream's first message), each stat a Prometheus `MetricFamily`;
+//! `envoy.stat_sinks.open_telemetry` sends an OTLP export per flush
+//! ([`super::otlp_sink`]). A sink that is down loses that flush; the stream is
+//! opened again at the next one.
 //!
 //! courier keeps no histograms, so neither sink gets the timers
 //! (`downstream_rq_time`, ...) Envoy's send.
@@ -13,6 +15,7 @@
 use super::Sample;
 use super::prometheus::is_gauge;
 use crate::upstream::ClusterManager;
+use courier_config::stats::StatsConfig;
 use courier_config::stats::sinks::StatsSink;
 use envoy_types::pb::envoy::config::core::v3::Node;
 use envoy_types::pb::envoy::service::metrics::v3 as pb;
@@ -61,14 +64,20 @@ pub fn spawn(
     interval: Duration,
     node: Node,
     clusters: Arc<ClusterManager>,
+    stats_config: Arc<StatsConfig>,
     samples: impl Fn() -> Vec<Sample> + Send + 'static,
 ) {
     if sinks.is_empty() {
         return;
     }
+    let start_ns = now_ns();
     tokio::spawn(async move {
         let mut used = Used::default();
-        let mut states: Vec<SinkState> = sinks.into_iter().map(SinkState::new).collect();
+        let client = crate::upstream::client::ClusterClient::new(Arc::clone(&clusters));
+        let mut states: Vec<SinkState> = sinks
+            .into_iter()
+            .map(|s| SinkState::new(s, start_ns))
+            .collect();
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
             tick.tick().await;
@@ -76,15 +85,28 @@ pub fn spawn(
             let now_ms = SystemTime::now()
                 .duration_since(SystemTime::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as i64);
+            let now = now_ns();
             for s in &mut states {
+                if let SinkState::Otlp(o) = s {
+                    let req = o.request(&stats, now, &stats_config);
+                    o.send(&client, &req);
+                    continue;
+                }
                 s.flush(&stats, now_ms, &node, &clusters).await;
             }
         }
     });
 }
 
+fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// A sink and what it keeps between flushes.
 enum SinkState {
+    Otlp(Box<super::otlp_sink::OtlpState>),
     Statsd {
         address: SocketAddr,
         prefix: String,
@@ -97,8 +119,11 @@ enum SinkState {
 }
 
 impl SinkState {
-    fn new(s: StatsSink) -> SinkState {
+    fn new(s: StatsSink, start_ns: u64) -> SinkState {
         match s {
+            StatsSink::OpenTelemetry(o) => {
+                SinkState::Otlp(Box::new(super::otlp_sink::OtlpState::new(o, start_ns)))
+            }
             StatsSink::Statsd { address, prefix } => SinkState::Statsd {
                 address,
                 prefix,
@@ -143,6 +168,7 @@ impl SinkState {
                     let _ = sock.send_to(line.as_bytes(), *address).await;
                 }
             }
+            SinkState::Otlp(_) => {}
             SinkState::MetricsService { config, stream } => {
                 let StatsSink::MetricsService {
                     counters_as_deltas, ..
