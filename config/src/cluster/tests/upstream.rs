@@ -179,7 +179,10 @@ fn upstream_http_protocol() {
         Some(Duration::from_secs(60))
     );
     let c = cluster(&with_ep(&hpo("      use_downstream_protocol_config: {}\n")));
-    assert_eq!(c.http.protocol, UpstreamProtocol::UseDownstream);
+    let p = c.http.protocol;
+    assert_eq!(p, UpstreamProtocol::UseDownstream);
+    assert_eq!(p.for_request(true), UpstreamProtocol::Http2);
+    assert_eq!(p.for_request(false), UpstreamProtocol::Http1);
     // The deprecated cluster-level fields keep their meaning.
     let c = cluster(&with_ep(
         "  http2_protocol_options: {max_concurrent_streams: 5}\n  max_requests_per_connection: 7\n",
