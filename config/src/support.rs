@@ -40,6 +40,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::cluster::SUPPORT,
         crate::filters::SUPPORT,
         crate::filters::rate_limit_support::SUPPORT,
+        crate::filters::csrf::SUPPORT,
         crate::overload::SUPPORT,
         crate::runtime::SUPPORT,
         crate::tracing::SUPPORT,

@@ -2,6 +2,7 @@
 
 use crate::chain::{ChainEntry, FilterChain};
 use crate::compressor::{CompressorFilter, CompressorStats};
+use crate::csrf::{CsrfFilter, CsrfStats};
 use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::jwt_authn::jwks_cache::FetchStats;
@@ -61,6 +62,11 @@ pub enum FilterStats {
     LocalRateLimit {
         /// The counters by prefix.
         stats: Arc<StatsByPrefix>,
+    },
+    /// csrf: `http.<hcm prefix>.csrf.<name>`.
+    Csrf {
+        /// The counters, per worker.
+        stats: Arc<PerWorker<CsrfStats>>,
     },
     /// ratelimit: `cluster.<route cluster>.ratelimit.<name>` (`denied` is `over_limit`).
     RateLimit {
@@ -133,6 +139,13 @@ pub fn build_chain_full(
             HttpFilterConfig::LocalRateLimit(c) => {
                 let filter = LocalRateLimitFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::LocalRateLimit {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::Csrf(c) => {
+                let filter = CsrfFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::Csrf {
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

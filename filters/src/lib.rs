@@ -6,6 +6,7 @@
 pub mod build;
 pub mod chain;
 pub mod compressor;
+pub mod csrf;
 pub mod ext_authz;
 pub mod jwt_authn;
 pub mod local_ratelimit;

@@ -2,6 +2,7 @@
 //! configs.
 
 pub mod compressor;
+pub mod csrf;
 pub mod ext_authz;
 pub mod http_uri;
 pub mod jwt_authn;
@@ -21,6 +22,7 @@ use crate::path::Path;
 use crate::support::{ALL, Support};
 use envoy_types::pb::envoy::config::route::v3 as route_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
+use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
@@ -453,6 +455,8 @@ pub enum HttpFilterConfig {
     LocalRateLimit(Box<LocalRateLimit>),
     /// Global rate limiting through a rate limit service.
     RateLimit(Box<RateLimitFilter>),
+    /// Cross-site request forgery checks.
+    Csrf(Box<csrf::CsrfPolicy>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -481,6 +485,8 @@ pub enum PerRouteFilterConfig {
     LocalRateLimit(Box<LocalRateLimit>),
     /// ratelimit `RateLimitPerRoute`.
     RateLimit(RateLimitPerRoute),
+    /// csrf `CsrfPolicy`.
+    Csrf(Box<csrf::CsrfPolicy>),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -525,6 +531,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::LOCAL_RATELIMIT {
         let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(&m, false, &tp, ctx)?))
+    } else if url == extensions::CSRF {
+        let m = core::unpack::<csrf_pb::CsrfPolicy>(any, &tp, ctx)?;
+        HttpFilterConfig::Csrf(Box::new(csrf::translate(&m, &tp, ctx)?))
     } else if url == extensions::RATELIMIT {
         let m = core::unpack::<rl_pb::RateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::RateLimit(Box::new(ratelimit::translate(&m, &tp, ctx)?))
@@ -608,6 +617,9 @@ fn per_filter(
         PerRouteFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
             &m, true, path, ctx,
         )?))
+    } else if url == extensions::CSRF {
+        let m = core::unpack::<csrf_pb::CsrfPolicy>(any, path, ctx)?;
+        PerRouteFilterConfig::Csrf(Box::new(csrf::translate(&m, path, ctx)?))
     } else if url == extensions::RATELIMIT_PER_ROUTE {
         let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)

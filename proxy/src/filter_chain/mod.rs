@@ -343,6 +343,21 @@ impl HttpFilters {
                 }
                 // Counted in the route cluster's scope (for_each_cluster_counter).
                 FilterStats::RateLimit { .. } => {}
+                FilterStats::Csrf { stats } => {
+                    let p = format!("http.{hcm}.csrf.");
+                    add(
+                        format!("{p}missing_source_origin"),
+                        &stats.each(|s| &s.missing_source_origin),
+                    );
+                    add(
+                        format!("{p}request_invalid"),
+                        &stats.each(|s| &s.request_invalid),
+                    );
+                    add(
+                        format!("{p}request_valid"),
+                        &stats.each(|s| &s.request_valid),
+                    );
+                }
                 FilterStats::LocalRateLimit { stats } => {
                     // Envoy roots these at the filter's stat prefix (no `http.<hcm>.`).
                     for (prefix, s) in stats.all() {
