@@ -67,7 +67,11 @@ fn yaml(up: SocketAddr) -> String {
 }
 
 /// A request: method, path, headers.
-type Case = (&'static str, &'static str, &'static [(&'static str, &'static str)]);
+type Case = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
 
 const CASES: &[Case] = &[
     ("POST", "/a", &[("origin", "http://example.com")]),

@@ -31,6 +31,8 @@ pub const COMPRESSOR_PER_ROUTE: &str =
 /// The local rate limit HTTP filter (also its per-route config).
 pub const LOCAL_RATELIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
+/// The fault injection HTTP filter (also its per-route config).
+pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
 /// The global rate limit HTTP filter.

@@ -5,6 +5,7 @@ use crate::compressor::{CompressorFilter, CompressorStats};
 use crate::csrf::{CsrfFilter, CsrfStats};
 use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
+use crate::fault::{FaultFilter, FaultStats};
 use crate::jwt_authn::jwks_cache::FetchStats;
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
@@ -62,6 +63,13 @@ pub enum FilterStats {
     LocalRateLimit {
         /// The counters by prefix.
         stats: Arc<StatsByPrefix>,
+    },
+    /// fault: `http.<hcm prefix>.fault.<name>`.
+    Fault {
+        /// The counters, per worker.
+        stats: Arc<PerWorker<FaultStats>>,
+        /// `active_faults`.
+        active: Arc<std::sync::atomic::AtomicU64>,
     },
     /// csrf: `http.<hcm prefix>.csrf.<name>`.
     Csrf {
@@ -140,6 +148,14 @@ pub fn build_chain_full(
                 let filter = LocalRateLimitFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::LocalRateLimit {
                     stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::Fault(c) => {
+                let filter = FaultFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::Fault {
+                    stats: Arc::clone(filter.stats()),
+                    active: Arc::clone(filter.active()),
                 });
                 Box::new(filter)
             }

@@ -8,6 +8,7 @@ pub mod chain;
 pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
+pub mod fault;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod per_worker;

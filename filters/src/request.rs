@@ -256,3 +256,9 @@ impl<'a> RequestState<'a> {
         }
     }
 }
+
+/// A response flag a filter sets on a request it lets through (fault injection's
+/// `DI`), kept in [`RequestState::filter_state`]: the response carries it when
+/// nothing later sets one of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamResponseFlag(pub &'static str);

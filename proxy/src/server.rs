@@ -302,7 +302,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         crate::upstream::health_check::spawn(&clusters);
         {
             let shared = Arc::clone(&shared);
-            crate::stats::sinks::spawn(
+            crate::admin::sinks::spawn(
                 bootstrap.stats_sinks.clone(),
                 bootstrap.stats_flush_interval,
                 courier_node(&bootstrap),

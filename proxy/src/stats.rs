@@ -4,9 +4,7 @@
 pub mod edge;
 pub mod h2_floods;
 pub mod names;
-pub mod otlp_sink;
 pub mod prometheus;
-pub mod sinks;
 pub mod trace;
 
 use arc_swap::ArcSwap;
@@ -346,7 +344,6 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
     out.extend(crate::overload::get().samples());
     out.extend(h2_floods::samples());
     out.extend(trace::otel_samples());
-    out.extend(crate::trace::zipkin_export::samples());
     out.into_iter().collect()
 }
 
@@ -418,7 +415,6 @@ pub fn reset_counters(workers: &[Arc<WorkerStats>]) {
         }
     }
     trace::reset_otel();
-    crate::trace::zipkin_export::reset();
 }
 
 /// Renders samples in Envoy's `/stats` text form (`name: value`).

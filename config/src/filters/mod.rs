@@ -4,6 +4,7 @@
 pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
+pub mod fault;
 pub mod http_uri;
 pub mod jwt_authn;
 pub mod local_ratelimit;
@@ -24,6 +25,7 @@ use envoy_types::pb::envoy::config::route::v3 as route_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
+use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3 as rl_pb;
@@ -457,6 +459,8 @@ pub enum HttpFilterConfig {
     RateLimit(Box<RateLimitFilter>),
     /// Cross-site request forgery checks.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// Fault injection (delays, aborts).
+    Fault(Box<fault::Fault>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -487,6 +491,8 @@ pub enum PerRouteFilterConfig {
     RateLimit(RateLimitPerRoute),
     /// csrf `CsrfPolicy`.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// fault `HTTPFault`.
+    Fault(Box<fault::Fault>),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -531,6 +537,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::LOCAL_RATELIMIT {
         let m = core::unpack::<local_rl_pb::LocalRateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(&m, false, &tp, ctx)?))
+    } else if url == extensions::FAULT {
+        let m = core::unpack::<fault_pb::HttpFault>(any, &tp, ctx)?;
+        HttpFilterConfig::Fault(Box::new(fault::translate(&m, &tp, ctx)?))
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, &tp, ctx)?;
         HttpFilterConfig::Csrf(Box::new(csrf::translate(&m, &tp, ctx)?))
@@ -617,6 +626,9 @@ fn per_filter(
         PerRouteFilterConfig::LocalRateLimit(Box::new(local_ratelimit::translate(
             &m, true, path, ctx,
         )?))
+    } else if url == extensions::FAULT {
+        let m = core::unpack::<fault_pb::HttpFault>(any, path, ctx)?;
+        PerRouteFilterConfig::Fault(Box::new(fault::translate(&m, path, ctx)?))
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, path, ctx)?;
         PerRouteFilterConfig::Csrf(Box::new(csrf::translate(&m, path, ctx)?))

@@ -199,6 +199,11 @@ pub fn long_flag(short: &str) -> &'static str {
         "DPE" => "DownstreamProtocolError",
         "UPE" => "UpstreamProtocolError",
         "DT" => "DurationTimeout",
+        "DI" => "DelayInjected",
+        "FI" => "FaultInjected",
+        "RL" => "RateLimited",
+        "UAEX" => "UnauthorizedExternalService",
+        "RLSE" => "RateLimitServiceError",
         _ => "-",
     }
 }

@@ -159,13 +159,14 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             (Some("NC"), _) => "cluster_not_found",
             (Some("UH"), _) => "no_healthy_upstream",
             (Some("UT"), _) => "upstream_response_timeout",
-            (None, Some(u)) if u.host.is_some() => "via_upstream",
+            // Fault injection's delay leaves the answer the upstream's.
+            (None | Some("DI"), Some(u)) if u.host.is_some() => "via_upstream",
             (None, None) if resp.direct => "direct_response",
             _ => return None,
         }),
         // Envoy prints `-` for no flags in both forms (a string in JSON, not null).
         Command::ResponseFlags => text(resp.flag.unwrap_or("-")),
-        Command::ResponseFlagsLong => text(resp.flag.map_or("-", long_flag)),
+        Command::ResponseFlagsLong => Some(Value::Text(Cow::Owned(long_flags(resp.flag)))),
         Command::BytesReceived => Some(Value::Number(e.bytes_received)),
         Command::BytesSent => Some(Value::Number(resp.bytes_sent)),
         Command::Duration => Some(Value::Number(ms(e.duration))),

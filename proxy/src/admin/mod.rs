@@ -7,8 +7,10 @@
 mod clusters;
 pub(crate) mod config_dump;
 pub mod deferred_stats;
+pub mod otlp_sink;
 mod profiler;
 pub mod runtime;
+pub mod sinks;
 
 use crate::access_log::body::LoggedBody;
 use crate::access_log::{Logs, Pending, ResponseSide};
@@ -233,6 +235,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 let _ = samples(shared);
             }
             stats::reset_counters(&shared.stats);
+            crate::trace::zipkin_export::reset();
             shared.http_filters.reset_counters();
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
@@ -325,6 +328,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
         crate::xds::samples(x, &mut samples);
     }
     crate::xds::sds::samples(&mut samples);
+    samples.extend(crate::trace::zipkin_export::samples());
     shared.runtime.samples(&mut samples);
     if let Some(d) = &shared.deferred_stats {
         d.hide_unused(&mut samples);

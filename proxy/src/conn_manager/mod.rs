@@ -394,6 +394,15 @@ async fn respond(
     )
     .await;
     if let Some((chain, mut state)) = filtered {
+        // A flag a filter set on the way through (fault injection's `DI`), when the
+        // router set none.
+        if let Some(f) = state
+            .filter_state
+            .get::<courier_filters::request::StreamResponseFlag>()
+            && resp.extensions().get::<ResponseFlag>().is_none()
+        {
+            resp.extensions_mut().insert(ResponseFlag(f.0));
+        }
         encode(chain, &mut state, &mut resp, logging);
     }
     resp

@@ -343,6 +343,26 @@ impl HttpFilters {
                 }
                 // Counted in the route cluster's scope (for_each_cluster_counter).
                 FilterStats::RateLimit { .. } => {}
+                FilterStats::Fault { stats, active } => {
+                    let p = format!("http.{hcm}.fault.");
+                    add(format!("{p}active_faults"), &[&**active]);
+                    add(
+                        format!("{p}aborts_injected"),
+                        &stats.each(|s| &s.aborts_injected),
+                    );
+                    add(
+                        format!("{p}delays_injected"),
+                        &stats.each(|s| &s.delays_injected),
+                    );
+                    add(
+                        format!("{p}faults_overflow"),
+                        &stats.each(|s| &s.faults_overflow),
+                    );
+                    add(
+                        format!("{p}response_rl_injected"),
+                        &stats.each(|s| &s.response_rl_injected),
+                    );
+                }
                 FilterStats::Csrf { stats } => {
                     let p = format!("http.{hcm}.csrf.");
                     add(

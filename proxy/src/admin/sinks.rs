@@ -12,8 +12,8 @@
 //! courier keeps no histograms, so neither sink gets the timers
 //! (`downstream_rq_time`, ...) Envoy's send.
 
-use super::Sample;
-use super::prometheus::is_gauge;
+use crate::stats::Sample;
+use crate::stats::prometheus::is_gauge;
 use crate::upstream::ClusterManager;
 use courier_config::stats::StatsConfig;
 use courier_config::stats::sinks::StatsSink;
