@@ -565,3 +565,26 @@ fn http2_flood_limits_with_defaults_and_ranges() {
         "{e:?}"
     );
 }
+
+#[test]
+fn transport_socket_connect_timeout_zero_means_none() {
+    let chain_with = |t: &str| {
+        listener(json!({"filter_chains": [{
+            "transport_socket_connect_timeout": t,
+            "filters": [hcm_filter(json!({"stat_prefix": "s"}))],
+        }]}))
+    };
+    let l = only_listener(&chain_with("0.25s"));
+    assert_eq!(
+        l.filter_chains[0].transport_socket_connect_timeout,
+        Some(Duration::from_millis(250))
+    );
+    let l = only_listener(&chain_with("0s"));
+    assert_eq!(l.filter_chains[0].transport_socket_connect_timeout, None);
+    assert_eq!(
+        errors(&chain_with("-1s")),
+        [format!(
+            "{L}.filter_chains[0].transport_socket_connect_timeout: must not be negative"
+        )]
+    );
+}
