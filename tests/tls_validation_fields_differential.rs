@@ -3,7 +3,9 @@
 //! - a filter chain's `transport_socket_connect_timeout`: a client that opens
 //!   TCP and never sends a ClientHello is closed once the timeout passes and
 //!   counted in `listener.<addr>.downstream_cx_transport_socket_connect_timeout`;
-//!   a client that finishes its handshake in time keeps its connection past it.
+//!   a client that finishes its handshake in time keeps its connection past it;
+//!   on a chain picked by SNI (`tls_inspector`) a client that sends its
+//!   ClientHello and then nothing is closed the same way.
 //! - `allow_expired_certificate` in a validation context (plain, and as the
 //!   `default_validation_context` of a `combined_validation_context` with a
 //!   static secret, as Envoy Gateway writes it): an expired client certificate
@@ -73,23 +75,7 @@ impl ServerCertVerifier for AnyServer {
 /// `idle` with the handshake done: the response's status line, or why there
 /// is none.
 fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<String, String> {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer));
-    let config = match client_cert {
-        Some(p) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(p.cert.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(p.key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    let name = ServerName::try_from("server.example").unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut conn = client_connection(client_cert);
     let mut sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // TLS 1.3: the server's verdict on a client certificate comes after the
@@ -108,6 +94,28 @@ fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<St
         Some(status) if !status.is_empty() => Ok(status.to_string()),
         _ => Err(format!("no response: {read:?}")),
     }
+}
+
+/// A client connection to `server.example` (any server certificate),
+/// presenting `client_cert` if given.
+fn client_connection(client_cert: Option<&Pem>) -> rustls::ClientConnection {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServer));
+    let config = match client_cert {
+        Some(p) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_slice(p.cert.as_bytes()).unwrap()],
+                PrivateKeyDer::from_pem_slice(p.key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let name = ServerName::try_from("server.example").unwrap();
+    rustls::ClientConnection::new(Arc::new(config), name).unwrap()
 }
 
 /// A listener `name` with one TLS filter chain (server certificate from `ca`)
@@ -180,13 +188,16 @@ fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
         return;
     };
     let ca = TestCa::new("connect-timeout CA");
-    let yaml = bootstrap(&[tls_listener(
-        "l",
-        &ca,
-        ["", "", "transport_socket_connect_timeout: 0.5s"],
-    )]);
+    let timeout = ["", "", "transport_socket_connect_timeout: 0.5s"];
+    // A chain chosen by SNI (tls_inspector): the timer starts once the
+    // ClientHello has chosen it.
+    let by_sni = tls_listener("sni", &ca, timeout).replace(
+        "  filter_chains:\n  - transport_socket:",
+        "  listener_filters:\n  - name: envoy.filters.listener.tls_inspector\n    typed_config: {\"@type\": type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector}\n  filter_chains:\n  - filter_chain_match: {server_names: [server.example]}\n    transport_socket:",
+    );
+    let yaml = bootstrap(&[tls_listener("l", &ca, timeout), by_sni]);
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
-        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l", "sni"]).unwrap();
         let addr = proxy.listener("l").unwrap().to_string();
         let counter = "downstream_cx_transport_socket_connect_timeout";
         assert_eq!(listener_counter(&proxy, counter), 0, "{kind}");
@@ -226,6 +237,36 @@ fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
         let status = https_get(&addr, None, Duration::from_millis(900));
         assert_eq!(status.as_deref(), Ok("HTTP/1.1 200 OK"), "{kind}");
         assert_eq!(listener_counter(&proxy, counter), 1, "{kind}");
+
+        // A ClientHello and then silence on the SNI listener: the server
+        // answers it, then closes the half-done handshake at the timeout.
+        // Both listeners are configured on port 0, so they count under the
+        // same `listener.127.0.0.1_0` (as in Envoy): the sum becomes 2.
+        let sni = proxy.listener("sni").unwrap();
+        let mut sock = TcpStream::connect(sni).unwrap();
+        let mut conn = client_connection(None);
+        conn.write_tls(&mut sock).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut buf = [0u8; 4096];
+        // Bounded: each read waits at most 5 s, and the server sends little.
+        let end = loop {
+            match sock.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(_) => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        assert!(
+            end.is_ok()
+                || end
+                    .as_ref()
+                    .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+            "{kind}: the half-done handshake was not closed: {end:?}"
+        );
+        let counted = courier_tests::proxies::poll(100, || {
+            (listener_counter(&proxy, counter) == 2).then_some(())
+        });
+        assert!(counted.is_some(), "{kind}: {counter} is not 2");
     }
 }
 
