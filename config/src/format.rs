@@ -101,6 +101,9 @@ pub enum Command {
     Hostname,
     /// `%CONNECTION_ID%`.
     ConnectionId,
+    /// `%LOCAL_REPLY_BODY%`: the body a direct response's `body_format` wraps
+    /// (its `body`). Only local reply bodies may use it (access logs refuse it).
+    LocalReplyBody,
     /// `%DYNAMIC_METADATA(NAMESPACE:KEY:...):max_len%`.
     DynamicMetadata {
         /// The namespace.
@@ -203,6 +206,7 @@ fn command(s: &str) -> Result<(Command, usize), String> {
             }
         }
         "PROTOCOL" => simple(Command::Protocol)?,
+        "LOCAL_REPLY_BODY" => simple(Command::LocalReplyBody)?,
         "RESPONSE_CODE" => simple(Command::ResponseCode)?,
         "RESPONSE_CODE_DETAILS" => simple(Command::ResponseCodeDetails)?,
         "RESPONSE_FLAGS" => simple(Command::ResponseFlags)?,

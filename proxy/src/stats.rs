@@ -243,6 +243,9 @@ pub struct ListenerStats {
     pub global_cx_overflow: Counter,
     /// `downstream_cx_overload_reject`: refused by `stop_accepting_connections`.
     pub cx_overload_reject: Counter,
+    /// `downstream_cx_transport_socket_connect_timeout`: closed because the
+    /// TLS handshake outlasted the chain's `transport_socket_connect_timeout`.
+    pub cx_transport_socket_connect_timeout: Counter,
 }
 
 /// A listener's configured address as Envoy writes it in stat names
@@ -310,6 +313,10 @@ pub fn collect(workers: &[Arc<WorkerStats>]) -> Vec<Sample> {
                 add("downstream_cx_overflow", s.cx_overflow.get());
                 add("downstream_global_cx_overflow", s.global_cx_overflow.get());
                 add("downstream_cx_overload_reject", s.cx_overload_reject.get());
+                add(
+                    "downstream_cx_transport_socket_connect_timeout",
+                    s.cx_transport_socket_connect_timeout.get(),
+                );
             }
         }
         for (prefix, s) in w.listeners.load().iter() {

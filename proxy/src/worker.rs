@@ -411,6 +411,11 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     tracing::warn!(error = %e, "connection closed before HTTP");
                     return None;
                 }
+                Err(e @ chain::Refused::TransportSocketConnectTimeout) => {
+                    guards._active.0.cx_transport_socket_connect_timeout.inc();
+                    tracing::debug!(error = %e, "connection closed before HTTP");
+                    return None;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "connection closed before HTTP");
                     return None;

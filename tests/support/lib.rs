@@ -142,6 +142,25 @@ impl TestCa {
         self.leaf_with(names, &rcgen::PKCS_ECDSA_P256_SHA256)
     }
 
+    /// A leaf certificate for `names` (DNS SANs) with a P-256 key, signed by
+    /// this CA, that expired years ago (valid from 2020-01-01 to 2021-01-01).
+    pub fn expired_leaf(&self, names: &[&str]) -> Pem {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = rcgen::CertificateParams::new(names.clone()).expect("leaf params");
+        params.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            names.first().cloned().unwrap_or_default(),
+        );
+        params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+        params.not_after = rcgen::date_time_ymd(2021, 1, 1);
+        let key = rcgen::KeyPair::generate().expect("leaf key");
+        let cert = params.signed_by(&key, &self.issuer).expect("leaf cert");
+        Pem {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+
     /// A leaf certificate for `names` (DNS SANs) with a key for `alg` (e.g.
     /// `rcgen::PKCS_RSA_SHA256`), signed by this CA.
     pub fn leaf_with(&self, names: &[&str], alg: &'static rcgen::SignatureAlgorithm) -> Pem {

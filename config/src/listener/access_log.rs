@@ -29,8 +29,9 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
         &["log_format"],
     ),
-    // `content_type` only matters for local replies; `formatters` and
-    // `json_format_options` are extensions courier does not implement.
+    // `content_type` only matters for local replies (access logs refuse it);
+    // `formatters` and `json_format_options` are extensions courier does not
+    // implement.
     (
         "envoy.config.core.v3.SubstitutionFormatString",
         &[
@@ -38,6 +39,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "text_format_source",
             "json_format",
             "omit_empty_values",
+            "content_type",
         ],
     ),
 ];
@@ -217,11 +219,11 @@ fn file_log(m: &file::FileAccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<A
         // Envoy: an empty format string means the default format.
         Some(F::Format(s)) if s.is_empty() => Some(log),
         Some(F::Format(s)) => Some(AccessLog {
-            format: LogFormat::Text(text(s, &path.field("format"), ctx)?),
+            format: LogFormat::Text(text(s, &path.field("format"), ctx, Use::Log)?),
             ..log
         }),
         Some(F::JsonFormat(s)) => Some(AccessLog {
-            format: LogFormat::Json(json_object(s, &path.field("json_format"), ctx)?),
+            format: LogFormat::Json(json_object(s, &path.field("json_format"), ctx, Use::Log)?),
             ..log
         }),
         Some(F::LogFormat(f)) => with_format(log, f, &path.field("log_format"), ctx),
@@ -237,11 +239,41 @@ fn with_format(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<AccessLog> {
+    let typed = f.content_type.is_empty();
+    if !typed {
+        // Envoy reads it only for local replies; a log line has no content type.
+        ctx.unsupported(
+            &path.field("content_type"),
+            "content_type in an access log format",
+        );
+    }
+    let format = substitution_format(f, path, ctx, Use::Log)?;
+    if !typed {
+        return None;
+    }
+    Some(AccessLog {
+        format,
+        omit_empty_values: f.omit_empty_values,
+        ..log
+    })
+}
+
+/// Translates a `SubstitutionFormatString`'s format (text, text from an
+/// inline source, or JSON); `omit_empty_values` and `content_type` are the
+/// caller's.
+pub(crate) fn substitution_format(
+    f: &SubstitutionFormatString,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+    usage: Use,
+) -> Option<LogFormat> {
     use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
     use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format as F;
-    let format = match &f.format {
-        Some(F::TextFormat(s)) => LogFormat::Text(text(s, &path.field("text_format"), ctx)?),
-        Some(F::JsonFormat(s)) => LogFormat::Json(json_object(s, &path.field("json_format"), ctx)?),
+    Some(match &f.format {
+        Some(F::TextFormat(s)) => LogFormat::Text(text(s, &path.field("text_format"), ctx, usage)?),
+        Some(F::JsonFormat(s)) => {
+            LogFormat::Json(json_object(s, &path.field("json_format"), ctx, usage)?)
+        }
         Some(F::TextFormatSource(ds)) => {
             let sp = path.field("text_format_source");
             let (s, field) = match &ds.specifier {
@@ -269,7 +301,7 @@ fn with_format(
                     return None;
                 }
             };
-            LogFormat::Text(text(&s, &sp.field(field), ctx)?)
+            LogFormat::Text(text(&s, &sp.field(field), ctx, usage)?)
         }
         None => {
             ctx.error(
@@ -278,17 +310,33 @@ fn with_format(
             );
             return None;
         }
-    };
-    Some(AccessLog {
-        format,
-        omit_empty_values: f.omit_empty_values,
-        ..log
     })
 }
 
-fn text(s: &str, path: &Path<'_>, ctx: &mut Ctx) -> Option<FormatString> {
+/// Where a format is rendered: an access log line, or a local reply body
+/// (which may use `%LOCAL_REPLY_BODY%`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Use {
+    /// An access log line.
+    Log,
+    /// A direct response's `body_format`.
+    LocalReply,
+}
+
+fn text(s: &str, path: &Path<'_>, ctx: &mut Ctx, usage: Use) -> Option<FormatString> {
     match format::parse(s) {
-        Ok(f) => Some(f),
+        Ok(f) => {
+            let body = f
+                .parts
+                .iter()
+                .any(|p| matches!(p, format::Part::Command(format::Command::LocalReplyBody)));
+            if body && usage == Use::Log {
+                // Envoy fills it only while it formats a local reply.
+                ctx.unsupported(path, "%LOCAL_REPLY_BODY% in an access log");
+                return None;
+            }
+            Some(f)
+        }
         Err(e) => {
             ctx.error(path, e);
             None
@@ -296,29 +344,34 @@ fn text(s: &str, path: &Path<'_>, ctx: &mut Ctx) -> Option<FormatString> {
     }
 }
 
-fn json_object(s: &Struct, path: &Path<'_>, ctx: &mut Ctx) -> Option<Vec<(String, JsonValue)>> {
+fn json_object(
+    s: &Struct,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+    usage: Use,
+) -> Option<Vec<(String, JsonValue)>> {
     let before = ctx.error_count();
     // A protobuf Struct is a map: sort the keys so the line's order is stable.
     let mut fields: Vec<(&String, &Value)> = s.fields.iter().collect();
     fields.sort_by(|a, b| a.0.cmp(b.0));
     let out: Vec<(String, JsonValue)> = fields
         .into_iter()
-        .filter_map(|(k, v)| Some((k.clone(), json_value(v, &path.key(k), ctx)?)))
+        .filter_map(|(k, v)| Some((k.clone(), json_value(v, &path.key(k), ctx, usage)?)))
         .collect();
     (ctx.error_count() == before).then_some(out)
 }
 
-fn json_value(v: &Value, path: &Path<'_>, ctx: &mut Ctx) -> Option<JsonValue> {
+fn json_value(v: &Value, path: &Path<'_>, ctx: &mut Ctx, usage: Use) -> Option<JsonValue> {
     Some(match &v.kind {
-        Some(Kind::StringValue(s)) => JsonValue::Format(text(s, path, ctx)?),
-        Some(Kind::StructValue(s)) => JsonValue::Object(json_object(s, path, ctx)?),
+        Some(Kind::StringValue(s)) => JsonValue::Format(text(s, path, ctx, usage)?),
+        Some(Kind::StructValue(s)) => JsonValue::Object(json_object(s, path, ctx, usage)?),
         Some(Kind::ListValue(l)) => {
             let before = ctx.error_count();
             let items: Vec<JsonValue> = l
                 .values
                 .iter()
                 .enumerate()
-                .filter_map(|(i, v)| json_value(v, &path.index(i), ctx))
+                .filter_map(|(i, v)| json_value(v, &path.index(i), ctx, usage))
                 .collect();
             if ctx.error_count() > before {
                 return None;

@@ -43,6 +43,11 @@ pub struct FilterChain {
     pub filter_chain_match: FilterChainMatch,
     /// TLS termination; `None` = plaintext.
     pub tls: Option<Arc<DownstreamTls>>,
+    /// `transport_socket_connect_timeout`: how long the chain's transport
+    /// socket (the TLS handshake) may take once the chain is chosen before
+    /// the connection is closed. `None` (absent or zero, as in Envoy) waits
+    /// without limit; a plaintext chain connects at once, so it never fires.
+    pub transport_socket_connect_timeout: Option<std::time::Duration>,
     /// The chain's only network filter.
     pub network: NetworkFilter,
     /// Where the network filter's config sits in its listener
@@ -94,6 +99,12 @@ pub(crate) fn translate(
         .as_ref()
         .and_then(|ts| tls::downstream(ts, &path.field("transport_socket"), ctx))
         .map(Arc::new);
+    let transport_socket_connect_timeout = core::optional_timeout(
+        fc.transport_socket_connect_timeout.as_ref(),
+        None,
+        &path.field("transport_socket_connect_timeout"),
+        ctx,
+    );
     let fp = path.field("filters");
     if fc.filters.is_empty() {
         // Envoy accepts a chain without filters (it closes every connection).
@@ -138,6 +149,7 @@ pub(crate) fn translate(
         name: fc.name.clone(),
         filter_chain_match,
         tls,
+        transport_socket_connect_timeout,
         network,
         hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
     })

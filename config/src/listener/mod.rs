@@ -52,7 +52,13 @@ const OWN: &[Support] = &[
     ),
     (
         "envoy.config.listener.v3.FilterChain",
-        &["filter_chain_match", "filters", "transport_socket", "name"],
+        &[
+            "filter_chain_match",
+            "filters",
+            "transport_socket",
+            "name",
+            "transport_socket_connect_timeout",
+        ],
     ),
     (
         "envoy.config.listener.v3.FilterChainMatch",

@@ -498,13 +498,13 @@ fn access_log_errors() {
          "typed_config": {"@type": file, "path": "/x", "log_format": {"json_format": {"a": "%REQ(%"}}}},
         {"name": "f", "typed_config": {"@type": file, "path": "/x",
             "log_format": {"text_format_source": {"filename": "/f"}, "content_type": "text/plain"}}},
+        {"name": "f", "typed_config": {"@type": file, "path": "/x", "log_format": {"text_format": "%LOCAL_REPLY_BODY%"}}},
     ]})));
     let p = format!("{HCM}.access_log");
     assert_eq!(
         e,
         [
             format!("{p}[3].filter: filter is not supported"),
-            format!("{p}[4].typed_config.log_format.content_type: content_type is not supported"),
             format!("{p}[0]: access logger envoy.access_loggers.http_grpc is not supported"),
             format!("{p}[1].typed_config.path: must not be empty"),
             format!(
@@ -514,7 +514,13 @@ fn access_log_errors() {
                 "{p}[3].typed_config.log_format.json_format[\"a\"]: invalid format string: unterminated %REQ("
             ),
             format!(
+                "{p}[4].typed_config.log_format.content_type: content_type in an access log format is not supported"
+            ),
+            format!(
                 "{p}[4].typed_config.log_format.text_format_source.filename: a format read from a file is not supported"
+            ),
+            format!(
+                "{p}[5].typed_config.log_format.text_format: %LOCAL_REPLY_BODY% in an access log is not supported"
             ),
         ]
     );
@@ -557,5 +563,28 @@ fn http2_flood_limits_with_defaults_and_ranges() {
     assert!(
         e[0].contains("http2_protocol_options.max_outbound_frames: 0 is out of range"),
         "{e:?}"
+    );
+}
+
+#[test]
+fn transport_socket_connect_timeout_zero_means_none() {
+    let chain_with = |t: &str| {
+        listener(json!({"filter_chains": [{
+            "transport_socket_connect_timeout": t,
+            "filters": [hcm_filter(json!({"stat_prefix": "s"}))],
+        }]}))
+    };
+    let l = only_listener(&chain_with("0.25s"));
+    assert_eq!(
+        l.filter_chains[0].transport_socket_connect_timeout,
+        Some(Duration::from_millis(250))
+    );
+    let l = only_listener(&chain_with("0s"));
+    assert_eq!(l.filter_chains[0].transport_socket_connect_timeout, None);
+    assert_eq!(
+        errors(&chain_with("-1s")),
+        [format!(
+            "{L}.filter_chains[0].transport_socket_connect_timeout: must not be negative"
+        )]
     );
 }

@@ -193,6 +193,31 @@ pub struct DirectResponse {
     /// Body, if any (at most `max_direct_response_body_size_bytes`); `Bytes` so
     /// each response shares it instead of copying it.
     pub body: Option<bytes::Bytes>,
+    /// `body_format`: the body is this rendered per request (with `body` as
+    /// `%LOCAL_REPLY_BODY%`) instead of `body`.
+    pub body_format: Option<BodyFormat>,
+}
+
+/// A direct response's `body_format` (a `SubstitutionFormatString`).
+#[derive(Debug, Clone)]
+pub struct BodyFormat {
+    /// What the body is made of.
+    pub template: BodyTemplate,
+    /// `omit_empty_values`: missing values render as nothing instead of `-`.
+    pub omit_empty_values: bool,
+    /// The `content-type` of a non-empty body: `content_type`, or Envoy's
+    /// default for the format (`text/plain`, `application/json`).
+    pub content_type: String,
+}
+
+/// The body a [`BodyFormat`] produces.
+#[derive(Debug, Clone)]
+pub enum BodyTemplate {
+    /// A format without commands, kept as bytes: Envoy sends inline bytes that
+    /// are not UTF-8 (an image) as they are.
+    Literal(bytes::Bytes),
+    /// A text or JSON format rendered per request with the access-log formatter.
+    Format(crate::listener::access_log::LogFormat),
 }
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -551,9 +576,63 @@ pub(crate) fn direct_response(
             None => return None,
         },
     };
+    let body_format = match &dr.body_format {
+        None => None,
+        Some(f) => Some(body_format(f, &path.field("body_format"), ctx)?),
+    };
     Some(DirectResponse {
         status: status?,
         body,
+        body_format,
+    })
+}
+
+/// Translates a direct response's `body_format`.
+fn body_format(
+    f: &envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<BodyFormat> {
+    use crate::listener::access_log::{LogFormat, Use, substitution_format};
+    use envoy_types::pb::envoy::config::core::v3::data_source::Specifier;
+    use envoy_types::pb::envoy::config::core::v3::substitution_format_string::Format as F;
+    let template = match &f.format {
+        // Bytes that are not text: sent as they are when nothing in them
+        // looks like a command (an image); the formatter works on text.
+        Some(F::TextFormatSource(ds)) => match &ds.specifier {
+            Some(Specifier::InlineBytes(b)) if std::str::from_utf8(b).is_err() => {
+                if b.contains(&b'%') {
+                    ctx.unsupported(
+                        &path.field("text_format_source").field("inline_bytes"),
+                        "a format in bytes that are not UTF-8 and contain '%'",
+                    );
+                    return None;
+                }
+                BodyTemplate::Literal(bytes::Bytes::from(b.clone()))
+            }
+            _ => BodyTemplate::Format(substitution_format(f, path, ctx, Use::LocalReply)?),
+        },
+        _ => BodyTemplate::Format(substitution_format(f, path, ctx, Use::LocalReply)?),
+    };
+    let content_type = if !f.content_type.is_empty() {
+        f.content_type.clone()
+    } else if matches!(template, BodyTemplate::Format(LogFormat::Json(_))) {
+        "application/json".to_string()
+    } else {
+        "text/plain".to_string()
+    };
+    // What a header value may hold (no control characters but tab).
+    if !content_type
+        .bytes()
+        .all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+    {
+        ctx.error(&path.field("content_type"), "is not a valid header value");
+        return None;
+    }
+    Some(BodyFormat {
+        template,
+        omit_empty_values: f.omit_empty_values,
+        content_type,
     })
 }
 

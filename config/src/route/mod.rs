@@ -18,8 +18,8 @@ mod table;
 pub mod vhost;
 
 pub use action::{
-    ClusterSpecifier, ClusterWeight, DirectResponse, HostRewrite, MaxStreamDuration, PathRewrite,
-    RouteAction, RouteUpgrade, RoutingPriority, WeightedClusters,
+    BodyFormat, BodyTemplate, ClusterSpecifier, ClusterWeight, DirectResponse, HostRewrite,
+    MaxStreamDuration, PathRewrite, RouteAction, RouteUpgrade, RoutingPriority, WeightedClusters,
 };
 pub use entry::{Action, Route};
 pub use headers::{AppendAction, HeaderMutations, HeaderToAdd};
@@ -201,7 +201,7 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.route.v3.DirectResponseAction",
-        &["status", "body"],
+        &["status", "body", "body_format"],
     ),
     (
         "envoy.config.route.v3.RetryPolicy",

@@ -798,3 +798,57 @@ virtual_hosts:
         ["virtual_hosts[0].rate_limits[0].stage: must be at most 10"]
     );
 }
+
+#[test]
+fn direct_response_body_format_rules() {
+    // inline_bytes: `\xff%` (not UTF-8, with a '%'), then a PNG-like run
+    // of bytes without one.
+    let yaml = r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /}
+    direct_response: {status: 200, body_format: {text_format_source: {inline_bytes: "/yU="}}}
+  - match: {prefix: /}
+    direct_response: {status: 200, body_format: {text_format: "%NOPE%"}}
+  - match: {prefix: /}
+    direct_response: {status: 200, body_format: {text_format_source: {filename: /x}}}
+  - match: {prefix: /}
+    direct_response: {status: 200, body_format: {text_format: "x", content_type: "a\u0001b"}}
+"#;
+    assert_eq!(
+        errs(yaml),
+        vec![
+            "virtual_hosts[0].routes[0].direct_response.body_format.text_format_source.inline_bytes: a format in bytes that are not UTF-8 and contain '%' is not supported",
+            "virtual_hosts[0].routes[1].direct_response.body_format.text_format: unsupported format command %NOPE%",
+            "virtual_hosts[0].routes[2].direct_response.body_format.text_format_source.filename: a format read from a file is not supported",
+            "virtual_hosts[0].routes[3].direct_response.body_format.content_type: is not a valid header value",
+        ]
+    );
+    let rc = ok(r#"
+name: r
+virtual_hosts:
+- name: a
+  domains: ["*"]
+  routes:
+  - match: {prefix: /png}
+    direct_response: {status: 200, body_format: {text_format_source: {inline_bytes: "iVBORw0KGgo="}}}
+  - match: {prefix: /json}
+    direct_response: {status: 200, body: {inline_string: b}, body_format: {json_format: {d: "%LOCAL_REPLY_BODY%"}}}
+"#);
+    let dr = |i: usize| match &rc.virtual_hosts[0].routes[i].action {
+        crate::route::Action::DirectResponse(d) => d.clone(),
+        other => panic!("{other:?}"),
+    };
+    let png = dr(0).body_format.unwrap();
+    assert!(
+        matches!(&png.template, BodyTemplate::Literal(b) if b.starts_with(b"\x89PNG")),
+        "{png:?}"
+    );
+    assert_eq!(png.content_type, "text/plain");
+    let json = dr(1);
+    assert_eq!(json.body.as_deref(), Some(&b"b"[..]));
+    assert_eq!(json.body_format.unwrap().content_type, "application/json");
+}

@@ -87,6 +87,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "trusted_ca",
             "match_typed_subject_alt_names",
             "match_subject_alt_names",
+            "allow_expired_certificate",
         ],
     ),
     (
@@ -149,6 +150,9 @@ pub struct CertificateValidation {
     pub trusted_ca: Vec<CertificateDer<'static>>,
     /// The peer passes if any matcher matches any SAN entry; empty = any SAN.
     pub san_matchers: Vec<SanMatcher>,
+    /// `allow_expired_certificate`: a certificate that has expired (but is
+    /// otherwise valid) passes; every other check still applies.
+    pub allow_expired_certificate: bool,
 }
 
 /// Settings shared by both sides.
@@ -514,8 +518,8 @@ fn validation(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Result<Option<CertificateValidation>, ()> {
-    let (trusted_ca, san_matchers) = validation_fields(v, path, ctx)?;
-    checked_validation(trusted_ca, san_matchers, path, ctx)
+    let fields = validation_fields(v, path, ctx)?;
+    checked_validation(fields, path, ctx)
 }
 
 /// A validation context's roots and SAN matchers, before the check that SAN
@@ -524,7 +528,7 @@ fn validation_fields(
     v: &pb::CertificateValidationContext,
     path: &Path<'_>,
     ctx: &mut Ctx,
-) -> Result<(Option<Vec<CertificateDer<'static>>>, Vec<SanMatcher>), ()> {
+) -> Result<sds::ValidationFields, ()> {
     use pb::subject_alt_name_matcher::SanType as T;
     let before = ctx.error_count();
     let mut san_matchers = Vec::new();
@@ -579,20 +583,29 @@ fn validation_fields(
     if ctx.error_count() > before {
         return Err(());
     }
-    Ok((trusted_ca, san_matchers))
+    Ok(sds::ValidationFields {
+        trusted_ca,
+        san_matchers,
+        allow_expired_certificate: v.allow_expired_certificate,
+    })
 }
 
 /// Envoy's rule on a (merged) validation context: SAN matchers need roots.
 fn checked_validation(
-    trusted_ca: Option<Vec<CertificateDer<'static>>>,
-    san_matchers: Vec<SanMatcher>,
+    fields: sds::ValidationFields,
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Result<Option<CertificateValidation>, ()> {
+    let sds::ValidationFields {
+        trusted_ca,
+        san_matchers,
+        allow_expired_certificate,
+    } = fields;
     match trusted_ca {
         Some(trusted_ca) => Ok(Some(CertificateValidation {
             trusted_ca,
             san_matchers,
+            allow_expired_certificate,
         })),
         None if san_matchers.is_empty() => Ok(None),
         None => {

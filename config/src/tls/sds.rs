@@ -62,6 +62,8 @@ pub struct ValidationFields {
     pub trusted_ca: Option<Vec<CertificateDer<'static>>>,
     /// SAN matchers, typed ones then the deprecated `match_subject_alt_names`.
     pub san_matchers: Vec<SanMatcher>,
+    /// `allow_expired_certificate`.
+    pub allow_expired_certificate: bool,
 }
 
 /// A validation context from SDS.
@@ -160,12 +162,9 @@ pub fn secret_resource(s: &pb::Secret, path: &Path<'_>, ctx: &mut Ctx) -> Option
         }
         Some(Type::ValidationContext(v)) => {
             files.extend(v.trusted_ca.as_ref().and_then(filename));
-            let (trusted_ca, san_matchers) =
-                super::validation_fields(v, &path.field("validation_context"), ctx).ok()?;
-            SecretValue::Validation(ValidationFields {
-                trusted_ca,
-                san_matchers,
-            })
+            SecretValue::Validation(
+                super::validation_fields(v, &path.field("validation_context"), ctx).ok()?,
+            )
         }
         // Session ticket keys and generic secrets are refused by the support table.
         Some(Type::SessionTicketKeys(_) | Type::GenericSecret(_)) => return None,
@@ -384,10 +383,14 @@ pub fn resolve_validation(
         Some(ca) => Some(ca.clone()),
         None => default.and_then(|d| d.trusted_ca.clone()),
     };
+    // Envoy merges the secret over the default: a flag set in either holds.
+    let allow_expired_certificate =
+        secret.allow_expired_certificate || default.is_some_and(|d| d.allow_expired_certificate);
     match trusted_ca {
         Some(trusted_ca) => Ok(Some(CertificateValidation {
             trusted_ca,
             san_matchers,
+            allow_expired_certificate,
         })),
         None if san_matchers.is_empty() => Ok(None),
         None => Err(

@@ -89,12 +89,14 @@ fn combined_validation_context_keeps_its_default() {
     let secret = sds::ValidationFields {
         trusted_ca: Some(vec![CertificateDer::from(vec![0x30])]),
         san_matchers: Vec::new(),
+        allow_expired_certificate: true,
     };
     let merged = sds::resolve_validation(Some(&default), &secret)
         .unwrap()
         .unwrap();
     assert_eq!(merged.san_matchers.len(), 1);
     assert_eq!(merged.trusted_ca.len(), 1);
+    assert!(merged.allow_expired_certificate, "the secret's flag holds");
     // Without one, the merged context is refused with Envoy's reason.
     let e = sds::resolve_validation(Some(&default), &sds::ValidationFields::default());
     assert!(e.unwrap_err().contains("without trusted CA"));

@@ -165,25 +165,21 @@ pub(super) fn combined(
         ctx.error(&sp, "is required");
         return Err(());
     };
-    let (default_ca, mut san_matchers) = super::validation_fields(default, &dp, ctx)?;
+    let mut fields = super::validation_fields(default, &dp, ctx)?;
     if let Some(cs) = &sds.sds_config {
         let secret =
             super::sds::reference(sds, cs, super::SecretKind::Validation, &sp, ctx).ok_or(())?;
         return Ok(Combined::Sds(super::SdsValidation {
             secret,
-            default: Some(super::sds::ValidationFields {
-                trusted_ca: default_ca,
-                san_matchers,
-            }),
+            default: Some(fields),
         }));
     }
     let secret = validation(sds, &sp, ctx)?;
-    let trusted_ca = match secret {
-        Some(v) => {
-            san_matchers.extend(v.san_matchers);
-            Some(v.trusted_ca)
-        }
-        None => default_ca,
-    };
-    super::checked_validation(trusted_ca, san_matchers, path, ctx).map(Combined::Static)
+    if let Some(v) = secret {
+        fields.san_matchers.extend(v.san_matchers);
+        fields.trusted_ca = Some(v.trusted_ca);
+        // A flag set in either holds (protobuf merge of a bool).
+        fields.allow_expired_certificate |= v.allow_expired_certificate;
+    }
+    super::checked_validation(fields, path, ctx).map(Combined::Static)
 }

@@ -132,6 +132,9 @@ pub enum Refused {
     Config(String),
     /// No first byte or no finished handshake within the accept timeout.
     Timeout,
+    /// The TLS handshake did not finish within the chain's
+    /// `transport_socket_connect_timeout`.
+    TransportSocketConnectTimeout,
 }
 
 impl std::fmt::Display for Refused {
@@ -142,6 +145,9 @@ impl std::fmt::Display for Refused {
             Self::Io(e) => write!(f, "{e}"),
             Self::Config(e) => write!(f, "TLS config: {e}"),
             Self::Timeout => f.write_str("no TLS handshake or first byte in time"),
+            Self::TransportSocketConnectTimeout => {
+                f.write_str("TLS handshake not done within transport_socket_connect_timeout")
+            }
         }
     }
 }
@@ -181,12 +187,42 @@ pub fn accept_unix(
     }
 }
 
+/// When the chain at `index` gives up on its TLS handshake: its
+/// `transport_socket_connect_timeout` from now, if it has one.
+fn connect_deadline(listener: &Listener, index: usize) -> Option<tokio::time::Instant> {
+    chain_at(listener, index)
+        .and_then(|fc| fc.transport_socket_connect_timeout)
+        .map(|d| tokio::time::Instant::now() + d)
+}
+
+/// Runs a handshake step, failing it at `deadline` (if any).
+async fn until<T>(
+    deadline: Option<tokio::time::Instant>,
+    step: impl Future<Output = std::io::Result<T>>,
+) -> Result<T, Refused> {
+    match deadline {
+        None => step.await.map_err(Refused::Io),
+        Some(at) => match tokio::time::timeout_at(at, step).await {
+            Ok(r) => r.map_err(Refused::Io),
+            Err(_) => Err(Refused::TransportSocketConnectTimeout),
+        },
+    }
+}
+
 async fn accept_inner(
     stream: TcpStream,
     listener: &Listener,
     configs: &ServerConfigs,
 ) -> Result<Accepted, Refused> {
     let inspect = needs_inspection(listener);
+    // Envoy starts a chain's transport socket connect timer when it creates
+    // the connection, after the listener filters: at once when no chain
+    // matches on anything (no tls_inspector), after the ClientHello otherwise.
+    let mut deadline = if inspect {
+        None
+    } else {
+        select(listener, &ConnectionFacts::default()).and_then(|i| connect_deadline(listener, i))
+    };
     let client_tls = if inspect {
         let mut first = [0u8; 1];
         if stream.peek(&mut first).await.map_err(Refused::Io)? == 0 {
@@ -214,9 +250,11 @@ async fn accept_inner(
             None => Err(Refused::NoFilterChainMatch),
         };
     }
-    let start = LazyConfigAcceptor::new(Acceptor::default(), stream)
-        .await
-        .map_err(Refused::Io)?;
+    let start = until(
+        deadline,
+        LazyConfigAcceptor::new(Acceptor::default(), stream),
+    )
+    .await?;
     let hello = start.client_hello();
     let server_name = hello.server_name().map(str::to_ascii_lowercase);
     let alpn: Vec<Vec<u8>> = hello
@@ -237,11 +275,11 @@ async fn accept_inner(
         // TLS bytes on a plaintext chain: its HTTP codec would refuse them.
         return Err(Refused::TransportMismatch);
     };
+    if inspect {
+        deadline = connect_deadline(listener, index);
+    }
     let config = configs.get(chain_tls).map_err(Refused::Config)?;
-    let tls_stream = start
-        .into_stream(config.for_client(&alpn))
-        .await
-        .map_err(Refused::Io)?;
+    let tls_stream = until(deadline, start.into_stream(config.for_client(&alpn))).await?;
     let negotiated = tls_stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
     Ok(Accepted {
         stream: DownstreamStream::Tls(Box::new(tls_stream)),

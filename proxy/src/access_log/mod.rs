@@ -7,7 +7,7 @@
 //! ([`writer`]), which a timer flushes — nothing on the request path locks.
 
 pub mod body;
-mod render;
+pub mod render;
 pub mod writer;
 
 use crate::request::body::RequestProgress;
@@ -159,6 +159,8 @@ pub struct Entry<'a> {
     pub bytes_received: u64,
     /// Time to the end of the request body, if it ended.
     pub request_duration: Option<u64>,
+    /// `%LOCAL_REPLY_BODY%`: set only while a direct response's body is made.
+    pub local_reply_body: Option<&'a [u8]>,
 }
 
 impl Pending {
@@ -172,6 +174,7 @@ impl Pending {
             bytes_received: self.request.received.load(Ordering::Relaxed),
             request_duration: Some(self.request.done_ms.load(Ordering::Relaxed))
                 .filter(|ms| *ms != u64::MAX),
+            local_reply_body: None,
         };
         for log in self.logs.get() {
             writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));

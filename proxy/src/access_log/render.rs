@@ -19,11 +19,17 @@ enum Value<'a> {
 /// Renders one line onto `out` (with its newline for JSON; text formats carry
 /// their own). Text is written straight into the writer's buffer.
 pub fn line_into(log: &AccessLog, e: &Entry<'_>, out: &mut Vec<u8>) {
-    match &log.format {
-        LogFormat::Text(fs) => text_into(fs, e, log.omit_empty_values, out),
+    format_into(&log.format, log.omit_empty_values, e, out);
+}
+
+/// Renders `format` onto `out` as [`line_into`] does; also what a direct
+/// response's `body_format` makes its body with.
+pub fn format_into(format: &LogFormat, omit_empty: bool, e: &Entry<'_>, out: &mut Vec<u8>) {
+    match format {
+        LogFormat::Text(fs) => text_into(fs, e, omit_empty, out),
         LogFormat::Json(fields) => {
             let mut map = serde_json::Map::new();
-            object(fields, e, log.omit_empty_values, &mut map);
+            object(fields, e, omit_empty, &mut map);
             let _ = serde_json::to_writer(&mut *out, &serde_json::Value::Object(map));
             out.push(b'\n');
         }
@@ -49,6 +55,11 @@ fn text_into(fs: &FormatString, e: &Entry<'_>, omit_empty: bool, out: &mut Vec<u
     for part in &fs.parts {
         match part {
             Part::Literal(s) => out.extend_from_slice(s.as_bytes()),
+            // Envoy's body is a value even when empty (no `-`), and its bytes
+            // go out as they are.
+            Part::Command(Command::LocalReplyBody) => {
+                out.extend_from_slice(e.local_reply_body.unwrap_or_default());
+            }
             Part::Command(c) => match value(c, e) {
                 Some(Value::Text(t)) if !t.is_empty() => out.extend_from_slice(t.as_bytes()),
                 Some(Value::Number(n)) => {
@@ -81,6 +92,9 @@ fn json(v: &JsonValue, e: &Entry<'_>, omit_empty: bool) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
         JsonValue::Format(fs) => match fs.parts.as_slice() {
+            [Part::Command(Command::LocalReplyBody)] => J::String(
+                String::from_utf8_lossy(e.local_reply_body.unwrap_or_default()).into_owned(),
+            ),
             [Part::Command(c)] => match value(c, e) {
                 Some(Value::Number(n)) => J::from(n),
                 Some(Value::Json(v)) => v.clone(),
@@ -152,6 +166,9 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             header(h, |n| t.get(n)?.to_str().ok()).map(Value::Text)
         }
         Command::Protocol => text(crate::router::headers::protocol(req.version)),
+        Command::LocalReplyBody => e
+            .local_reply_body
+            .map(|b| Value::Text(String::from_utf8_lossy(b))),
         Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
         Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
             _ if resp.details.is_some() => resp.details.as_deref()?,
@@ -356,6 +373,7 @@ mod tests {
             duration: Duration::from_millis(12),
             bytes_received: 0,
             request_duration: None,
+            local_reply_body: None,
         };
         let f = parse(
             "%START_TIME% %REQ(:PATH)% %REQ(X-LONG):3% %REQ(X-NO?USER-AGENT)% %REQ(X-NO)% %RESPONSE_CODE% %DURATION% %REQUEST_DURATION% %CONNECTION_ID% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT%\n",

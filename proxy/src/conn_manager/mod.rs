@@ -4,6 +4,7 @@
 //! redirects here; forwarding is the router's), applying the connection manager's
 //! response rules.
 
+mod direct_body;
 pub mod grpc_timeout;
 pub mod limits;
 pub mod path_normalize;
@@ -622,7 +623,23 @@ async fn route(
         Action::DirectResponse(d) => {
             stats.rq_direct_response.inc();
             let status = StatusCode::from_u16(d.status).unwrap_or(StatusCode::OK);
-            let mut resp = local_reply(to, status, d.body.clone().unwrap_or_default());
+            let mut resp = match &d.body_format {
+                None => local_reply(to, status, d.body.clone().unwrap_or_default()),
+                Some(f) => {
+                    let body = direct_body::render(f, d.body.as_ref(), &req, info, &route.name);
+                    let empty = body.is_empty();
+                    let mut resp = local_reply(to, status, body);
+                    // Envoy types a formatted body by its format (an empty
+                    // one stays untyped); gRPC replies keep theirs.
+                    if !empty
+                        && !to.grpc
+                        && let Ok(v) = HeaderValue::from_str(&f.content_type)
+                    {
+                        resp.headers_mut().insert(header::CONTENT_TYPE, v);
+                    }
+                    resp
+                }
+            };
             if logging {
                 resp.extensions_mut().insert(DirectResponse);
             }

@@ -3,6 +3,7 @@
 //! versions, client-certificate validation with SAN matchers).
 
 mod cert_select;
+pub mod expiry;
 mod peer;
 pub(crate) mod san;
 pub mod sds;
@@ -211,9 +212,13 @@ fn client_verifier(
         // Envoy then verifies a certificate that is presented, and accepts none.
         builder = builder.allow_unauthenticated();
     }
-    let webpki = builder
+    let mut webpki = builder
         .build()
         .map_err(|e| format!("client certificate validation: {e}"))?;
+    if validation.allow_expired_certificate {
+        // Under the SAN checks: an expired certificate is still matched.
+        webpki = Arc::new(expiry::ExpiredClientOk::new(webpki));
+    }
     if validation.san_matchers.is_empty() {
         return Ok(Some(webpki));
     }

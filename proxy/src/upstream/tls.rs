@@ -256,6 +256,8 @@ struct ServerVerifier {
     /// `auto_san_validation`: the one SAN required, in place of `san_matchers`,
     /// checked with or without `roots`.
     san_override: Option<SanMatcher>,
+    /// `allow_expired_certificate`.
+    allow_expired: bool,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
@@ -270,6 +272,7 @@ impl ServerVerifier {
                 roots: None,
                 san_matchers: Vec::new(),
                 san_override: None,
+                allow_expired: false,
                 algorithms,
             });
         };
@@ -283,6 +286,7 @@ impl ServerVerifier {
             roots: Some(Arc::new(roots)),
             san_matchers: validation.san_matchers.clone(),
             san_override: None,
+            allow_expired: validation.allow_expired_certificate,
             algorithms,
         })
     }
@@ -301,6 +305,7 @@ impl ServerVerifier {
                     ignore_case: false,
                 },
             }),
+            allow_expired: self.allow_expired,
             algorithms: self.algorithms,
         }
     }
@@ -317,12 +322,19 @@ impl ServerCertVerifier for ServerVerifier {
     ) -> Result<ServerCertVerified, Error> {
         if let Some(roots) = &self.roots {
             let cert = ParsedCertificate::try_from(end_entity)?;
-            verify_server_cert_signed_by_trust_anchor(
-                &cert,
-                roots,
-                intermediates,
+            crate::tls::expiry::verify_allowing_expiry(
+                self.allow_expired,
+                end_entity,
                 now,
-                self.algorithms.all,
+                |at| {
+                    verify_server_cert_signed_by_trust_anchor(
+                        &cert,
+                        roots,
+                        intermediates,
+                        at,
+                        self.algorithms.all,
+                    )
+                },
             )?;
         }
         let matchers = match &self.san_override {
