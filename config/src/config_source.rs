@@ -156,6 +156,49 @@ pub struct GrpcService {
     pub initial_metadata: Vec<(String, String)>,
 }
 
+/// An `envoy_grpc` service courier's own calls go through (tracers, stats sinks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvoyGrpcService {
+    /// The cluster.
+    pub cluster: String,
+    /// `:authority` of the calls (the cluster's name when unset).
+    pub authority: String,
+    /// `initial_metadata`, sent with every call.
+    pub initial_metadata: Vec<(String, String)>,
+}
+
+/// Translates a `GrpcService` that courier serves only as `envoy_grpc` and without
+/// a `timeout`; `what` names its user in the refusals (`timeout on the <what>`,
+/// `google_grpc for the <what> (envoy_grpc is)`).
+pub fn envoy_grpc_only(
+    g: &pb::GrpcService,
+    path: &Path<'_>,
+    what: &str,
+    ctx: &mut Ctx,
+) -> Option<EnvoyGrpcService> {
+    if g.timeout.is_some() {
+        ctx.unsupported(&path.field("timeout"), format!("timeout on the {what}"));
+    }
+    let service = grpc_service(g, path, ctx)?;
+    match service.target {
+        GrpcTarget::EnvoyGrpc {
+            cluster_name,
+            authority,
+        } => Some(EnvoyGrpcService {
+            authority: authority.unwrap_or_else(|| cluster_name.clone()),
+            cluster: cluster_name,
+            initial_metadata: service.initial_metadata,
+        }),
+        GrpcTarget::GoogleGrpc { .. } => {
+            ctx.unsupported(
+                &path.field("google_grpc"),
+                format!("google_grpc for the {what} (envoy_grpc is)"),
+            );
+            None
+        }
+    }
+}
+
 /// Translates a `ConfigSource`.
 pub fn translate(cs: &pb::ConfigSource, path: &Path<'_>, ctx: &mut Ctx) -> Option<ConfigSource> {
     use pb::config_source::ConfigSourceSpecifier as S;

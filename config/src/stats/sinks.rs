@@ -5,7 +5,7 @@
 //! fields of these that change what is sent in ways courier does not implement,
 //! are refused with their path.
 
-use crate::config_source::{self, GrpcTarget};
+use crate::config_source;
 use crate::core;
 use crate::ctx::Ctx;
 use crate::path::Path;
@@ -200,27 +200,10 @@ fn metrics_service(
         ctx.error(&gp, "is required");
         return None;
     };
-    if g.timeout.is_some() {
-        ctx.unsupported(
-            &gp.field("timeout"),
-            "timeout on the metrics service stream",
-        );
-    }
-    let service = config_source::grpc_service(g, &gp, ctx)?;
-    let GrpcTarget::EnvoyGrpc {
-        cluster_name,
-        authority,
-    } = service.target
-    else {
-        ctx.unsupported(
-            &gp.field("google_grpc"),
-            "google_grpc for the metrics service (envoy_grpc is)",
-        );
-        return None;
-    };
+    let service = config_source::envoy_grpc_only(g, &gp, "metrics service stream", ctx)?;
     Some(StatsSink::MetricsService {
-        authority: authority.unwrap_or_else(|| cluster_name.clone()),
-        cluster: cluster_name,
+        authority: service.authority,
+        cluster: service.cluster,
         initial_metadata: service.initial_metadata,
         counters_as_deltas: core::bool_or(c.report_counters_as_deltas.as_ref(), false),
     })
@@ -238,43 +221,17 @@ fn otlp(c: &otel_pb::SinkConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<Stats
             return None;
         }
     };
-    if g.timeout.is_some() {
-        ctx.unsupported(
-            &gp.field("timeout"),
-            "timeout on the OpenTelemetry stats sink",
-        );
-    }
-    let service = config_source::grpc_service(g, &gp, ctx)?;
-    let GrpcTarget::EnvoyGrpc {
-        cluster_name,
-        authority,
-    } = service.target
-    else {
-        ctx.unsupported(
-            &gp.field("google_grpc"),
-            "google_grpc for the OpenTelemetry stats sink (envoy_grpc is)",
-        );
-        return None;
-    };
+    let service = config_source::envoy_grpc_only(g, &gp, "OpenTelemetry stats sink", ctx)?;
     let mut resource: Vec<(String, String)> = Vec::new();
-    let dp = path.field("resource_detectors");
-    for (i, d) in c.resource_detectors.iter().enumerate() {
-        let Some(attrs) = crate::tracing::static_detector(d, &dp.index(i), ctx) else {
-            continue;
-        };
-        // A later detector's attribute replaces an earlier one of the same key.
-        let mut attrs: Vec<_> = attrs.into_iter().collect();
-        attrs.sort();
-        for (k, v) in attrs {
-            match resource.iter_mut().find(|(key, _)| *key == k) {
-                Some(slot) => slot.1 = v,
-                None => resource.push((k, v)),
-            }
-        }
-    }
+    crate::tracing::detect_resource(
+        &c.resource_detectors,
+        &path.field("resource_detectors"),
+        &mut resource,
+        ctx,
+    );
     Some(StatsSink::OpenTelemetry(OtlpSink {
-        authority: authority.unwrap_or_else(|| cluster_name.clone()),
-        cluster: cluster_name,
+        authority: service.authority,
+        cluster: service.cluster,
         initial_metadata: service.initial_metadata,
         resource,
         counters_as_deltas: c.report_counters_as_deltas,

@@ -10,7 +10,7 @@ pub mod zipkin;
 
 pub use zipkin::Zipkin;
 
-use crate::config_source::{self, GrpcTarget};
+use crate::config_source;
 use crate::core;
 use crate::ctx::Ctx;
 use crate::path::Path;
@@ -410,29 +410,7 @@ fn opentelemetry(
         ctx.unsupported(&gp, "an OpenTelemetry tracer without grpc_service");
         return None;
     };
-    if g.timeout.is_some() {
-        ctx.unsupported(
-            &gp.field("timeout"),
-            "timeout on the OpenTelemetry exporter",
-        );
-    }
-    let service = config_source::grpc_service(g, &gp, ctx)?;
-    let (cluster, authority) = match service.target {
-        GrpcTarget::EnvoyGrpc {
-            cluster_name,
-            authority,
-        } => {
-            let authority = authority.unwrap_or_else(|| cluster_name.clone());
-            (cluster_name, authority)
-        }
-        GrpcTarget::GoogleGrpc { .. } => {
-            ctx.unsupported(
-                &gp.field("google_grpc"),
-                "google_grpc for the OpenTelemetry exporter (envoy_grpc is)",
-            );
-            return None;
-        }
-    };
+    let service = config_source::envoy_grpc_only(g, &gp, "OpenTelemetry exporter", ctx)?;
     let mut resource = vec![(
         "service.name".to_string(),
         if c.service_name.is_empty() {
@@ -441,13 +419,38 @@ fn opentelemetry(
             c.service_name.clone()
         },
     )];
-    let dp = tp.field("resource_detectors");
-    for (i, d) in c.resource_detectors.iter().enumerate() {
-        let Some(attrs) = static_detector(d, &dp.index(i), ctx) else {
+    detect_resource(
+        &c.resource_detectors,
+        &tp.field("resource_detectors"),
+        &mut resource,
+        ctx,
+    );
+    let sampler = c
+        .sampler
+        .as_ref()
+        .and_then(|s| sampler(s, &tp.field("sampler"), ctx));
+    Some(OpenTelemetry {
+        cluster: service.cluster,
+        authority: service.authority,
+        initial_metadata: service.initial_metadata,
+        resource,
+        sampler,
+    })
+}
+
+/// Adds the `static_config` detectors' attributes to `resource`, merged as Envoy's
+/// resource provider does: a detector's attribute replaces one of the same key
+/// (each detector's sorted, for a stable order).
+pub(crate) fn detect_resource(
+    detectors: &[TypedExtensionConfig],
+    path: &Path<'_>,
+    resource: &mut Vec<(String, String)>,
+    ctx: &mut Ctx,
+) {
+    for (i, d) in detectors.iter().enumerate() {
+        let Some(attrs) = static_detector(d, &path.index(i), ctx) else {
             continue;
         };
-        // Merged as Envoy's resource provider does: a detector's attribute replaces
-        // one of the same key. Sorted for a stable order.
         let mut attrs: Vec<_> = attrs.into_iter().collect();
         attrs.sort();
         for (k, v) in attrs {
@@ -457,20 +460,9 @@ fn opentelemetry(
             }
         }
     }
-    let sampler = c
-        .sampler
-        .as_ref()
-        .and_then(|s| sampler(s, &tp.field("sampler"), ctx));
-    Some(OpenTelemetry {
-        cluster,
-        authority,
-        initial_metadata: service.initial_metadata,
-        resource,
-        sampler,
-    })
 }
 
-pub(crate) fn static_detector(
+fn static_detector(
     d: &TypedExtensionConfig,
     path: &Path<'_>,
     ctx: &mut Ctx,

@@ -7,11 +7,9 @@
 //! (CUMULATIVE, or DELTA with `report_counters_as_deltas`), every point stamped
 //! with the flush time and the previous flush as its start.
 
-use crate::upstream::client::ClusterClient;
-use bytes::{BufMut, Bytes, BytesMut};
+use crate::upstream::client::{ClusterClient, grpc_frame, grpc_head};
 use courier_config::stats::StatsConfig;
 use courier_config::stats::sinks::OtlpSink;
-use http::{HeaderName, HeaderValue, Request, header};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
@@ -20,7 +18,6 @@ use opentelemetry_proto::tonic::metrics::v1::{
     metric::Data, number_data_point,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
-use prost::Message;
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -152,14 +149,9 @@ impl OtlpState {
 
     /// Sends `req` on a task of its own; a failed call loses this flush.
     pub fn send(&self, client: &ClusterClient, req: &ExportMetricsServiceRequest) {
-        let len = req.encoded_len();
-        let mut b = BytesMut::with_capacity(5 + len);
-        b.put_u8(0);
-        b.put_u32(len as u32);
-        // Encoding into a buffer with room for it cannot fail.
-        let _ = req.encode(&mut b);
-        let body: Bytes = b.freeze();
-        let Ok(head) = head(&self.config) else {
+        let body = grpc_frame(req);
+        let c = &self.config;
+        let Ok(head) = grpc_head(&c.authority, EXPORT_PATH, &c.initial_metadata) else {
             return;
         };
         let client = client.clone();
@@ -172,30 +164,4 @@ impl OtlpState {
             }
         });
     }
-}
-
-/// The export call's head, in HTTP/2 form: `content-type`, `te`, then the
-/// service's `initial_metadata`.
-fn head(c: &OtlpSink) -> Result<Request<()>, http::Error> {
-    let uri = http::Uri::builder()
-        .scheme(http::uri::Scheme::HTTP)
-        .authority(c.authority.as_str())
-        .path_and_query(EXPORT_PATH)
-        .build()?;
-    let mut r = Request::builder()
-        .method(http::Method::POST)
-        .uri(uri)
-        .version(http::Version::HTTP_2)
-        .header(header::CONTENT_TYPE, "application/grpc")
-        .header(header::TE, "trailers")
-        .body(())?;
-    for (k, v) in &c.initial_metadata {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_str(v),
-        ) {
-            r.headers_mut().append(k, v);
-        }
-    }
-    Ok(r)
 }

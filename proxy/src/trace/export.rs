@@ -9,16 +9,13 @@
 use crate::stats::trace::{
     self as stats, OTEL_CONFIGURED, SPANS_DROPPED, SPANS_SENT, TIMER_FLUSHED,
 };
-use crate::upstream::client::ClusterClient;
-use bytes::{BufMut, Bytes, BytesMut};
+use crate::upstream::client::{ClusterClient, grpc_frame, grpc_head};
 use courier_config::tracing::OpenTelemetry;
-use http::{HeaderName, HeaderValue, Request, header};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
-use prost::Message;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -152,9 +149,10 @@ fn flush(client: Option<&ClusterClient>, t: &mut Tracer) {
         return;
     };
     let provider = Arc::clone(&t.provider);
-    let body = frame(&request(&provider, spans));
+    let body = grpc_frame(&request(&provider, spans));
     tokio::spawn(async move {
-        let Ok(head) = head(&provider) else {
+        let Ok(head) = grpc_head(&provider.authority, EXPORT_PATH, &provider.initial_metadata)
+        else {
             return;
         };
         let call = client.unary(&provider.cluster, head, body);
@@ -209,41 +207,4 @@ fn request(provider: &OpenTelemetry, spans: Vec<Span>) -> ExportTraceServiceRequ
             ..Default::default()
         }],
     }
-}
-
-/// The gRPC message frame of `m` (uncompressed).
-fn frame(m: &ExportTraceServiceRequest) -> Bytes {
-    let len = m.encoded_len();
-    let mut b = BytesMut::with_capacity(5 + len);
-    b.put_u8(0);
-    b.put_u32(len as u32);
-    // Encoding into a buffer with room for it cannot fail.
-    let _ = m.encode(&mut b);
-    b.freeze()
-}
-
-/// The export call's head, in HTTP/2 form: `content-type`, `te`, then the
-/// service's `initial_metadata`.
-fn head(provider: &OpenTelemetry) -> Result<Request<()>, http::Error> {
-    let uri = http::Uri::builder()
-        .scheme(http::uri::Scheme::HTTP)
-        .authority(provider.authority.as_str())
-        .path_and_query(EXPORT_PATH)
-        .build()?;
-    let mut r = Request::builder()
-        .method(http::Method::POST)
-        .uri(uri)
-        .version(http::Version::HTTP_2)
-        .header(header::CONTENT_TYPE, "application/grpc")
-        .header(header::TE, "trailers")
-        .body(())?;
-    for (k, v) in &provider.initial_metadata {
-        if let (Ok(k), Ok(v)) = (
-            HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_str(v),
-        ) {
-            r.headers_mut().append(k, v);
-        }
-    }
-    Ok(r)
 }

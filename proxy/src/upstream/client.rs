@@ -209,6 +209,49 @@ fn for_protocol<B>(mut req: Request<B>, protocol: UpstreamProtocol) -> Request<B
     Request::from_parts(parts, body)
 }
 
+/// The head of a unary gRPC call to `path` for [`ClusterClient::unary`], in HTTP/2
+/// form: `content-type`, `te`, then the service's `initial_metadata` (entries that
+/// are not valid header names or values are left out).
+pub fn grpc_head(
+    authority: &str,
+    path: &str,
+    metadata: &[(String, String)],
+) -> Result<Request<()>, http::Error> {
+    let uri = Uri::builder()
+        .scheme(uri::Scheme::HTTP)
+        .authority(authority)
+        .path_and_query(path)
+        .build()?;
+    let mut r = Request::builder()
+        .method(http::Method::POST)
+        .uri(uri)
+        .version(http::Version::HTTP_2)
+        .header(header::CONTENT_TYPE, "application/grpc")
+        .header(header::TE, "trailers")
+        .body(())?;
+    for (k, v) in metadata {
+        if let (Ok(k), Ok(v)) = (
+            http::HeaderName::from_bytes(k.as_bytes()),
+            HeaderValue::from_str(v),
+        ) {
+            r.headers_mut().append(k, v);
+        }
+    }
+    Ok(r)
+}
+
+/// The gRPC message frame of `m` (uncompressed), for [`ClusterClient::unary`].
+pub fn grpc_frame(m: &impl prost::Message) -> Bytes {
+    use bytes::BufMut;
+    let len = m.encoded_len();
+    let mut b = bytes::BytesMut::with_capacity(5 + len);
+    b.put_u8(0);
+    b.put_u32(len as u32);
+    // Encoding into a buffer with room for it cannot fail.
+    let _ = m.encode(&mut b);
+    b.freeze()
+}
+
 /// A request body of `bytes`, for [`ClusterClient::send_streaming`].
 pub fn full_body(bytes: Bytes) -> UpstreamBody {
     UpstreamBody::new(crate::request::body::RequestBody::full(bytes), None)
