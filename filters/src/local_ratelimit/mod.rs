@@ -88,6 +88,9 @@ struct Decided(Arc<Bucket>);
 pub struct LocalRateLimitFilter {
     config: Arc<LocalRateLimit>,
     stats: Arc<StatsByPrefix>,
+    /// The filter's own prefix's counters, held so that requests under the filter's
+    /// config need no lookup (a per-route config's prefix is looked up).
+    own_stats: Arc<PerWorker<LocalRateLimitStats>>,
 }
 
 impl LocalRateLimitFilter {
@@ -95,8 +98,12 @@ impl LocalRateLimitFilter {
     pub fn new(config: Arc<LocalRateLimit>) -> Self {
         let stats = Arc::new(StatsByPrefix::default());
         // The filter's own prefix exists from the start, as Envoy's counters do.
-        stats.get(&config.stat_prefix);
-        Self { config, stats }
+        let own_stats = stats.get(&config.stat_prefix);
+        Self {
+            config,
+            stats,
+            own_stats,
+        }
     }
 
     /// The counters, for the proxy's stats.
@@ -110,12 +117,11 @@ fn admits(f: Option<&Fraction>) -> bool {
     f.is_some_and(|f| f.admits(fastrand::u64(..)))
 }
 
-fn limiter(cfg: &LocalRateLimit) -> Option<Arc<Limiter>> {
-    let state = Arc::clone(
-        cfg.state
-            .get_or_init(|| Arc::new(Limiter::new(cfg)) as Arc<dyn std::any::Any + Send + Sync>),
-    );
-    state.downcast::<Limiter>().ok()
+/// The config's limiter, borrowed (no reference count touched per request).
+fn limiter(cfg: &LocalRateLimit) -> Option<&Limiter> {
+    cfg.state
+        .get_or_init(|| Arc::new(Limiter::new(cfg)) as Arc<dyn std::any::Any + Send + Sync>)
+        .downcast_ref::<Limiter>()
 }
 
 impl HttpFilter for LocalRateLimitFilter {
@@ -131,7 +137,13 @@ impl HttpFilter for LocalRateLimitFilter {
         if !admits(cfg.filter_enabled.as_ref()) {
             return Decision::Continue;
         }
-        let stats = self.stats.get(&cfg.stat_prefix);
+        let route_stats;
+        let stats = if cfg.stat_prefix == self.config.stat_prefix {
+            &self.own_stats
+        } else {
+            route_stats = self.stats.get(&cfg.stat_prefix);
+            &route_stats
+        };
         let stats = stats.get(req.conn.worker);
         stats.enabled.fetch_add(1, Ordering::Relaxed);
         // Descriptors only matter when the config has some to match them against.
