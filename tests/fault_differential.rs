@@ -3,7 +3,8 @@
 //! proxies from one bootstrap — routes whose per-route `HTTPFault` aborts with an
 //! HTTP status or a gRPC status (HTTP/1.1, h2c and gRPC requests), delays (short,
 //! so the run stays quick; the delay is seen in the `DI` flag and the counters,
-//! not timed), delays then aborts, a 0 % abort, and the filter's own empty config —
+//! not timed), delays then aborts, a 0 % abort, the filter's own empty config, and
+//! an HCM-disabled fault filter a route enables with `FilterConfig.config: {}` —
 //! comparing status, body, `grpc-status`, the response flags (in a response
 //! header) and the `http.fault.fault.*` stats. Without Envoy (`COURIER_ENVOY`) only
 //! courier is checked.
@@ -25,9 +26,17 @@ use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, envoy_bin};
 use std::net::SocketAddr;
 
+/// The filter under test, and a second one the HCM disables that a route turns on with a
+/// `FilterConfig` whose `config` is the empty `Any` (Envoy Gateway's form for "this
+/// route's extension"): it then runs with its HCM config.
 const FILTERS: &str = r#"- name: envoy.filters.http.fault
   typed_config:
     "@type": type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault
+- name: envoy.filters.http.fault/enabled-per-route
+  disabled: true
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault
+    abort: { http_status: 418, percentage: { numerator: 100 } }
 "#;
 
 fn route(path: &str, fault: &str) -> String {
@@ -62,6 +71,8 @@ fn vhosts() -> String {
         ),
     ]
     .concat();
+    let enabled = "  - match: { prefix: \"/enabled\" }\n    route: { cluster: up }\n    typed_per_filter_config:\n      envoy.filters.http.fault/enabled-per-route:\n        \"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\n        config: {}\n";
+    let routes = format!("{routes}{enabled}");
     format!(
         "- name: all\n  domains: [\"*\"]\n  routes:\n{routes}  - match: {{ prefix: \"/\" }}\n    route: {{ cluster: up }}\n"
     )
@@ -98,6 +109,7 @@ const PATHS: &[&str] = &[
     "/delay",
     "/both",
     "/never",
+    "/enabled",
     "/plain",
 ];
 
@@ -174,6 +186,10 @@ fn faults_as_envoy() {
     let (c, c_stats) = run(Kind::Courier, &courier_bin());
     println!("courier:\n{}\n{c_stats:#?}", c.join("\n"));
     assert!(c[0].contains("-> 500 \"fault filter abort\""), "{}", c[0]);
+    // The HCM-disabled filter runs, with its HCM config, only where the route enables it.
+    let enabled = PATHS.iter().position(|p| *p == "/enabled").unwrap() * 3;
+    assert!(c[enabled].contains("-> 418 "), "{}", c[enabled]);
+    assert!(c[enabled + 3].contains("-> 200 "), "{}", c[enabled + 3]);
     let Some(envoy) = envoy_bin() else {
         eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
         return;

@@ -43,6 +43,10 @@ pub const RATELIMIT_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute";
 /// The generic per-route wrapper (`is_optional`, `disabled`).
 pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.FilterConfig";
+/// The type the JSON reader gives an empty `Any` written as `{}` in a `FilterConfig`
+/// (protobuf's binary form has no type there): a prefix no control plane uses, so it
+/// cannot be mistaken for a configured `google.protobuf.Empty`.
+pub const EMPTY_ANY: &str = "courier.invalid/google.protobuf.Empty";
 /// The HTTP connection manager network filter.
 pub const HTTP_CONNECTION_MANAGER: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 /// The TCP proxy network filter.

@@ -62,6 +62,8 @@ fn fields(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) {
+    let empty_config =
+        desc.full_name() == "envoy.config.route.v3.FilterConfig" && take_empty_config(object);
     let entries: Vec<(String, Value)> = std::mem::take(object).into_iter().collect();
     for (key, mut value) in entries {
         if value.is_null() {
@@ -88,6 +90,9 @@ fn fields(
         }
         field_value(&mut value, &field, &field_path, ctx);
         object.insert(name, value);
+    }
+    if empty_config {
+        object.insert("config".into(), empty_any());
     }
 }
 
@@ -445,6 +450,25 @@ fn typed_struct(object: &mut Map<String, Value>, path: &Path<'_>, ctx: &mut Ctx)
     *object = body;
     object.insert("@type".into(), Value::String(inner));
     true
+}
+
+/// Protobuf's JSON mapping reads `{}` as the empty `Any` (no type, no value), and Envoy
+/// takes a route's `FilterConfig.config: {}` as "enable the HCM-disabled filter with its
+/// HCM config". The JSON decoder needs a type for every `Any`, so the empty one is written
+/// as [`extensions::EMPTY_ANY`] once the other fields are normalised, and the per-route
+/// reader turns it back into "no config".
+fn take_empty_config(object: &mut Map<String, Value>) -> bool {
+    let empty = matches!(object.get("config"), Some(Value::Object(c)) if c.is_empty());
+    if empty {
+        object.remove("config");
+    }
+    empty
+}
+
+/// [`extensions::EMPTY_ANY`] as the JSON decoder reads it (`Empty` is a well-known type,
+/// so its JSON sits under `value`).
+fn empty_any() -> Value {
+    serde_json::json!({"@type": extensions::EMPTY_ANY, "value": {}})
 }
 
 /// Envoy builds an HTTP filter that has no `typed_config` (or an empty one) from its

@@ -196,6 +196,13 @@ disabled: true
         "\"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\nis_optional: true\n",
     ));
     assert_eq!(e, ["config: is required unless disabled is true"]);
+    // The empty Any enables the filter with its HCM config (Envoy's "enabled explicitly").
+    let enabled = per_route(
+        name,
+        "\"@type\": type.googleapis.com/envoy.config.route.v3.FilterConfig\nconfig: {}\n",
+    )
+    .unwrap();
+    assert!(!enabled.disabled && enabled.config.is_none());
 }
 
 #[test]

@@ -582,6 +582,14 @@ pub fn per_route_config(
     if any.type_url == extensions::FILTER_CONFIG {
         let fc = core::unpack::<route_pb::FilterConfig>(any, path, ctx)?;
         let config = match fc.config.as_ref() {
+            // An empty `Any` (`config: {}`) enables the filter with its HCM config, as
+            // Envoy's per-filter configs read it.
+            Some(inner)
+                if inner.value.is_empty()
+                    && (inner.type_url.is_empty() || inner.type_url == extensions::EMPTY_ANY) =>
+            {
+                None
+            }
             Some(inner) => Some(per_filter(name, inner, &path.field("config"), ctx)?),
             None if fc.disabled => None,
             None => {

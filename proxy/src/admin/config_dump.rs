@@ -76,9 +76,16 @@ pub fn dump(bootstrap: &DynamicMessage) -> Result<Value, String> {
     }))
 }
 
-/// Replaces every string under a sensitive field with `[redacted]`.
+/// Replaces every string under a sensitive field with `[redacted]`, and shows an empty
+/// `Any` as it was written (`{}`), not as the loader's stand-in type.
 fn redact(v: &mut Value, sensitive: bool) {
     match v {
+        Value::Object(map)
+            if map.get("@type").and_then(Value::as_str)
+                == Some(courier_config::extensions::EMPTY_ANY) =>
+        {
+            map.clear();
+        }
         Value::Object(map) => {
             for (k, child) in map.iter_mut() {
                 // `@type` names a message, not a secret.
@@ -113,5 +120,12 @@ mod tests {
                 "private_key": {"inline_string": "[redacted]"},
             }]})
         );
+    }
+
+    #[test]
+    fn shows_the_empty_any_as_written() {
+        let mut v = json!({"config": {"@type": courier_config::extensions::EMPTY_ANY, "value": {}}});
+        redact(&mut v, false);
+        assert_eq!(v, json!({"config": {}}));
     }
 }
