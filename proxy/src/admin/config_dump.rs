@@ -124,7 +124,8 @@ mod tests {
 
     #[test]
     fn shows_the_empty_any_as_written() {
-        let mut v = json!({"config": {"@type": courier_config::extensions::EMPTY_ANY, "value": {}}});
+        let mut v =
+            json!({"config": {"@type": courier_config::extensions::EMPTY_ANY, "value": {}}});
         redact(&mut v, false);
         assert_eq!(v, json!({"config": {}}));
     }
