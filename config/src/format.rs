@@ -101,6 +101,10 @@ pub enum Command {
     Hostname,
     /// `%CONNECTION_ID%`.
     ConnectionId,
+    /// `%CONNECTION_TERMINATION_DETAILS%`: set only by network filters that
+    /// close a connection with a reason (network RBAC, ext_authz), which
+    /// courier does not have, so always `-` here as in Envoy without them.
+    ConnectionTerminationDetails,
     /// `%LOCAL_REPLY_BODY%`: the body a direct response's `body_format` wraps
     /// (its `body`). Only local reply bodies may use it (access logs refuse it).
     LocalReplyBody,
@@ -238,6 +242,7 @@ fn command(s: &str) -> Result<(Command, usize), String> {
         "ROUTE_NAME" => simple(Command::RouteName)?,
         "HOSTNAME" => simple(Command::Hostname)?,
         "CONNECTION_ID" => simple(Command::ConnectionId)?,
+        "CONNECTION_TERMINATION_DETAILS" => simple(Command::ConnectionTerminationDetails)?,
         other => return Err(format!("unsupported format command %{other}%")),
     };
     Ok((cmd, i + 1))

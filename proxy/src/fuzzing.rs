@@ -105,6 +105,7 @@ impl Http1Harness {
                 .map_or(1 << 20, |l| u64::from(l.per_connection_buffer_limit_bytes)),
             server_name: None,
             id: next_connection_id(),
+            wire: None,
         });
         let limits = {
             let snapshot = self.snapshot.load();

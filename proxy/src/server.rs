@@ -376,8 +376,9 @@ fn check_access_logs(bootstrap: &Bootstrap) -> Result<(), String> {
         .iter()
         .flat_map(|l| l.all_filter_chains())
         .flat_map(crate::l4::chain_access_logs);
+    let listener_logs = bootstrap.listeners.iter().flat_map(|l| l.access_log.iter());
     let admin_logs = bootstrap.admin.iter().flat_map(|a| a.access_log.iter());
-    for log in hcm_logs.chain(admin_logs) {
+    for log in hcm_logs.chain(listener_logs).chain(admin_logs) {
         if let Sink::File(path) = &log.sink {
             crate::access_log::writer::open(path).map_err(|e| format!("access log {path}: {e}"))?;
         }

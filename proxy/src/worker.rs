@@ -257,6 +257,8 @@ struct Guards {
     _slots: (Option<crate::overload::Slot>, Option<crate::overload::Slot>),
     _open: Open,
     _active: ActiveCx,
+    /// The listener's line for the connection, written when it ends.
+    _log: Option<crate::access_log::conn::ConnLog>,
 }
 
 /// A connection's task: accepting (boxed), then serving in its place, so the
@@ -387,12 +389,16 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
         // The accept phase's state is large (the listener, addresses, the
         // filter chain's box): boxed, and gone once the connection serves.
         let accepting = Box::pin(async move {
-            let guards = Guards {
+            let mut guards = Guards {
                 _slots: slots,
                 _open: open,
                 _active: active_cx,
+                _log: None,
             };
             let l = &active.config;
+            let connection_id = crate::request::conn::next_connection_id();
+            let mut facts =
+                crate::access_log::conn::ConnFacts::now(peer.clone(), local.clone(), connection_id);
             // The filter chain (and TLS) first; a connection no chain takes is closed.
             // Boxed: the TLS handshake's state is large, and the task's own
             // future is what an idle connection holds.
@@ -411,6 +417,14 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     tracing::warn!(error = %e, "connection closed before HTTP");
                     return None;
                 }
+                Err(chain::Refused::NoFilterChainMatch(sni)) => {
+                    if !l.access_log.is_empty() {
+                        facts.server_name = sni;
+                        facts.no_filter_chain(l);
+                    }
+                    tracing::debug!("connection closed before HTTP: no filter chain matches");
+                    return None;
+                }
                 Err(e @ chain::Refused::TransportSocketConnectTimeout) => {
                     guards._active.0.cx_transport_socket_connect_timeout.inc();
                     tracing::debug!(error = %e, "connection closed before HTTP");
@@ -421,6 +435,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     return None;
                 }
             };
+            facts.server_name.clone_from(&server_name);
             let chain = crate::request::conn::chain_at(l, filter_chain_index);
             if let Some(tcp) = chain.and_then(|fc| fc.tcp_proxy()) {
                 // Raw bytes to a cluster, on a task that holds the guards.
@@ -439,6 +454,9 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     clusters,
                     worker_stats,
                     drain: Some((active.drain_signal(filter_chain_index), drain_time)),
+                    listener_log: (!l.access_log.is_empty()).then(|| Arc::clone(l)),
+                    connection_id,
+                    accepted: (facts.start, facts.started),
                 };
                 crate::l4::spawn(stream, session, guards);
                 return None;
@@ -454,6 +472,11 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 .chain(active.filters_index, filter_chain_index);
             // The filters that match on addresses are refused on pipe
             // listeners: the unspecified address stands in.
+            guards._log = crate::access_log::conn::ConnLog::new(l, facts);
+            let wire = guards
+                ._log
+                .as_ref()
+                .map(crate::access_log::conn::ConnLog::wire);
             let (peer_ip, local_ip) = (
                 peer.socket().unwrap_or(UNSPECIFIED),
                 local.socket().unwrap_or(UNSPECIFIED),
@@ -476,7 +499,8 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 http_filters: filters,
                 buffer_limit: u64::from(l.per_connection_buffer_limit_bytes),
                 server_name,
-                id: crate::request::conn::next_connection_id(),
+                id: connection_id,
+                wire: wire.clone(),
             });
             let conn = crate::codec::serve::Conn {
                 info,
@@ -496,6 +520,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             // version's TLS and filters go once its last handshake is done.
             drop(active);
             // The connection's state is boxed here (see `crate::codec::serve::serve`).
+            let stream = crate::request::wire::Counted::new(stream, wire);
             Some((crate::codec::serve::serve(stream, conn), guards))
         });
         tokio::spawn(ConnTask::Accepting(accepting));

@@ -3,6 +3,7 @@
 use crate::ctx::Ctx;
 use crate::extensions::{FILE_ACCESS_LOG, STDERR_ACCESS_LOG, STDOUT_ACCESS_LOG};
 use crate::format::{self, FormatString};
+use crate::listener::log_filter::{self, LogFilter};
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::accesslog::v3 as pb;
@@ -12,10 +13,10 @@ use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
 
 /// Fields of the access-log messages courier implements.
 pub(crate) const SUPPORT: &[Support] = &[
-    // `filter` (status, duration, runtime ... filters) is refused by its absence.
+    // `filter`'s kinds are in `log_filter`'s table.
     (
         "envoy.config.accesslog.v3.AccessLog",
-        &["name", "typed_config"],
+        &["name", "typed_config", "filter"],
     ),
     (
         "envoy.extensions.access_loggers.file.v3.FileAccessLog",
@@ -93,6 +94,8 @@ pub struct AccessLog {
     /// `omit_empty_values`: empty values render as nothing (text) or are left
     /// out (JSON) instead of `-`.
     pub omit_empty_values: bool,
+    /// `filter`: which entries get a line (none: all).
+    pub filter: Option<LogFilter>,
 }
 
 impl AccessLog {
@@ -103,6 +106,7 @@ impl AccessLog {
             sink: Sink::File(path.to_string()),
             format: default_format(),
             omit_empty_values: false,
+            filter: None,
         }
     }
 
@@ -116,6 +120,7 @@ impl AccessLog {
             sink,
             format: default_format(),
             omit_empty_values: false,
+            filter: None,
         }
     }
 }
@@ -138,6 +143,24 @@ pub fn translate_all(logs: &[pb::AccessLog], path: &Path<'_>, ctx: &mut Ctx) -> 
 
 /// Translates one `AccessLog`.
 pub fn translate(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<AccessLog> {
+    // Both halves are translated, so that each reports its errors.
+    let filter = l
+        .filter
+        .as_ref()
+        .map(|f| log_filter::translate(f, &path.field("filter"), ctx));
+    let log = sink(l, path, ctx)?;
+    match filter {
+        None => Some(log),
+        Some(Some(f)) => Some(AccessLog {
+            filter: Some(f),
+            ..log
+        }),
+        Some(None) => None,
+    }
+}
+
+/// The logger `l` names, with its format.
+fn sink(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<AccessLog> {
     let Some(pb::access_log::ConfigType::TypedConfig(any)) = &l.config_type else {
         // Envoy builds a stream logger from its empty config by name.
         return match l.name.as_str() {

@@ -5,6 +5,7 @@ pub mod filter_chain;
 pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;
+pub mod log_filter;
 pub mod socket_options;
 pub mod tcp_proxy;
 
@@ -37,6 +38,7 @@ const OWN: &[Support] = &[
             "ignore_global_conn_limit",
             "freebind",
             "socket_options",
+            "access_log",
         ],
     ),
     (
@@ -88,7 +90,8 @@ const LEN: usize = OWN.len()
     + hcm::SUPPORT.len()
     + access_log::SUPPORT.len()
     + tcp_proxy::SUPPORT.len()
-    + ip_detection::SUPPORT.len();
+    + ip_detection::SUPPORT.len()
+    + log_filter::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
 /// manager, TCP proxy, access logs).
@@ -98,10 +101,11 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
     access_log::SUPPORT,
     tcp_proxy::SUPPORT,
     ip_detection::SUPPORT,
+    log_filter::SUPPORT,
 ]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 5]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 6]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;
@@ -167,6 +171,9 @@ pub struct Listener {
     pub freebind: bool,
     /// `socket_options`, set on the listening sockets.
     pub socket_options: socket_options::SocketOptions,
+    /// `access_log`: a line per connection when it closes (and for one no
+    /// filter chain takes), with the connection's facts.
+    pub access_log: Vec<access_log::AccessLog>,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -295,6 +302,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             &path.field("socket_options"),
             ctx,
         ),
+        access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
     })
 }
 

@@ -504,7 +504,7 @@ fn access_log_errors() {
     assert_eq!(
         e,
         [
-            format!("{p}[3].filter: filter is not supported"),
+            format!("{p}[3].filter.status_code_filter: status_code_filter is not supported"),
             format!("{p}[0]: access logger envoy.access_loggers.http_grpc is not supported"),
             format!("{p}[1].typed_config.path: must not be empty"),
             format!(

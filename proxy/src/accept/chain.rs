@@ -122,8 +122,9 @@ pub struct Accepted {
 /// Why a connection was closed before HTTP.
 #[derive(Debug)]
 pub enum Refused {
-    /// No chain matched and there is no default chain.
-    NoFilterChainMatch,
+    /// No chain matched and there is no default chain; the SNI the TLS
+    /// client sent, if it sent one (the listener's log line names it).
+    NoFilterChainMatch(Option<String>),
     /// A plaintext connection on a TLS chain, or TLS on a plaintext chain.
     TransportMismatch,
     /// The client closed, or the TLS handshake failed.
@@ -140,7 +141,7 @@ pub enum Refused {
 impl std::fmt::Display for Refused {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Self::NoFilterChainMatch => f.write_str("no filter chain matches"),
+            Self::NoFilterChainMatch(_) => f.write_str("no filter chain matches"),
             Self::TransportMismatch => f.write_str("transport does not fit the filter chain"),
             Self::Io(e) => write!(f, "{e}"),
             Self::Config(e) => write!(f, "TLS config: {e}"),
@@ -174,7 +175,8 @@ pub fn accept_unix(
     stream: tokio::net::UnixStream,
     listener: &Listener,
 ) -> Result<Accepted, Refused> {
-    let index = select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch)?;
+    let index =
+        select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch(None))?;
     match chain_at(listener, index) {
         Some(fc) if fc.tls.is_some() => Err(Refused::TransportMismatch),
         Some(_) => Ok(Accepted {
@@ -183,7 +185,7 @@ pub fn accept_unix(
             alpn: None,
             server_name: None,
         }),
-        None => Err(Refused::NoFilterChainMatch),
+        None => Err(Refused::NoFilterChainMatch(None)),
     }
 }
 
@@ -237,7 +239,7 @@ async fn accept_inner(
     };
     if !client_tls {
         let facts = ConnectionFacts::default();
-        let index = select(listener, &facts).ok_or(Refused::NoFilterChainMatch)?;
+        let index = select(listener, &facts).ok_or(Refused::NoFilterChainMatch(None))?;
         return match chain_at(listener, index) {
             // Envoy would start the TLS handshake and fail it on the first bytes.
             Some(fc) if fc.tls.is_some() => Err(Refused::TransportMismatch),
@@ -247,7 +249,7 @@ async fn accept_inner(
                 alpn: None,
                 server_name: None,
             }),
-            None => Err(Refused::NoFilterChainMatch),
+            None => Err(Refused::NoFilterChainMatch(None)),
         };
     }
     let start = until(
@@ -267,9 +269,9 @@ async fn accept_inner(
         alpn: &alpn,
     };
     let index = if inspect {
-        select(listener, &facts).ok_or(Refused::NoFilterChainMatch)?
+        select(listener, &facts).ok_or_else(|| Refused::NoFilterChainMatch(server_name.clone()))?
     } else {
-        select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch)?
+        select(listener, &ConnectionFacts::default()).ok_or(Refused::NoFilterChainMatch(None))?
     };
     let Some(chain_tls) = chain_at(listener, index).and_then(|fc| fc.tls.as_ref()) else {
         // TLS bytes on a plaintext chain: its HTTP codec would refuse them.

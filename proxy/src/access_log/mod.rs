@@ -7,6 +7,7 @@
 //! ([`writer`]), which a timer flushes — nothing on the request path locks.
 
 pub mod body;
+pub mod conn;
 pub mod render;
 pub mod writer;
 
@@ -39,6 +40,16 @@ pub enum Logs {
         /// Upstream connect attempts (`%UPSTREAM_REQUEST_ATTEMPT_COUNT%`).
         attempts: u32,
     },
+    /// A listener's `access_log`: a connection's line, rendered as a TCP
+    /// proxy's (no request), with the HTTP version its requests spoke.
+    Listener {
+        /// The listener (the version the connection was accepted under).
+        listener: Arc<courier_config::listener::Listener>,
+        /// Upstream connect attempts of a TCP proxy connection.
+        attempts: u32,
+        /// The HTTP version the connection spoke (`%PROTOCOL%`), if any.
+        protocol: Option<Version>,
+    },
 }
 
 impl Logs {
@@ -52,6 +63,19 @@ impl Logs {
                 .map_or(&[], |h| &h.access_log[..]),
             Logs::Admin(logs) => logs,
             Logs::Tcp { config, .. } => &config.access_log,
+            Logs::Listener { listener, .. } => &listener.access_log,
+        }
+    }
+
+    /// A connection's line (a TCP proxy's or a listener's): its upstream
+    /// connect attempts and the HTTP version it spoke; `None` for a request's.
+    pub(crate) fn connection(&self) -> Option<(u32, Option<Version>)> {
+        match self {
+            Logs::Tcp { attempts, .. } => Some((*attempts, None)),
+            Logs::Listener {
+                attempts, protocol, ..
+            } => Some((*attempts, *protocol)),
+            Logs::Hcm { .. } | Logs::Admin(_) => None,
         }
     }
 }
@@ -177,11 +201,32 @@ impl Pending {
             local_reply_body: None,
         };
         for log in self.logs.get() {
+            if log.filter.as_ref().is_some_and(|f| !f.passes(&entry)) {
+                continue;
+            }
             writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));
         }
         if let Some(span) = span {
             span.finish(&self, &resp, entry.bytes_received);
         }
+    }
+}
+
+impl courier_config::listener::log_filter::Subject for Entry<'_> {
+    fn flags(&self) -> Option<&str> {
+        self.resp.flag
+    }
+
+    fn request_header(&self, name: &str) -> Option<String> {
+        // Repeated headers joined with `,`, as Envoy's header filter reads them.
+        let mut values = self.req.headers.get_all(name).iter();
+        let first = values.next()?.to_str().ok()?;
+        let mut joined = first.to_string();
+        for v in values {
+            joined.push(',');
+            joined.push_str(v.to_str().ok()?);
+        }
+        Some(joined)
     }
 }
 

@@ -121,14 +121,22 @@ fn ms(d: std::time::Duration) -> u64 {
 
 fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
     let (req, resp) = (e.req, e.resp);
-    if let super::Logs::Tcp { attempts, .. } = &req.logs {
-        // A TCP connection has no request, response or route; flags may be several.
+    if let Some((attempts, protocol)) = req.logs.connection() {
+        // A connection has no request, response or route; flags may be several.
         match c {
+            Command::Protocol => {
+                return protocol
+                    .map(|v| Value::Text(Cow::Borrowed(crate::router::headers::protocol(v))));
+            }
+            Command::ResponseCodeDetails => {
+                return resp
+                    .details
+                    .as_deref()
+                    .map(|d| Value::Text(Cow::Borrowed(d)));
+            }
             Command::Request(_)
             | Command::Response(_)
             | Command::Trailer(_)
-            | Command::Protocol
-            | Command::ResponseCodeDetails
             | Command::ResponseDuration
             | Command::RequestDuration
             | Command::RouteName => return None,
@@ -136,7 +144,7 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
                 return Some(Value::Text(Cow::Owned(long_flags(resp.flag))));
             }
             Command::UpstreamRequestAttemptCount => {
-                return Some(Value::Number(u64::from(*attempts)));
+                return Some(Value::Number(u64::from(attempts)));
             }
             _ => {}
         }
@@ -249,7 +257,9 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
                 None => Some(Value::Json(v)),
             }
         }
-        Command::UpstreamLocalAddress | Command::UpstreamTransportFailureReason => None,
+        Command::UpstreamLocalAddress
+        | Command::UpstreamTransportFailureReason
+        | Command::ConnectionTerminationDetails => None,
     }
 }
 
@@ -353,6 +363,7 @@ mod tests {
 
     fn log(format: LogFormat, omit: bool) -> AccessLog {
         AccessLog {
+            filter: None,
             path: "/dev/null".into(),
             sink: Sink::File("/dev/null".into()),
             format,

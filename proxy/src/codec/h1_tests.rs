@@ -92,6 +92,7 @@ fn serve(codec: &str, extra: &str) -> Served {
         facts: crate::filter_chain::conn_facts(peer, local, None, None),
         http_filters: http_filters.chain(0, 0),
         buffer_limit: 1 << 20,
+        wire: None,
         server_name: None,
         id: next_connection_id(),
     });

@@ -282,6 +282,9 @@ where
         let stream_idle = limits.stream_idle_timeout;
         let max_stream = limits.max_stream_duration;
         service_fn(move |req| {
+            if let Some(wire) = &shared.info.wire {
+                wire.saw(req.version());
+            }
             let h1 = req.version() != http::Version::HTTP_2;
             // HTTP/1.0 closes after the response (hyper does), and Envoy says so.
             let http10_close = req.version() == http::Version::HTTP_10

@@ -87,6 +87,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     ),
                     http_filters: None,
                     buffer_limit: 1 << 20,
+                    wire: None,
                 };
                 let up = Upstream {
                     clusters: &clusters,

@@ -4,7 +4,7 @@
 use crate::access_log::{Logs, Pending, ResponseSide};
 use crate::request::body::RequestProgress;
 use crate::router::facts::Upstreamed;
-use courier_config::listener::TcpProxy;
+use courier_config::listener::{Listener, TcpProxy};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
@@ -90,6 +90,8 @@ pub struct Record {
     pub upstream: Option<Upstreamed>,
     /// Connect attempts made.
     pub attempts: u32,
+    /// The listener, when it has access logs of its own.
+    pub listener: Option<Arc<Listener>>,
 }
 
 impl Record {
@@ -98,15 +100,34 @@ impl Record {
         if config.access_log.is_empty() {
             return;
         }
+        let logs = Logs::Tcp {
+            config: Arc::clone(config),
+            attempts: self.attempts,
+        };
+        self.pending(logs, received).write(self.response(sent));
+    }
+
+    /// Writes the connection's last lines: the TCP proxy's, then the
+    /// listener's (a listener logs each connection once, when it ends).
+    pub fn finish(&self, config: &Arc<TcpProxy>, received: u64, sent: u64) {
+        self.write(config, received, sent);
+        if let Some(listener) = &self.listener {
+            let logs = Logs::Listener {
+                listener: Arc::clone(listener),
+                attempts: self.attempts,
+                protocol: None,
+            };
+            self.pending(logs, received).write(self.response(sent));
+        }
+    }
+
+    fn pending(&self, logs: Logs, received: u64) -> Pending {
         let progress = RequestProgress {
             received: AtomicU64::new(received),
             done_ms: AtomicU64::new(u64::MAX),
         };
-        let pending = Pending {
-            logs: Logs::Tcp {
-                config: Arc::clone(config),
-                attempts: self.attempts,
-            },
+        Pending {
+            logs,
             start: self.start,
             started: self.started,
             // Not rendered for TCP (see the renderer); placeholders only.
@@ -121,15 +142,18 @@ impl Record {
             connection_id: self.connection_id,
             request: Arc::new(progress),
             span: None,
-        };
-        pending.write(ResponseSide {
+        }
+    }
+
+    fn response(&self, sent: u64) -> ResponseSide {
+        ResponseSide {
             // Envoy's `%RESPONSE_CODE%` of a TCP connection.
             status: 0,
             flag: self.flags.text(),
             upstream: self.upstream.clone(),
             bytes_sent: sent,
             ..ResponseSide::default()
-        });
+        }
     }
 }
 

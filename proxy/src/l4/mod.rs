@@ -62,6 +62,12 @@ pub struct Session {
     /// Turns true when the chain drains (its listener removed or changed),
     /// and how long its connections then have.
     pub drain: Option<(watch::Receiver<bool>, Duration)>,
+    /// The listener, when it has access logs (a line when the connection ends).
+    pub listener_log: Option<Arc<courier_config::listener::Listener>>,
+    /// The connection's id, shared with the listener's lines.
+    pub connection_id: u64,
+    /// When the connection was accepted.
+    pub accepted: (SystemTime, Instant),
 }
 
 /// Serves `stream` on a task of its own, holding `guards` (the worker's
@@ -105,17 +111,18 @@ where
 {
     let cfg = Arc::clone(&s.config);
     s.stats.cx_total.inc();
-    let started = Instant::now();
+    let (start, started) = s.accepted;
     let mut rec = Record {
-        start: SystemTime::now(),
+        start,
         started,
         peer: s.peer.clone(),
         local: s.local.clone(),
         server_name: s.server_name.clone(),
-        connection_id: crate::request::conn::next_connection_id(),
+        connection_id: s.connection_id,
         flags: Default::default(),
         upstream: None,
         attempts: 0,
+        listener: s.listener_log.clone(),
     };
     if cfg.flush_access_log_on_start {
         rec.write(&cfg, 0, 0);
@@ -138,12 +145,12 @@ where
     let up = match connected {
         Ok(Some(up)) => up,
         Ok(None) => {
-            rec.write(&cfg, 0, 0);
+            rec.finish(&cfg, 0, 0);
             return;
         }
         Err(end) => {
             timers.count(&end, &s.stats, &mut rec);
-            rec.write(&cfg, 0, 0);
+            rec.finish(&cfg, 0, 0);
             return;
         }
     };
@@ -169,7 +176,7 @@ where
         End::Pump(_) => {}
         other => timers.count(other, &s.stats, &mut rec),
     }
-    rec.write(&cfg, pump.received(), pump.sent());
+    rec.finish(&cfg, pump.received(), pump.sent());
 }
 
 /// How long an upstream flush may take with the idle timeout off.

@@ -70,6 +70,9 @@ async fn start(
         clusters,
         worker_stats: Arc::default(),
         drain: None,
+        listener_log: None,
+        connection_id: crate::request::conn::next_connection_id(),
+        accepted: (std::time::SystemTime::now(), tokio::time::Instant::now()),
     };
     (client, tokio::spawn(serve(server, session)))
 }

@@ -97,6 +97,9 @@ pub struct ConnInfo {
     /// The listener's `per_connection_buffer_limit_bytes`: as in Envoy, the
     /// most request body held for retries when the route sets no limit.
     pub buffer_limit: u64,
+    /// The connection's counters for its listener's log line, when the
+    /// listener has access logs.
+    pub wire: Option<std::sync::Arc<crate::request::wire::Wire>>,
 }
 
 /// The next connection id (one relaxed increment per connection, not per request).

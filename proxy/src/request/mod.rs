@@ -15,3 +15,4 @@ pub mod phase;
 pub mod progress;
 pub mod snapshot;
 pub mod tee;
+pub mod wire;

@@ -308,6 +308,13 @@ impl Lds {
                 }
             }
         }
+        for (i, log) in l.access_log.iter().enumerate() {
+            if let courier_config::listener::access_log::Sink::File(path) = &log.sink
+                && let Err(e) = crate::access_log::writer::open(path)
+            {
+                problems.push(format!("access_log[{i}]: {path}: {e}"));
+            }
+        }
         if !problems.is_empty() {
             let problems: Vec<&str> = problems
                 .iter()
