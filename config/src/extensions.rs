@@ -33,6 +33,9 @@ pub const LOCAL_RATELIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit";
 /// The fault injection HTTP filter (also its per-route config).
 pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault";
+/// The health check HTTP filter.
+pub const HEALTH_CHECK: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
 /// The global rate limit HTTP filter.

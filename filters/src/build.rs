@@ -166,6 +166,10 @@ pub fn build_chain_full(
                 });
                 Box::new(filter)
             }
+            // No stats: Envoy's filter has none.
+            HttpFilterConfig::HealthCheck(c) => {
+                Box::new(crate::health_check::HealthCheckFilter::new((**c).clone()))
+            }
             HttpFilterConfig::RateLimit(c) => {
                 let Some(transport) = rls.clone() else {
                     return Err(format!(

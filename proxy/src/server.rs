@@ -104,6 +104,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     );
     crate::trace::set_default_provider(bootstrap.tracing.clone());
     crate::trace::zipkin::set_local(&bootstrap.node.cluster);
+    courier_filters::health_check::set_local_cluster(&bootstrap.node.cluster);
     crate::trace::zipkin_export::set_runtime(bootstrap.runtime.zipkin);
     // A tracer's stats exist once a connection manager uses it, as Envoy creates
     // its driver then.

@@ -46,8 +46,7 @@ pub enum LogFilter {
     ResponseFlag(Vec<String>),
     /// Passes when the request headers match.
     Header(HeaderMatcher),
-    /// Passes unless the request was answered as a health check (courier's
-    /// requests never are: it has no health-check filter).
+    /// Passes unless the request was a health check.
     NotHealthCheck,
     /// Passes when every filter passes.
     And(Vec<LogFilter>),
@@ -70,6 +69,10 @@ pub trait Subject {
     /// A request header's value (repeated headers joined with `,`); `None`
     /// when absent or when the entry is a connection.
     fn request_header(&self, name: &str) -> Option<String>;
+    /// Whether the request was a health check (the health check filter took it).
+    fn health_check(&self) -> bool {
+        false
+    }
 }
 
 impl LogFilter {
@@ -80,7 +83,7 @@ impl LogFilter {
                 want.is_empty() || set.split(',').any(|f| want.iter().any(|w| w == f))
             }),
             LogFilter::Header(m) => m.matches(s.request_header(&m.name).as_deref()),
-            LogFilter::NotHealthCheck => true,
+            LogFilter::NotHealthCheck => !s.health_check(),
             LogFilter::And(fs) => fs.iter().all(|f| f.passes(s)),
             LogFilter::Or(fs) => fs.iter().any(|f| f.passes(s)),
         }

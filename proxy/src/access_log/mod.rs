@@ -89,6 +89,11 @@ pub struct RouteName(pub String);
 #[derive(Debug, Clone, Default)]
 pub struct DynamicMetadata(pub courier_config::core::MetadataMap);
 
+/// Marks the response to a health check (the health check filter took the
+/// request): access logs' `not_health_check_filter` leaves it out.
+#[derive(Debug, Clone, Copy)]
+pub struct HealthChecked;
+
 /// Marks a direct response (`%RESPONSE_CODE_DETAILS%` `direct_response`).
 #[derive(Debug, Clone, Copy)]
 pub struct DirectResponse;
@@ -169,6 +174,8 @@ pub struct ResponseSide {
     pub trailers: Option<HeaderMap>,
     /// The filters' dynamic metadata.
     pub dynamic_metadata: DynamicMetadata,
+    /// The request was a health check.
+    pub health_check: bool,
 }
 
 /// Everything a line may refer to.
@@ -217,6 +224,10 @@ impl courier_config::listener::log_filter::Subject for Entry<'_> {
         self.resp.flag
     }
 
+    fn health_check(&self) -> bool {
+        self.resp.health_check
+    }
+
     fn request_header(&self, name: &str) -> Option<String> {
         // Repeated headers joined with `,`, as Envoy's header filter reads them.
         let mut values = self.req.headers.get_all(name).iter();
@@ -252,6 +263,7 @@ pub fn long_flag(short: &str) -> &'static str {
         "RL" => "RateLimited",
         "UAEX" => "UnauthorizedExternalService",
         "RLSE" => "RateLimitServiceError",
+        "LH" => "FailedLocalHealthCheck",
         _ => "-",
     }
 }

@@ -213,6 +213,16 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 "the bootstrap was not kept\n",
             ),
         },
+        // Envoy's server-wide health check state, which the health check
+        // filter answers from.
+        "/healthcheck/fail" => {
+            courier_filters::health_check::set_failing(true);
+            reply(StatusCode::OK, "OK\n")
+        }
+        "/healthcheck/ok" => {
+            courier_filters::health_check::set_failing(false);
+            reply(StatusCode::OK, "OK\n")
+        }
         "/drain_listeners" => {
             // In-flight requests carry on; with `graceful`, open connections are
             // also asked to finish (connection: close / GOAWAY).

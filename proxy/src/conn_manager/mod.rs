@@ -12,7 +12,7 @@ pub mod sanitize;
 
 use crate::access_log::body::LoggedBody;
 use crate::access_log::{
-    DirectResponse, DynamicMetadata, Guard, Logs, Pending, ResponseSide, RouteName,
+    DirectResponse, DynamicMetadata, Guard, HealthChecked, Logs, Pending, ResponseSide, RouteName,
 };
 use crate::request::body::{RequestProgress, UpstreamBody};
 use crate::request::conn::{ClientAddress, ConnInfo, authority, authority_of};
@@ -263,6 +263,7 @@ pub async fn handle(
         route_name: resp.extensions_mut().remove::<RouteName>().map(|r| r.0),
         direct: resp.extensions().get::<DirectResponse>().is_some(),
         details: resp.extensions_mut().remove::<Details>().map(|d| d.0),
+        health_check: resp.extensions_mut().remove::<HealthChecked>().is_some(),
         dynamic_metadata: resp
             .extensions_mut()
             .remove::<DynamicMetadata>()
@@ -373,7 +374,12 @@ async fn respond(
     let mut filtered = None;
     if let Some(chain) = info.http_filters.as_deref() {
         match filter(chain, req, rc, (selected, random), info, remote, logging).await {
-            Filtered::Answered(resp) => return resp,
+            Filtered::Answered(mut resp) => {
+                if logging {
+                    route_cluster(&mut resp, selected, random, up);
+                }
+                return resp;
+            }
             Filtered::Continue(r, s, state) => {
                 (req, selected, filtered) = (r, s, Some((chain, state)));
             }
@@ -407,6 +413,41 @@ async fn respond(
         encode(chain, &mut state, &mut resp, logging);
     }
     resp
+}
+
+/// Names the matched route's cluster on a filter's local reply, for its log
+/// line's `%UPSTREAM_CLUSTER%`: Envoy caches the route's cluster when it picks
+/// the route, before any filter runs (the weighted cluster by the stream's
+/// random value, as the router would take it). A `cluster_header` route's
+/// cluster depends on the request's headers, which the filters may have
+/// changed: left unnamed.
+fn route_cluster(
+    resp: &mut Response<ResponseBody>,
+    selected: Option<(&VirtualHost, &Route)>,
+    random: u64,
+    up: &Upstream<'_>,
+) {
+    use courier_config::route::ClusterSpecifier;
+    let Some((_, route)) = selected else { return };
+    let Action::Route(ra) = &route.action else {
+        return;
+    };
+    let name = match &ra.cluster {
+        ClusterSpecifier::Cluster(name) => name.as_str(),
+        ClusterSpecifier::Weighted(w) => match w.pick(random) {
+            Some(c) => c.name.as_str(),
+            None => return,
+        },
+        ClusterSpecifier::Header(_) => return,
+    };
+    if resp.extensions().get::<Upstreamed>().is_none()
+        && let Some(cluster) = up.clusters.get(name)
+    {
+        resp.extensions_mut().insert(Upstreamed {
+            host: None,
+            cluster: Arc::clone(&cluster.config),
+        });
+    }
 }
 
 /// What the filter chain made of a request.
@@ -549,6 +590,14 @@ fn encode(
     if logging && !state.metadata.is_empty() {
         resp.extensions_mut()
             .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
+    }
+    if logging
+        && state
+            .filter_state
+            .get::<courier_filters::health_check::HealthCheckRequest>()
+            .is_some()
+    {
+        resp.extensions_mut().insert(HealthChecked);
     }
 }
 
