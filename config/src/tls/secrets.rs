@@ -16,13 +16,15 @@ use std::collections::HashMap;
 /// The bootstrap's static secrets, by kind and name.
 #[derive(Debug, Default)]
 pub struct StaticSecrets {
-    certificates: HashMap<String, TlsCertificate>,
+    /// `Err`: a certificate without its private key, which Envoy accepts
+    /// until a context uses it (the error it then gives).
+    certificates: HashMap<String, Result<TlsCertificate, &'static str>>,
     validations: HashMap<String, Option<CertificateValidation>>,
 }
 
 impl StaticSecrets {
     /// The certificate secret `name`.
-    pub(crate) fn certificate(&self, name: &str) -> Option<&TlsCertificate> {
+    pub(crate) fn certificate(&self, name: &str) -> Option<&Result<TlsCertificate, &'static str>> {
         self.certificates.get(name)
     }
 
@@ -31,6 +33,9 @@ impl StaticSecrets {
         self.validations.get(name)
     }
 }
+
+/// Envoy's error for a context that uses a certificate secret without a private key.
+const INCOMPLETE_PRIVATE_KEY: &str = "Failed to load incomplete private key from path: ";
 
 /// Translates `static_resources.secrets` (`path`); a secret with errors is
 /// left out after they are recorded.
@@ -49,8 +54,14 @@ pub(crate) fn translate(list: &[pb::Secret], path: &Path<'_>, ctx: &mut Ctx) -> 
                     );
                     continue;
                 }
+                if tc.private_key.is_none() && tc.private_key_provider.is_none() {
+                    // Envoy keeps it, and fails a context that uses it.
+                    out.certificates
+                        .insert(s.name.clone(), Err(INCOMPLETE_PRIVATE_KEY));
+                    continue;
+                }
                 if let Some(tc) = super::tls_certificate(tc, &p.field("tls_certificate"), ctx) {
-                    out.certificates.insert(s.name.clone(), tc);
+                    out.certificates.insert(s.name.clone(), Ok(tc));
                 }
             }
             Some(Type::ValidationContext(v)) => {
@@ -94,15 +105,21 @@ pub(super) fn certificate(
         ctx.unsupported(path, "a static secret named in an xDS resource");
         return None;
     };
-    let found = secrets.certificate(&sds.name).cloned();
-    if found.is_none() {
-        // Envoy's wording.
-        ctx.error(
-            &path.field("name"),
-            format!("Unknown static secret: {}", sds.name),
-        );
+    match secrets.certificate(&sds.name).cloned() {
+        Some(Ok(tc)) => Some(tc),
+        Some(Err(e)) => {
+            ctx.error(path, e);
+            None
+        }
+        None => {
+            // Envoy's wording.
+            ctx.error(
+                &path.field("name"),
+                format!("Unknown static secret: {}", sds.name),
+            );
+            None
+        }
     }
-    found
 }
 
 /// The validation context a `validation_context_sds_secret_config` (at

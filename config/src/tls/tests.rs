@@ -253,3 +253,31 @@ fn a_private_key_of_another_certificate_is_refused() {
         json!({"tls_certificates": [cert()]}),
     )));
 }
+
+#[test]
+fn a_static_certificate_without_its_key_fails_only_where_used() {
+    let with_secret = |ctx: Value| {
+        let mut b = chain(downstream_socket(ctx));
+        b["static_resources"]["secrets"] = json!([
+            {"name": "nokey", "tls_certificate": {"certificate_chain": {"inline_string": CERT}}},
+            {"name": "full", "tls_certificate": {"certificate_chain": {"inline_string": CERT}, "private_key": {"inline_string": KEY}}},
+        ]);
+        b
+    };
+    // Unused (Envoy Gateway's jsonpatch cases): loads, as in Envoy.
+    assert!(
+        load(&with_secret(
+            json!({"tls_certificate_sds_secret_configs": [{"name": "full"}]})
+        ))
+        .is_ok()
+    );
+    let tc = format!("{TS}.typed_config.common_tls_context");
+    assert_eq!(
+        errors(&with_secret(
+            json!({"tls_certificate_sds_secret_configs": [{"name": "nokey"}]})
+        )),
+        [format!(
+            "{tc}.tls_certificate_sds_secret_configs[0]: Failed to load incomplete private key from path: "
+        )]
+    );
+}
