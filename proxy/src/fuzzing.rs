@@ -95,6 +95,7 @@ impl Http1Harness {
             peer: crate::request::conn::Peer::Ip(peer),
             local: crate::request::conn::Peer::Ip(local),
             tls: false,
+            mtls: false,
             facts: crate::filter_chain::conn_facts(peer, local, None, None),
             http_filters: self.http_filters.chain(0, 0),
             buffer_limit: self

@@ -487,6 +487,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 peer,
                 local,
                 tls: stream.is_tls(),
+                mtls: crate::tls::presented_cert(&stream),
                 facts: courier_filters::ConnFacts {
                     worker,
                     ..crate::filter_chain::conn_facts(

@@ -42,6 +42,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "use_remote_address",
             "xff_num_trusted_hops",
             "skip_xff_append",
+            "forward_client_cert_details",
             "generate_request_id",
             "preserve_external_request_id",
             "always_set_request_id_in_response",
@@ -239,6 +240,9 @@ pub struct HttpConnectionManager {
     pub xff_num_trusted_hops: u32,
     /// Do not append the peer to XFF.
     pub skip_xff_append: bool,
+    /// `forward_client_cert_details`: what becomes of a request's
+    /// `x-forwarded-client-cert`.
+    pub forward_client_cert: ForwardClientCert,
     /// Generate `x-request-id` when missing (default true).
     pub generate_request_id: bool,
     /// Keep an external request's `x-request-id`.
@@ -277,6 +281,39 @@ pub struct HttpConnectionManager {
     pub bypass_overload_manager: bool,
     /// `tracing`: sampling decisions and spans (none: no tracing).
     pub tracing: Option<crate::tracing::Tracing>,
+}
+
+/// What the connection manager does with a request's `x-forwarded-client-cert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ForwardClientCert {
+    /// `SANITIZE` (Envoy's default): removed.
+    #[default]
+    Sanitize,
+    /// `FORWARD_ONLY`: kept on a mutual-TLS connection (one whose client
+    /// presented a certificate), removed on others.
+    ForwardOnly,
+    /// `ALWAYS_FORWARD_ONLY`: always kept as it came.
+    AlwaysForwardOnly,
+}
+
+/// `forward_client_cert_details`. `APPEND_FORWARD` and `SANITIZE_SET`, which
+/// write the client certificate's details (`set_current_client_cert_details`,
+/// refused by the support table), are refused.
+fn forward_client_cert(v: i32, path: &Path<'_>, ctx: &mut Ctx) -> ForwardClientCert {
+    use pb::http_connection_manager::ForwardClientCertDetails as F;
+    match F::try_from(v) {
+        Ok(F::Sanitize) => ForwardClientCert::Sanitize,
+        Ok(F::ForwardOnly) => ForwardClientCert::ForwardOnly,
+        Ok(F::AlwaysForwardOnly) => ForwardClientCert::AlwaysForwardOnly,
+        Ok(other) => {
+            ctx.unsupported(path, other.as_str_name());
+            ForwardClientCert::Sanitize
+        }
+        Err(_) => {
+            ctx.error(path, format!("unknown value {v}"));
+            ForwardClientCert::Sanitize
+        }
+    }
 }
 
 /// Translates an `HttpConnectionManager`.
@@ -425,6 +462,11 @@ pub fn translate(
         use_remote_address: core::bool_or(h.use_remote_address.as_ref(), false),
         xff_num_trusted_hops: h.xff_num_trusted_hops,
         skip_xff_append: h.skip_xff_append,
+        forward_client_cert: forward_client_cert(
+            h.forward_client_cert_details,
+            &path.field("forward_client_cert_details"),
+            ctx,
+        ),
         generate_request_id: core::bool_or(h.generate_request_id.as_ref(), true),
         preserve_external_request_id: h.preserve_external_request_id,
         always_set_request_id_in_response: h.always_set_request_id_in_response,

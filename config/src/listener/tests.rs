@@ -588,3 +588,36 @@ fn transport_socket_connect_timeout_zero_means_none() {
         )]
     );
 }
+
+#[test]
+fn forward_client_cert_modes() {
+    assert_eq!(
+        only_hcm(&hcm(json!({}))).forward_client_cert,
+        ForwardClientCert::Sanitize
+    );
+    assert_eq!(
+        only_hcm(&hcm(json!({"forward_client_cert_details": "FORWARD_ONLY"}))).forward_client_cert,
+        ForwardClientCert::ForwardOnly
+    );
+    assert_eq!(
+        only_hcm(&hcm(
+            json!({"forward_client_cert_details": "ALWAYS_FORWARD_ONLY"})
+        ))
+        .forward_client_cert,
+        ForwardClientCert::AlwaysForwardOnly
+    );
+    let mut e = errors(&hcm(json!({
+        "forward_client_cert_details": "SANITIZE_SET",
+        "set_current_client_cert_details": {"subject": true},
+    })));
+    e.sort();
+    assert_eq!(
+        e,
+        [
+            format!("{HCM}.forward_client_cert_details: SANITIZE_SET is not supported"),
+            format!(
+                "{HCM}.set_current_client_cert_details: set_current_client_cert_details is not supported"
+            ),
+        ]
+    );
+}

@@ -77,6 +77,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     peer: crate::request::conn::Peer::Ip("127.0.0.1:1000".parse().unwrap()),
                     local: crate::request::conn::Peer::Ip("127.0.0.1:2000".parse().unwrap()),
                     tls: false,
+                    mtls: false,
                     server_name: None,
                     id: 0,
                     facts: crate::filter_chain::conn_facts(

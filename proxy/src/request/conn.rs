@@ -83,6 +83,9 @@ pub struct ConnInfo {
     pub local: Peer,
     /// Whether the connection is TLS (`x-forwarded-proto: https`).
     pub tls: bool,
+    /// Whether its client presented a certificate (mutual TLS:
+    /// `forward_client_cert_details`).
+    pub mtls: bool,
     /// Index of the connection's filter chain: in `filter_chains`, or one past
     /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
     pub filter_chain_index: usize,

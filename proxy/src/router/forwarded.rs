@@ -4,7 +4,7 @@
 //! control headers from edge requests, and `x-request-id`.
 
 use crate::request::conn::{ConnInfo, Peer};
-use courier_config::listener::hcm::{HttpConnectionManager, InternalAddresses};
+use courier_config::listener::hcm::{ForwardClientCert, HttpConnectionManager, InternalAddresses};
 use courier_config::listener::ip_detection::IpDetection;
 use courier_config::matcher::Cidr;
 use http::header::{Entry, HeaderMap, HeaderName, HeaderValue};
@@ -15,6 +15,7 @@ const XFP: HeaderName = HeaderName::from_static("x-forwarded-proto");
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 const INTERNAL: HeaderName = HeaderName::from_static("x-envoy-internal");
 const EXTERNAL_ADDRESS: HeaderName = HeaderName::from_static("x-envoy-external-address");
+const XFCC: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
 
 /// Removed from every request that is not internal. `x-envoy-force-trace` too, as
 /// Envoy 1.40 (`cleanInternalHeaders`; checked by `tests/tracing_differential.rs`).
@@ -60,10 +61,24 @@ pub fn mutate_request(
     let tls_proto = HeaderValue::from_static(if conn.tls { "https" } else { "http" });
     // One pass over the names: most requests carry neither an XFF nor an Envoy
     // header, and each lookup by a non-standard name hashes all its bytes.
-    let (mut has_xff, mut has_envoy) = (false, false);
+    let (mut has_xff, mut has_envoy, mut has_xfcc) = (false, false, false);
     for k in headers.keys() {
         has_xff |= *k == XFF;
         has_envoy |= k.as_str().starts_with("x-envoy-");
+        has_xfcc |= *k == XFCC;
+    }
+    // Envoy's `mutateXfccRequestHeader`: kept only as the mode allows.
+    if has_xfcc {
+        let keep = match hcm.forward_client_cert {
+            ForwardClientCert::AlwaysForwardOnly => true,
+            ForwardClientCert::ForwardOnly => conn.mtls,
+            ForwardClientCert::Sanitize => false,
+        };
+        if !keep {
+            headers.remove(&XFCC);
+        } else {
+            coalesce(headers, XFCC);
+        }
     }
     // The final address is the socket peer's (use_remote_address without a
     // trusted XFF entry).
@@ -347,6 +362,26 @@ pub fn uuid_v4() -> [u8; 36] {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Joins a repeated header's values into one, `,`-separated: Envoy keeps its
+/// inline headers (`x-forwarded-client-cert` among them) as one value, so a
+/// request that repeats one reaches the upstream with one line.
+fn coalesce(headers: &mut HeaderMap, name: HeaderName) {
+    if let Entry::Occupied(mut e) = headers.entry(name) {
+        let mut values = e.iter();
+        let Some(first) = values.next() else { return };
+        let mut joined = first.as_bytes().to_vec();
+        let mut repeated = false;
+        for v in values {
+            repeated = true;
+            joined.push(b',');
+            joined.extend_from_slice(v.as_bytes());
+        }
+        if repeated && let Ok(v) = HeaderValue::from_bytes(&joined) {
+            e.insert(v);
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ pub(crate) mod san;
 pub mod sds;
 mod stream;
 
-pub use peer::peer_cert;
+pub use peer::{peer_cert, presented_cert};
 pub use stream::DownstreamStream;
 
 use courier_config::listener::Listener;

@@ -7,6 +7,11 @@ use x509_parser::der_parser::oid::Oid;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
 
+/// Whether the client presented a certificate (a mutual-TLS connection).
+pub fn presented_cert(stream: &DownstreamStream) -> bool {
+    matches!(stream, DownstreamStream::Tls(tls) if tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty()))
+}
+
 /// The peer certificate of a TLS connection, if the client presented one (rustls only
 /// hands out certificates its verifier accepted).
 pub fn peer_cert(stream: &DownstreamStream) -> Option<PeerCert> {
