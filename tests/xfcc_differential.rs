@@ -1,7 +1,8 @@
 //! `forward_client_cert_details` against real Envoy: one bootstrap with a
 //! plaintext listener in each kept mode (`SANITIZE`, Envoy's default, and
-//! `ALWAYS_FORWARD_ONLY`) and a TLS listener in `FORWARD_ONLY` whose clients
-//! may present a certificate (Envoy Gateway's
+//! `ALWAYS_FORWARD_ONLY`) and TLS listeners in `FORWARD_ONLY`, `APPEND_FORWARD`
+//! (with every `set_current_client_cert_details` field) and `SANITIZE_SET`
+//! whose clients may present a certificate (Envoy Gateway's
 //! mutual-tls-forward-client-certificate case); requests carrying an
 //! `x-forwarded-client-cert` go through both proxies, and what the upstream
 //! received must be the same.
@@ -139,8 +140,9 @@ fn yaml(ca: &TestCa, up: u16) -> String {
             indent(&hcm(mode), 4).trim_start()
         )
     };
-    let tls = format!(
-        r#"- name: mtls
+    let tls = |name: &str, mode: &str| {
+        format!(
+            r#"- name: {name}
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
   filter_chains:
   - transport_socket:
@@ -154,17 +156,23 @@ fn yaml(ca: &TestCa, up: u16) -> String {
           validation_context:
             trusted_ca: {{inline_string: {}}}
 {}"#,
-        serde_json::to_string(&server.cert).unwrap(),
-        serde_json::to_string(&server.key).unwrap(),
-        serde_json::to_string(&ca.pem.cert).unwrap(),
-        indent(&hcm("forward_client_cert_details: FORWARD_ONLY"), 4),
-    );
+            serde_json::to_string(&server.cert).unwrap(),
+            serde_json::to_string(&server.key).unwrap(),
+            serde_json::to_string(&ca.pem.cert).unwrap(),
+            indent(&hcm(mode), 4),
+        )
+    };
     format!(
         "{}  clusters:\n  - name: up\n    connect_timeout: 2s\n    load_assignment:\n      cluster_name: up\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {up}}}}}}}}}]}}]\n",
         bootstrap(&[
             plain("sanitize", ""),
             plain("always", "forward_client_cert_details: ALWAYS_FORWARD_ONLY"),
-            tls,
+            tls("mtls", "forward_client_cert_details: FORWARD_ONLY"),
+            tls(
+                "append",
+                "forward_client_cert_details: APPEND_FORWARD\n    set_current_client_cert_details: {cert: true, chain: true, subject: true, uri: true, dns: true}",
+            ),
+            tls("set", "forward_client_cert_details: SANITIZE_SET"),
         ])
     )
 }
@@ -218,7 +226,13 @@ fn body(response: &[u8]) -> String {
 }
 
 fn run(kind: Kind, bin: &std::path::Path, ca: &TestCa, client: &Pem, up: u16) -> Vec<String> {
-    let p = Proxy::start(kind, bin, &yaml(ca, up), &["sanitize", "always", "mtls"]).unwrap();
+    let p = Proxy::start(
+        kind,
+        bin,
+        &yaml(ca, up),
+        &["sanitize", "always", "mtls", "append", "set"],
+    )
+    .unwrap();
     vec![
         format!("SANITIZE: {}", plain(p.listener("sanitize").unwrap())),
         format!(
@@ -232,6 +246,18 @@ fn run(kind: Kind, bin: &std::path::Path, ca: &TestCa, client: &Pem, up: u16) ->
         format!(
             "FORWARD_ONLY, mutual TLS: {}",
             tls(p.listener("mtls").unwrap(), Some(client))
+        ),
+        format!(
+            "APPEND_FORWARD, no client certificate: {}",
+            tls(p.listener("append").unwrap(), None)
+        ),
+        format!(
+            "APPEND_FORWARD, mutual TLS, every detail: {}",
+            tls(p.listener("append").unwrap(), Some(client))
+        ),
+        format!(
+            "SANITIZE_SET, mutual TLS: {}",
+            tls(p.listener("set").unwrap(), Some(client))
         ),
     ]
 }

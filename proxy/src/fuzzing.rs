@@ -96,6 +96,7 @@ impl Http1Harness {
             local: crate::request::conn::Peer::Ip(local),
             tls: false,
             mtls: false,
+            client_cert: None,
             facts: crate::filter_chain::conn_facts(peer, local, None, None),
             http_filters: self.http_filters.chain(0, 0),
             buffer_limit: self

@@ -141,7 +141,52 @@ pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
         // A TCP proxy chain serves everything its config accepts.
         if let Some(h) = fc.hcm() {
             hcm(h, &format!("{at}.{}", fc.hcm_config_path), problems);
+            xfcc_by(fc, h, &format!("{at}.{}", fc.hcm_config_path), problems);
         }
+    }
+}
+
+/// `APPEND_FORWARD` and `SANITIZE_SET` name our certificate's URI SANs
+/// (`By=`): courier takes them from the chain's first certificate, so the
+/// modes are served where every certificate the chain may serve names the same.
+fn xfcc_by(
+    fc: &courier_config::listener::FilterChain,
+    h: &courier_config::listener::HttpConnectionManager,
+    at: &str,
+    problems: &mut Vec<String>,
+) {
+    use courier_config::listener::hcm::ForwardClientCert as F;
+    if !matches!(h.forward_client_cert, F::AppendForward | F::SanitizeSet) {
+        return;
+    }
+    let Some(tls) = &fc.tls else { return };
+    let uris = |der: &[u8]| -> Vec<String> {
+        use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+        let Ok((_, cert)) = X509Certificate::from_der(der) else {
+            return Vec::new();
+        };
+        let Ok(Some(ext)) = cert.subject_alternative_name() else {
+            return Vec::new();
+        };
+        ext.value
+            .general_names
+            .iter()
+            .filter_map(|n| match n {
+                GeneralName::URI(u) => Some((*u).to_string()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut sets = tls
+        .certificates
+        .iter()
+        .filter_map(|c| c.certificate_chain.first())
+        .map(|leaf| uris(leaf.as_ref()));
+    let first = sets.next().unwrap_or_default();
+    if tls.common.sds.is_some() || sets.any(|s| s != first) {
+        problems.push(format!(
+            "{at}.forward_client_cert_details: writing the client certificate's details on a chain whose server certificates (or SDS certificates) may name different URIs is not served yet"
+        ));
     }
 }
 

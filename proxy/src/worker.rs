@@ -488,6 +488,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 local,
                 tls: stream.is_tls(),
                 mtls: crate::tls::presented_cert(&stream),
+                client_cert: client_cert_details(chain, &stream),
                 facts: courier_filters::ConnFacts {
                     worker,
                     ..crate::filter_chain::conn_facts(
@@ -526,4 +527,26 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
         });
         tokio::spawn(ConnTask::Accepting(accepting));
     }
+}
+
+/// The client certificate's details a chain's connection manager writes into
+/// `x-forwarded-client-cert` (`APPEND_FORWARD`, `SANITIZE_SET`), made once per
+/// connection; `By` names our certificate (the chain's first: `serve_check`
+/// refuses the modes where the chain's certificates name different URIs).
+fn client_cert_details(
+    chain: Option<&courier_config::listener::FilterChain>,
+    stream: &crate::tls::DownstreamStream,
+) -> Option<Box<str>> {
+    use courier_config::listener::hcm::ForwardClientCert as F;
+    let chain = chain?;
+    let hcm = chain.hcm()?;
+    if !matches!(hcm.forward_client_cert, F::AppendForward | F::SanitizeSet) {
+        return None;
+    }
+    let local = chain
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificates.first())
+        .and_then(|c| c.certificate_chain.first());
+    crate::tls::xfcc::details(stream, local, hcm.client_cert_details).map(String::into_boxed_str)
 }

@@ -22,6 +22,10 @@ use std::time::Duration;
 /// other extension points are refused by their absence.
 pub(crate) const SUPPORT: &[Support] = &[
     (
+        "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager.SetCurrentClientCertDetails",
+        &["subject", "cert", "chain", "dns", "uri"],
+    ),
+    (
         "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         &[
             "codec_type",
@@ -43,6 +47,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "xff_num_trusted_hops",
             "skip_xff_append",
             "forward_client_cert_details",
+            "set_current_client_cert_details",
             "generate_request_id",
             "preserve_external_request_id",
             "always_set_request_id_in_response",
@@ -243,6 +248,8 @@ pub struct HttpConnectionManager {
     /// `forward_client_cert_details`: what becomes of a request's
     /// `x-forwarded-client-cert`.
     pub forward_client_cert: ForwardClientCert,
+    /// `set_current_client_cert_details`.
+    pub client_cert_details: ClientCertDetails,
     /// Generate `x-request-id` when missing (default true).
     pub generate_request_id: bool,
     /// Keep an external request's `x-request-id`.
@@ -294,21 +301,39 @@ pub enum ForwardClientCert {
     ForwardOnly,
     /// `ALWAYS_FORWARD_ONLY`: always kept as it came.
     AlwaysForwardOnly,
+    /// `APPEND_FORWARD`: on a mutual-TLS connection the client certificate's
+    /// details are appended (removed on others).
+    AppendForward,
+    /// `SANITIZE_SET`: on a mutual-TLS connection replaced by the client
+    /// certificate's details (removed on others).
+    SanitizeSet,
 }
 
-/// `forward_client_cert_details`. `APPEND_FORWARD` and `SANITIZE_SET`, which
-/// write the client certificate's details (`set_current_client_cert_details`,
-/// refused by the support table), are refused.
+/// `set_current_client_cert_details`: what `APPEND_FORWARD` and
+/// `SANITIZE_SET` write besides `By` and `Hash`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ClientCertDetails {
+    /// `Subject="..."`.
+    pub subject: bool,
+    /// `Cert="<URL-encoded PEM>"`.
+    pub cert: bool,
+    /// `Chain="<URL-encoded PEM chain>"`.
+    pub chain: bool,
+    /// `DNS=` per DNS SAN.
+    pub dns: bool,
+    /// `URI=` per URI SAN.
+    pub uri: bool,
+}
+
+/// `forward_client_cert_details`.
 fn forward_client_cert(v: i32, path: &Path<'_>, ctx: &mut Ctx) -> ForwardClientCert {
     use pb::http_connection_manager::ForwardClientCertDetails as F;
     match F::try_from(v) {
         Ok(F::Sanitize) => ForwardClientCert::Sanitize,
         Ok(F::ForwardOnly) => ForwardClientCert::ForwardOnly,
         Ok(F::AlwaysForwardOnly) => ForwardClientCert::AlwaysForwardOnly,
-        Ok(other) => {
-            ctx.unsupported(path, other.as_str_name());
-            ForwardClientCert::Sanitize
-        }
+        Ok(F::AppendForward) => ForwardClientCert::AppendForward,
+        Ok(F::SanitizeSet) => ForwardClientCert::SanitizeSet,
         Err(_) => {
             ctx.error(path, format!("unknown value {v}"));
             ForwardClientCert::Sanitize
@@ -466,6 +491,16 @@ pub fn translate(
             h.forward_client_cert_details,
             &path.field("forward_client_cert_details"),
             ctx,
+        ),
+        client_cert_details: h.set_current_client_cert_details.as_ref().map_or_else(
+            ClientCertDetails::default,
+            |d| ClientCertDetails {
+                subject: d.subject.as_ref().is_some_and(|b| b.value),
+                cert: d.cert,
+                chain: d.chain,
+                dns: d.dns,
+                uri: d.uri,
+            },
         ),
         generate_request_id: core::bool_or(h.generate_request_id.as_ref(), true),
         preserve_external_request_id: h.preserve_external_request_id,

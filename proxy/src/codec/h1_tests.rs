@@ -90,6 +90,7 @@ fn serve(codec: &str, extra: &str) -> Served {
         local: crate::request::conn::Peer::Ip(local),
         tls: false,
         mtls: false,
+        client_cert: None,
         facts: crate::filter_chain::conn_facts(peer, local, None, None),
         http_filters: http_filters.chain(0, 0),
         buffer_limit: 1 << 20,

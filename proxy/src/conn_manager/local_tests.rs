@@ -78,6 +78,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     local: crate::request::conn::Peer::Ip("127.0.0.1:2000".parse().unwrap()),
                     tls: false,
                     mtls: false,
+                    client_cert: None,
                     server_name: None,
                     id: 0,
                     facts: crate::filter_chain::conn_facts(

@@ -86,6 +86,10 @@ pub struct ConnInfo {
     /// Whether its client presented a certificate (mutual TLS:
     /// `forward_client_cert_details`).
     pub mtls: bool,
+    /// The client certificate's details for `x-forwarded-client-cert`, when
+    /// the connection manager writes them (`APPEND_FORWARD`, `SANITIZE_SET`)
+    /// and the client presented a certificate.
+    pub client_cert: Option<Box<str>>,
     /// Index of the connection's filter chain: in `filter_chains`, or one past
     /// the last for `default_filter_chain` (see `filter_chain::chain_at`).
     pub filter_chain_index: usize,

@@ -67,18 +67,29 @@ pub fn mutate_request(
         has_envoy |= k.as_str().starts_with("x-envoy-");
         has_xfcc |= *k == XFCC;
     }
-    // Envoy's `mutateXfccRequestHeader`: kept only as the mode allows.
-    if has_xfcc {
-        let keep = match hcm.forward_client_cert {
-            ForwardClientCert::AlwaysForwardOnly => true,
-            ForwardClientCert::ForwardOnly => conn.mtls,
-            ForwardClientCert::Sanitize => false,
-        };
-        if !keep {
-            headers.remove(&XFCC);
-        } else {
-            coalesce(headers, XFCC);
+    // Envoy's `mutateXfccRequestHeader`: kept, written or removed as the mode
+    // says; every mode but `ALWAYS_FORWARD_ONLY` removes it on a connection
+    // without a client certificate.
+    match (hcm.forward_client_cert, conn.client_cert.as_deref()) {
+        (ForwardClientCert::AlwaysForwardOnly, _) if has_xfcc => coalesce(headers, XFCC),
+        (ForwardClientCert::AlwaysForwardOnly, _) => {}
+        (ForwardClientCert::ForwardOnly, _) if conn.mtls && has_xfcc => coalesce(headers, XFCC),
+        (ForwardClientCert::ForwardOnly, _) if conn.mtls => {}
+        (ForwardClientCert::AppendForward, Some(details)) if conn.mtls => {
+            if has_xfcc {
+                coalesce(headers, XFCC);
+            }
+            append_xfcc(headers, details);
         }
+        (ForwardClientCert::SanitizeSet, Some(details)) if conn.mtls => {
+            if let Ok(v) = HeaderValue::from_str(details) {
+                headers.insert(XFCC, v);
+            }
+        }
+        _ if has_xfcc => {
+            headers.remove(&XFCC);
+        }
+        _ => {}
     }
     // The final address is the socket peer's (use_remote_address without a
     // trusted XFF entry).
@@ -362,6 +373,23 @@ pub fn uuid_v4() -> [u8; 36] {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// Appends `details` to the request's `x-forwarded-client-cert` (one value
+/// by now), `,`-separated, or sets it.
+fn append_xfcc(headers: &mut HeaderMap, details: &str) {
+    let value = match headers.get(&XFCC) {
+        Some(v) if !v.is_empty() => {
+            let mut joined = v.as_bytes().to_vec();
+            joined.push(b',');
+            joined.extend_from_slice(details.as_bytes());
+            HeaderValue::from_bytes(&joined)
+        }
+        _ => HeaderValue::from_str(details),
+    };
+    if let Ok(v) = value {
+        headers.insert(XFCC, v);
+    }
+}
 
 /// Joins a repeated header's values into one, `,`-separated: Envoy keeps its
 /// inline headers (`x-forwarded-client-cert` among them) as one value, so a

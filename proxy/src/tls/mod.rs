@@ -8,6 +8,7 @@ mod peer;
 pub(crate) mod san;
 pub mod sds;
 mod stream;
+pub mod xfcc;
 
 pub use peer::{peer_cert, presented_cert};
 pub use stream::DownstreamStream;

@@ -39,7 +39,7 @@ pub fn peer_cert(stream: &DownstreamStream) -> Option<PeerCert> {
 /// The subject as OpenSSL's `XN_FLAG_RFC2253` prints it (Envoy's
 /// `subjectPeerCertificate`): the RDNs last first, `,` between them, `+` within one,
 /// short attribute names, RFC 2253 escapes.
-fn rfc2253(name: &X509Name<'_>) -> String {
+pub(super) fn rfc2253(name: &X509Name<'_>) -> String {
     let mut rdns = Vec::new();
     for rdn in name.iter() {
         let attrs: Vec<String> = rdn
