@@ -199,6 +199,9 @@ fn pipe_listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
             "{at}.{field}: {what} on a pipe listener is not served yet"
         ));
     };
+    if l.proxy_protocol.is_some() {
+        refuse("listener_filters", "the proxy_protocol listener filter");
+    }
     let chains = l
         .filter_chains
         .iter()

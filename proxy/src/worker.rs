@@ -396,6 +396,25 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 _log: None,
             };
             let l = &active.config;
+            let (mut peer, mut local, mut incoming) = (peer, local, incoming);
+            // The PROXY protocol header first: its addresses stand for the
+            // socket's from here on (chain matching, logs, XFF).
+            if let (Some(pp), Some(stats), Incoming::Tcp(stream, _)) =
+                (&l.proxy_protocol, &active.proxy_protocol, &mut incoming)
+            {
+                let read = crate::accept::proxy_protocol::read(stream, pp, stats);
+                match tokio::time::timeout(chain::ACCEPT_TIMEOUT, read).await {
+                    Ok(Ok(crate::accept::proxy_protocol::Addresses::Proxied {
+                        source,
+                        destination,
+                    })) => (peer, local) = (Peer::Ip(source), Peer::Ip(destination)),
+                    Ok(Ok(crate::accept::proxy_protocol::Addresses::Own)) => {}
+                    Ok(Err(_)) | Err(_) => {
+                        tracing::debug!("connection closed: no valid PROXY protocol header");
+                        return None;
+                    }
+                }
+            }
             let connection_id = crate::request::conn::next_connection_id();
             let mut facts =
                 crate::access_log::conn::ConnFacts::now(peer.clone(), local.clone(), connection_id);

@@ -6,6 +6,7 @@ pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;
 pub mod log_filter;
+pub mod proxy_protocol;
 pub mod socket_options;
 pub mod tcp_proxy;
 
@@ -91,7 +92,8 @@ const LEN: usize = OWN.len()
     + access_log::SUPPORT.len()
     + tcp_proxy::SUPPORT.len()
     + ip_detection::SUPPORT.len()
-    + log_filter::SUPPORT.len();
+    + log_filter::SUPPORT.len()
+    + proxy_protocol::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
 /// manager, TCP proxy, access logs).
@@ -102,10 +104,11 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
     tcp_proxy::SUPPORT,
     ip_detection::SUPPORT,
     log_filter::SUPPORT,
+    proxy_protocol::SUPPORT,
 ]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 6]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 7]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;
@@ -123,6 +126,10 @@ const fn concat<const N: usize>(parts: [&[Support]; 6]) -> [Support; N] {
 
 /// The TLS inspector listener filter: TLS detection, SNI and ALPN for chain matching.
 pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+
+/// The PROXY protocol listener filter's type URL.
+pub const PROXY_PROTOCOL_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol";
 
 /// Envoy's default `per_connection_buffer_limit_bytes` (1 MiB).
 pub const DEFAULT_BUFFER_LIMIT: u32 = 1024 * 1024;
@@ -174,6 +181,9 @@ pub struct Listener {
     /// `access_log`: a line per connection when it closes (and for one no
     /// filter chain takes), with the connection's facts.
     pub access_log: Vec<access_log::AccessLog>,
+    /// The PROXY protocol listener filter, when the listener has one: the
+    /// client's addresses come from the header each connection starts with.
+    pub proxy_protocol: Option<proxy_protocol::ProxyProtocol>,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -219,8 +229,23 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
     use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
     let address = core::address(l.address.as_ref(), &path.field("address"), ctx);
     let lfp = path.field("listener_filters");
+    let mut proxy_protocol = None;
     for (i, f) in l.listener_filters.iter().enumerate() {
-        if f.name != TLS_INSPECTOR {
+        use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3 as pp;
+        use pb::listener_filter::ConfigType;
+        let typed = match &f.config_type {
+            Some(ConfigType::TypedConfig(any)) if any.type_url == PROXY_PROTOCOL_TYPE => Some(any),
+            _ => None,
+        };
+        if let Some(any) = typed {
+            let fp = lfp.index(i);
+            let tp = fp.field("typed_config");
+            if proxy_protocol.is_some() {
+                ctx.unsupported(&fp, "a second proxy_protocol listener filter");
+            } else if let Some(m) = core::unpack::<pp::ProxyProtocol>(any, &tp, ctx) {
+                proxy_protocol = proxy_protocol::translate(&m, &tp, ctx);
+            }
+        } else if f.name != TLS_INSPECTOR {
             ctx.unsupported(&lfp.index(i), format!("listener filter {}", f.name));
         }
     }
@@ -303,6 +328,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             ctx,
         ),
         access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
+        proxy_protocol,
     })
 }
 

@@ -620,3 +620,33 @@ fn forward_client_cert_modes() {
         }
     );
 }
+
+#[test]
+fn proxy_protocol_listener_filter() {
+    let pp = |config: serde_json::Value| {
+        let mut c = json!({"@type": PROXY_PROTOCOL_TYPE});
+        crate::listener::test_util::merge(&mut c, config);
+        listener(json!({"listener_filters": [
+            {"name": "envoy.filters.listener.proxy_protocol", "typed_config": c}
+        ]}))
+    };
+    let b = load(&pp(json!({"allow_requests_without_proxy_protocol": true, "disallowed_versions": ["V2"], "stat_prefix": "edge"}))).unwrap();
+    assert_eq!(
+        b.listeners[0].proxy_protocol,
+        Some(proxy_protocol::ProxyProtocol {
+            allow_without: true,
+            v1: true,
+            v2: false,
+            stat_prefix: "edge".into(),
+        })
+    );
+    let e = errors(&pp(
+        json!({"rules": [{"tlv_type": 1, "on_tlv_present": {"key": "k"}}]}),
+    ));
+    assert_eq!(
+        e,
+        [
+            "static_resources.listeners[0].listener_filters[0].typed_config.rules: rules is not supported"
+        ]
+    );
+}

@@ -24,7 +24,7 @@ use tokio_rustls::LazyConfigAcceptor;
 
 /// How long a connection has to show its first byte and finish the TLS
 /// handshake (Envoy's `listener_filters_timeout` default: 15 s).
-const ACCEPT_TIMEOUT: Duration = Duration::from_secs(15);
+pub(crate) const ACCEPT_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The first byte of a TLS record carrying a handshake message.
 const TLS_HANDSHAKE: u8 = 0x16;

@@ -54,6 +54,8 @@ pub struct ActiveListener {
     pub hcm_stats: Vec<usize>,
     /// The `tcp.<stat_prefix>.*` stats of each TCP proxy chain (`chain_at` order).
     pub tcp_stats: Vec<Option<Arc<crate::l4::TcpStats>>>,
+    /// The PROXY protocol listener filter's stats, when the listener has it.
+    pub proxy_protocol: Option<Arc<crate::accept::proxy_protocol::Stats>>,
     /// The connection manager's limits of each filter chain (`chain_at`
     /// order), shared by the chain's connections.
     limits: Vec<Arc<crate::codec::serve::Limits>>,
@@ -332,6 +334,10 @@ impl Registry {
                     .map(|t| crate::l4::stats::register(&t.stat_prefix))
             })
             .collect();
+        let proxy_protocol = l
+            .proxy_protocol
+            .as_ref()
+            .map(|p| crate::accept::proxy_protocol::register(&p.stat_prefix));
         let limits = l
             .all_filter_chains()
             .map(|fc| Arc::new(crate::codec::serve::Limits::of(fc.hcm().map(|h| &**h))))
@@ -366,6 +372,7 @@ impl Registry {
             listener_stats,
             hcm_stats,
             tcp_stats,
+            proxy_protocol,
             limits,
             in_place: kept.is_some(),
             dynamic: parts.dynamic,

@@ -6,4 +6,5 @@
 pub mod batch;
 pub mod chain;
 pub mod listeners;
+pub mod proxy_protocol;
 pub mod socket;
