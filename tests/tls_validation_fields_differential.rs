@@ -24,58 +24,15 @@
 use courier_tests::differential::{bootstrap, indent};
 use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::{Pem, TestCa, client, courier_bin, envoy_bin};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Accepts any server certificate: these tests are about the server's checks.
-#[derive(Debug)]
-struct AnyServer;
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::aws_lc_rs::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
 
 /// A GET over TLS to `addr` (presenting `client_cert` if given) after waiting
 /// `idle` with the handshake done: the response's status line, or why there
 /// is none.
 fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<String, String> {
-    let mut conn = client_connection(client_cert);
+    let mut conn = courier_tests::tls_client::connection(client_cert);
     let mut sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // TLS 1.3: the server's verdict on a client certificate comes after the
@@ -94,28 +51,6 @@ fn https_get(addr: &str, client_cert: Option<&Pem>, idle: Duration) -> Result<St
         Some(status) if !status.is_empty() => Ok(status.to_string()),
         _ => Err(format!("no response: {read:?}")),
     }
-}
-
-/// A client connection to `server.example` (any server certificate),
-/// presenting `client_cert` if given.
-fn client_connection(client_cert: Option<&Pem>) -> rustls::ClientConnection {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer));
-    let config = match client_cert {
-        Some(p) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(p.cert.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(p.key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    let name = ServerName::try_from("server.example").unwrap();
-    rustls::ClientConnection::new(Arc::new(config), name).unwrap()
 }
 
 /// A listener `name` with one TLS filter chain (server certificate from `ca`)
@@ -244,7 +179,7 @@ fn a_silent_client_is_closed_at_the_transport_socket_connect_timeout() {
         // same `listener.127.0.0.1_0` (as in Envoy): the sum becomes 2.
         let sni = proxy.listener("sni").unwrap();
         let mut sock = TcpStream::connect(sni).unwrap();
-        let mut conn = client_connection(None);
+        let mut conn = courier_tests::tls_client::connection(None);
         conn.write_tls(&mut sock).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 4096];

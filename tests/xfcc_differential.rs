@@ -17,52 +17,9 @@
 use courier_tests::differential::{bootstrap, indent};
 use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::{Pem, TestCa, courier_bin, envoy_bin};
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
 use std::time::Duration;
-
-/// Accepts any server certificate: the test is about the request's headers.
-#[derive(Debug)]
-struct AnyServer;
-
-impl ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::aws_lc_rs::default_provider()
-            .signature_verification_algorithms
-            .supported_schemes()
-    }
-}
 
 /// An HTTP/1.1 upstream that answers each request with the
 /// `x-forwarded-client-cert` values it received (`<none>` without one).
@@ -191,23 +148,7 @@ fn plain(addr: &str) -> String {
 
 /// The same over TLS, presenting `cert` if given.
 fn tls(addr: &str, cert: Option<&Pem>) -> String {
-    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer));
-    let config = match cert {
-        Some(p) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_slice(p.cert.as_bytes()).unwrap()],
-                PrivateKeyDer::from_pem_slice(p.key.as_bytes()).unwrap(),
-            )
-            .unwrap(),
-        None => builder.with_no_client_auth(),
-    };
-    let name = ServerName::try_from("server.example").unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+    let mut conn = courier_tests::tls_client::connection(cert);
     let mut sock = TcpStream::connect(addr).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
