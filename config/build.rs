@@ -49,6 +49,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.csrf.v3.CsrfPolicy",
     "envoy.extensions.filters.http.health_check.v3.HealthCheck",
     "envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol",
+    "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
     "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimit",

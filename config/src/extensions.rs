@@ -52,6 +52,9 @@ pub const FILTER_CONFIG: &str = "type.googleapis.com/envoy.config.route.v3.Filte
 pub const EMPTY_ANY: &str = "courier.invalid/google.protobuf.Empty";
 /// The HTTP connection manager network filter.
 pub const HTTP_CONNECTION_MANAGER: &str = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+/// The connection limit network filter.
+pub const CONNECTION_LIMIT: &str =
+    "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
 /// The TCP proxy network filter.
 pub const TCP_PROXY: &str =
     "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";

@@ -259,6 +259,8 @@ struct Guards {
     _active: ActiveCx,
     /// The listener's line for the connection, written when it ends.
     _log: Option<crate::access_log::conn::ConnLog>,
+    /// The chain's `connection_limit` counts (empty, unallocated, for most).
+    _limits: Vec<crate::accept::connection_limit::Held>,
 }
 
 /// A connection's task: accepting (boxed), then serving in its place, so the
@@ -394,6 +396,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 _open: open,
                 _active: active_cx,
                 _log: None,
+                _limits: Vec::new(),
             };
             let l = &active.config;
             let (mut peer, mut local, mut incoming) = (peer, local, incoming);
@@ -456,6 +459,23 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             };
             facts.server_name.clone_from(&server_name);
             let chain = crate::request::conn::chain_at(l, filter_chain_index);
+            // The chain's connection limits, before its terminal filter.
+            for limiter in active
+                .connection_limits
+                .get(filter_chain_index)
+                .map_or(&[][..], Vec::as_slice)
+            {
+                let (held, admitted) = limiter.admit();
+                guards._limits.push(held);
+                if let Err(delay) = admitted {
+                    // Envoy holds the connection (reading nothing) for the
+                    // delay, then closes it.
+                    if let Some(d) = delay.filter(|d| !d.is_zero()) {
+                        tokio::time::sleep(d).await;
+                    }
+                    return None;
+                }
+            }
             if let Some(tcp) = chain.and_then(|fc| fc.tcp_proxy()) {
                 // Raw bytes to a cluster, on a task that holds the guards.
                 let session = crate::l4::Session {

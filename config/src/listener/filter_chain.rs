@@ -6,10 +6,11 @@ use super::hcm::{self, HttpConnectionManager};
 use super::tcp_proxy::{self, TcpProxy};
 use crate::core;
 use crate::ctx::Ctx;
-use crate::extensions::{HTTP_CONNECTION_MANAGER, TCP_PROXY};
+use crate::extensions::{CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
 use crate::path::Path;
 use crate::tls::{self, DownstreamTls};
 use envoy_types::pb::envoy::config::listener::v3 as pb;
+use envoy_types::pb::envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit as ConnectionLimitProto;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager as HcmProto;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy as TcpProxyProto;
 use std::sync::Arc;
@@ -48,7 +49,9 @@ pub struct FilterChain {
     /// the connection is closed. `None` (absent or zero, as in Envoy) waits
     /// without limit; a plaintext chain connects at once, so it never fires.
     pub transport_socket_connect_timeout: Option<std::time::Duration>,
-    /// The chain's only network filter.
+    /// `connection_limit` filters before the terminal one, in config order.
+    pub connection_limits: Vec<Arc<super::connection_limit::ConnectionLimit>>,
+    /// The chain's terminal network filter.
     pub network: NetworkFilter,
     /// Where the network filter's config sits in its listener
     /// (`filter_chains[0].filters[0].typed_config`), for messages that refer back to it.
@@ -116,15 +119,31 @@ pub(crate) fn translate(
     }
     let last = fc.filters.len() - 1;
     let mut found = None;
+    let mut connection_limits = Vec::new();
     for (k, f) in fc.filters.iter().enumerate() {
         let p = fp.index(k);
         let Some(decoded) = network_filter(f, &p, ctx) else {
             continue;
         };
+        if let Decoded::ConnectionLimit(m) = &decoded {
+            let tp = p.field("typed_config");
+            if found.is_some() || k == last {
+                // Envoy: a chain ends with its terminal filter.
+                ctx.unsupported(
+                    &p,
+                    "a connection_limit filter that is not before the terminal filter",
+                );
+            } else if let Some(c) = super::connection_limit::translate(m, &tp, ctx) {
+                connection_limits.push(Arc::new(c));
+            }
+            continue;
+        }
         if k != last {
             let kind = match decoded {
                 Decoded::Http(_) => "envoy.filters.network.http_connection_manager",
                 Decoded::Tcp(_) => "envoy.filters.network.tcp_proxy",
+                // Taken above (not terminal).
+                Decoded::ConnectionLimit(_) => continue,
             };
             ctx.error(
                 &p,
@@ -142,6 +161,7 @@ pub(crate) fn translate(
             Decoded::Tcp(t) => {
                 tcp_proxy::translate(&t, &tp, ctx).map(|t| (k, NetworkFilter::Tcp(Arc::new(t))))
             }
+            Decoded::ConnectionLimit(_) => None,
         };
     }
     let (k, network) = found?;
@@ -150,6 +170,7 @@ pub(crate) fn translate(
         filter_chain_match,
         tls,
         transport_socket_connect_timeout,
+        connection_limits,
         network,
         hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
     })
@@ -159,6 +180,7 @@ pub(crate) fn translate(
 enum Decoded {
     Http(Box<HcmProto>),
     Tcp(Box<TcpProxyProto>),
+    ConnectionLimit(Box<ConnectionLimitProto>),
 }
 
 /// Decodes a network filter if it is a connection manager or a TCP proxy;
@@ -173,6 +195,10 @@ fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<Deco
         Some(ConfigType::TypedConfig(any)) if any.type_url == TCP_PROXY => {
             core::unpack::<TcpProxyProto>(any, &path.field("typed_config"), ctx)
                 .map(|t| Decoded::Tcp(Box::new(t)))
+        }
+        Some(ConfigType::TypedConfig(any)) if any.type_url == CONNECTION_LIMIT => {
+            core::unpack::<ConnectionLimitProto>(any, &path.field("typed_config"), ctx)
+                .map(|c| Decoded::ConnectionLimit(Box::new(c)))
         }
         Some(ConfigType::TypedConfig(any)) => {
             let name = if f.name.is_empty() {

@@ -1,6 +1,7 @@
 //! Listeners: addresses, filter chains and their matches, and the HTTP connection manager.
 
 pub mod access_log;
+pub mod connection_limit;
 pub mod filter_chain;
 pub mod hcm;
 pub mod http_options;
@@ -93,7 +94,8 @@ const LEN: usize = OWN.len()
     + tcp_proxy::SUPPORT.len()
     + ip_detection::SUPPORT.len()
     + log_filter::SUPPORT.len()
-    + proxy_protocol::SUPPORT.len();
+    + proxy_protocol::SUPPORT.len()
+    + connection_limit::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
 /// manager, TCP proxy, access logs).
@@ -105,10 +107,11 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
     ip_detection::SUPPORT,
     log_filter::SUPPORT,
     proxy_protocol::SUPPORT,
+    connection_limit::SUPPORT,
 ]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 7]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 8]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;

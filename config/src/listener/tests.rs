@@ -650,3 +650,36 @@ fn proxy_protocol_listener_filter() {
         ]
     );
 }
+
+#[test]
+fn connection_limit_filter_before_the_terminal_one() {
+    let cl = |config: serde_json::Value| {
+        let mut c = json!({"@type": "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit"});
+        crate::listener::test_util::merge(&mut c, config);
+        json!({"name": "envoy.filters.network.connection_limit", "typed_config": c})
+    };
+    let b = load(&listener(json!({"filter_chains": [{"filters": [
+        cl(json!({"stat_prefix": "edge", "max_connections": 3, "delay": "2s"})),
+        hcm_filter(json!({})),
+    ]}]})))
+    .unwrap();
+    let fc = &b.listeners[0].filter_chains[0];
+    assert_eq!(fc.connection_limits.len(), 1);
+    assert_eq!(fc.connection_limits[0].max_connections, 3);
+    assert_eq!(fc.connection_limits[0].delay, Some(Duration::from_secs(2)));
+    assert!(fc.hcm().is_some());
+    let mut e = errors(&listener(json!({"filter_chains": [{"filters": [
+        cl(json!({"stat_prefix": "", "max_connections": 0, "runtime_enabled": {"default_value": true, "runtime_key": "k"}})),
+        hcm_filter(json!({})),
+    ]}]})));
+    e.sort();
+    let p = "static_resources.listeners[0].filter_chains[0].filters[0].typed_config";
+    assert_eq!(
+        e,
+        [
+            format!("{p}.max_connections: value must be greater than or equal to 1"),
+            format!("{p}.runtime_enabled: runtime_enabled is not supported"),
+            format!("{p}.stat_prefix: value length must be at least 1 characters"),
+        ]
+    );
+}

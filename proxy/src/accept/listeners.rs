@@ -54,6 +54,8 @@ pub struct ActiveListener {
     pub hcm_stats: Vec<usize>,
     /// The `tcp.<stat_prefix>.*` stats of each TCP proxy chain (`chain_at` order).
     pub tcp_stats: Vec<Option<Arc<crate::l4::TcpStats>>>,
+    /// Per chain (in `chain_at` order), its `connection_limit` filters' state.
+    pub connection_limits: Vec<Vec<Arc<crate::accept::connection_limit::Limiter>>>,
     /// The PROXY protocol listener filter's stats, when the listener has it.
     pub proxy_protocol: Option<Arc<crate::accept::proxy_protocol::Stats>>,
     /// The connection manager's limits of each filter chain (`chain_at`
@@ -334,6 +336,15 @@ impl Registry {
                     .map(|t| crate::l4::stats::register(&t.stat_prefix))
             })
             .collect();
+        let connection_limits = l
+            .all_filter_chains()
+            .map(|fc| {
+                fc.connection_limits
+                    .iter()
+                    .map(|c| crate::accept::connection_limit::Limiter::new(Arc::clone(c)))
+                    .collect()
+            })
+            .collect();
         let proxy_protocol = l
             .proxy_protocol
             .as_ref()
@@ -372,6 +383,7 @@ impl Registry {
             listener_stats,
             hcm_stats,
             tcp_stats,
+            connection_limits,
             proxy_protocol,
             limits,
             in_place: kept.is_some(),

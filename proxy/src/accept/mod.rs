@@ -5,6 +5,7 @@
 
 pub mod batch;
 pub mod chain;
+pub mod connection_limit;
 pub mod listeners;
 pub mod proxy_protocol;
 pub mod socket;

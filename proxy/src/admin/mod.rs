@@ -250,6 +250,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
             crate::accept::proxy_protocol::reset_counters();
+            crate::accept::connection_limit::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
@@ -331,6 +332,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     shared.listeners.samples(&mut samples);
     crate::l4::stats::samples(&mut samples);
     crate::accept::proxy_protocol::samples(&mut samples);
+    crate::accept::connection_limit::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);

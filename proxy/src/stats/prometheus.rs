@@ -39,6 +39,7 @@ pub fn is_gauge(name: &str) -> bool {
                 | "pressure"
                 | "scale_percent"
                 | "active"
+                | "active_connections"
                 | "warming_clusters"
         )
 }
