@@ -39,6 +39,15 @@ pub enum Logs {
         /// Upstream connect attempts (`%UPSTREAM_REQUEST_ATTEMPT_COUNT%`).
         attempts: u32,
     },
+    /// A UDP proxy's session `access_log`: what Envoy's session stream info
+    /// holds (addresses, the host, bytes, times and the `udp.proxy.session`
+    /// metadata); HTTP commands and the cluster render as missing, as Envoy's.
+    Udp {
+        /// The proxy's config.
+        config: Arc<courier_config::listener::UdpProxy>,
+        /// The session's upstream socket address (`%UPSTREAM_LOCAL_ADDRESS%`).
+        upstream_local: Option<std::net::SocketAddr>,
+    },
 }
 
 impl Logs {
@@ -52,6 +61,7 @@ impl Logs {
                 .map_or(&[], |h| &h.access_log[..]),
             Logs::Admin(logs) => logs,
             Logs::Tcp { config, .. } => &config.access_log,
+            Logs::Udp { config, .. } => &config.access_log,
         }
     }
 }

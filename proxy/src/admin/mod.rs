@@ -239,6 +239,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             shared.http_filters.reset_counters();
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
+            crate::udp::stats::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
@@ -319,6 +320,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     shared.http_filters.samples(&mut samples);
     shared.listeners.samples(&mut samples);
     crate::l4::stats::samples(&mut samples);
+    crate::udp::stats::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);

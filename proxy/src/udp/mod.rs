@@ -1,0 +1,235 @@
+//! UDP listeners: the `envoy.filters.udp_listener.udp_proxy` listener filter,
+//! with Envoy 1.40's semantics (`UdpProxyFilter`'s sticky sessions).
+//!
+//! A listener's loop reads datagrams from its socket. The first datagram of
+//! a downstream peer (its address; the local end is the listener's) makes a
+//! session, as Envoy's `createSession`: the route's cluster must be in force
+//! (else `downstream_sess_no_route`), the cluster's `max_connections` must
+//! allow one more session (else `upstream_cx_overflow`), its balancer must
+//! give a host (else `upstream_cx_none_healthy`); a refused datagram is
+//! dropped. The session keeps its host for its life — unless the host turns
+//! unhealthy and the balancer offers a healthy other one, which then takes
+//! the peer's datagrams on a new session, as Envoy does — and ends after
+//! `idle_timeout` without a datagram either way ([`session`]).
+//!
+//! Nothing is queued: a datagram is sent (or dropped) as it is read, and a
+//! session holds one receive buffer.
+
+mod log;
+mod session;
+pub mod stats;
+
+pub use stats::{UdpListenerStats, UdpStats};
+
+use crate::router::facts::Upstreamed;
+use crate::stats::WorkerStats;
+use crate::upstream::ClusterManager;
+use courier_config::listener::UdpListener;
+use session::Handle;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::net::UdpSocket;
+use tokio::sync::{mpsc, watch};
+
+/// What counts a session as its worker's open work until dropped.
+pub type OpenGuard = Box<dyn std::any::Any + Send>;
+
+/// One version of a UDP listener, as its loop serves it.
+#[derive(Debug, Clone)]
+pub struct Served {
+    /// The listener's UDP side.
+    pub config: UdpListener,
+    /// `udp.<stat_prefix>.*`.
+    pub stats: Arc<UdpStats>,
+    /// `listener.<address>.udp.*`.
+    pub listener_stats: Arc<UdpListenerStats>,
+}
+
+/// What a listener's loop needs from its worker.
+#[derive(Clone)]
+pub struct Env {
+    /// The clusters.
+    pub clusters: Arc<ClusterManager>,
+    /// This worker's stats (the clusters' `upstream_cx_*` counters).
+    pub worker_stats: Arc<WorkerStats>,
+    /// Makes the guard a session holds so its worker waits for it to end
+    /// (and write its log line) when stopping.
+    pub open: Arc<dyn Fn() -> OpenGuard + Send + Sync>,
+}
+
+/// Serves a UDP listener's socket until the task is dropped (listener
+/// removed, worker stopping), which ends every session. A new version from
+/// `served` whose UDP config differs ends the sessions too (Envoy replaces
+/// the listener, and its filter's sessions with it); one that does not keeps them.
+pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: Env) {
+    let socket = Arc::new(socket);
+    let local = match socket.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            tracing::warn!(error = %e, "udp proxy: the listener's socket has no address");
+            return;
+        }
+    };
+    let mut cur = served.borrow_and_update().clone();
+    let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
+    let mut sessions: HashMap<SocketAddr, Handle> = HashMap::new();
+    // One byte more than the largest datagram taken: a longer one is seen as
+    // truncated and dropped.
+    let mut buf = vec![0u8; cur.config.max_rx_datagram_size + 1];
+    let lp = Loop {
+        local,
+        socket: Arc::clone(&socket),
+        env,
+        ended: ended_tx,
+    };
+    loop {
+        tokio::select! {
+            r = socket.recv_from(&mut buf) => match r {
+                Ok((n, _)) if n > cur.config.max_rx_datagram_size => {
+                    cur.listener_stats.rx_datagram_dropped.inc();
+                }
+                Ok((n, peer)) => lp.datagram(&buf[..n], peer, &cur, &mut sessions).await,
+                Err(e) => {
+                    tracing::debug!(error = %e, "udp proxy: receive failed");
+                    cur.stats.rx_errors.inc();
+                }
+            },
+            Some((peer, id)) = ended_rx.recv() => {
+                if sessions.get(&peer).is_some_and(|h| h.id == id) {
+                    sessions.remove(&peer);
+                }
+            }
+            changed = served.changed() => {
+                if changed.is_err() {
+                    // The worker let the listener go.
+                    return;
+                }
+                let next = served.borrow_and_update().clone();
+                if next.config != cur.config {
+                    sessions.clear();
+                    buf.resize(next.config.max_rx_datagram_size + 1, 0);
+                }
+                cur = next;
+            }
+        }
+    }
+}
+
+/// The listener loop's fixed parts.
+struct Loop {
+    local: SocketAddr,
+    socket: Arc<UdpSocket>,
+    env: Env,
+    ended: mpsc::UnboundedSender<(SocketAddr, u64)>,
+}
+
+impl Loop {
+    /// A datagram from `peer`: to its session, made first if it has none.
+    async fn datagram(
+        &self,
+        data: &[u8],
+        peer: SocketAddr,
+        cur: &Served,
+        sessions: &mut HashMap<SocketAddr, Handle>,
+    ) {
+        let proxy = &cur.config.proxy;
+        // The route, as Envoy's: the cluster must be in force (its
+        // `cluster_infos_`), else the datagram has no route.
+        let Some(cluster) = proxy
+            .cluster
+            .as_deref()
+            .and_then(|name| self.env.clusters.get(name))
+        else {
+            cur.stats.no_route.inc();
+            return;
+        };
+        if let Some(h) = sessions.get(&peer)
+            && h.closed()
+        {
+            sessions.remove(&peer);
+        }
+        let replace = match sessions.get(&peer) {
+            Some(h) if !crate::upstream::host::usable(&h.host) => {
+                // Envoy: an unhealthy host's session moves to a healthy
+                // other host if the balancer offers one.
+                cluster
+                    .choose()
+                    .filter(|n| crate::upstream::host::usable(n) && !Arc::ptr_eq(n, &h.host))
+            }
+            Some(h) => {
+                h.forward(data, &cur.stats).await;
+                return;
+            }
+            None => None,
+        };
+        if replace.is_some() {
+            sessions.remove(&peer);
+        } else if sessions.contains_key(&peer) {
+            // Unhealthy, but no better host: the session carries on.
+            if let Some(h) = sessions.get(&peer) {
+                h.forward(data, &cur.stats).await;
+            }
+            return;
+        }
+        let stats = self.cluster_stats(&cluster);
+        // Made when the cluster first meets the filter, as Envoy's.
+        let cluster_stats = stats::cluster(&cluster.config.name);
+        // Checked before a host is picked, as Envoy's `createSession`.
+        let Some(slot) = cluster.circuit.try_connection(false) else {
+            stats.cx_overflow.inc();
+            return;
+        };
+        let host = match replace {
+            Some(h) => h,
+            None => match cluster.choose() {
+                Some(h) => h,
+                None => {
+                    stats.cx_none_healthy.inc();
+                    return;
+                }
+            },
+        };
+        let start = session::Start {
+            config: Arc::clone(proxy),
+            stats: Arc::clone(&cur.stats),
+            cluster_stats,
+            upstream: Upstreamed {
+                host: Some(Arc::clone(&host)),
+                cluster: Arc::clone(&cluster.config),
+            },
+            host,
+            slot,
+            downstream: Arc::clone(&self.socket),
+            local: self.local,
+            peer,
+            ended: self.ended.clone(),
+            open: (self.env.open)(),
+        };
+        match session::start(start) {
+            Ok(h) => {
+                h.forward(data, &cur.stats).await;
+                sessions.insert(peer, h);
+            }
+            Err(e) => {
+                // Out of sockets or memory: the datagram is dropped.
+                tracing::warn!(%peer, error = %e, "udp proxy: cannot open an upstream socket");
+            }
+        }
+    }
+
+    /// The cluster's counters on this worker (clusters added over CDS count
+    /// in shared ones), as the TCP proxy finds them.
+    fn cluster_stats<'a>(
+        &'a self,
+        c: &'a crate::upstream::UpstreamCluster,
+    ) -> &'a crate::stats::ClusterStats {
+        match c
+            .stat_slot
+            .and_then(|i| self.env.worker_stats.clusters.get(i))
+        {
+            Some((_, stats)) => stats,
+            None => &c.stats,
+        }
+    }
+}

