@@ -68,8 +68,10 @@ pub struct UdpProxy {
     pub idle_timeout: Duration,
     /// Session access logs, written when a session ends.
     pub access_log: Vec<AccessLog>,
-    /// Largest datagram read from an upstream (`upstream_socket_config`,
-    /// default 1500): longer ones are truncated, as Envoy's reads are.
+    /// `upstream_socket_config.max_rx_datagram_size` (default 1500), checked
+    /// as Envoy checks it. Envoy reads upstream sockets with GRO (the default
+    /// `prefer_gro` of this config; setting it is refused), in 64 KiB buffers
+    /// that this size does not limit, so neither does courier.
     pub upstream_max_rx_datagram_size: usize,
 }
 

@@ -159,8 +159,11 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             | Command::RequestDuration
             | Command::RouteName
             | Command::UpstreamCluster
-            | Command::UpstreamRequestAttemptCount
             | Command::UpstreamTransportFailureReason => return None,
+            Command::UpstreamRequestAttemptCount => return Some(Value::Number(0)),
+            Command::ResponseFlagsLong => {
+                return Some(Value::Text(Cow::Owned(long_flags(resp.flag))));
+            }
             Command::UpstreamLocalAddress => {
                 return Some(Value::Text(Cow::Owned(
                     upstream_local.as_ref()?.to_string(),

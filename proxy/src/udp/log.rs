@@ -46,6 +46,8 @@ pub struct Record {
     pub upstream: Upstreamed,
     /// The upstream socket's address.
     pub upstream_local: Option<SocketAddr>,
+    /// Envoy's response flag (`UO` for a session the cluster refused).
+    pub flag: Option<&'static str>,
 }
 
 impl Record {
@@ -81,6 +83,7 @@ impl Record {
         pending.write(ResponseSide {
             // Envoy's `%RESPONSE_CODE%` of a session.
             status: 0,
+            flag: self.flag,
             upstream: Some(self.upstream.clone()),
             bytes_sent: c.tx_bytes,
             dynamic_metadata: metadata(&self.upstream.cluster.name, c),

@@ -178,6 +178,10 @@ impl Loop {
         // Checked before a host is picked, as Envoy's `createSession`.
         let Some(slot) = cluster.circuit.try_connection(false) else {
             stats.cx_overflow.inc();
+            // Envoy 1.40 makes the session before it finds the cluster full:
+            // it counts in `downstream_sess_total` and logs one line, `UO`,
+            // with no host and nothing moved.
+            session::overflowed(proxy, &cur.stats, &cluster.config, self.local, peer);
             return;
         };
         let host = match replace {

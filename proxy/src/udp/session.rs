@@ -21,6 +21,9 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+/// The largest UDP payload, and the size of a session's receive buffer.
+const MAX_UDP_DATAGRAM: usize = 65536;
+
 /// What a session's task and the loop's handle share.
 #[derive(Debug, Default)]
 struct Shared {
@@ -125,6 +128,32 @@ pub struct Start {
     pub open: OpenGuard,
 }
 
+/// A session the cluster's `max_connections` refused: counted and logged
+/// (`UO`) at once, as Envoy does.
+pub fn overflowed(
+    config: &Arc<UdpProxy>,
+    stats: &UdpStats,
+    cluster: &Arc<courier_config::cluster::Cluster>,
+    local: SocketAddr,
+    peer: SocketAddr,
+) {
+    stats.sess_total.inc();
+    let record = Record {
+        start: SystemTime::now(),
+        started: Instant::now(),
+        peer,
+        local,
+        id: next_id(),
+        upstream: Upstreamed {
+            host: None,
+            cluster: Arc::clone(cluster),
+        },
+        upstream_local: None,
+        flag: Some("UO"),
+    };
+    record.write(config, Counts::default());
+}
+
 /// Opens the session's upstream socket (connected to the host, so only its
 /// datagrams come back) and starts its task. `Err`: no socket could be made.
 pub fn start(s: Start) -> std::io::Result<Handle> {
@@ -154,6 +183,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
             id,
             upstream: s.upstream,
             upstream_local: upstream.local_addr().ok(),
+            flag: None,
         },
         config: Arc::clone(&s.config),
         stats: Arc::clone(&s.stats),
@@ -175,7 +205,6 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
         downstream: s.downstream,
         peer: s.peer,
         idle: s.config.idle_timeout,
-        max: s.config.upstream_max_rx_datagram_size,
         stats: s.stats,
         cluster_stats: s.cluster_stats,
         shared,
@@ -220,7 +249,6 @@ struct Task {
     downstream: Arc<UdpSocket>,
     peer: SocketAddr,
     idle: Duration,
-    max: usize,
     stats: Arc<UdpStats>,
     cluster_stats: Arc<UdpClusterStats>,
     shared: Arc<Shared>,
@@ -231,9 +259,10 @@ impl Task {
     /// Relays the host's datagrams to the peer until the session ends;
     /// `true` when its idle timeout ended it.
     async fn run(&self, mut stop: oneshot::Receiver<()>) -> bool {
-        // One byte more than the largest datagram taken: a longer one is
-        // seen as truncated and dropped, as Envoy's reads drop it.
-        let mut buf = vec![0u8; self.max + 1];
+        // Envoy reads a session's socket with GRO by default (its
+        // `prefer_gro` for upstream sockets), in 64 KiB buffers whatever
+        // `max_rx_datagram_size` says: every datagram comes through whole.
+        let mut buf = vec![0u8; MAX_UDP_DATAGRAM];
         loop {
             let last = Duration::from_millis(self.shared.last_ms.load(Ordering::Relaxed));
             let idle_at = self.started + last + self.idle;
@@ -250,7 +279,6 @@ impl Task {
                     // Any read resets the idle timer, as Envoy's `onReadReady`.
                     touch(&self.shared, self.started);
                     match r {
-                        Ok(n) if n > self.max => self.cluster_stats.rx_datagrams_dropped.inc(),
                         Ok(n) => self.reply(&buf[..n]).await,
                         Err(e) => {
                             tracing::debug!(peer = %self.peer, error = %e, "udp proxy: upstream read failed");

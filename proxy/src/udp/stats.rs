@@ -79,10 +79,6 @@ impl UdpStats {
 pub struct UdpClusterStats {
     /// `sess_rx_datagrams`: datagrams read from the cluster's hosts.
     pub rx_datagrams: Counter,
-    /// `sess_rx_datagrams_dropped`: datagrams from a host longer than
-    /// `upstream_socket_config.max_rx_datagram_size`, dropped as Envoy drops
-    /// a truncated read.
-    pub rx_datagrams_dropped: Counter,
     /// `sess_rx_errors`: reads from a host that failed.
     pub rx_errors: Counter,
     /// `sess_tx_datagrams`: datagrams sent to the cluster's hosts.
@@ -95,7 +91,9 @@ impl UdpClusterStats {
     fn values(&self) -> [(&'static str, u64); 8] {
         [
             ("sess_rx_datagrams", self.rx_datagrams.get()),
-            ("sess_rx_datagrams_dropped", self.rx_datagrams_dropped.get()),
+            // Envoy counts the kernel's receive-queue drops here
+            // (`SO_RXQ_OVFL`), which courier does not read: always zero.
+            ("sess_rx_datagrams_dropped", 0),
             ("sess_rx_errors", self.rx_errors.get()),
             // HTTP tunneling is refused by the config: these stay zero.
             ("sess_tunnel_buffer_overflow", 0),
@@ -109,7 +107,6 @@ impl UdpClusterStats {
     fn reset(&self) {
         for c in [
             &self.rx_datagrams,
-            &self.rx_datagrams_dropped,
             &self.rx_errors,
             &self.tx_datagrams,
             &self.tx_errors,
