@@ -387,3 +387,91 @@ fn courier_proxies_udp_as_envoy_does() {
         "stats differ: {differ:#?}\nonly in Envoy: {only_envoy:#?}\nonly in courier: {only_courier:#?}"
     );
 }
+
+/// A UDP listener `u` for an LDS file: `prefix` as its stat prefix, to `cluster`.
+fn lds_listener(prefix: &str, cluster: &str, log: &std::path::Path) -> String {
+    format!(
+        r#"
+- "@type": type.googleapis.com/envoy.config.listener.v3.Listener
+  name: u
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0, protocol: UDP}}}}
+  listener_filters:
+  - name: envoy.filters.udp_listener.udp_proxy
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig
+      stat_prefix: {prefix}
+      cluster: {cluster}
+      access_log:
+      - name: envoy.access_loggers.file
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+          path: {log}
+          log_format: {{text_format_source: {{inline_string: "{prefix} %UPSTREAM_HOST% %BYTES_RECEIVED% %BYTES_SENT%\n"}}}}
+"#,
+        log = log.display()
+    )
+}
+
+/// LDS (a watched `path_config_source` file) adds, updates and removes a UDP
+/// listener as a TCP one: an update that changes the proxy ends the old
+/// version's sessions (their lines are written) and the peer's next datagram
+/// makes a session under the new one, on the same port; removal ends them too.
+#[test]
+fn lds_updates_and_removes_a_udp_listener() {
+    let (a, b) = (echo("a"), echo("b"));
+    let files = tempfile::tempdir().unwrap();
+    let lds = files.path().join("lds.yaml");
+    let log = files.path().join("sessions.log");
+    let write = |version: &str, listeners: &str| {
+        let tmp = files.path().join("lds.tmp");
+        std::fs::write(
+            &tmp,
+            format!("version_info: \"{version}\"\nresources:{listeners}\n"),
+        )
+        .unwrap();
+        std::fs::rename(&tmp, &lds).unwrap();
+    };
+    write("1", &lds_listener("v1", "a", &log));
+    let yaml = format!(
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\ndynamic_resources:\n  lds_config: {{path_config_source: {{path: {}}}, resource_api_version: V3}}\nstatic_resources:\n  clusters:{}{}",
+        lds.display(),
+        cluster("a", &[a], ""),
+        cluster("b", &[b], "")
+    );
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &["u"]).unwrap();
+    let u = c.listener("u").unwrap().to_string();
+    let s = peer();
+    assert_eq!(ask(&s, &u, b"x"), "a:x");
+    wait_stat(&c, "udp.v1.downstream_sess_active", 1);
+
+    write("2", &lds_listener("v2", "b", &log));
+    wait_stat(&c, "udp.v1.downstream_sess_active", 0);
+    let listeners = |c: &Proxy| {
+        let text = client::get(&c.admin, "/listeners").unwrap();
+        courier_tests::proxies::parse_listeners(&String::from_utf8_lossy(&text.body))
+    };
+    assert_eq!(listeners(&c).get("u"), Some(&u), "the port is kept");
+    assert_eq!(ask(&s, &u, b"y"), "b:y");
+    wait_stat(&c, "udp.v2.downstream_sess_total", 1);
+    assert_eq!(stat(&c, "udp.v1.idle_timeout"), 0);
+
+    write("3", " []");
+    wait_stat(&c, "udp.v2.downstream_sess_active", 0);
+    assert!(
+        poll(500, || (!listeners(&c).contains_key("u")).then_some(())).is_some(),
+        "u is removed"
+    );
+    let got = poll(500, || {
+        let text = std::fs::read_to_string(&log).ok()?;
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .unwrap();
+    assert_eq!(
+        got,
+        [
+            format!("v1 127.0.0.1:{a} 1 3"),
+            format!("v2 127.0.0.1:{b} 1 3")
+        ]
+    );
+}

@@ -145,8 +145,10 @@ impl Loop {
             return;
         };
         if let Some(h) = sessions.get(&peer)
-            && h.closed()
+            && (h.closed() || !Arc::ptr_eq(&h.cluster, &cluster.config))
         {
+            // Ended by its idle timeout, or its cluster was replaced (CDS):
+            // Envoy's filter drops a replaced cluster's sessions with it.
             sessions.remove(&peer);
         }
         let replace = match sessions.get(&peer) {

@@ -58,6 +58,8 @@ pub struct Handle {
     pub id: u64,
     /// Its host.
     pub host: Arc<Host>,
+    /// The version of the cluster it was made with.
+    pub cluster: Arc<courier_config::cluster::Cluster>,
     upstream: Arc<UdpSocket>,
     shared: Arc<Shared>,
     started: Instant,
@@ -194,6 +196,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
     let handle = Handle {
         id,
         host: s.host,
+        cluster: Arc::clone(&end.record.upstream.cluster),
         upstream: Arc::clone(&upstream),
         shared: Arc::clone(&shared),
         started,
