@@ -49,7 +49,8 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.config.core.v3.UdpSocketConfig",
         &["max_rx_datagram_size"],
     ),
-    // `quic_options` (QUIC listeners) is refused by its absence.
+    // `quic_options` (QUIC listeners) is refused by its absence;
+    // `listener::udp_listener` then skips the checks a QUIC listener does not get.
     (
         "envoy.config.listener.v3.UdpListenerConfig",
         &["downstream_socket_config"],

@@ -223,3 +223,24 @@ fn udp_stays_refused_outside_listeners_and_udp_proxy_on_tcp_listeners() {
             .any(|e| e.contains("socket_address.protocol")),
     );
 }
+
+#[test]
+fn a_tcp_and_a_udp_listener_share_a_port_but_two_udp_ones_do_not() {
+    let mut v = udp(json!({}), json!({}));
+    let tcp = crate::listener::test_util::listener(
+        json!({"name": "t", "address": {"socket_address": {"address": "::", "port_value": 10080}}}),
+    );
+    let t = tcp["static_resources"]["listeners"][0].clone();
+    let u = v["static_resources"]["listeners"][0].clone();
+    v["static_resources"]["listeners"] = json!([u.clone(), t]);
+    assert_eq!(errors(&v), Vec::<String>::new());
+    let mut u2 = u.clone();
+    u2["name"] = json!("u2");
+    v["static_resources"]["listeners"] = json!([u, u2]);
+    assert_eq!(
+        errors(&v),
+        [
+            "static_resources.listeners[1].address: address [::]:10080 is already used by static_resources.listeners[0]"
+        ]
+    );
+}
