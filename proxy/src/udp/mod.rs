@@ -144,11 +144,12 @@ impl Loop {
             cur.stats.no_route.inc();
             return;
         };
-        if let Some(h) = sessions.get(&peer)
-            && (h.closed() || !Arc::ptr_eq(&h.cluster, &cluster.config))
+        if let Some(h) = sessions.get_mut(&peer)
+            && (h.closed() || !Arc::ptr_eq(&h.cluster, &cluster.config) || h.host_removed(&cluster))
         {
-            // Ended by its idle timeout, or its cluster was replaced (CDS):
-            // Envoy's filter drops a replaced cluster's sessions with it.
+            // Ended by its idle timeout, its cluster was replaced (CDS), or
+            // its host left the cluster (EDS): Envoy's filter drops a
+            // replaced cluster's sessions, and a removed host's, with them.
             sessions.remove(&peer);
         }
         let replace = match sessions.get(&peer) {
@@ -205,6 +206,7 @@ impl Loop {
                 cluster: Arc::clone(&cluster.config),
             },
             host,
+            hosts: Arc::clone(&cluster.hosts()),
             slot,
             downstream: Arc::clone(&self.socket),
             local: self.local,

@@ -10,8 +10,9 @@ use super::OpenGuard;
 use super::log::{Counts, Record};
 use super::stats::{UdpClusterStats, UdpStats};
 use crate::router::facts::Upstreamed;
+use crate::upstream::UpstreamCluster;
 use crate::upstream::circuit::Held;
-use crate::upstream::host::Host;
+use crate::upstream::host::{Host, HostSet};
 use courier_config::listener::UdpProxy;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +61,8 @@ pub struct Handle {
     pub host: Arc<Host>,
     /// The version of the cluster it was made with.
     pub cluster: Arc<courier_config::cluster::Cluster>,
+    /// The cluster's host set its host was last seen in.
+    hosts: Arc<HostSet>,
     upstream: Arc<UdpSocket>,
     shared: Arc<Shared>,
     started: Instant,
@@ -72,6 +75,20 @@ impl Handle {
     /// go to a new session.
     pub fn closed(&self) -> bool {
         self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether its host has left `cluster`'s hosts. Looked for only when the
+    /// host set changed since the last look (a pointer compare otherwise).
+    pub fn host_removed(&mut self, cluster: &UpstreamCluster) -> bool {
+        let set = cluster.hosts();
+        if Arc::ptr_eq(&set, &self.hosts) {
+            return false;
+        }
+        if !set.hosts().any(|h| h.address == self.host.address) {
+            return true;
+        }
+        self.hosts = Arc::clone(&set);
+        false
     }
 
     /// Sends a datagram of the peer to the host, as Envoy's
@@ -116,6 +133,8 @@ pub struct Start {
     pub upstream: Upstreamed,
     /// The host (also in `upstream`).
     pub host: Arc<Host>,
+    /// The cluster's host set the host was picked from.
+    pub hosts: Arc<HostSet>,
     /// The cluster's `max_connections` slot, held for the session's life.
     pub slot: Held,
     /// The listener's socket (replies go out through it).
@@ -197,6 +216,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
         id,
         host: s.host,
         cluster: Arc::clone(&end.record.upstream.cluster),
+        hosts: s.hosts,
         upstream: Arc::clone(&upstream),
         shared: Arc::clone(&shared),
         started,
