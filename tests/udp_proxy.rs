@@ -44,10 +44,16 @@ const TEXT: &str = "%UPSTREAM_HOST% %UPSTREAM_CLUSTER% %BYTES_RECEIVED% %BYTES_S
 
 /// A UDP listener `name` to `cluster` (`cluster: None`: the matcher has no action).
 fn listener(name: &str, cluster: &str, extra: &str, listener_extra: &str) -> String {
+    // `wild` binds the wildcard address, as Envoy Gateway's listeners do.
+    let ip = if name == "wild" {
+        "0.0.0.0"
+    } else {
+        "127.0.0.1"
+    };
     format!(
         r#"
   - name: {name}
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0, protocol: UDP}}}}
+    address: {{socket_address: {{address: {ip}, port_value: 0, protocol: UDP}}}}
     {listener_extra}
     listener_filters:
     - name: envoy.filters.udp_listener.udp_proxy
@@ -106,7 +112,7 @@ fn cluster(name: &str, ports: &[u16], extra: &str) -> String {
     )
 }
 
-const LISTENERS: [&str; 5] = ["sticky", "missing", "empty", "overflow", "small"];
+const LISTENERS: [&str; 6] = ["sticky", "missing", "empty", "overflow", "small", "wild"];
 
 fn bootstrap(a: u16, b: u16) -> String {
     let listeners = [
@@ -120,6 +126,7 @@ fn bootstrap(a: u16, b: u16) -> String {
             "upstream_socket_config: {max_rx_datagram_size: 100}",
             "udp_listener_config: {downstream_socket_config: {max_rx_datagram_size: 100}}",
         ),
+        listener("wild", "wild", "", ""),
     ]
     .concat();
     let clusters = [
@@ -131,6 +138,7 @@ fn bootstrap(a: u16, b: u16) -> String {
             "circuit_breakers: {thresholds: [{max_connections: 1}]}",
         ),
         cluster("small", &[a], ""),
+        cluster("wild", &[b], ""),
     ]
     .concat();
     format!(
@@ -279,12 +287,20 @@ fn run(p: &Proxy, hosts_ports: [u16; 2]) -> Seen {
         }
     }
     scenarios.push(("small after drops".into(), got.join(", ")));
+    // A wildcard listener: the session's local address is the one the peer
+    // sent to (in the log lines), and replies come from it (`ask` checks).
+    let wild = p
+        .listener("wild")
+        .unwrap()
+        .replace("0.0.0.0:", "127.0.0.1:");
+    let s = peer();
+    scenarios.push(("wildcard".into(), ask(&s, &wild, b"w")));
     // Every session ends after its idle second; its lines are written then.
-    for l in ["sticky", "overflow", "small"] {
+    for l in ["sticky", "overflow", "small", "wild"] {
         wait_stat(p, &format!("udp.{l}.downstream_sess_active"), 0);
     }
     let mut logs = BTreeMap::new();
-    for (l, n) in [("sticky", 3), ("overflow", 2), ("small", 1)] {
+    for (l, n) in [("sticky", 3), ("overflow", 2), ("small", 1), ("wild", 1)] {
         for file in [format!("{l}.log"), format!("{l}.json")] {
             let mut lines = lines(p, &file, n);
             if l == "sticky" {

@@ -16,6 +16,7 @@
 //! session holds one receive buffer.
 
 mod log;
+mod pktinfo;
 mod session;
 pub mod stats;
 
@@ -71,33 +72,39 @@ pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: 
             return;
         }
     };
+    // A wildcard listener reads each datagram's destination (see `pktinfo`).
+    let mut wildcard = local.ip().is_unspecified();
+    if wildcard && let Err(e) = pktinfo::enable(&socket, local.is_ipv6()) {
+        tracing::warn!(%local, error = %e, "udp proxy: no destination addresses; the bound address stands in");
+        wildcard = false;
+    }
     let mut cur = served.borrow_and_update().clone();
     let (ended_tx, mut ended_rx) = mpsc::unbounded_channel();
-    let mut sessions: HashMap<SocketAddr, Handle> = HashMap::new();
+    let mut sessions: HashMap<Key, Handle> = HashMap::new();
     // One byte more than the largest datagram taken: a longer one is seen as
     // truncated and dropped.
     let mut buf = vec![0u8; cur.config.max_rx_datagram_size + 1];
     let lp = Loop {
-        local,
+        wildcard,
         socket: Arc::clone(&socket),
         env,
         ended: ended_tx,
     };
     loop {
         tokio::select! {
-            r = socket.recv_from(&mut buf) => match r {
-                Ok((n, _)) if n > cur.config.max_rx_datagram_size => {
+            r = recv(&socket, &mut buf, wildcard, local) => match r {
+                Ok((n, ..)) if n > cur.config.max_rx_datagram_size => {
                     cur.listener_stats.rx_datagram_dropped.inc();
                 }
-                Ok((n, peer)) => lp.datagram(&buf[..n], peer, &cur, &mut sessions).await,
+                Ok((n, peer, to)) => lp.datagram(&buf[..n], (peer, to), &cur, &mut sessions).await,
                 Err(e) => {
                     tracing::debug!(error = %e, "udp proxy: receive failed");
                     cur.stats.rx_errors.inc();
                 }
             },
-            Some((peer, id)) = ended_rx.recv() => {
-                if sessions.get(&peer).is_some_and(|h| h.id == id) {
-                    sessions.remove(&peer);
+            Some((key, id)) = ended_rx.recv() => {
+                if sessions.get(&key).is_some_and(|h| h.id == id) {
+                    sessions.remove(&key);
                 }
             }
             changed = served.changed() => {
@@ -116,12 +123,37 @@ pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: 
     }
 }
 
+/// A session's key: the peer and the local address it sent to (Envoy's
+/// `LocalPeerAddresses`).
+pub type Key = (SocketAddr, SocketAddr);
+
+/// Reads a datagram: its length, the peer and the local address it was sent
+/// to (the bound one, or on a wildcard listener the datagram's destination).
+async fn recv(
+    socket: &UdpSocket,
+    buf: &mut [u8],
+    wildcard: bool,
+    bound: SocketAddr,
+) -> std::io::Result<(usize, SocketAddr, SocketAddr)> {
+    if wildcard {
+        let (n, peer, to) = pktinfo::recv(socket, buf).await?;
+        Ok((
+            n,
+            peer,
+            SocketAddr::new(to.unwrap_or(bound.ip()), bound.port()),
+        ))
+    } else {
+        let (n, peer) = socket.recv_from(buf).await?;
+        Ok((n, peer, bound))
+    }
+}
+
 /// The listener loop's fixed parts.
 struct Loop {
-    local: SocketAddr,
+    wildcard: bool,
     socket: Arc<UdpSocket>,
     env: Env,
-    ended: mpsc::UnboundedSender<(SocketAddr, u64)>,
+    ended: mpsc::UnboundedSender<(Key, u64)>,
 }
 
 impl Loop {
@@ -129,10 +161,11 @@ impl Loop {
     async fn datagram(
         &self,
         data: &[u8],
-        peer: SocketAddr,
+        key: Key,
         cur: &Served,
-        sessions: &mut HashMap<SocketAddr, Handle>,
+        sessions: &mut HashMap<Key, Handle>,
     ) {
+        let (peer, local) = key;
         let proxy = &cur.config.proxy;
         // The route, as Envoy's: the cluster must be in force (its
         // `cluster_infos_`), else the datagram has no route.
@@ -144,15 +177,15 @@ impl Loop {
             cur.stats.no_route.inc();
             return;
         };
-        if let Some(h) = sessions.get_mut(&peer)
+        if let Some(h) = sessions.get_mut(&key)
             && (h.closed() || !Arc::ptr_eq(&h.cluster, &cluster.config) || h.host_removed(&cluster))
         {
             // Ended by its idle timeout, its cluster was replaced (CDS), or
             // its host left the cluster (EDS): Envoy's filter drops a
             // replaced cluster's sessions, and a removed host's, with them.
-            sessions.remove(&peer);
+            sessions.remove(&key);
         }
-        let replace = match sessions.get(&peer) {
+        let replace = match sessions.get(&key) {
             Some(h) if !crate::upstream::host::usable(&h.host) => {
                 // Envoy: an unhealthy host's session moves to a healthy
                 // other host if the balancer offers one.
@@ -167,10 +200,10 @@ impl Loop {
             None => None,
         };
         if replace.is_some() {
-            sessions.remove(&peer);
-        } else if sessions.contains_key(&peer) {
+            sessions.remove(&key);
+        } else if sessions.contains_key(&key) {
             // Unhealthy, but no better host: the session carries on.
-            if let Some(h) = sessions.get(&peer) {
+            if let Some(h) = sessions.get(&key) {
                 h.forward(data, &cur.stats).await;
             }
             return;
@@ -184,7 +217,7 @@ impl Loop {
             // Envoy 1.40 makes the session before it finds the cluster full:
             // it counts in `downstream_sess_total` and logs one line, `UO`,
             // with no host and nothing moved.
-            session::overflowed(proxy, &cur.stats, &cluster.config, self.local, peer);
+            session::overflowed(proxy, &cur.stats, &cluster.config, local, peer);
             return;
         };
         let host = match replace {
@@ -209,7 +242,8 @@ impl Loop {
             hosts: Arc::clone(&cluster.hosts()),
             slot,
             downstream: Arc::clone(&self.socket),
-            local: self.local,
+            local,
+            reply_from: self.wildcard.then_some(local.ip()),
             peer,
             ended: self.ended.clone(),
             open: (self.env.open)(),
@@ -217,7 +251,7 @@ impl Loop {
         match session::start(start) {
             Ok(h) => {
                 h.forward(data, &cur.stats).await;
-                sessions.insert(peer, h);
+                sessions.insert(key, h);
             }
             Err(e) => {
                 // Out of sockets or memory: the datagram is dropped.

@@ -14,7 +14,7 @@ use crate::upstream::UpstreamCluster;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::{Host, HostSet};
 use courier_config::listener::UdpProxy;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
@@ -139,12 +139,14 @@ pub struct Start {
     pub slot: Held,
     /// The listener's socket (replies go out through it).
     pub downstream: Arc<UdpSocket>,
-    /// The listener's address.
+    /// The local address the peer sent to.
     pub local: SocketAddr,
+    /// On a wildcard listener, the address replies leave from.
+    pub reply_from: Option<IpAddr>,
     /// The peer.
     pub peer: SocketAddr,
-    /// Where the session says it ended (peer, id).
-    pub ended: mpsc::UnboundedSender<(SocketAddr, u64)>,
+    /// Where the session says it ended (its key, its id).
+    pub ended: mpsc::UnboundedSender<(super::Key, u64)>,
     /// Counts the session as the worker's open work.
     pub open: OpenGuard,
 }
@@ -226,6 +228,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
     let task = Task {
         upstream,
         downstream: s.downstream,
+        reply_from: s.reply_from,
         peer: s.peer,
         idle: s.config.idle_timeout,
         stats: s.stats,
@@ -241,7 +244,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
             end.stats.idle_timeout.inc();
         }
         // The loop drops the handle (a send fails only once the loop is gone).
-        let _ = ended.send((end.record.peer, end.record.id));
+        let _ = ended.send(((end.record.peer, end.record.local), end.record.id));
         drop(end);
     });
     Ok(handle)
@@ -270,6 +273,7 @@ impl Drop for End {
 struct Task {
     upstream: Arc<UdpSocket>,
     downstream: Arc<UdpSocket>,
+    reply_from: Option<IpAddr>,
     peer: SocketAddr,
     idle: Duration,
     stats: Arc<UdpStats>,
@@ -316,7 +320,11 @@ impl Task {
     /// Sends a host's datagram to the peer, as Envoy's `processPacket` counts it.
     async fn reply(&self, data: &[u8]) {
         self.cluster_stats.rx_datagrams.inc();
-        match self.downstream.send_to(data, self.peer).await {
+        let sent = match self.reply_from {
+            Some(from) => super::pktinfo::send(&self.downstream, data, self.peer, from).await,
+            None => self.downstream.send_to(data, self.peer).await,
+        };
+        match sent {
             Ok(_) => {
                 let n = data.len() as u64;
                 self.stats.tx_bytes.add(n);
