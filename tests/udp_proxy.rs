@@ -491,3 +491,66 @@ fn lds_updates_and_removes_a_udp_listener() {
         ]
     );
 }
+
+/// A TCP listener on `port` (for the cluster's TCP health checks of a UDP
+/// echo host) until `close` is sent.
+fn tcp_up(port: u16) -> std::sync::mpsc::Sender<()> {
+    let l = std::net::TcpListener::bind(("127.0.0.1", port)).unwrap();
+    l.set_nonblocking(true).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        while rx.try_recv().is_err() {
+            let _ = l.accept();
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    tx
+}
+
+/// A session whose host turns unhealthy moves to a healthy other host at
+/// the peer's next datagram (a new session; the old one's line is written),
+/// as Envoy's sticky sessions do.
+#[test]
+fn a_session_leaves_a_host_that_turns_unhealthy() {
+    let (a, b) = (echo("a"), echo("b"));
+    let (up_a, up_b) = (tcp_up(a), tcp_up(b));
+    let yaml = format!(
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\nstatic_resources:\n  listeners:{}\n  clusters:{}",
+        listener("hc", "hc", "", ""),
+        cluster(
+            "hc",
+            &[a, b],
+            "health_checks: [{timeout: 1s, interval: 0.05s, no_traffic_interval: 0.05s, unhealthy_threshold: 1, healthy_threshold: 1, tcp_health_check: {}}]",
+        )
+    );
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &["hc"]).unwrap();
+    let hc = c.listener("hc").unwrap().to_string();
+    let s = peer();
+    // Both hosts healthy first (the health checker's first round).
+    let first = poll(500, || {
+        let text = client::get(&c.admin, "/clusters").ok()?;
+        let text = String::from_utf8_lossy(&text.body).into_owned();
+        (text.matches("health_flags::healthy").count() == 2).then_some(())
+    });
+    assert!(first.is_some(), "both hosts healthy");
+    let tag = ask(&s, &hc, b"1");
+    let (was, other, was_port) = if tag.starts_with("a:") {
+        (up_a, up_b, a)
+    } else {
+        (up_b, up_a, b)
+    };
+    was.send(()).unwrap();
+    let moved = poll(500, || {
+        let reply = ask(&s, &hc, b"2");
+        (reply[..1] != tag[..1]).then_some(reply)
+    });
+    assert!(moved.is_some(), "the session stayed on the unhealthy host");
+    wait_stat(&c, "udp.hc.downstream_sess_total", 2);
+    drop(other);
+    // The replaced session's line: its host, the datagrams it took.
+    let got = lines(&c, "hc.log", 1);
+    assert!(
+        got[0].starts_with(&format!("127.0.0.1:{was_port} - ")),
+        "{got:#?}"
+    );
+}

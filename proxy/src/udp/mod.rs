@@ -185,28 +185,23 @@ impl Loop {
             // replaced cluster's sessions, and a removed host's, with them.
             sessions.remove(&key);
         }
-        let replace = match sessions.get(&key) {
-            Some(h) if !crate::upstream::host::usable(&h.host) => {
-                // Envoy: an unhealthy host's session moves to a healthy
-                // other host if the balancer offers one.
+        let mut replace = None;
+        if let Some(h) = sessions.get(&key) {
+            // Envoy: an unhealthy host's session moves to a healthy other
+            // host if the balancer offers one; else it carries on.
+            let better = if crate::upstream::host::usable(&h.host) {
+                None
+            } else {
                 cluster
                     .choose()
                     .filter(|n| crate::upstream::host::usable(n) && !Arc::ptr_eq(n, &h.host))
-            }
-            Some(h) => {
+            };
+            if better.is_none() {
                 h.forward(data, &cur.stats).await;
                 return;
             }
-            None => None,
-        };
-        if replace.is_some() {
             sessions.remove(&key);
-        } else if sessions.contains_key(&key) {
-            // Unhealthy, but no better host: the session carries on.
-            if let Some(h) = sessions.get(&key) {
-                h.forward(data, &cur.stats).await;
-            }
-            return;
+            replace = better;
         }
         let stats = self.cluster_stats(&cluster);
         // Made when the cluster first meets the filter, as Envoy's.
