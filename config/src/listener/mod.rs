@@ -327,16 +327,11 @@ fn is_udp(l: &pb::Listener) -> bool {
 }
 
 /// Translates a UDP listener: its address (the UDP protocol is what makes it
-/// one; `core::address` refuses UDP everywhere else), no filter chains, the
-/// UDP proxy listener filter. The TCP-only fields are refused.
+/// one; `core::address` refuses UDP where courier has no use for it), no
+/// filter chains, the UDP proxy listener filter. The TCP-only fields are refused.
 fn udp_listener(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
     use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
-    use envoy_types::pb::envoy::config::core::v3::address::Address as A;
-    let mut tcp_form = l.address.clone();
-    if let Some(A::SocketAddress(sa)) = tcp_form.as_mut().and_then(|a| a.address.as_mut()) {
-        sa.protocol = 0;
-    }
-    let address = core::address(tcp_form.as_ref(), &path.field("address"), ctx);
+    let address = core::address_any_protocol(l.address.as_ref(), &path.field("address"), ctx);
     let quic = l
         .udp_listener_config
         .as_ref()

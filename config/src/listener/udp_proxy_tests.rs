@@ -202,7 +202,7 @@ fn what_is_not_built_is_refused_with_its_path() {
 }
 
 #[test]
-fn udp_stays_refused_outside_listeners_and_udp_proxy_on_tcp_listeners() {
+fn udp_stays_refused_outside_listeners_and_endpoints_and_udp_proxy_on_tcp_listeners() {
     // A TCP listener with the UDP proxy filter: an unknown listener filter there.
     let mut v = udp(json!({}), json!({}));
     v["static_resources"]["listeners"][0]["address"]["socket_address"]
@@ -214,13 +214,17 @@ fn udp_stays_refused_outside_listeners_and_udp_proxy_on_tcp_listeners() {
             .iter()
             .any(|e| e.starts_with(&format!("{L}.listener_filters[0]"))),
     );
+    // An endpoint's protocol is ignored, as Envoy ignores it (control
+    // planes mark UDP services' endpoints so).
     let c = json!({"static_resources": {"clusters": [{"name": "c", "type": "STATIC",
         "load_assignment": {"cluster_name": "c", "endpoints": [{"lb_endpoints": [{"endpoint": {"address":
         {"socket_address": {"address": "127.0.0.1", "port_value": 1, "protocol": "UDP"}}}}]}]}}]}});
-    assert!(
-        errors(&c)
-            .iter()
-            .any(|e| e.contains("socket_address.protocol")),
+    assert_eq!(errors(&c), Vec::<String>::new());
+    // Elsewhere UDP stays refused (the admin listens on TCP).
+    let a = json!({"admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 0, "protocol": "UDP"}}}});
+    assert_eq!(
+        errors(&a),
+        ["admin.address.socket_address.protocol: UDP is not supported"]
     );
 }
 
