@@ -112,7 +112,15 @@ fn cluster(name: &str, ports: &[u16], extra: &str) -> String {
     )
 }
 
-const LISTENERS: [&str; 6] = ["sticky", "missing", "empty", "overflow", "small", "wild"];
+const LISTENERS: [&str; 7] = [
+    "sticky",
+    "missing",
+    "empty",
+    "overflow",
+    "small",
+    "wild",
+    "perpacket",
+];
 
 fn bootstrap(a: u16, b: u16) -> String {
     let listeners = [
@@ -127,6 +135,7 @@ fn bootstrap(a: u16, b: u16) -> String {
             "udp_listener_config: {downstream_socket_config: {max_rx_datagram_size: 100}}",
         ),
         listener("wild", "wild", "", ""),
+        listener("perpacket", "pp", "use_per_packet_load_balancing: true", ""),
     ]
     .concat();
     let clusters = [
@@ -139,6 +148,7 @@ fn bootstrap(a: u16, b: u16) -> String {
         ),
         cluster("small", &[a], ""),
         cluster("wild", &[b], ""),
+        cluster("pp", &[a, b], ""),
     ]
     .concat();
     format!(
@@ -295,15 +305,32 @@ fn run(p: &Proxy, hosts_ports: [u16; 2]) -> Seen {
         .replace("0.0.0.0:", "127.0.0.1:");
     let s = peer();
     scenarios.push(("wildcard".into(), ask(&s, &wild, b"w")));
+    // Per-packet load balancing: each datagram picks a host (round robin
+    // here, so they alternate), with a session per host.
+    let pp = p.listener("perpacket").unwrap().to_string();
+    let s = peer();
+    let tags: Vec<String> = (0..4)
+        .map(|i| ask(&s, &pp, format!("q{i}").as_bytes())[..1].to_string())
+        .collect();
+    scenarios.push((
+        "per packet".into(),
+        format!("alternating: {}", tags.windows(2).all(|w| w[0] != w[1])),
+    ));
     // Every session ends after its idle second; its lines are written then.
-    for l in ["sticky", "overflow", "small", "wild"] {
+    for l in ["sticky", "overflow", "small", "wild", "perpacket"] {
         wait_stat(p, &format!("udp.{l}.downstream_sess_active"), 0);
     }
     let mut logs = BTreeMap::new();
-    for (l, n) in [("sticky", 3), ("overflow", 2), ("small", 1), ("wild", 1)] {
+    for (l, n) in [
+        ("sticky", 3),
+        ("overflow", 2),
+        ("small", 1),
+        ("wild", 1),
+        ("perpacket", 2),
+    ] {
         for file in [format!("{l}.log"), format!("{l}.json")] {
             let mut lines = lines(p, &file, n);
-            if l == "sticky" {
+            if l == "sticky" || l == "perpacket" {
                 // Envoy's round robin starts at a random host: which host a
                 // peer got is not compared (that each keeps one is, above).
                 for line in &mut lines {
@@ -332,6 +359,11 @@ fn sessions_stick_to_a_host_and_end_when_idle() {
     let seen = run(&c, [a, b]);
     assert_eq!(seen.scenarios[0].1, "true", "{seen:#?}");
     assert_eq!(seen.scenarios[1].1, "2", "{seen:#?}");
+    assert!(
+        seen.scenarios
+            .contains(&("per packet".into(), "alternating: true".into())),
+        "{seen:#?}"
+    );
     let s = &seen.stats;
     assert_eq!(s["udp.sticky.downstream_sess_total"], 3, "{s:#?}");
     assert_eq!(s["udp.sticky.downstream_sess_rx_datagrams"], 9);
@@ -345,6 +377,8 @@ fn sessions_stick_to_a_host_and_end_when_idle() {
     assert_eq!(s["udp.overflow.idle_timeout"], 1);
     assert_eq!(s["cluster.empty.upstream_cx_none_healthy"], 1);
     assert_eq!(s["udp.empty.downstream_sess_total"], 0);
+    assert_eq!(s["udp.perpacket.downstream_sess_total"], 2);
+    assert_eq!(s["udp.perpacket.downstream_sess_rx_datagrams"], 4);
     assert!(
         seen.logs["overflow.log"]
             .iter()

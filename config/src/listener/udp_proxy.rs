@@ -4,7 +4,7 @@
 //!
 //! A UDP listener has no filter chains; its only listener filter is the UDP
 //! proxy. What the filter allows and courier does not build (per-packet load
-//! balancing, hash policies, the original source IP, session filters, HTTP
+//! hash policies, the original source IP, session filters, HTTP
 //! tunneling, the proxy-wide access log and its options, matchers keyed on
 //! the datagram) is refused with its path: by its absence from [`SUPPORT`], or
 //! in code where the message is shared with another filter (`xds` matchers).
@@ -38,6 +38,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "idle_timeout",
             "access_log",
             "upstream_socket_config",
+            "use_per_packet_load_balancing",
         ],
     ),
     (
@@ -69,6 +70,9 @@ pub struct UdpProxy {
     pub idle_timeout: Duration,
     /// Session access logs, written when a session ends.
     pub access_log: Vec<AccessLog>,
+    /// `use_per_packet_load_balancing`: every datagram picks a host, and a
+    /// peer has a session per host it was sent to.
+    pub per_packet_load_balancing: bool,
     /// `upstream_socket_config.max_rx_datagram_size` (default 1500), checked
     /// as Envoy checks it. Envoy reads upstream sockets with GRO (the default
     /// `prefer_gro` of this config; setting it is refused), in 64 KiB buffers
@@ -195,6 +199,7 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         cluster: cluster?,
         idle_timeout,
         access_log,
+        per_packet_load_balancing: c.use_per_packet_load_balancing,
         upstream_max_rx_datagram_size,
     })
 }

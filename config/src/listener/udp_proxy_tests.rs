@@ -41,6 +41,7 @@ fn envoy_gateway_udp_route_loads_with_defaults() {
     assert_eq!(p.idle_timeout, Duration::from_secs(60));
     assert_eq!(p.upstream_max_rx_datagram_size, 1500);
     assert!(p.access_log.is_empty());
+    assert!(!p.per_packet_load_balancing);
 }
 
 #[test]
@@ -48,6 +49,7 @@ fn settings() {
     let u = only(&udp(
         json!({
             "idle_timeout": "1.5s",
+            "use_per_packet_load_balancing": true,
             "upstream_socket_config": {"max_rx_datagram_size": 9000},
             "access_log": [{"name": "envoy.access_loggers.file", "typed_config": {
                 "@type": crate::extensions::FILE_ACCESS_LOG, "path": "/dev/null"}}],
@@ -57,6 +59,7 @@ fn settings() {
     assert_eq!(u.max_rx_datagram_size, 65535);
     assert_eq!(u.proxy.idle_timeout, Duration::from_millis(1500));
     assert_eq!(u.proxy.upstream_max_rx_datagram_size, 9000);
+    assert!(u.proxy.per_packet_load_balancing);
     assert_eq!(u.proxy.access_log.len(), 1);
 }
 
@@ -120,7 +123,6 @@ fn what_is_not_built_is_refused_with_its_path() {
     for (field, value) in [
         ("use_original_src_ip", json!(true)),
         ("hash_policies", json!([{"source_ip": true}])),
-        ("use_per_packet_load_balancing", json!(true)),
         ("session_filters", json!([{"name": "x"}])),
         (
             "tunneling_config",

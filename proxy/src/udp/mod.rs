@@ -123,9 +123,9 @@ pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: 
     }
 }
 
-/// A session's key: the peer and the local address it sent to (Envoy's
-/// `LocalPeerAddresses`).
-pub type Key = (SocketAddr, SocketAddr);
+/// A session's key: the peer, the local address it sent to (Envoy's
+/// `LocalPeerAddresses`), and with per-packet load balancing the host.
+pub type Key = (SocketAddr, SocketAddr, Option<SocketAddr>);
 
 /// Reads a datagram: its length, the peer and the local address it was sent
 /// to (the bound one, or on a wildcard listener the datagram's destination).
@@ -161,11 +161,10 @@ impl Loop {
     async fn datagram(
         &self,
         data: &[u8],
-        key: Key,
+        (peer, local): (SocketAddr, SocketAddr),
         cur: &Served,
         sessions: &mut HashMap<Key, Handle>,
     ) {
-        let (peer, local) = key;
         let proxy = &cur.config.proxy;
         // The route, as Envoy's: the cluster must be in force (its
         // `cluster_infos_`), else the datagram has no route.
@@ -177,6 +176,20 @@ impl Loop {
             cur.stats.no_route.inc();
             return;
         };
+        // Per-packet load balancing: the host first, then its session
+        // (Envoy's `PerPacketLoadBalancingClusterInfo`).
+        let mut replace = None;
+        let key = if proxy.per_packet_load_balancing {
+            let Some(host) = cluster.choose() else {
+                self.cluster_stats(&cluster).cx_none_healthy.inc();
+                return;
+            };
+            let key = (peer, local, Some(host.address));
+            replace = Some(host);
+            key
+        } else {
+            (peer, local, None)
+        };
         if let Some(h) = sessions.get_mut(&key)
             && (h.closed() || !Arc::ptr_eq(&h.cluster, &cluster.config) || h.host_removed(&cluster))
         {
@@ -185,17 +198,18 @@ impl Loop {
             // replaced cluster's sessions, and a removed host's, with them.
             sessions.remove(&key);
         }
-        let mut replace = None;
         if let Some(h) = sessions.get(&key) {
             // Envoy: an unhealthy host's session moves to a healthy other
-            // host if the balancer offers one; else it carries on.
-            let better = if crate::upstream::host::usable(&h.host) {
-                None
-            } else {
-                cluster
-                    .choose()
-                    .filter(|n| crate::upstream::host::usable(n) && !Arc::ptr_eq(n, &h.host))
-            };
+            // host if the balancer offers one; else it carries on (a
+            // per-packet session has the host just picked).
+            let better =
+                if proxy.per_packet_load_balancing || crate::upstream::host::usable(&h.host) {
+                    None
+                } else {
+                    cluster
+                        .choose()
+                        .filter(|n| crate::upstream::host::usable(n) && !Arc::ptr_eq(n, &h.host))
+                };
             if better.is_none() {
                 h.forward(data, &cur.stats).await;
                 return;
@@ -240,6 +254,7 @@ impl Loop {
             local,
             reply_from: self.wildcard.then_some(local.ip()),
             peer,
+            key,
             ended: self.ended.clone(),
             open: (self.env.open)(),
         };

@@ -145,6 +145,8 @@ pub struct Start {
     pub reply_from: Option<IpAddr>,
     /// The peer.
     pub peer: SocketAddr,
+    /// Its key in the listener loop's map.
+    pub key: super::Key,
     /// Where the session says it ended (its key, its id).
     pub ended: mpsc::UnboundedSender<(super::Key, u64)>,
     /// Counts the session as the worker's open work.
@@ -237,6 +239,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
         started,
     };
     let ended = s.ended;
+    let key = s.key;
     tokio::spawn(async move {
         let idle = task.run(stop_rx).await;
         end.shared.closed.store(true, Ordering::Release);
@@ -244,7 +247,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
             end.stats.idle_timeout.inc();
         }
         // The loop drops the handle (a send fails only once the loop is gone).
-        let _ = ended.send(((end.record.peer, end.record.local), end.record.id));
+        let _ = ended.send((key, end.record.id));
         drop(end);
     });
     Ok(handle)
