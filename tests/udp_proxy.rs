@@ -588,3 +588,34 @@ fn a_session_leaves_a_host_that_turns_unhealthy() {
         "{got:#?}"
     );
 }
+
+/// `access_log_options.access_log_flush_interval`: a session also writes
+/// its line while it lasts, with the counts so far (Envoy's periodic lines),
+/// and once more when it ends.
+#[test]
+fn a_session_flushes_its_log_periodically() {
+    let a = echo("a");
+    let yaml = format!(
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\nstatic_resources:\n  listeners:{}\n  clusters:{}",
+        listener(
+            "periodic",
+            "a",
+            "access_log_options: {access_log_flush_interval: 0.1s}",
+            ""
+        ),
+        cluster("a", &[a], "")
+    );
+    let c = Proxy::start(Kind::Courier, &courier_bin(), &yaml, &["periodic"]).unwrap();
+    let l = c.listener("periodic").unwrap().to_string();
+    let s = peer();
+    assert_eq!(ask(&s, &l, b"1"), "a:1");
+    // A periodic line comes while the session lasts (its idle second).
+    let early = lines(&c, "periodic.json", 1);
+    assert!(early[0].contains("\"datagrams\":1"), "{early:#?}");
+    wait_stat(&c, "udp.periodic.idle_timeout", 1);
+    let all = lines(&c, "periodic.json", 2);
+    assert!(
+        all.iter().all(|l| l.contains("\"received\":1,")),
+        "{all:#?}"
+    );
+}

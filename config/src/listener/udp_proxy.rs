@@ -5,7 +5,7 @@
 //! A UDP listener has no filter chains; its only listener filter is the UDP
 //! proxy. What the filter allows and courier does not build (per-packet load
 //! hash policies, the original source IP, session filters, HTTP
-//! tunneling, the proxy-wide access log and its options, matchers keyed on
+//! tunneling, the proxy-wide access log, matchers keyed on
 //! the datagram) is refused with its path: by its absence from [`SUPPORT`], or
 //! in code where the message is shared with another filter (`xds` matchers).
 
@@ -39,6 +39,16 @@ pub(crate) const SUPPORT: &[Support] = &[
             "access_log",
             "upstream_socket_config",
             "use_per_packet_load_balancing",
+            "access_log_options",
+        ],
+    ),
+    // `flush_access_log_on_tunnel_connected` flushes when an HTTP tunnel
+    // connects; tunneling is refused, so it never does, as in Envoy without one.
+    (
+        "envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig.UdpAccessLogOptions",
+        &[
+            "access_log_flush_interval",
+            "flush_access_log_on_tunnel_connected",
         ],
     ),
     (
@@ -70,6 +80,9 @@ pub struct UdpProxy {
     pub idle_timeout: Duration,
     /// Session access logs, written when a session ends.
     pub access_log: Vec<AccessLog>,
+    /// `access_log_options.access_log_flush_interval`: a session also writes
+    /// its lines this often while it lasts (Envoy's `UdpPeriodic` lines).
+    pub access_log_flush_interval: Option<Duration>,
     /// `use_per_packet_load_balancing`: every datagram picks a host, and a
     /// peer has a session per host it was sent to.
     pub per_packet_load_balancing: bool,
@@ -194,11 +207,23 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         None => DEFAULT_MAX_RX_DATAGRAM_SIZE,
     };
     let access_log = access_log::translate_all(&c.access_log, &path.field("access_log"), ctx);
+    let op = path.field("access_log_options");
+    let fp = op.field("access_log_flush_interval");
+    let access_log_flush_interval = c
+        .access_log_options
+        .as_ref()
+        .and_then(|o| o.access_log_flush_interval.as_ref())
+        .and_then(|d| core::duration(d, &fp, ctx));
+    if access_log_flush_interval.is_some_and(|d| d < Duration::from_millis(1)) {
+        // PGV `gte: 1ms`.
+        ctx.error(&fp, "must be at least 1ms");
+    }
     Some(UdpProxy {
         stat_prefix: c.stat_prefix.clone(),
         cluster: cluster?,
         idle_timeout,
         access_log,
+        access_log_flush_interval,
         per_packet_load_balancing: c.use_per_packet_load_balancing,
         upstream_max_rx_datagram_size,
     })

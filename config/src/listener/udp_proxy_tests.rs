@@ -42,6 +42,7 @@ fn envoy_gateway_udp_route_loads_with_defaults() {
     assert_eq!(p.upstream_max_rx_datagram_size, 1500);
     assert!(p.access_log.is_empty());
     assert!(!p.per_packet_load_balancing);
+    assert_eq!(p.access_log_flush_interval, None);
 }
 
 #[test]
@@ -50,6 +51,7 @@ fn settings() {
         json!({
             "idle_timeout": "1.5s",
             "use_per_packet_load_balancing": true,
+            "access_log_options": {"access_log_flush_interval": "0.25s", "flush_access_log_on_tunnel_connected": true},
             "upstream_socket_config": {"max_rx_datagram_size": 9000},
             "access_log": [{"name": "envoy.access_loggers.file", "typed_config": {
                 "@type": crate::extensions::FILE_ACCESS_LOG, "path": "/dev/null"}}],
@@ -60,6 +62,10 @@ fn settings() {
     assert_eq!(u.proxy.idle_timeout, Duration::from_millis(1500));
     assert_eq!(u.proxy.upstream_max_rx_datagram_size, 9000);
     assert!(u.proxy.per_packet_load_balancing);
+    assert_eq!(
+        u.proxy.access_log_flush_interval,
+        Some(Duration::from_millis(250))
+    );
     assert_eq!(u.proxy.access_log.len(), 1);
 }
 
@@ -102,6 +108,15 @@ fn envoys_refusals() {
     );
     assert_eq!(
         errors(&udp(
+            json!({"access_log_options": {"access_log_flush_interval": "0.0001s"}}),
+            json!({})
+        )),
+        [format!(
+            "{T}.access_log_options.access_log_flush_interval: must be at least 1ms"
+        )]
+    );
+    assert_eq!(
+        errors(&udp(
             json!({}),
             json!({"udp_listener_config": {"downstream_socket_config": {"max_rx_datagram_size": 70000}}})
         )),
@@ -127,10 +142,6 @@ fn what_is_not_built_is_refused_with_its_path() {
         (
             "tunneling_config",
             json!({"proxy_host": "h", "target_host": "t"}),
-        ),
-        (
-            "access_log_options",
-            json!({"flush_access_log_on_tunnel_connected": true}),
         ),
         (
             "proxy_access_log",

@@ -34,7 +34,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::{mpsc, watch};
 
 /// What counts a session as its worker's open work until dropped.
-pub type OpenGuard = Box<dyn std::any::Any + Send>;
+pub type OpenGuard = Box<dyn std::any::Any + Send + Sync>;
 
 /// One version of a UDP listener, as its loop serves it.
 #[derive(Debug, Clone)]

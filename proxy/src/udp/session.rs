@@ -241,7 +241,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
     let ended = s.ended;
     let key = s.key;
     tokio::spawn(async move {
-        let idle = task.run(stop_rx).await;
+        let idle = task.run(stop_rx, &end).await;
         end.shared.closed.store(true, Ordering::Release);
         if idle {
             end.stats.idle_timeout.inc();
@@ -262,6 +262,13 @@ struct End {
     shared: Arc<Shared>,
     _slot: Held,
     _open: OpenGuard,
+}
+
+impl End {
+    /// A line while the session lasts (`access_log_flush_interval`).
+    fn flush(&self) {
+        self.record.write(&self.config, self.shared.counts());
+    }
 }
 
 impl Drop for End {
@@ -288,7 +295,10 @@ struct Task {
 impl Task {
     /// Relays the host's datagrams to the peer until the session ends;
     /// `true` when its idle timeout ended it.
-    async fn run(&self, mut stop: oneshot::Receiver<()>) -> bool {
+    async fn run(&self, mut stop: oneshot::Receiver<()>, end: &End) -> bool {
+        // Lines every `access_log_flush_interval` while the session lasts.
+        let every = end.config.access_log_flush_interval;
+        let mut flush_at = every.map(|d| self.started + d);
         // Envoy reads a session's socket with GRO by default (its
         // `prefer_gro` for upstream sockets), in 64 KiB buffers whatever
         // `max_rx_datagram_size` says: every datagram comes through whole.
@@ -298,6 +308,15 @@ impl Task {
             let idle_at = self.started + last + self.idle;
             tokio::select! {
                 _ = &mut stop => return false,
+                () = async {
+                    match flush_at {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    end.flush();
+                    flush_at = every.map(|d| Instant::now() + d);
+                }
                 () = tokio::time::sleep_until(idle_at) => {
                     let last = Duration::from_millis(self.shared.last_ms.load(Ordering::Relaxed));
                     // A datagram since the timer was set moves it on.
