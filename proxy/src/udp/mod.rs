@@ -1,19 +1,25 @@
 //! UDP listeners: the `envoy.filters.udp_listener.udp_proxy` listener filter,
-//! with Envoy 1.40's semantics (`UdpProxyFilter`'s sticky sessions).
+//! with Envoy 1.40's semantics (`UdpProxyFilter`).
 //!
 //! A listener's loop reads datagrams from its socket. The first datagram of
-//! a downstream peer (its address; the local end is the listener's) makes a
-//! session, as Envoy's `createSession`: the route's cluster must be in force
-//! (else `downstream_sess_no_route`), the cluster's `max_connections` must
-//! allow one more session (else `upstream_cx_overflow`), its balancer must
-//! give a host (else `upstream_cx_none_healthy`); a refused datagram is
+//! a downstream peer to a local address (on a wildcard listener, the
+//! datagram's own destination: [`pktinfo`]) makes a session, as Envoy's
+//! `createSession`: the route's cluster must be in force (else
+//! `downstream_sess_no_route`), the cluster's `max_connections` must allow one
+//! more session (else `upstream_cx_overflow` and a `UO` line), its balancer
+//! must give a host (else `upstream_cx_none_healthy`); a refused datagram is
 //! dropped. The session keeps its host for its life — unless the host turns
-//! unhealthy and the balancer offers a healthy other one, which then takes
-//! the peer's datagrams on a new session, as Envoy does — and ends after
-//! `idle_timeout` without a datagram either way ([`session`]).
+//! unhealthy and the balancer offers a healthy other one, or the host leaves
+//! the cluster, or the cluster is replaced: the peer's next datagram then
+//! makes a new session, as Envoy's would — and ends after `idle_timeout`
+//! without a datagram either way ([`session`]). With per-packet load
+//! balancing every datagram picks a host, and a peer has a session per host.
 //!
-//! Nothing is queued: a datagram is sent (or dropped) as it is read, and a
-//! session holds one receive buffer.
+//! Nothing is queued: a datagram is sent (or dropped) as it is read (a send
+//! waits only while the kernel's socket buffer is full), and a session holds
+//! one receive buffer. The channel on which sessions report their end holds
+//! at most one message per session, and sessions are bounded by the
+//! cluster's `max_connections`.
 
 mod log;
 mod pktinfo;
