@@ -457,6 +457,12 @@ fn lds_listener(prefix: &str, cluster: &str, log: &std::path::Path) -> String {
           "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
           path: {log}
           log_format: {{text_format_source: {{inline_string: "{prefix} %UPSTREAM_HOST% %BYTES_RECEIVED% %BYTES_SENT%\n"}}}}
+      proxy_access_log:
+      - name: envoy.access_loggers.file
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+          path: {log}.proxy
+          log_format: {{text_format_source: {{inline_string: "{prefix} %BYTES_RECEIVED% %BYTES_SENT% %DOWNSTREAM_REMOTE_ADDRESS% %UPSTREAM_HOST% %DYNAMIC_METADATA(udp.proxy.proxy:session_total)%\n"}}}}
 "#,
         log = log.display()
     )
@@ -524,6 +530,16 @@ fn lds_updates_and_removes_a_udp_listener() {
             format!("v2 127.0.0.1:{b} 1 3")
         ]
     );
+    // The proxy's own line, as each version's filter went (Envoy's
+    // `proxy_access_log`: no downstream, no host, the prefix's counters).
+    let proxy = std::path::PathBuf::from(format!("{}.proxy", log.display()));
+    let got = poll(500, || {
+        let text = std::fs::read_to_string(&proxy).ok()?;
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines.len() >= 2).then_some(lines)
+    })
+    .unwrap();
+    assert_eq!(got, ["v1 1 3 - - 1", "v2 1 3 - - 1"]);
 }
 
 /// A TCP listener on `port` (for the cluster's TCP health checks of a UDP

@@ -5,7 +5,7 @@
 //! A UDP listener has no filter chains; its only listener filter is the UDP
 //! proxy. What the filter allows and courier does not build (per-packet load
 //! hash policies, the original source IP, session filters, HTTP
-//! tunneling, the proxy-wide access log, matchers keyed on
+//! tunneling, matchers keyed on
 //! the datagram) is refused with its path: by its absence from [`SUPPORT`], or
 //! in code where the message is shared with another filter (`xds` matchers).
 
@@ -40,6 +40,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "upstream_socket_config",
             "use_per_packet_load_balancing",
             "access_log_options",
+            "proxy_access_log",
         ],
     ),
     // `flush_access_log_on_tunnel_connected` flushes when an HTTP tunnel
@@ -80,6 +81,9 @@ pub struct UdpProxy {
     pub idle_timeout: Duration,
     /// Session access logs, written when a session ends.
     pub access_log: Vec<AccessLog>,
+    /// `proxy_access_log`: the proxy's own lines, written when a worker's
+    /// filter goes (its listener updated or removed, the worker stopping).
+    pub proxy_access_log: Vec<AccessLog>,
     /// `access_log_options.access_log_flush_interval`: a session also writes
     /// its lines this often while it lasts (Envoy's `UdpPeriodic` lines).
     pub access_log_flush_interval: Option<Duration>,
@@ -207,6 +211,8 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         None => DEFAULT_MAX_RX_DATAGRAM_SIZE,
     };
     let access_log = access_log::translate_all(&c.access_log, &path.field("access_log"), ctx);
+    let proxy_access_log =
+        access_log::translate_all(&c.proxy_access_log, &path.field("proxy_access_log"), ctx);
     let op = path.field("access_log_options");
     let fp = op.field("access_log_flush_interval");
     let access_log_flush_interval = c
@@ -223,6 +229,7 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         cluster: cluster?,
         idle_timeout,
         access_log,
+        proxy_access_log,
         access_log_flush_interval,
         per_packet_load_balancing: c.use_per_packet_load_balancing,
         upstream_max_rx_datagram_size,

@@ -55,6 +55,8 @@ fn settings() {
             "upstream_socket_config": {"max_rx_datagram_size": 9000},
             "access_log": [{"name": "envoy.access_loggers.file", "typed_config": {
                 "@type": crate::extensions::FILE_ACCESS_LOG, "path": "/dev/null"}}],
+            "proxy_access_log": [{"name": "envoy.access_loggers.file", "typed_config": {
+                "@type": crate::extensions::FILE_ACCESS_LOG, "path": "/dev/null"}}],
         }),
         json!({"udp_listener_config": {"downstream_socket_config": {"max_rx_datagram_size": 65535}}}),
     ));
@@ -67,6 +69,7 @@ fn settings() {
         Some(Duration::from_millis(250))
     );
     assert_eq!(u.proxy.access_log.len(), 1);
+    assert_eq!(u.proxy.proxy_access_log.len(), 1);
 }
 
 #[test]
@@ -142,11 +145,6 @@ fn what_is_not_built_is_refused_with_its_path() {
         (
             "tunneling_config",
             json!({"proxy_host": "h", "target_host": "t"}),
-        ),
-        (
-            "proxy_access_log",
-            json!([{"name": "envoy.access_loggers.file", "typed_config": {
-            "@type": crate::extensions::FILE_ACCESS_LOG, "path": "/dev/null"}}]),
         ),
     ] {
         let errs = errors(&udp(json!({field: value}), json!({})));

@@ -47,6 +47,8 @@ pub enum Logs {
         config: Arc<courier_config::listener::UdpProxy>,
         /// The session's upstream socket address (`%UPSTREAM_LOCAL_ADDRESS%`).
         upstream_local: Option<std::net::SocketAddr>,
+        /// A `proxy_access_log` line (the filter's own, with no downstream).
+        proxy: bool,
     },
 }
 
@@ -61,6 +63,11 @@ impl Logs {
                 .map_or(&[], |h| &h.access_log[..]),
             Logs::Admin(logs) => logs,
             Logs::Tcp { config, .. } => &config.access_log,
+            Logs::Udp {
+                config,
+                proxy: true,
+                ..
+            } => &config.proxy_access_log,
             Logs::Udp { config, .. } => &config.access_log,
         }
     }

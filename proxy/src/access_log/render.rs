@@ -146,6 +146,19 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             _ => {}
         }
     }
+    if let super::Logs::Udp { proxy: true, .. } = &req.logs {
+        // The filter's own stream info has no downstream connection.
+        match c {
+            Command::DownstreamRemoteAddress
+            | Command::DownstreamRemoteAddressWithoutPort
+            | Command::DownstreamDirectRemoteAddress
+            | Command::DownstreamDirectRemoteAddressWithoutPort
+            | Command::DownstreamLocalAddress
+            | Command::DownstreamLocalAddressWithoutPort
+            | Command::DownstreamLocalPort => return None,
+            _ => {}
+        }
+    }
     if let super::Logs::Udp { upstream_local, .. } = &req.logs {
         // A UDP session's stream info: no request, response, route or
         // cluster (Envoy sets the host only), nor connect attempts.

@@ -64,6 +64,7 @@ impl Record {
             logs: Logs::Udp {
                 config: Arc::clone(config),
                 upstream_local: self.upstream_local,
+                proxy: false,
             },
             start: self.start,
             started: self.started,
@@ -105,4 +106,77 @@ fn metadata(cluster: &str, c: Counts) -> DynamicMetadata {
     let mut map = courier_config::core::MetadataMap::new();
     map.insert("udp.proxy.session".into(), m);
     DynamicMetadata(map)
+}
+
+/// The filter's own line (`proxy_access_log`), written when a worker's
+/// filter goes: bytes of every datagram it read and every one it sent back,
+/// and Envoy's `udp.proxy.proxy` metadata (the stat prefix's counters).
+#[derive(Debug)]
+pub struct ProxyRecord {
+    /// The proxy's config.
+    pub config: Arc<UdpProxy>,
+    /// `udp.<prefix>.*`.
+    pub stats: Arc<super::UdpStats>,
+    /// Wall-clock start (`%START_TIME%`).
+    pub start: SystemTime,
+    /// Monotonic start (`%DURATION%`).
+    pub started: Instant,
+    /// Bytes of the datagrams read (`%BYTES_RECEIVED%`).
+    pub rx_bytes: u64,
+    /// Bytes sent back to peers (`%BYTES_SENT%`), added by the sessions.
+    pub tx_bytes: Arc<AtomicU64>,
+    /// Counts as the worker's open work, so a stopping worker writes the line.
+    pub _open: super::OpenGuard,
+}
+
+impl Drop for ProxyRecord {
+    fn drop(&mut self) {
+        let s = &self.stats;
+        let mut m = serde_json::Map::new();
+        for (k, v) in [
+            ("bytes_received", s.rx_bytes.get()),
+            ("bytes_sent", s.tx_bytes.get()),
+            ("datagrams_received", s.rx_datagrams.get()),
+            ("datagrams_sent", s.tx_datagrams.get()),
+            ("errors_received", s.rx_errors.get()),
+            ("errors_sent", s.tx_errors.get()),
+            ("idle_timeout", s.idle_timeout.get()),
+            ("no_route", s.no_route.get()),
+            ("session_total", s.sess_total.get()),
+        ] {
+            m.insert(k.into(), v.into());
+        }
+        let mut map = courier_config::core::MetadataMap::new();
+        map.insert("udp.proxy.proxy".into(), m);
+        let unspecified = Peer::Ip(SocketAddr::from(([0, 0, 0, 0], 0)));
+        let pending = Pending {
+            logs: Logs::Udp {
+                config: Arc::clone(&self.config),
+                upstream_local: None,
+                proxy: true,
+            },
+            start: self.start,
+            started: self.started,
+            method: http::Method::GET,
+            uri: http::Uri::default(),
+            version: http::Version::HTTP_11,
+            headers: http::HeaderMap::new(),
+            // Not rendered for the proxy's line (see the renderer).
+            peer: unspecified.clone(),
+            remote: None,
+            local: unspecified,
+            server_name: None,
+            connection_id: 0,
+            request: Arc::new(RequestProgress {
+                received: AtomicU64::new(self.rx_bytes),
+                done_ms: AtomicU64::new(u64::MAX),
+            }),
+            span: None,
+        };
+        pending.write(ResponseSide {
+            bytes_sent: self.tx_bytes.load(std::sync::atomic::Ordering::Relaxed),
+            dynamic_metadata: DynamicMetadata(map),
+            ..ResponseSide::default()
+        });
+    }
 }

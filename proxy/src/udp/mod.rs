@@ -96,13 +96,20 @@ pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: 
         env,
         ended: ended_tx,
     };
+    let mut proxy_log = lp.proxy_record(&cur);
     loop {
         tokio::select! {
             r = recv(&socket, &mut buf, wildcard, local) => match r {
                 Ok((n, ..)) if n > cur.config.max_rx_datagram_size => {
                     cur.listener_stats.rx_datagram_dropped.inc();
                 }
-                Ok((n, peer, to)) => lp.datagram(&buf[..n], (peer, to), &cur, &mut sessions).await,
+                Ok((n, peer, to)) => {
+                    if let Some(p) = &mut proxy_log {
+                        p.rx_bytes += n as u64;
+                    }
+                    let tx = proxy_log.as_ref().map(|p| &p.tx_bytes);
+                    lp.datagram(&buf[..n], (peer, to), &cur, &mut sessions, tx).await;
+                }
                 Err(e) => {
                     tracing::debug!(error = %e, "udp proxy: receive failed");
                     cur.stats.rx_errors.inc();
@@ -120,8 +127,12 @@ pub async fn serve(socket: UdpSocket, mut served: watch::Receiver<Served>, env: 
                 }
                 let next = served.borrow_and_update().clone();
                 if next.config != cur.config {
+                    // Envoy replaces the filter: its sessions end, then its
+                    // own line is written, and the new one starts afresh.
                     sessions.clear();
+                    drop(proxy_log.take());
                     buf.resize(next.config.max_rx_datagram_size + 1, 0);
+                    proxy_log = lp.proxy_record(&next);
                 }
                 cur = next;
             }
@@ -163,13 +174,31 @@ struct Loop {
 }
 
 impl Loop {
+    /// The filter's own log record, if it has a `proxy_access_log`.
+    fn proxy_record(&self, cur: &Served) -> Option<log::ProxyRecord> {
+        if cur.config.proxy.proxy_access_log.is_empty() {
+            return None;
+        }
+        Some(log::ProxyRecord {
+            config: Arc::clone(&cur.config.proxy),
+            stats: Arc::clone(&cur.stats),
+            start: std::time::SystemTime::now(),
+            started: tokio::time::Instant::now(),
+            rx_bytes: 0,
+            tx_bytes: Arc::default(),
+            _open: (self.env.open)(),
+        })
+    }
+
     /// A datagram from `peer`: to its session, made first if it has none.
+    /// `proxy_tx` counts the bytes sent back for the proxy's own line.
     async fn datagram(
         &self,
         data: &[u8],
         (peer, local): (SocketAddr, SocketAddr),
         cur: &Served,
         sessions: &mut HashMap<Key, Handle>,
+        proxy_tx: Option<&Arc<std::sync::atomic::AtomicU64>>,
     ) {
         let proxy = &cur.config.proxy;
         // The route, as Envoy's: the cluster must be in force (its
@@ -261,6 +290,7 @@ impl Loop {
             reply_from: self.wildcard.then_some(local.ip()),
             peer,
             key,
+            proxy_tx: proxy_tx.cloned(),
             ended: self.ended.clone(),
             open: (self.env.open)(),
         };

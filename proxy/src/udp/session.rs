@@ -147,6 +147,8 @@ pub struct Start {
     pub peer: SocketAddr,
     /// Its key in the listener loop's map.
     pub key: super::Key,
+    /// The proxy's own count of bytes sent back, when it logs.
+    pub proxy_tx: Option<Arc<AtomicU64>>,
     /// Where the session says it ended (its key, its id).
     pub ended: mpsc::UnboundedSender<(super::Key, u64)>,
     /// Counts the session as the worker's open work.
@@ -231,6 +233,7 @@ pub fn start(s: Start) -> std::io::Result<Handle> {
         upstream,
         downstream: s.downstream,
         reply_from: s.reply_from,
+        proxy_tx: s.proxy_tx,
         peer: s.peer,
         idle: s.config.idle_timeout,
         stats: s.stats,
@@ -284,6 +287,7 @@ struct Task {
     upstream: Arc<UdpSocket>,
     downstream: Arc<UdpSocket>,
     reply_from: Option<IpAddr>,
+    proxy_tx: Option<Arc<AtomicU64>>,
     peer: SocketAddr,
     idle: Duration,
     stats: Arc<UdpStats>,
@@ -342,6 +346,10 @@ impl Task {
     /// Sends a host's datagram to the peer, as Envoy's `processPacket` counts it.
     async fn reply(&self, data: &[u8]) {
         self.cluster_stats.rx_datagrams.inc();
+        if let Some(tx) = &self.proxy_tx {
+            // Envoy counts it before the send, whatever its outcome.
+            tx.fetch_add(data.len() as u64, Ordering::Relaxed);
+        }
         let sent = match self.reply_from {
             Some(from) => super::pktinfo::send(&self.downstream, data, self.peer, from).await,
             None => self.downstream.send_to(data, self.peer).await,
