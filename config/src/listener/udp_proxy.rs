@@ -3,11 +3,11 @@
 //! a session of their own (Envoy's `UdpProxyFilter`).
 //!
 //! A UDP listener has no filter chains; its only listener filter is the UDP
-//! proxy. What the filter allows and courier does not build (per-packet load
-//! hash policies, the original source IP, session filters, HTTP
-//! tunneling, matchers keyed on
-//! the datagram) is refused with its path: by its absence from [`SUPPORT`], or
-//! in code where the message is shared with another filter (`xds` matchers).
+//! proxy. What the filter allows and courier does not build (hash policies,
+//! the original source IP, session filters, HTTP tunneling, GRO settings,
+//! matchers keyed on the datagram) is refused with its path: by its absence
+//! from [`SUPPORT`], or in code where the message is shared with another
+//! filter (`xds` matchers).
 
 use super::access_log::{self, AccessLog};
 use crate::core;

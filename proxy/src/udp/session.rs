@@ -184,6 +184,14 @@ pub fn overflowed(
 /// Opens the session's upstream socket (connected to the host, so only its
 /// datagrams come back) and starts its task. `Err`: no socket could be made.
 pub fn start(s: Start) -> std::io::Result<Handle> {
+    if s.host.pipe_path().is_some() {
+        // A pipe endpoint's `address` is a stand-in key, not a place to
+        // send datagrams to.
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "a pipe endpoint cannot take UDP datagrams",
+        ));
+    }
     let host_addr = s.host.address;
     let bind: SocketAddr = if host_addr.is_ipv6() {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
