@@ -37,6 +37,8 @@ const ROOTS: &[&str] = &[
     // Extensions (typed_config types) courier implements.
     "envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
     "envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+    "envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig",
+    "envoy.extensions.filters.udp.udp_proxy.v3.Route",
     "envoy.extensions.filters.http.router.v3.Router",
     "envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication",
     "envoy.extensions.filters.http.jwt_authn.v3.PerRouteConfig",

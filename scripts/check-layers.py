@@ -3,7 +3,7 @@
 
 The request path's stages, top to bottom, are modules of the `courier` crate:
 
-    accept > codec, l4 > conn_manager, access_log, trace > filter_chain > router > attempt > upstream
+    accept > codec, l4, udp > conn_manager, access_log, trace > filter_chain > router > attempt > upstream
 
 below them the leaf and support modules (request, stats, overload, tls,
 maybe_tls, heap_trim, log_time, app_log), and above them the wiring (lib, main, cli,
@@ -22,7 +22,7 @@ import sys
 
 STAGES = [
     ["accept"],
-    ["codec", "l4"],
+    ["codec", "l4", "udp"],
     ["conn_manager", "access_log", "trace"],
     ["filter_chain"],
     ["router"],

@@ -438,16 +438,18 @@ fn node(n: &envoy_types::pb::envoy::config::core::v3::Node) -> Node {
     }
 }
 
-/// Two listeners may not bind the same address and port (port 0 excepted).
+/// Two listeners may not bind the same address and port (port 0 excepted);
+/// a TCP and a UDP listener may (Envoy Gateway puts a TCPRoute and a UDPRoute
+/// on one port).
 fn check_listener_addresses(listeners: &[(usize, Arc<Listener>)], path: &Path<'_>, ctx: &mut Ctx) {
-    let mut seen: HashMap<(String, u16), usize> = HashMap::new();
+    let mut seen: HashMap<(String, u16, bool), usize> = HashMap::new();
     // Each listener comes with its index in the config (some may have failed).
     for &(index, ref l) in listeners {
         // A pipe is keyed by its path (port 0 never repeats as a TCP one does).
         let key = match &l.address {
             Address::Socket(sa) if sa.port == 0 => continue,
-            Address::Socket(sa) => (sa.host.clone(), sa.port),
-            Address::Pipe(p) => (p.path.clone(), 0),
+            Address::Socket(sa) => (sa.host.clone(), sa.port, l.udp.is_some()),
+            Address::Pipe(p) => (p.path.clone(), 0, false),
         };
         if let Some(first) = seen.insert(key, index) {
             ctx.error(

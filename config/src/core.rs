@@ -157,6 +157,23 @@ pub fn address(addr: Option<&core::Address>, path: &Path<'_>, ctx: &mut Ctx) -> 
     }
 }
 
+/// Translates an `Address` whose socket address may say `protocol: UDP`:
+/// a UDP listener's (the listener code makes it one) and a cluster
+/// endpoint's (Envoy ignores an endpoint's protocol: a UDP proxy's session
+/// speaks UDP to any host, every other user TCP).
+pub fn address_any_protocol(
+    addr: Option<&core::Address>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Address> {
+    use core::address::Address as A;
+    let mut tcp_form = addr.cloned();
+    if let Some(A::SocketAddress(sa)) = tcp_form.as_mut().and_then(|a| a.address.as_mut()) {
+        sa.protocol = core::socket_address::Protocol::Tcp as i32;
+    }
+    address(tcp_form.as_ref(), path, ctx)
+}
+
 /// Translates an `Address` where only a TCP socket address will do; a pipe is
 /// refused with `why` (what needs the IP address).
 pub fn socket_only(

@@ -58,6 +58,12 @@ pub const CONNECTION_LIMIT: &str =
 /// The TCP proxy network filter.
 pub const TCP_PROXY: &str =
     "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+/// The UDP proxy listener filter (`envoy.filters.udp_listener.udp_proxy`).
+pub const UDP_PROXY: &str =
+    "type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig";
+/// The UDP proxy's matcher action naming a cluster.
+pub const UDP_PROXY_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.Route";
 /// The TLS transport socket, downstream side.
 pub const DOWNSTREAM_TLS: &str =
     "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext";

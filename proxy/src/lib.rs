@@ -19,6 +19,7 @@ mod l4;
 mod request;
 mod router;
 mod trace;
+mod udp;
 mod upstream;
 
 // Support, below every stage.

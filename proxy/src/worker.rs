@@ -85,6 +85,8 @@ struct Running {
     address: Peer,
     current: Arc<ArcSwap<ActiveListener>>,
     task: tokio::task::JoinHandle<()>,
+    /// A UDP listener's loop: its versions go to it here.
+    udp: Option<watch::Sender<crate::udp::Served>>,
 }
 
 /// Brings this worker's sockets in line with `set`: binds added listeners,
@@ -97,10 +99,9 @@ fn reconcile(
     ctx: &AcceptCtx,
 ) -> Vec<String> {
     running.retain(|name, r| {
-        let keep = set
-            .listeners
-            .iter()
-            .any(|l| l.name() == name && l.address == r.address);
+        let keep = set.listeners.iter().any(|l| {
+            l.name() == name && l.address == r.address && l.udp.is_some() == r.udp.is_some()
+        });
         if !keep {
             // Dropping the task closes this worker's socket.
             r.task.abort();
@@ -112,10 +113,43 @@ fn reconcile(
         if let Some(r) = running.get(l.name()) {
             if !Arc::ptr_eq(&r.current.load(), l) {
                 r.current.store(Arc::clone(l));
+                if let (Some(tx), Some(served)) = (&r.udp, &l.udp) {
+                    tx.send_replace(served.clone());
+                }
             }
             continue;
         }
         let addr = l.address.clone();
+        if let Some(served) = &l.udp {
+            // The first worker serves UDP listeners (see `udp_socket`).
+            if ctx.worker != 0 {
+                continue;
+            }
+            let socket = l
+                .udp_socket()
+                .unwrap_or_else(|| Err(std::io::ErrorKind::InvalidInput.into()))
+                .and_then(tokio::net::UdpSocket::from_std);
+            match socket {
+                Ok(socket) => {
+                    let (tx, rx) = watch::channel(served.clone());
+                    let task = tokio::spawn(crate::udp::serve(socket, rx, udp_env(ctx)));
+                    running.insert(
+                        l.name().to_string(),
+                        Running {
+                            address: addr,
+                            current: Arc::new(ArcSwap::new(Arc::clone(l))),
+                            task,
+                            udp: Some(tx),
+                        },
+                    );
+                }
+                Err(e) => {
+                    tracing::warn!(listener = %l.name(), %addr, error = %e, "bind failed");
+                    failed.push(format!("bind {addr}: {e}"));
+                }
+            }
+            continue;
+        }
         let bound = match (l.pipe_socket(), &addr) {
             // A pipe: this worker's copy of the one listening socket.
             (Some(unix), _) => unix.and_then(UnixListener::from_std).map(Listening::Unix),
@@ -136,6 +170,7 @@ fn reconcile(
                         address: addr,
                         current,
                         task,
+                        udp: None,
                     },
                 );
             }
@@ -146,6 +181,20 @@ fn reconcile(
         }
     }
     failed
+}
+
+/// What a UDP listener's loop takes from its worker: its sessions count as
+/// open work, so a stopping worker waits for their log lines.
+fn udp_env(ctx: &AcceptCtx) -> crate::udp::Env {
+    let tracker = Arc::clone(&ctx.tracker);
+    crate::udp::Env {
+        clusters: Arc::clone(&ctx.clusters),
+        worker_stats: Arc::clone(&ctx.stats),
+        open: Arc::new(move || {
+            tracker.open.fetch_add(1, Ordering::AcqRel);
+            Box::new(Open(Arc::clone(&tracker)))
+        }),
+    }
 }
 
 async fn serve(setup: WorkerSetup) {

@@ -252,7 +252,7 @@ fn lb_endpoint(
         }
     };
     let ap = ep.field("address");
-    let address = core::address(e.address.as_ref(), &ap, ctx)?;
+    let address = core::address_any_protocol(e.address.as_ref(), &ap, ctx)?;
     match (&address, hosts) {
         (Address::Socket(sa), Hosts::IpOnly(who)) if sa.ip.is_none() => ctx.error(
             &ap.field("socket_address.address"),

@@ -10,10 +10,12 @@ pub mod log_filter;
 pub mod proxy_protocol;
 pub mod socket_options;
 pub mod tcp_proxy;
+pub mod udp_proxy;
 
 pub use filter_chain::{FilterChain, FilterChainMatch, NetworkFilter, TransportProtocol};
 pub use hcm::{HttpConnectionManager, RouteSpecifier};
 pub use tcp_proxy::TcpProxy;
+pub use udp_proxy::{UdpListener, UdpProxy};
 
 use crate::config_source::ConfigSourceKind;
 use crate::core::{self, Address};
@@ -41,6 +43,7 @@ const OWN: &[Support] = &[
             "freebind",
             "socket_options",
             "access_log",
+            "udp_listener_config",
         ],
     ),
     (
@@ -92,6 +95,7 @@ const LEN: usize = OWN.len()
     + hcm::SUPPORT.len()
     + access_log::SUPPORT.len()
     + tcp_proxy::SUPPORT.len()
+    + udp_proxy::SUPPORT.len()
     + ip_detection::SUPPORT.len()
     + log_filter::SUPPORT.len()
     + proxy_protocol::SUPPORT.len()
@@ -104,6 +108,7 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
     hcm::SUPPORT,
     access_log::SUPPORT,
     tcp_proxy::SUPPORT,
+    udp_proxy::SUPPORT,
     ip_detection::SUPPORT,
     log_filter::SUPPORT,
     proxy_protocol::SUPPORT,
@@ -111,7 +116,7 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
 ]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 8]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 9]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;
@@ -187,6 +192,9 @@ pub struct Listener {
     /// The PROXY protocol listener filter, when the listener has one: the
     /// client's addresses come from the header each connection starts with.
     pub proxy_protocol: Option<proxy_protocol::ProxyProtocol>,
+    /// Set for a UDP listener (`protocol: UDP`): its UDP proxy. Such a
+    /// listener has no filter chains.
+    pub udp: Option<UdpListener>,
 }
 
 /// A `path_config_source` file an RDS connection manager of a listener reads.
@@ -230,7 +238,16 @@ impl Listener {
 /// Translates a `Listener`.
 pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
     use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
+    if is_udp(l) {
+        return udp_listener(l, path, ctx);
+    }
     let address = core::address(l.address.as_ref(), &path.field("address"), ctx);
+    if l.udp_listener_config.is_some() {
+        ctx.unsupported(
+            &path.field("udp_listener_config"),
+            "udp_listener_config on a TCP listener",
+        );
+    }
     let lfp = path.field("listener_filters");
     let mut proxy_protocol = None;
     for (i, f) in l.listener_filters.iter().enumerate() {
@@ -332,6 +349,85 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         ),
         access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
         proxy_protocol,
+        udp: None,
+    })
+}
+
+/// Whether the listener's address is a UDP socket address.
+fn is_udp(l: &pb::Listener) -> bool {
+    use envoy_types::pb::envoy::config::core::v3::address::Address as A;
+    use envoy_types::pb::envoy::config::core::v3::socket_address::Protocol;
+    matches!(
+        l.address.as_ref().and_then(|a| a.address.as_ref()),
+        Some(A::SocketAddress(sa)) if sa.protocol == Protocol::Udp as i32
+    )
+}
+
+/// Translates a UDP listener: its address (the UDP protocol is what makes it
+/// one; `core::address` refuses UDP where courier has no use for it), no
+/// filter chains, the UDP proxy listener filter. The TCP-only fields are refused.
+fn udp_listener(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
+    use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
+    let address = core::address_any_protocol(l.address.as_ref(), &path.field("address"), ctx);
+    let quic = l
+        .udp_listener_config
+        .as_ref()
+        .is_some_and(|u| u.quic_options.is_some());
+    if quic {
+        // A QUIC (HTTP/3) listener: the field walker refuses `quic_options`
+        // at its path; its filter chains are valid there, so nothing else is said.
+        return None;
+    }
+    let chains = l.filter_chains.len() + usize::from(l.default_filter_chain.is_some());
+    if chains > 0 {
+        // Envoy's wording (it counts `filter_chains` only).
+        ctx.error(
+            &path.field("filter_chains"),
+            format!(
+                "{} filter chain(s) specified for connection-less UDP listener.",
+                l.filter_chains.len().max(1)
+            ),
+        );
+    }
+    if !l.socket_options.is_empty() {
+        // The options courier sets are TCP ones.
+        ctx.unsupported(
+            &path.field("socket_options"),
+            "socket_options on a UDP listener",
+        );
+    }
+    let udp = udp_proxy::translate(l, path, ctx);
+    let address = address?;
+    let name = if l.name.is_empty() {
+        generated_name(&address, path)
+    } else {
+        l.name.clone()
+    };
+    Some(Listener {
+        name,
+        address,
+        stat_prefix: l.stat_prefix.clone(),
+        filter_chains: Vec::new(),
+        default_filter_chain: None,
+        per_connection_buffer_limit_bytes: core::u32_or(
+            l.per_connection_buffer_limit_bytes.as_ref(),
+            DEFAULT_BUFFER_LIMIT,
+        ),
+        traffic_direction: match T::try_from(l.traffic_direction) {
+            Ok(T::Inbound) => TrafficDirection::Inbound,
+            Ok(T::Outbound) => TrafficDirection::Outbound,
+            _ => TrafficDirection::Unspecified,
+        },
+        max_accepts_per_event: None,
+        bypass_overload_manager: l.bypass_overload_manager,
+        ignore_global_conn_limit: l.ignore_global_conn_limit,
+        freebind: core::bool_or(l.freebind.as_ref(), false),
+        socket_options: socket_options::SocketOptions::default(),
+        // Translated and checked; a UDP listener has no connections to log
+        // (its UDP proxy's `access_log` logs sessions).
+        access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
+        proxy_protocol: None,
+        udp: Some(udp?),
     })
 }
 

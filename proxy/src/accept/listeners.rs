@@ -58,6 +58,9 @@ pub struct ActiveListener {
     pub connection_limits: Vec<Vec<Arc<crate::accept::connection_limit::Limiter>>>,
     /// The PROXY protocol listener filter's stats, when the listener has it.
     pub proxy_protocol: Option<Arc<crate::accept::proxy_protocol::Stats>>,
+    /// A UDP listener's proxy and stats (made with the listener, so they show
+    /// in `/stats` before any datagram, as Envoy's).
+    pub udp: Option<crate::udp::Served>,
     /// The connection manager's limits of each filter chain (`chain_at`
     /// order), shared by the chain's connections.
     limits: Vec<Arc<crate::codec::serve::Limits>>,
@@ -76,7 +79,8 @@ pub struct ActiveListener {
     /// Keeps port 0 resolved (and the port held) while some version uses it.
     /// For a pipe, the listening socket itself: bound once by the main thread
     /// (there is no `SO_REUSEPORT` for Unix sockets); each worker accepts on
-    /// a copy of it, as Envoy's workers share a pipe listener's socket.
+    /// a copy of it, as Envoy's workers share a pipe listener's socket. For a
+    /// UDP listener, its socket, served by one worker ([`Self::udp_socket`]).
     reserved: Arc<socket2::Socket>,
     /// The filters' background work (JWKS refreshes), stopped with the listener.
     background: Vec<tokio::task::AbortHandle>,
@@ -103,6 +107,20 @@ impl ActiveListener {
             Peer::Pipe(_) => Some(self.reserved.try_clone().map(Into::into)),
             Peer::Ip(_) => None,
         }
+    }
+
+    /// A copy of a UDP listener's socket, for the worker that serves it;
+    /// `None` for other listeners.
+    ///
+    /// One worker serves a UDP listener (the first): a bound UDP socket in a
+    /// `SO_REUSEPORT` group takes its share of the datagrams, so the main
+    /// thread's socket that holds the port (port 0 resolved once, kept across
+    /// updates) could not sit beside per-worker ones; and one owner keeps
+    /// each peer's session on one worker across listener updates, which the
+    /// kernel's group hashing would not when the group changes.
+    pub fn udp_socket(&self) -> Option<std::io::Result<std::net::UdpSocket>> {
+        self.udp.as_ref()?;
+        Some(self.reserved.try_clone().map(Into::into))
     }
 
     /// The stat slot of filter chain `chain`.
@@ -295,10 +313,24 @@ impl Registry {
     pub fn build(&self, parts: Parts) -> Result<Arc<ActiveListener>, String> {
         let l = &parts.config;
         let (address, reserved) = match self.get(&l.name) {
-            Some(old) if old.config.address == l.address => {
+            Some(old)
+                if old.config.address == l.address
+                    && old.config.udp.is_some() == l.udp.is_some() =>
+            {
                 (old.address.clone(), Arc::clone(&old.reserved))
             }
             _ => match &l.address {
+                Address::Socket(sa) if l.udp.is_some() => {
+                    let addr = resolve(sa)?;
+                    let socket = crate::accept::socket::bind_udp(addr, l.freebind)
+                        .map_err(|e| format!("bind {addr}: {e}"))?;
+                    let local = socket
+                        .local_addr()
+                        .ok()
+                        .and_then(|a| a.as_socket())
+                        .ok_or_else(|| format!("bind {addr}: no local address"))?;
+                    (Peer::Ip(local), Arc::new(socket))
+                }
                 Address::Socket(sa) => {
                     let addr = resolve(sa)?;
                     let socket =
@@ -321,7 +353,13 @@ impl Registry {
                 }
             },
         };
-        let listener_stats = self.slot(|w| &w.listener_cx, &stats::listener_stat_name(&l.address));
+        let listener_stat_name = stats::listener_stat_name(&l.address);
+        let listener_stats = self.slot(|w| &w.listener_cx, &listener_stat_name);
+        let udp = l.udp.as_ref().map(|u| crate::udp::Served {
+            config: u.clone(),
+            stats: crate::udp::stats::register(&u.proxy.stat_prefix),
+            listener_stats: crate::udp::stats::listener(&listener_stat_name),
+        });
         let hcm_stats = l
             .all_filter_chains()
             .map(|fc| {
@@ -385,6 +423,7 @@ impl Registry {
             tcp_stats,
             connection_limits,
             proxy_protocol,
+            udp,
             limits,
             in_place: kept.is_some(),
             dynamic: parts.dynamic,

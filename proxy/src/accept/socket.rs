@@ -41,6 +41,26 @@ pub fn bind(
     Ok(socket)
 }
 
+/// Binds a UDP listener's socket on `addr` (with `freebind`, as [`bind`]).
+/// Non-blocking; one socket per listener, so no `SO_REUSEPORT`
+/// (see `ActiveListener::udp_socket`).
+pub fn bind_udp(addr: SocketAddr, freebind: bool) -> std::io::Result<Socket> {
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(true)?;
+    }
+    if freebind {
+        if addr.is_ipv6() {
+            socket.set_freebind_v6(true)?;
+        } else {
+            socket.set_freebind_v4(true)?;
+        }
+    }
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket)
+}
+
 /// Sets `options` on `socket`: the keepalive parameters (which turn
 /// keepalive on; the config refuses them without `SO_KEEPALIVE`), then
 /// `SO_KEEPALIVE` and `TCP_NODELAY` as given.

@@ -50,6 +50,17 @@ pub enum Logs {
         /// The HTTP version the connection spoke (`%PROTOCOL%`), if any.
         protocol: Option<Version>,
     },
+    /// A UDP proxy's session `access_log`: what Envoy's session stream info
+    /// holds (addresses, the host, bytes, times and the `udp.proxy.session`
+    /// metadata); HTTP commands and the cluster render as missing, as Envoy's.
+    Udp {
+        /// The proxy's config.
+        config: Arc<courier_config::listener::UdpProxy>,
+        /// The session's upstream socket address (`%UPSTREAM_LOCAL_ADDRESS%`).
+        upstream_local: Option<std::net::SocketAddr>,
+        /// A `proxy_access_log` line (the filter's own, with no downstream).
+        proxy: bool,
+    },
 }
 
 impl Logs {
@@ -64,18 +75,25 @@ impl Logs {
             Logs::Admin(logs) => logs,
             Logs::Tcp { config, .. } => &config.access_log,
             Logs::Listener { listener, .. } => &listener.access_log,
+            Logs::Udp {
+                config,
+                proxy: true,
+                ..
+            } => &config.proxy_access_log,
+            Logs::Udp { config, .. } => &config.access_log,
         }
     }
 
     /// A connection's line (a TCP proxy's or a listener's): its upstream
-    /// connect attempts and the HTTP version it spoke; `None` for a request's.
+    /// connect attempts and the HTTP version it spoke; `None` for a request's
+    /// (and a UDP session's, which its own branch of the renderer draws).
     pub(crate) fn connection(&self) -> Option<(u32, Option<Version>)> {
         match self {
             Logs::Tcp { attempts, .. } => Some((*attempts, None)),
             Logs::Listener {
                 attempts, protocol, ..
             } => Some((*attempts, *protocol)),
-            Logs::Hcm { .. } | Logs::Admin(_) => None,
+            Logs::Hcm { .. } | Logs::Admin(_) | Logs::Udp { .. } => None,
         }
     }
 }

@@ -14,6 +14,9 @@ enum Value<'a> {
     Number(u64),
     /// A dynamic-metadata value: text as JSON (strings bare), typed in JSON logs.
     Json(&'a serde_json::Value),
+    /// A whole dynamic-metadata namespace: text as JSON, an object in JSON logs
+    /// (as Envoy's `Struct`).
+    Object(serde_json::Value),
 }
 
 /// Renders one line onto `out` (with its newline for JSON; text formats carry
@@ -66,6 +69,7 @@ fn text_into(fs: &FormatString, e: &Entry<'_>, omit_empty: bool, out: &mut Vec<u
                     let _ = write!(out, "{n}");
                 }
                 Some(Value::Json(v)) => out.extend_from_slice(json_text(v).as_bytes()),
+                Some(Value::Object(v)) => out.extend_from_slice(json_text(&v).as_bytes()),
                 _ if omit_empty => {}
                 _ => out.push(b'-'),
             },
@@ -98,6 +102,7 @@ fn json(v: &JsonValue, e: &Entry<'_>, omit_empty: bool) -> serde_json::Value {
             [Part::Command(c)] => match value(c, e) {
                 Some(Value::Number(n)) => J::from(n),
                 Some(Value::Json(v)) => v.clone(),
+                Some(Value::Object(v)) => v,
                 Some(Value::Text(t)) if !t.is_empty() => J::String(t.into_owned()),
                 _ => J::Null,
             },
@@ -145,6 +150,45 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             }
             Command::UpstreamRequestAttemptCount => {
                 return Some(Value::Number(u64::from(attempts)));
+            }
+            _ => {}
+        }
+    }
+    if let super::Logs::Udp { proxy: true, .. } = &req.logs {
+        // The filter's own stream info has no downstream connection.
+        match c {
+            Command::DownstreamRemoteAddress
+            | Command::DownstreamRemoteAddressWithoutPort
+            | Command::DownstreamDirectRemoteAddress
+            | Command::DownstreamDirectRemoteAddressWithoutPort
+            | Command::DownstreamLocalAddress
+            | Command::DownstreamLocalAddressWithoutPort
+            | Command::DownstreamLocalPort => return None,
+            _ => {}
+        }
+    }
+    if let super::Logs::Udp { upstream_local, .. } = &req.logs {
+        // A UDP session's stream info: no request, response, route or
+        // cluster (Envoy sets the host only), nor connect attempts.
+        match c {
+            Command::Request(_)
+            | Command::Response(_)
+            | Command::Trailer(_)
+            | Command::Protocol
+            | Command::ResponseCodeDetails
+            | Command::ResponseDuration
+            | Command::RequestDuration
+            | Command::RouteName
+            | Command::UpstreamCluster
+            | Command::UpstreamTransportFailureReason => return None,
+            Command::UpstreamRequestAttemptCount => return Some(Value::Number(0)),
+            Command::ResponseFlagsLong => {
+                return Some(Value::Text(Cow::Owned(long_flags(resp.flag))));
+            }
+            Command::UpstreamLocalAddress => {
+                return Some(Value::Text(Cow::Owned(
+                    upstream_local.as_ref()?.to_string(),
+                )));
             }
             _ => {}
         }
@@ -241,6 +285,9 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         } => {
             let object = resp.dynamic_metadata.0.get(namespace)?;
             let v = match path.split_first() {
+                None if max_length.is_none() => {
+                    return Some(Value::Object(serde_json::Value::Object(object.clone())));
+                }
                 None => {
                     return Some(Value::Text(Cow::Owned(truncate(
                         serde_json::Value::Object(object.clone()).to_string(),

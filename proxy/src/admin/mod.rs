@@ -251,6 +251,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::l4::stats::reset_counters();
             crate::accept::proxy_protocol::reset_counters();
             crate::accept::connection_limit::reset_counters();
+            crate::udp::stats::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
@@ -333,6 +334,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::l4::stats::samples(&mut samples);
     crate::accept::proxy_protocol::samples(&mut samples);
     crate::accept::connection_limit::samples(&mut samples);
+    crate::udp::stats::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
