@@ -48,6 +48,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
     "envoy.extensions.filters.http.csrf.v3.CsrfPolicy",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
+    "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
+    "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
     "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",

@@ -35,6 +35,11 @@ pub const LOCAL_RATELIMIT: &str =
 pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
+/// The gRPC-Web HTTP filter.
+pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
+/// The gRPC statistics HTTP filter.
+pub const GRPC_STATS: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// The global rate limit HTTP filter.
 pub const RATELIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit";

@@ -42,6 +42,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::filters::rate_limit_support::SUPPORT,
         crate::filters::csrf::SUPPORT,
         crate::filters::fault::SUPPORT,
+        crate::filters::grpc::SUPPORT,
         crate::overload::SUPPORT,
         crate::runtime::SUPPORT,
         crate::tracing::SUPPORT,
