@@ -110,6 +110,10 @@ pub struct ResponseHead<'h> {
     /// The response has no body (HEAD, 204, an empty local reply): there is nothing to
     /// transform.
     pub end_stream: bool,
+    /// The whole body of a local reply (known before it is sent; the gRPC-Web filter
+    /// makes it the `grpc-message` of a non-gRPC reply); `None` for a body that streams
+    /// from upstream.
+    pub local_body: Option<Bytes>,
 }
 
 /// A response body transform failed (a compression library's error): the stream is reset,
@@ -130,6 +134,13 @@ pub trait BodyEncoder: Send + Sync {
     /// The trailers arrive (the body has ended without an `end_stream` chunk): the filter
     /// may change them and returns the bytes to send before them.
     fn encode_trailers(&mut self, trailers: &mut HeaderMap) -> Result<Bytes, EncodeError>;
+
+    /// After a request encoder failed: the local reply the filter answers with instead
+    /// (Envoy's `sendLocalReply` from `decodeData`, e.g. gRPC-Web's 400 for a body that is
+    /// not base64). The default has none: the stream just ends.
+    fn failure_reply(&self) -> Option<LocalReply> {
+        None
+    }
 }
 
 /// The encoders of one response, in the order its body flows through them (the chain's
@@ -147,6 +158,12 @@ impl BodyEncoders {
     /// run in filter order).
     pub fn push(&mut self, encoder: Box<dyn BodyEncoder>) {
         self.0.push(encoder);
+    }
+
+    /// The local reply of the encoder that failed, if it has one
+    /// ([`BodyEncoder::failure_reply`]).
+    pub fn failure_reply(&self) -> Option<LocalReply> {
+        self.0.iter().find_map(|e| e.failure_reply())
     }
 
     /// Passes a chunk through every encoder.

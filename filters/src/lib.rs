@@ -9,6 +9,7 @@ pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
 pub mod fault;
+pub mod grpc;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod per_worker;

@@ -66,11 +66,7 @@ pub fn translate_stats(m: &pb::FilterConfig, path: &Path<'_>, ctx: &mut Ctx) -> 
         Some(PerMethodStatSpecifier::IndividualMethodStatsAllowlist(l)) => MethodStats::Allowlist(
             l.services
                 .iter()
-                .flat_map(|s| {
-                    s.method_names
-                        .iter()
-                        .map(|n| (s.name.clone(), n.clone()))
-                })
+                .flat_map(|s| s.method_names.iter().map(|n| (s.name.clone(), n.clone())))
                 .collect(),
         ),
         _ => MethodStats::Allowlist(Vec::new()),

@@ -327,7 +327,7 @@ async fn respond(
     up: &Upstream<'_>,
     logging: bool,
     remote: std::net::IpAddr,
-    progress: &Progress,
+    progress: &Arc<Progress>,
     upgrades: Option<&HttpConnectionManager>,
     inject: Option<&crate::trace::Inject>,
 ) -> Response<ResponseBody> {
@@ -372,7 +372,18 @@ async fn respond(
     let mut selected = selected;
     let mut filtered = None;
     if let Some(chain) = info.http_filters.as_deref() {
-        match filter(chain, req, rc, (selected, random), info, remote, logging).await {
+        match filter(
+            chain,
+            req,
+            rc,
+            (selected, random),
+            info,
+            remote,
+            logging,
+            progress,
+        )
+        .await
+        {
             Filtered::Answered(resp) => return resp,
             Filtered::Continue(r, s, state) => {
                 (req, selected, filtered) = (r, s, Some((chain, state)));
@@ -425,7 +436,11 @@ enum Filtered<'a> {
 }
 
 /// Runs the filter chain; the filters run before the router, also when no route
-/// matched (the router then answers 404), as in Envoy.
+/// matched (the router then answers 404), as in Envoy. A filter whose request body
+/// encoder fails with a reply of its own tells `progress`, where the router finds it.
+// One more than clippy's limit: the request's progress travels beside the request, as
+// in `respond`.
+#[allow(clippy::too_many_arguments)]
 async fn filter<'a>(
     chain: &FilterChain,
     req: Request<UpstreamBody>,
@@ -434,6 +449,7 @@ async fn filter<'a>(
     info: &'a ConnInfo,
     remote: std::net::IpAddr,
     logging: bool,
+    progress: &Arc<Progress>,
 ) -> Filtered<'a> {
     let to = ReplyTo::of(&req);
     let (head, mut body) = req.into_parts();
@@ -518,7 +534,11 @@ async fn filter<'a>(
             } else {
                 let encoders = std::mem::take(&mut state.request_encoders);
                 UpstreamBody::new(
-                    crate::request::body::RequestBody::encoded(body, encoders),
+                    crate::request::body::RequestBody::encoded(
+                        body,
+                        encoders,
+                        Some(Arc::clone(progress)),
+                    ),
                     None,
                 )
             };
@@ -573,16 +593,38 @@ fn encode_body(
         resp.headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
+    // A local reply's body is known whole (a ready `Full`): the gRPC-Web filter makes it
+    // the `grpc-message` of a non-gRPC reply, as Envoy does.
+    let local_body = match resp.body_mut() {
+        ResponseBody::Local(b) if !end_stream => local_bytes(b),
+        _ => None,
+    };
+    if let Some(b) = &local_body {
+        *resp.body_mut() = ResponseBody::Local(http_body_util::Full::new(b.clone()));
+    }
     let status = resp.status();
     let mut head = courier_filters::ResponseHead {
         status,
         headers: resp.headers_mut(),
         end_stream,
+        local_body,
     };
     let encoders = chain.encode_response(state, &mut head);
     if !encoders.is_empty() {
         let body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
         *resp.body_mut() = body.encode(encoders);
+    }
+}
+
+/// The bytes of a local reply's body, taken out of it (a `Full` is always ready).
+fn local_bytes(b: &mut http_body_util::Full<bytes::Bytes>) -> Option<bytes::Bytes> {
+    use http_body_util::BodyExt as _;
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut frame = std::pin::pin!(b.frame());
+    match frame.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Some(Ok(f))) => f.into_data().ok(),
+        _ => None,
     }
 }
 
