@@ -141,6 +141,20 @@ pub trait BodyEncoder: Send + Sync {
     fn failure_reply(&self) -> Option<LocalReply> {
         None
     }
+
+    /// Whether the response headers wait for the whole body (Envoy's `StopIteration` on
+    /// them: gRPC-Web turning a non-gRPC response's body into `grpc-message`): the body
+    /// is then read through the encoders and none of it is sent, and
+    /// [`BodyEncoder::release_headers`] finishes the headers. The default does not wait.
+    fn holds_headers(&self) -> bool {
+        false
+    }
+
+    /// Finishes the held response headers once the whole body has gone through
+    /// ([`BodyEncoder::holds_headers`]). The default changes nothing.
+    fn release_headers(&mut self, headers: &mut HeaderMap) {
+        let _ = headers;
+    }
 }
 
 /// The encoders of one response, in the order its body flows through them (the chain's
@@ -164,6 +178,19 @@ impl BodyEncoders {
     /// ([`BodyEncoder::failure_reply`]).
     pub fn failure_reply(&self) -> Option<LocalReply> {
         self.0.iter().find_map(|e| e.failure_reply())
+    }
+
+    /// Whether some encoder holds the response headers until the body has been read
+    /// ([`BodyEncoder::holds_headers`]).
+    pub fn holds_headers(&self) -> bool {
+        self.0.iter().any(|e| e.holds_headers())
+    }
+
+    /// Lets every encoder finish the held response headers.
+    pub fn release_headers(&mut self, headers: &mut HeaderMap) {
+        for e in &mut self.0 {
+            e.release_headers(headers);
+        }
     }
 
     /// Passes a chunk through every encoder.

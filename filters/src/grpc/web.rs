@@ -16,11 +16,10 @@
 //! Counters `cluster.<route cluster>.grpc-web.<service>.<method>.{<status>,success,failure,total}`
 //! from the `grpc-status` of the response headers or trailers.
 //!
-//! Where courier differs: the `grpc-message` of a non-gRPC *upstream* response with a
-//! body is not set (Envoy holds the response headers until it has read up to 16 KiB of
-//! the body to put in it; courier sends its headers as they come, with the status
-//! mapped, and drops the body as Envoy does) — a local reply's body (`no healthy
-//! upstream`, ...) is known whole and is used as Envoy uses it.
+//! A local reply's body (`no healthy upstream`, ...) is known whole and becomes the
+//! message at once; an upstream's non-gRPC body streams, so its response headers wait
+//! ([`BodyEncoder::holds_headers`]) until it has been read, its first 16 KiB kept for
+//! the message and the rest dropped, as Envoy's filter holds them.
 
 use super::counters::{GrpcCounters, MethodCounters};
 use super::web_body::{ResponseMode, TextRequest, WebResponse};
@@ -149,19 +148,18 @@ impl HttpFilter for GrpcWebFilter {
         }
         let mode = if transform {
             // Not a gRPC response: its body becomes the status's message.
-            let message = head
-                .local_body
-                .as_ref()
-                .map(|b| percent_encode(b))
-                .and_then(|m| HeaderValue::from_str(&m).ok());
-            if let Some(m) = message {
-                h.insert("grpc-message", m);
-            }
             h.insert(
                 "grpc-status",
                 HeaderValue::from(http_to_grpc_status(head.status)),
             );
             h.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+            let Some(body) = &head.local_body else {
+                // An upstream's body streams: the headers wait for it.
+                return Some(Box::new(WebResponse::holding(web.counters.clone())));
+            };
+            if let Ok(m) = HeaderValue::from_str(&percent_encode(body)) {
+                h.insert("grpc-message", m);
+            }
             ResponseMode::Drop
         } else if web.text_response {
             ResponseMode::Text

@@ -13,6 +13,10 @@ use std::sync::Arc;
 /// The flag of gRPC-Web's trailers frame.
 const TRAILER_FLAG: u8 = 0x80;
 
+/// How much of a non-gRPC response's body becomes its `grpc-message` (Envoy's
+/// `MAX_BUFFERED_PLAINTEXT_LENGTH`); the rest is read and dropped.
+const MAX_MESSAGE: usize = 16384;
+
 /// The largest gRPC message a text response holds back while it arrives (each frame is
 /// encoded whole, so it is buffered until complete): beyond it the stream is reset
 /// rather than buffered without end. gRPC's own default limit is 4 MiB.
@@ -100,6 +104,9 @@ pub struct WebResponse {
     /// stops there).
     failed: bool,
     counters: Option<Arc<MethodCounters>>,
+    /// [`ResponseMode::Drop`] for a body that streams: the headers wait for it, and its
+    /// first [`MAX_MESSAGE`] bytes (in `pending`) become `grpc-message`.
+    hold: bool,
 }
 
 impl WebResponse {
@@ -110,6 +117,16 @@ impl WebResponse {
             pending: BytesMut::new(),
             failed: false,
             counters,
+            hold: false,
+        }
+    }
+
+    /// A non-gRPC response whose body streams: the headers wait for it to become their
+    /// `grpc-message`.
+    pub fn holding(counters: Option<Arc<MethodCounters>>) -> Self {
+        Self {
+            hold: true,
+            ..Self::new(ResponseMode::Drop, counters)
         }
     }
 
@@ -147,7 +164,14 @@ impl BodyEncoder for WebResponse {
     fn encode_data(&mut self, data: Bytes, _end_stream: bool) -> Result<Bytes, EncodeError> {
         match self.mode {
             ResponseMode::Binary => Ok(data),
-            ResponseMode::Drop => Ok(Bytes::new()),
+            ResponseMode::Drop => {
+                if self.hold {
+                    let room = MAX_MESSAGE.saturating_sub(self.pending.len());
+                    self.pending
+                        .extend_from_slice(&data[..room.min(data.len())]);
+                }
+                Ok(Bytes::new())
+            }
             ResponseMode::Text => {
                 if self.failed {
                     return Ok(Bytes::new());
@@ -155,6 +179,18 @@ impl BodyEncoder for WebResponse {
                 self.pending.extend_from_slice(&data);
                 self.text_frames()
             }
+        }
+    }
+
+    fn holds_headers(&self) -> bool {
+        self.hold
+    }
+
+    fn release_headers(&mut self, headers: &mut HeaderMap) {
+        if self.hold
+            && let Ok(m) = http::HeaderValue::from_str(&super::percent_encode(&self.pending))
+        {
+            headers.insert("grpc-message", m);
         }
     }
 

@@ -415,9 +415,45 @@ async fn respond(
         {
             resp.extensions_mut().insert(ResponseFlag(f.0));
         }
-        encode(chain, &mut state, &mut resp, logging);
+        if let Some(held) = encode(chain, &mut state, &mut resp, logging) {
+            release(held, &mut resp).await;
+        }
     }
     resp
+}
+
+/// A filter held the response headers until the whole body has been read through its
+/// encoders (gRPC-Web making a non-gRPC response's body its `grpc-message`): reads it
+/// (what the encoders keep is theirs to bound), lets them finish the headers, and sends
+/// the response without a body.
+async fn release(mut encoders: courier_filters::BodyEncoders, resp: &mut Response<ResponseBody>) {
+    use http_body_util::BodyExt as _;
+    let mut body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
+    // What the encoders return is not sent: the body becomes the headers' business.
+    // An encoder's error, or the upstream's, ends the reading with what was read.
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if encoders.data(data, false).is_err() {
+                        break;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(mut t) = frame.into_trailers() {
+                        let _ = encoders.trailers(&mut t);
+                    }
+                    break;
+                }
+            },
+            None => {
+                let _ = encoders.data(bytes::Bytes::new(), true);
+                break;
+            }
+            Some(Err(_)) => break,
+        }
+    }
+    encoders.release_headers(resp.headers_mut());
 }
 
 /// What the filter chain made of a request.
@@ -507,7 +543,11 @@ async fn filter<'a>(
                     .insert(Details(r.details.into_owned()));
             }
             let mut resp = resp.map(ResponseBody::from);
-            encode(chain, &mut state, &mut resp, logging);
+            // A local reply's body is known whole: no filter holds its headers.
+            if let Some(held) = encode(chain, &mut state, &mut resp, logging) {
+                *resp.body_mut() = ResponseBody::Local(Default::default());
+                drop(held);
+            }
             Filtered::Answered(resp)
         }
         Verdict::Continue => {
@@ -549,15 +589,17 @@ async fn filter<'a>(
 
 /// The filters' response hooks, the response headers they asked for, and (for the access
 /// log) the request's dynamic metadata. A body a filter transforms (the compressor) is
-/// wrapped in its encoders here; a chain without body filters skips all of that.
+/// wrapped in its encoders here; a chain without body filters skips all of that. Returns
+/// the encoders when one holds the headers until the body has been read ([`release`]).
 fn encode(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
     logging: bool,
-) {
+) -> Option<courier_filters::BodyEncoders> {
+    let mut held = None;
     if chain.has_body_filters() {
-        encode_body(chain, state, resp);
+        held = encode_body(chain, state, resp);
     } else {
         chain.encode_headers(state, resp.headers_mut());
     }
@@ -570,15 +612,17 @@ fn encode(
         resp.extensions_mut()
             .insert(DynamicMetadata(std::mem::take(&mut state.metadata)));
     }
+    held
 }
 
 /// [`encode`]'s part for chains with body filters: the response head through the
-/// filters, and the body through the encoders they return.
+/// filters, and the body through the encoders they return (returned instead when one
+/// holds the headers until the body has been read).
 fn encode_body(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
-) {
+) -> Option<courier_filters::BodyEncoders> {
     use http_body::Body as _;
     let body = resp.body();
     let end_stream = body.is_end_stream();
@@ -610,10 +654,14 @@ fn encode_body(
         local_body,
     };
     let encoders = chain.encode_response(state, &mut head);
+    if encoders.holds_headers() {
+        return Some(encoders);
+    }
     if !encoders.is_empty() {
         let body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
         *resp.body_mut() = body.encode(encoders);
     }
+    None
 }
 
 /// The bytes of a local reply's body, taken out of it (a `Full` is always ready).
