@@ -49,12 +49,42 @@ fn cluster(name: &str, port: u16) -> String {
     )
 }
 
+/// The other grpc_stats configs, each on a listener of its own routing to a cluster of
+/// the listener's name (the same upstream): an allowlist naming one method, dots
+/// replaced in service names, and no setting (Envoy 1.40 then names no method).
+const STATS_LISTENERS: &[(&str, &str)] = &[
+    (
+        "allow",
+        "individual_method_stats_allowlist: {services: [{name: pkg.Echo, method_names: [Fail]}]}",
+    ),
+    (
+        "dots",
+        "stats_for_all_methods: true, replace_dots_in_grpc_service_name: true",
+    ),
+    ("plain", ""),
+];
+
 fn yaml(up: SocketAddr, down: u16) -> String {
+    let mut listeners = vec![hcm_listener_filters("grpc", "", FILTERS, VHOSTS)];
+    let mut clusters = vec![cluster("up", up.port()), cluster("down", down)];
+    for (name, config) in STATS_LISTENERS {
+        let filters = format!(
+            "- name: envoy.filters.http.grpc_stats\n  typed_config: {{\"@type\": type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig, {config}}}\n"
+        );
+        let vhosts = format!(
+            "- name: all\n  domains: [\"*\"]\n  routes:\n  - match: {{ prefix: \"/\" }}\n    route: {{ cluster: {name} }}\n"
+        );
+        listeners.push(hcm_listener_filters(name, "", &filters, &vhosts));
+        clusters.push(cluster(name, up.port()));
+    }
     format!(
-        "{}  clusters:\n{}\n{}\n",
-        bootstrap(&[hcm_listener_filters("grpc", "", FILTERS, VHOSTS)]),
-        indent(&cluster("up", up.port()), 2),
-        indent(&cluster("down", down), 2),
+        "{}  clusters:\n{}\n",
+        bootstrap(&listeners),
+        clusters
+            .iter()
+            .map(|c| indent(c, 2))
+            .collect::<Vec<_>>()
+            .join("\n"),
     )
 }
 
@@ -238,6 +268,7 @@ fn hex(b: &[u8]) -> String {
 /// A case: protocol, path, content type (none: not sent), `accept`, body, and why
 /// courier differs from Envoy there (checked for courier alone), if it does.
 struct Case {
+    listener: &'static str,
     protocol: Protocol,
     path: &'static str,
     content_type: Option<&'static str>,
@@ -248,6 +279,7 @@ struct Case {
 
 fn case(protocol: Protocol, path: &'static str, content_type: &'static str, body: Vec<u8>) -> Case {
     Case {
+        listener: "grpc",
         protocol,
         path,
         content_type: Some(content_type),
@@ -372,6 +404,20 @@ fn cases() -> Vec<Case> {
             b"AAAA*AAA".to_vec(),
         ));
     }
+    let two = [frame(0, b"hello"), frame(0, b"world!")].concat();
+    for (listener, _) in STATS_LISTENERS {
+        for path in [
+            "/pkg.Echo/Unary",
+            "/pkg.Echo/Fail",
+            "/pkg.Echo/TrailersOnly",
+            "/x",
+        ] {
+            out.push(Case {
+                listener,
+                ..case(Protocol::H2c, path, "application/grpc", two.clone())
+            });
+        }
+    }
     out
 }
 
@@ -388,7 +434,10 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
     let down = TcpListener::bind("127.0.0.1:0").unwrap();
     let down_port = down.local_addr().unwrap().port();
     drop(down);
-    let p = Proxy::start(kind, bin, &yaml(up, down_port), &["grpc"]).unwrap();
+    let names: Vec<&str> = std::iter::once("grpc")
+        .chain(STATS_LISTENERS.iter().map(|(n, _)| *n))
+        .collect();
+    let p = Proxy::start(kind, bin, &yaml(up, down_port), &names).unwrap();
     let mut out = Vec::new();
     let mut upstream_saw = Vec::new();
     for c in cases() {
@@ -406,7 +455,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
             headers.push(("accept".into(), a.into()));
         }
         let r = client::send(
-            p.listener("grpc").unwrap(),
+            p.listener(c.listener).unwrap(),
             c.protocol,
             &Request {
                 method: "POST".into(),
@@ -462,8 +511,8 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
         };
         out.push((
             format!(
-                "{} {} {:?} accept={:?} -> {} {shown:?} body={body} trailers={:?}",
-                c.protocol, c.path, c.content_type, c.accept, r.status, r.trailers
+                "{} {} {} {:?} accept={:?} -> {} {shown:?} body={body} trailers={:?}",
+                c.listener, c.protocol, c.path, c.content_type, c.accept, r.status, r.trailers
             ),
             c.differs,
         ));
@@ -474,7 +523,11 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
         .lines()
         // `cluster.down.grpc.*.request_message_count` is left out: whether a message is
         // counted before the connection to `down` fails is a race in either proxy.
-        .filter(|l| l.starts_with("cluster.up.grpc"))
+        .filter(|l| {
+            ["up", "allow", "dots", "plain"]
+                .iter()
+                .any(|c| l.starts_with(&format!("cluster.{c}.grpc")))
+        })
         .map(str::to_string)
         .collect();
     stats.sort();
