@@ -70,8 +70,9 @@ pub fn percent_encode(body: &[u8]) -> String {
 }
 
 /// Envoy's `Grpc::FrameInspector`: counts the length-prefixed messages of a gRPC stream
-/// as its bytes pass, a message when its first byte is seen, without holding any of it.
-/// A flag byte other than 0 or 1 (compressed) is not gRPC: counting stops there.
+/// as its bytes pass, a message when its first byte is seen, whatever its flags, without
+/// holding any of it. A response's counter (Envoy's `ResponseFrameCounter`) does not
+/// count a frame flagged as Connect's end of stream (`0x02`), nor anything after it.
 #[derive(Debug, Default)]
 pub struct FrameCounter {
     /// Bytes of the current frame's 5-byte prefix seen (0: the next byte starts a frame).
@@ -80,13 +81,23 @@ pub struct FrameCounter {
     length: u32,
     /// Payload bytes still to skip.
     remaining: u64,
-    /// A bad flag byte was seen.
+    /// Nothing more is counted (a response's end-of-stream frame, or not gRPC).
     failed: bool,
+    /// A response's counter: an end-of-stream flag stops it.
+    response: bool,
     /// Frames seen.
     count: u64,
 }
 
 impl FrameCounter {
+    /// A response's counter.
+    pub fn response() -> Self {
+        Self {
+            response: true,
+            ..Self::default()
+        }
+    }
+
     /// A counter that counts nothing (the body is not gRPC).
     pub fn off() -> Self {
         Self {
@@ -111,7 +122,7 @@ impl FrameCounter {
             data = &data[1..];
             match self.prefix_seen {
                 0 => {
-                    if b & !1 != 0 {
+                    if self.response && b & 0x02 != 0 {
                         self.failed = true;
                         break;
                     }

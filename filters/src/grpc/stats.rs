@@ -139,7 +139,7 @@ impl HttpFilter for GrpcStatsFilter {
         let grpc_response = is_grpc_response(head.status, head.headers, false);
         Some(
             Box::new(Messages {
-                frames: FrameCounter::default(),
+                frames: FrameCounter::response(),
                 counters: r.counters.clone(),
                 object: r.object.clone(),
                 request: false,

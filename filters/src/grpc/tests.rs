@@ -51,8 +51,11 @@ fn frames_counted_across_chunks() {
     }
     assert_eq!(total, 3);
     assert_eq!(c.count(), 3);
-    let mut bad = FrameCounter::default();
-    assert_eq!(bad.inspect(&[0x80, 0, 0, 0, 0]), 0);
+    // Any flags count, but a response's Connect end of stream (0x02) ends counting.
+    let mut any = FrameCounter::default();
+    assert_eq!(any.inspect(&[0x80, 0, 0, 0, 0, 0x02, 0, 0, 0, 0]), 2);
+    let mut resp = FrameCounter::response();
+    assert_eq!(resp.inspect(&[0x80, 0, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0]), 1);
 }
 
 mod filters {

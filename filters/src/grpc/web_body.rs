@@ -134,7 +134,8 @@ impl WebResponse {
     fn text_frames(&mut self) -> Result<Bytes, EncodeError> {
         let mut out = String::new();
         while !self.failed && self.pending.len() >= 5 {
-            if self.pending[0] & !1 != 0 && self.pending[0] != TRAILER_FLAG {
+            // Envoy's decoder takes data frames only (flag 0, or 1: compressed).
+            if self.pending[0] & !1 != 0 {
                 self.failed = true;
                 self.pending.clear();
                 break;
