@@ -209,6 +209,27 @@ fn upstream() -> (SocketAddr, mpsc::Receiver<Seen>) {
                                         .header("grpc-status", "7")
                                         .header("grpc-message", "denied");
                                 }
+                                // Connect: a unary answer, and streams ending with their
+                                // end-of-stream frame (flag 2), one naming an error.
+                                "/pkg.Connect/Unary" => {
+                                    resp = http::Response::builder()
+                                        .header("content-type", "application/proto");
+                                    frames.push_back(hyper::body::Frame::data(Bytes::from_static(
+                                        b"\x0a\x02hi",
+                                    )));
+                                }
+                                "/pkg.Connect/Stream" | "/pkg.Connect/StreamFail" => {
+                                    resp = http::Response::builder()
+                                        .header("content-type", "application/connect+proto");
+                                    let end: &[u8] = if path.ends_with("Fail") {
+                                        br#"{"error":{"code":"internal","message":"no"}}"#
+                                    } else {
+                                        b"{}"
+                                    };
+                                    let mut all = [frame(0, b"a"), frame(0, b"bc")].concat();
+                                    all.extend(frame(2, end));
+                                    frames.push_back(hyper::body::Frame::data(Bytes::from(all)));
+                                }
                                 "/pkg.Echo/NotGrpcBig" => {
                                     resp = http::Response::builder()
                                         .status(502)
@@ -274,6 +295,8 @@ struct Case {
     content_type: Option<&'static str>,
     accept: Option<&'static str>,
     body: Vec<u8>,
+    /// More request headers.
+    extra: &'static [(&'static str, &'static str)],
     differs: Option<&'static str>,
 }
 
@@ -285,6 +308,7 @@ fn case(protocol: Protocol, path: &'static str, content_type: &'static str, body
         content_type: Some(content_type),
         accept: None,
         body,
+        extra: &[],
         differs: None,
     }
 }
@@ -404,6 +428,30 @@ fn cases() -> Vec<Case> {
             b"AAAA*AAA".to_vec(),
         ));
     }
+    // Connect requests (grpc_stats counts them; grpc_web leaves them).
+    for listener in ["grpc", "plain"] {
+        out.push(Case {
+            listener,
+            extra: &[("connect-protocol-version", "1")],
+            ..case(
+                Protocol::H2c,
+                "/pkg.Connect/Unary",
+                "application/proto",
+                b"\x0a\x01x".to_vec(),
+            )
+        });
+        for path in ["/pkg.Connect/Stream", "/pkg.Connect/StreamFail"] {
+            out.push(Case {
+                listener,
+                ..case(
+                    Protocol::H2c,
+                    path,
+                    "application/connect+proto",
+                    frame(0, b"q"),
+                )
+            });
+        }
+    }
     let two = [frame(0, b"hello"), frame(0, b"world!")].concat();
     for (listener, _) in STATS_LISTENERS {
         for path in [
@@ -451,6 +499,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
         if let Some(ct) = c.content_type {
             headers.push(("content-type".into(), ct.into()));
         }
+        headers.extend(c.extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         if let Some(a) = c.accept {
             headers.push(("accept".into(), a.into()));
         }

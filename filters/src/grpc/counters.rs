@@ -51,7 +51,12 @@ impl MethodCounters {
         {
             c.fetch_add(1, Ordering::Relaxed);
         }
-        let ok = v == b"0";
+        self.charge_success(v == b"0");
+    }
+
+    /// Envoy's `Context::chargeStat` on an outcome: `success` or `failure`, and `total`
+    /// (a Connect request's, which has no `grpc-status`).
+    pub fn charge_success(&self, ok: bool) {
         (if ok { &self.success } else { &self.failure }).fetch_add(1, Ordering::Relaxed);
         self.total.fetch_add(1, Ordering::Relaxed);
     }

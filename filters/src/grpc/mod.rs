@@ -6,10 +6,12 @@
 //! ([`counters`]).
 
 pub mod counters;
+mod frames;
 pub mod stats;
 pub mod web;
 mod web_body;
 
+pub use frames::FrameCounter;
 use http::{HeaderMap, StatusCode};
 
 /// Envoy's `Grpc::Common::resolveServiceAndMethod`: the two non-empty segments of the
@@ -67,88 +69,6 @@ pub fn percent_encode(body: &[u8]) -> String {
         }
     }
     out
-}
-
-/// Envoy's `Grpc::FrameInspector`: counts the length-prefixed messages of a gRPC stream
-/// as its bytes pass, a message when its first byte is seen, whatever its flags, without
-/// holding any of it. A response's counter (Envoy's `ResponseFrameCounter`) does not
-/// count a frame flagged as Connect's end of stream (`0x02`), nor anything after it.
-#[derive(Debug, Default)]
-pub struct FrameCounter {
-    /// Bytes of the current frame's 5-byte prefix seen (0: the next byte starts a frame).
-    prefix_seen: u8,
-    /// The current frame's length, as its prefix is read.
-    length: u32,
-    /// Payload bytes still to skip.
-    remaining: u64,
-    /// Nothing more is counted (a response's end-of-stream frame, or not gRPC).
-    failed: bool,
-    /// A response's counter: an end-of-stream flag stops it.
-    response: bool,
-    /// Frames seen.
-    count: u64,
-}
-
-impl FrameCounter {
-    /// A response's counter.
-    pub fn response() -> Self {
-        Self {
-            response: true,
-            ..Self::default()
-        }
-    }
-
-    /// A counter that counts nothing (the body is not gRPC).
-    pub fn off() -> Self {
-        Self {
-            failed: true,
-            ..Self::default()
-        }
-    }
-
-    /// Reads `data`; returns how many frames started in it.
-    pub fn inspect(&mut self, mut data: &[u8]) -> u64 {
-        let mut delta = 0;
-        while !data.is_empty() && !self.failed {
-            if self.remaining > 0 {
-                let n = usize::try_from(self.remaining)
-                    .unwrap_or(usize::MAX)
-                    .min(data.len());
-                self.remaining -= n as u64;
-                data = &data[n..];
-                continue;
-            }
-            let b = data[0];
-            data = &data[1..];
-            match self.prefix_seen {
-                0 => {
-                    if self.response && b & 0x02 != 0 {
-                        self.failed = true;
-                        break;
-                    }
-                    self.count += 1;
-                    delta += 1;
-                    self.prefix_seen = 1;
-                    self.length = 0;
-                }
-                1..=3 => {
-                    self.length = (self.length << 8) | u32::from(b);
-                    self.prefix_seen += 1;
-                }
-                _ => {
-                    self.length = (self.length << 8) | u32::from(b);
-                    self.remaining = u64::from(self.length);
-                    self.prefix_seen = 0;
-                }
-            }
-        }
-        delta
-    }
-
-    /// Frames seen so far.
-    pub fn count(&self) -> u64 {
-        self.count
-    }
 }
 
 #[cfg(test)]

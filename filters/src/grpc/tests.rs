@@ -298,3 +298,26 @@ mod filters {
         assert!(counters(&stats).is_empty());
     }
 }
+
+#[test]
+fn connect_end_of_stream_frames() {
+    let eos = |json: &[u8]| {
+        let mut f = vec![0x02];
+        f.extend_from_slice(&(json.len() as u32).to_be_bytes());
+        f.extend_from_slice(json);
+        f
+    };
+    let mut ok = FrameCounter::response();
+    let mut body = vec![0, 0, 0, 0, 1, 9];
+    body.extend(eos(b"{}"));
+    body.extend([0, 0, 0, 0, 0]);
+    assert_eq!(ok.inspect(&body), 1);
+    assert!(ok.connect_success());
+    let mut failed = FrameCounter::response();
+    failed.inspect(&eos(br#"{"error":{"code":"not_found"}}"#));
+    assert!(!failed.connect_success());
+    let mut bad = FrameCounter::response();
+    bad.inspect(&eos(b""));
+    assert!(!bad.connect_success());
+    assert!(!FrameCounter::response().connect_success());
+}
