@@ -580,6 +580,18 @@ fn run(kind: Kind, bin: &std::path::Path) -> Outcome {
         .map(str::to_string)
         .collect();
     stats.sort();
+    // The same counters as Prometheus has them: Envoy's default tag extractors take the
+    // gRPC service and method out of `cluster.<c>.grpc.<service>.<method>.*`.
+    let prom = client::get(&p.admin, "/stats/prometheus").unwrap();
+    let mut prom: Vec<String> = String::from_utf8_lossy(&prom.body)
+        .lines()
+        .filter(|l| {
+            l.starts_with("envoy_cluster_grpc") && !l.contains("envoy_cluster_name=\"down\"")
+        })
+        .map(str::to_string)
+        .collect();
+    prom.sort();
+    stats.extend(prom);
     upstream_saw.extend(seen.try_iter());
     (out, upstream_saw, stats)
 }
