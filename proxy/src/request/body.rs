@@ -142,24 +142,27 @@ impl Body for RequestBody {
             // error cannot become: the body ends here, and the upstream's decoder
             // sees an unfinished stream (it cannot take it for a whole one).
             Source::Encoded(e, progress) => {
-                let mut failed = false;
+                let mut failed = None;
                 let polled = e.poll(cx, |e| {
-                    tracing::debug!("request body encoder failed: {e}");
-                    failed = true;
+                    failed = Some(e);
                     None
                 });
+                let Some(error) = failed else {
+                    return polled;
+                };
                 // A filter that answers such a failure (gRPC-Web's 400): the router
                 // answers with its reply, and the body is held open until the request
                 // is dropped (which resets the upstream stream, as Envoy's local reply
                 // does).
-                if failed
-                    && let Some(p) = progress
+                if let Some(p) = progress
                     && let Some(reply) = e.failure_reply()
                 {
+                    tracing::debug!("request body encoder failed: {error}");
                     e.stall();
                     p.fail_by_filter(reply);
                     return Poll::Pending;
                 }
+                tracing::warn!("request body encoder failed: {error}");
                 return polled;
             }
             Source::Teed { inner, tee } => {
