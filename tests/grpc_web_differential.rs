@@ -41,6 +41,11 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: down }
   - match: { prefix: "/retry." }
     route: { cluster: up, retry_policy: { retry_on: 5xx, num_retries: 2 } }
+  - match: { prefix: "/hedge." }
+    route:
+      cluster: up
+      retry_policy: { retry_on: 5xx, num_retries: 1, per_try_timeout: 5s }
+      hedge_policy: { hedge_on_per_try_timeout: true }
   - match: { prefix: "/" }
     route: { cluster: up }
 "#;
@@ -433,6 +438,13 @@ fn cases() -> Vec<Case> {
         out.push(case(
             protocol,
             "/retry.Svc/M",
+            "application/grpc-web-text",
+            b"AA*A".to_vec(),
+        ));
+        // The same under hedging (its attempts are awaited apart).
+        out.push(case(
+            protocol,
+            "/hedge.Svc/M",
             "application/grpc-web-text",
             b"AA*A".to_vec(),
         ));
