@@ -53,6 +53,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol",
     "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
+    "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
+    "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",
     "envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimit",
     "envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute",

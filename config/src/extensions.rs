@@ -38,6 +38,11 @@ pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
+/// The gRPC-Web HTTP filter.
+pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
+/// The gRPC statistics HTTP filter.
+pub const GRPC_STATS: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.grpc_stats.v3.FilterConfig";
 /// The global rate limit HTTP filter.
 pub const RATELIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit";

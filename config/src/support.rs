@@ -43,6 +43,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::filters::csrf::SUPPORT,
         crate::filters::health_check::SUPPORT,
         crate::filters::fault::SUPPORT,
+        crate::filters::grpc::SUPPORT,
         crate::overload::SUPPORT,
         crate::runtime::SUPPORT,
         crate::tracing::SUPPORT,

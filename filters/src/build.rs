@@ -6,6 +6,9 @@ use crate::csrf::{CsrfFilter, CsrfStats};
 use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
 use crate::fault::{FaultFilter, FaultStats};
+use crate::grpc::counters::GrpcCounters;
+use crate::grpc::stats::GrpcStatsFilter;
+use crate::grpc::web::GrpcWebFilter;
 use crate::jwt_authn::jwks_cache::FetchStats;
 use crate::jwt_authn::jwks_cache::JwksFetcher;
 use crate::jwt_authn::{JwtAuthnFilter, JwtStats};
@@ -75,6 +78,11 @@ pub enum FilterStats {
     Csrf {
         /// The counters, per worker.
         stats: Arc<PerWorker<CsrfStats>>,
+    },
+    /// grpc_web and grpc_stats: `cluster.<route cluster>.<grpc-web|grpc>[.<service>.<method>].<name>`.
+    Grpc {
+        /// The counters by name prefix.
+        counters: Arc<GrpcCounters>,
     },
     /// ratelimit: `cluster.<route cluster>.ratelimit.<name>` (`denied` is `over_limit`).
     RateLimit {
@@ -169,6 +177,20 @@ pub fn build_chain_full(
             // No stats: Envoy's filter has none.
             HttpFilterConfig::HealthCheck(c) => {
                 Box::new(crate::health_check::HealthCheckFilter::new((**c).clone()))
+            }
+            HttpFilterConfig::GrpcWeb => {
+                let filter = GrpcWebFilter::new();
+                stats.push(FilterStats::Grpc {
+                    counters: Arc::clone(filter.counters()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::GrpcStats(c) => {
+                let filter = GrpcStatsFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::Grpc {
+                    counters: Arc::clone(filter.counters()),
+                });
+                Box::new(filter)
             }
             HttpFilterConfig::RateLimit(c) => {
                 let Some(transport) = rls.clone() else {

@@ -110,6 +110,10 @@ pub struct ResponseHead<'h> {
     /// The response has no body (HEAD, 204, an empty local reply): there is nothing to
     /// transform.
     pub end_stream: bool,
+    /// The whole body of a local reply (known before it is sent; the gRPC-Web filter
+    /// makes it the `grpc-message` of a non-gRPC reply); `None` for a body that streams
+    /// from upstream.
+    pub local_body: Option<Bytes>,
 }
 
 /// A response body transform failed (a compression library's error): the stream is reset,
@@ -130,6 +134,27 @@ pub trait BodyEncoder: Send + Sync {
     /// The trailers arrive (the body has ended without an `end_stream` chunk): the filter
     /// may change them and returns the bytes to send before them.
     fn encode_trailers(&mut self, trailers: &mut HeaderMap) -> Result<Bytes, EncodeError>;
+
+    /// After a request encoder failed: the local reply the filter answers with instead
+    /// (Envoy's `sendLocalReply` from `decodeData`, e.g. gRPC-Web's 400 for a body that is
+    /// not base64). The default has none: the stream just ends.
+    fn failure_reply(&self) -> Option<LocalReply> {
+        None
+    }
+
+    /// Whether the response headers wait for the whole body (Envoy's `StopIteration` on
+    /// them: gRPC-Web turning a non-gRPC response's body into `grpc-message`): the body
+    /// is then read through the encoders and none of it is sent, and
+    /// [`BodyEncoder::release_headers`] finishes the headers. The default does not wait.
+    fn holds_headers(&self) -> bool {
+        false
+    }
+
+    /// Finishes the held response headers once the whole body has gone through
+    /// ([`BodyEncoder::holds_headers`]). The default changes nothing.
+    fn release_headers(&mut self, headers: &mut HeaderMap) {
+        let _ = headers;
+    }
 }
 
 /// The encoders of one response, in the order its body flows through them (the chain's
@@ -147,6 +172,25 @@ impl BodyEncoders {
     /// run in filter order).
     pub fn push(&mut self, encoder: Box<dyn BodyEncoder>) {
         self.0.push(encoder);
+    }
+
+    /// The local reply of the encoder that failed, if it has one
+    /// ([`BodyEncoder::failure_reply`]).
+    pub fn failure_reply(&self) -> Option<LocalReply> {
+        self.0.iter().find_map(|e| e.failure_reply())
+    }
+
+    /// Whether some encoder holds the response headers until the body has been read
+    /// ([`BodyEncoder::holds_headers`]).
+    pub fn holds_headers(&self) -> bool {
+        self.0.iter().any(|e| e.holds_headers())
+    }
+
+    /// Lets every encoder finish the held response headers.
+    pub fn release_headers(&mut self, headers: &mut HeaderMap) {
+        for e in &mut self.0 {
+            e.release_headers(headers);
+        }
     }
 
     /// Passes a chunk through every encoder.

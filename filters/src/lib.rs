@@ -10,6 +10,7 @@ pub mod csrf;
 pub mod ext_authz;
 pub mod fault;
 pub mod health_check;
+pub mod grpc;
 pub mod jwt_authn;
 pub mod local_ratelimit;
 pub mod per_worker;

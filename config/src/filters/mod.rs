@@ -6,6 +6,7 @@ pub mod csrf;
 pub mod ext_authz;
 pub mod fault;
 pub mod health_check;
+pub mod grpc;
 pub mod http_uri;
 pub mod jwt_authn;
 pub mod local_ratelimit;
@@ -28,6 +29,7 @@ use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3 as health_check_pb;
+use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3 as grpc_stats_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3 as rl_pb;
@@ -465,6 +467,10 @@ pub enum HttpFilterConfig {
     Fault(Box<fault::Fault>),
     /// Health checks answered (or passed on) by the proxy.
     HealthCheck(Box<health_check::HealthCheck>),
+    /// gRPC-Web to gRPC translation (`GrpcWeb` has no fields).
+    GrpcWeb,
+    /// gRPC statistics.
+    GrpcStats(Box<grpc::GrpcStats>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -550,6 +556,11 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::HEALTH_CHECK {
         let m = core::unpack::<health_check_pb::HealthCheck>(any, &tp, ctx)?;
         HttpFilterConfig::HealthCheck(Box::new(health_check::translate(&m, &tp, ctx)?))
+    } else if url == extensions::GRPC_WEB {
+        HttpFilterConfig::GrpcWeb
+    } else if url == extensions::GRPC_STATS {
+        let m = core::unpack::<grpc_stats_pb::FilterConfig>(any, &tp, ctx)?;
+        HttpFilterConfig::GrpcStats(Box::new(grpc::translate_stats(&m, &tp, ctx)?))
     } else if url == extensions::RATELIMIT {
         let m = core::unpack::<rl_pb::RateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::RateLimit(Box::new(ratelimit::translate(&m, &tp, ctx)?))

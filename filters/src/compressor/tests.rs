@@ -162,6 +162,7 @@ mod body_path {
             status: StatusCode::OK,
             headers: &mut headers,
             end_stream: false,
+            local_body: None,
         };
         let mut encoders = chain.encode_response(&mut req, &mut h);
         assert!(!encoders.is_empty());
@@ -200,6 +201,7 @@ mod body_path {
             status: StatusCode::OK,
             headers: &mut headers,
             end_stream: true,
+            local_body: None,
         };
         assert!(chain.encode_response(&mut req, &mut h).is_empty());
         // Compressible, so a cache must still vary on it; the length stays.

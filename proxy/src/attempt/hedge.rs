@@ -50,6 +50,8 @@ enum Event {
     // Boxed: a response is large next to a timer tick.
     Done(usize, Box<Result<(Response<Incoming>, Lease), Failed>>),
     Timer,
+    /// A filter answers the request (its request body encoder failed).
+    Filtered,
 }
 
 /// Runs hedged attempts: the first to `host`. The caller checked that there is
@@ -69,6 +71,7 @@ pub(super) async fn run(
         timeouts,
         count_upstream,
         started,
+        progress,
         ..
     } = a;
     let deadline = timeouts.global.map(|t| started + t);
@@ -134,6 +137,14 @@ pub(super) async fn run(
             .chain(deadline)
             .min();
         let done = std::future::poll_fn(|cx| {
+            // A filter's reply ends the attempts (the body they send never ends); the
+            // progress wakes this task when one is set, until the request is whole.
+            if progress.filter_reply().is_some() {
+                return Poll::Ready(Event::Filtered);
+            }
+            if !progress.done() {
+                let _ = std::pin::pin!(progress.completed()).poll(cx);
+            }
             for (i, f) in flights.iter_mut().enumerate() {
                 if let Poll::Ready(r) = f.sent.as_mut().poll(cx) {
                     return Poll::Ready(Event::Done(i, Box::new(r)));
@@ -175,6 +186,14 @@ pub(super) async fn run(
             }
         };
         match event {
+            Event::Filtered => {
+                return done_with(
+                    Final::Failed(SendError::Termination),
+                    last_host,
+                    attempt,
+                    limit_exceeded,
+                );
+            }
             Event::Timer => {
                 if deadline.is_some_and(|g| g <= now) {
                     stats.rq_total.inc();

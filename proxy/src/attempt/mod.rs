@@ -256,6 +256,11 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // The retry slot is held until the retried attempt ends (Envoy's
         // retries().inc() .. resetRetry()).
         drop(retry_slot.take());
+        // A filter answers the request (its request body encoder failed): no retry,
+        // nothing counted as the upstream's; the router sends the filter's reply.
+        if progress.filter_reply().is_some() {
+            return done(Final::Failed(SendError::Termination), host, false);
+        }
         // Read only by a retry's host pick: no allocation for a request without one.
         if retry.is_some() {
             tried.push(host.address);
@@ -344,6 +349,10 @@ async fn timed<F: Future>(
 ) -> (Option<Deadline>, Option<F::Output>) {
     let attempt_start = Instant::now();
     loop {
+        // A filter answers instead (its request body encoder failed): `run` sees it.
+        if progress.filter_reply().is_some() {
+            return (None, None);
+        }
         let done_at = progress.done_at();
         let try_deadline = deadlines(timeouts, attempt_start, done_at);
         if done_at.is_none() {

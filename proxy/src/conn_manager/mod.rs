@@ -328,7 +328,7 @@ async fn respond(
     up: &Upstream<'_>,
     logging: bool,
     remote: std::net::IpAddr,
-    progress: &Progress,
+    progress: &Arc<Progress>,
     upgrades: Option<&HttpConnectionManager>,
     inject: Option<&crate::trace::Inject>,
 ) -> Response<ResponseBody> {
@@ -373,7 +373,18 @@ async fn respond(
     let mut selected = selected;
     let mut filtered = None;
     if let Some(chain) = info.http_filters.as_deref() {
-        match filter(chain, req, rc, (selected, random), info, remote, logging).await {
+        match filter(
+            chain,
+            req,
+            rc,
+            (selected, random),
+            info,
+            remote,
+            logging,
+            progress,
+        )
+        .await
+        {
             Filtered::Answered(mut resp) => {
                 if logging {
                     route_cluster(&mut resp, selected, random, up);
@@ -410,7 +421,9 @@ async fn respond(
         {
             resp.extensions_mut().insert(ResponseFlag(f.0));
         }
-        encode(chain, &mut state, &mut resp, logging);
+        if let Some(held) = encode(chain, &mut state, &mut resp, logging) {
+            release(held, &mut resp).await;
+        }
     }
     resp
 }
@@ -450,6 +463,40 @@ fn route_cluster(
     }
 }
 
+/// A filter held the response headers until the whole body has been read through its
+/// encoders (gRPC-Web making a non-gRPC response's body its `grpc-message`): reads it
+/// (what the encoders keep is theirs to bound), lets them finish the headers, and sends
+/// the response without a body.
+async fn release(mut encoders: courier_filters::BodyEncoders, resp: &mut Response<ResponseBody>) {
+    use http_body_util::BodyExt as _;
+    let mut body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
+    // What the encoders return is not sent: the body becomes the headers' business.
+    // An encoder's error, or the upstream's, ends the reading with what was read.
+    loop {
+        match body.frame().await {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => {
+                    if encoders.data(data, false).is_err() {
+                        break;
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(mut t) = frame.into_trailers() {
+                        let _ = encoders.trailers(&mut t);
+                    }
+                    break;
+                }
+            },
+            None => {
+                let _ = encoders.data(bytes::Bytes::new(), true);
+                break;
+            }
+            Some(Err(_)) => break,
+        }
+    }
+    encoders.release_headers(resp.headers_mut());
+}
+
 /// What the filter chain made of a request.
 // Not boxed: the value is taken apart as soon as the chain returns it, and a box would
 // cost an allocation per filtered request.
@@ -466,7 +513,11 @@ enum Filtered<'a> {
 }
 
 /// Runs the filter chain; the filters run before the router, also when no route
-/// matched (the router then answers 404), as in Envoy.
+/// matched (the router then answers 404), as in Envoy. A filter whose request body
+/// encoder fails with a reply of its own tells `progress`, where the router finds it.
+// One more than clippy's limit: the request's progress travels beside the request, as
+// in `respond`.
+#[allow(clippy::too_many_arguments)]
 async fn filter<'a>(
     chain: &FilterChain,
     req: Request<UpstreamBody>,
@@ -475,6 +526,7 @@ async fn filter<'a>(
     info: &'a ConnInfo,
     remote: std::net::IpAddr,
     logging: bool,
+    progress: &Arc<Progress>,
 ) -> Filtered<'a> {
     let to = ReplyTo::of(&req);
     let (head, mut body) = req.into_parts();
@@ -532,7 +584,11 @@ async fn filter<'a>(
                     .insert(Details(r.details.into_owned()));
             }
             let mut resp = resp.map(ResponseBody::from);
-            encode(chain, &mut state, &mut resp, logging);
+            // A local reply's body is known whole: no filter holds its headers.
+            if let Some(held) = encode(chain, &mut state, &mut resp, logging) {
+                *resp.body_mut() = ResponseBody::Local(Default::default());
+                drop(held);
+            }
             Filtered::Answered(resp)
         }
         Verdict::Continue => {
@@ -559,7 +615,11 @@ async fn filter<'a>(
             } else {
                 let encoders = std::mem::take(&mut state.request_encoders);
                 UpstreamBody::new(
-                    crate::request::body::RequestBody::encoded(body, encoders),
+                    crate::request::body::RequestBody::encoded(
+                        body,
+                        encoders,
+                        Some(Arc::clone(progress)),
+                    ),
                     None,
                 )
             };
@@ -570,15 +630,17 @@ async fn filter<'a>(
 
 /// The filters' response hooks, the response headers they asked for, and (for the access
 /// log) the request's dynamic metadata. A body a filter transforms (the compressor) is
-/// wrapped in its encoders here; a chain without body filters skips all of that.
+/// wrapped in its encoders here; a chain without body filters skips all of that. Returns
+/// the encoders when one holds the headers until the body has been read ([`release`]).
 fn encode(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
     logging: bool,
-) {
+) -> Option<courier_filters::BodyEncoders> {
+    let mut held = None;
     if chain.has_body_filters() {
-        encode_body(chain, state, resp);
+        held = encode_body(chain, state, resp);
     } else {
         chain.encode_headers(state, resp.headers_mut());
     }
@@ -599,15 +661,17 @@ fn encode(
     {
         resp.extensions_mut().insert(HealthChecked);
     }
+    held
 }
 
 /// [`encode`]'s part for chains with body filters: the response head through the
-/// filters, and the body through the encoders they return.
+/// filters, and the body through the encoders they return (returned instead when one
+/// holds the headers until the body has been read).
 fn encode_body(
     chain: &FilterChain,
     state: &mut RequestState<'_>,
     resp: &mut Response<ResponseBody>,
-) {
+) -> Option<courier_filters::BodyEncoders> {
     use http_body::Body as _;
     let body = resp.body();
     let end_stream = body.is_end_stream();
@@ -622,16 +686,42 @@ fn encode_body(
         resp.headers_mut()
             .insert(header::CONTENT_LENGTH, HeaderValue::from(n));
     }
+    // A local reply's body is known whole (a ready `Full`): the gRPC-Web filter makes it
+    // the `grpc-message` of a non-gRPC reply, as Envoy does.
+    let local_body = match resp.body_mut() {
+        ResponseBody::Local(b) if !end_stream => local_bytes(b),
+        _ => None,
+    };
+    if let Some(b) = &local_body {
+        *resp.body_mut() = ResponseBody::Local(http_body_util::Full::new(b.clone()));
+    }
     let status = resp.status();
     let mut head = courier_filters::ResponseHead {
         status,
         headers: resp.headers_mut(),
         end_stream,
+        local_body,
     };
     let encoders = chain.encode_response(state, &mut head);
+    if encoders.holds_headers() {
+        return Some(encoders);
+    }
     if !encoders.is_empty() {
         let body = std::mem::replace(resp.body_mut(), ResponseBody::Local(Default::default()));
         *resp.body_mut() = body.encode(encoders);
+    }
+    None
+}
+
+/// The bytes of a local reply's body, taken out of it (a `Full` is always ready).
+fn local_bytes(b: &mut http_body_util::Full<bytes::Bytes>) -> Option<bytes::Bytes> {
+    use http_body_util::BodyExt as _;
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let mut frame = std::pin::pin!(b.frame());
+    match frame.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(Some(Ok(f))) => f.into_data().ok(),
+        _ => None,
     }
 }
 

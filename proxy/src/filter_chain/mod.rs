@@ -190,9 +190,14 @@ impl HttpFilters {
         self.for_each_cluster_counter(&mut |_, c| c.store(0, Ordering::Relaxed));
     }
 
-    /// ext_authz's `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>` counters.
+    /// The counters in the route cluster's scope: ext_authz's
+    /// `cluster.<route cluster>.ext_authz.[<stat_prefix>.]<name>`, ratelimit's and the gRPC
+    /// filters' `cluster.<route cluster>.<grpc|grpc-web>.…`.
     fn for_each_cluster_counter(&self, add: &mut dyn FnMut(String, &AtomicU64)) {
         for (_, _, s) in &self.stats {
+            if let FilterStats::Grpc { counters } = s {
+                counters.each(|name, c| add(name, c));
+            }
             if let FilterStats::RateLimit { clusters } = s {
                 clusters.each(|cluster, c| {
                     add(format!("cluster.{cluster}.ratelimit.ok"), &c.ok);
@@ -342,7 +347,7 @@ impl HttpFilters {
                     }
                 }
                 // Counted in the route cluster's scope (for_each_cluster_counter).
-                FilterStats::RateLimit { .. } => {}
+                FilterStats::RateLimit { .. } | FilterStats::Grpc { .. } => {}
                 FilterStats::Fault { stats, active } => {
                     let p = format!("http.{hcm}.fault.");
                     add(format!("{p}active_faults"), &[&**active]);

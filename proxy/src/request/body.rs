@@ -35,7 +35,10 @@ enum Source {
         rest: Option<Box<UpstreamBody>>,
     },
     /// A body through the filters' encoders (boxed: only such requests pay for it).
-    Encoded(Box<super::encoded::Encoded<UpstreamBody>>),
+    Encoded(
+        Box<super::encoded::Encoded<UpstreamBody>>,
+        Option<std::sync::Arc<Progress>>,
+    ),
     /// A body of unknown length, copied for a retry as it is sent.
     Teed {
         inner: Box<UpstreamBody>,
@@ -82,10 +85,18 @@ impl RequestBody {
         }
     }
 
-    /// `inner` passed through `encoders` (a compressor's request direction).
-    pub fn encoded(inner: UpstreamBody, encoders: courier_filters::BodyEncoders) -> Self {
+    /// `inner` passed through `encoders` (a compressor's request direction, gRPC-Web's
+    /// base64 decoding); an encoder's local reply on failure goes to `progress`.
+    pub fn encoded(
+        inner: UpstreamBody,
+        encoders: courier_filters::BodyEncoders,
+        progress: Option<std::sync::Arc<Progress>>,
+    ) -> Self {
         RequestBody {
-            body: Source::Encoded(Box::new(super::encoded::Encoded::new(inner, encoders))),
+            body: Source::Encoded(
+                Box::new(super::encoded::Encoded::new(inner, encoders)),
+                progress,
+            ),
             progress: None,
         }
     }
@@ -130,11 +141,29 @@ impl Body for RequestBody {
             // The body's error type is the downstream codec's, which an encoder
             // error cannot become: the body ends here, and the upstream's decoder
             // sees an unfinished stream (it cannot take it for a whole one).
-            Source::Encoded(e) => {
-                return e.poll(cx, |e| {
-                    tracing::warn!("request body encoder failed: {e}");
+            Source::Encoded(e, progress) => {
+                let mut failed = None;
+                let polled = e.poll(cx, |e| {
+                    failed = Some(e);
                     None
                 });
+                let Some(error) = failed else {
+                    return polled;
+                };
+                // A filter that answers such a failure (gRPC-Web's 400): the router
+                // answers with its reply, and the body is held open until the request
+                // is dropped (which resets the upstream stream, as Envoy's local reply
+                // does).
+                if let Some(p) = progress
+                    && let Some(reply) = e.failure_reply()
+                {
+                    tracing::debug!("request body encoder failed: {error}");
+                    e.stall();
+                    p.fail_by_filter(reply);
+                    return Poll::Pending;
+                }
+                tracing::warn!("request body encoder failed: {error}");
+                return polled;
             }
             Source::Teed { inner, tee } => {
                 let polled = Pin::new(&mut **inner).poll_frame(cx);
@@ -173,7 +202,7 @@ impl Body for RequestBody {
                     && trailers.is_none()
                     && rest.as_ref().is_none_or(|r| r.is_end_stream())
             }
-            Source::Encoded(e) => e.is_end_stream(),
+            Source::Encoded(e, _) => e.is_end_stream(),
             Source::Teed { inner, .. } => inner.is_end_stream(),
         }
     }
@@ -198,7 +227,7 @@ impl Body for RequestBody {
                 }
             }
             // The encoded length is not known ahead.
-            Source::Encoded(_) => SizeHint::default(),
+            Source::Encoded(..) => SizeHint::default(),
             Source::Teed { inner, .. } => inner.size_hint(),
         }
     }

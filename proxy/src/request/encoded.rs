@@ -21,6 +21,9 @@ pub struct Encoded<B> {
     finished: bool,
     /// Nothing more to send.
     done: bool,
+    /// A filter answers instead (its encoder failed): the body never ends, so the
+    /// upstream cannot take it for a whole one, until the request is dropped.
+    stalled: bool,
 }
 
 impl<B: Body<Data = Bytes> + Unpin> Encoded<B> {
@@ -32,7 +35,18 @@ impl<B: Body<Data = Bytes> + Unpin> Encoded<B> {
             trailers: None,
             finished: false,
             done: false,
+            stalled: false,
         }
+    }
+
+    /// The local reply of the encoder that failed, if it has one.
+    pub fn failure_reply(&self) -> Option<courier_filters::LocalReply> {
+        self.encoders.failure_reply()
+    }
+
+    /// Sends nothing more, and never ends (a filter answers the request instead).
+    pub fn stall(&mut self) {
+        self.stalled = true;
     }
 
     /// The body being encoded.
@@ -58,12 +72,21 @@ impl<B: Body<Data = Bytes> + Unpin> Encoded<B> {
         cx: &mut Context<'_>,
         failure: impl FnOnce(EncodeError) -> Option<B::Error>,
     ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        if self.stalled {
+            return Poll::Pending;
+        }
         loop {
             if self.done {
                 return Poll::Ready(None);
             }
             if let Some(t) = self.trailers.take() {
                 self.done = true;
+                // An encoder that moved them all into the body (gRPC-Web's trailers
+                // frame) leaves none: the stream just ends, as Envoy's codec skips
+                // empty trailers.
+                if t.is_empty() {
+                    return Poll::Ready(None);
+                }
                 return Poll::Ready(Some(Ok(Frame::trailers(t))));
             }
             let frame = match ready!(Pin::new(&mut self.inner).poll_frame(cx)) {
@@ -112,6 +135,6 @@ impl<B: Body<Data = Bytes> + Unpin> Encoded<B> {
 
     /// Whether nothing more will be sent.
     pub fn is_end_stream(&self) -> bool {
-        self.done
+        self.done && !self.stalled
     }
 }

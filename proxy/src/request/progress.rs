@@ -25,6 +25,9 @@ pub struct Progress {
     router_wake_ns: std::sync::atomic::AtomicU64,
     /// The downstream's body was malformed (its codec refused it).
     body_failed: std::sync::atomic::AtomicBool,
+    /// A filter's request body encoder failed and answers with this reply (gRPC-Web's
+    /// 400 for a body that is not base64): the router answers with it.
+    filter_reply: std::sync::OnceLock<courier_filters::LocalReply>,
 }
 
 const NO_OVERRIDE: u64 = u64::MAX;
@@ -41,6 +44,7 @@ impl Progress {
             duration_override_ms: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             router_wake_ns: std::sync::atomic::AtomicU64::new(NO_OVERRIDE),
             body_failed: std::sync::atomic::AtomicBool::new(false),
+            filter_reply: std::sync::OnceLock::new(),
         }
     }
 
@@ -146,6 +150,18 @@ impl Progress {
         self.body_failed.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// A filter's request body encoder failed with `reply`: the router stops waiting for
+    /// the upstream (woken as by the request's end) and answers with it.
+    pub fn fail_by_filter(&self, reply: courier_filters::LocalReply) {
+        let _ = self.filter_reply.set(reply);
+        self.on_done.wake();
+    }
+
+    /// The reply a filter's failed request body encoder answers with, if one failed.
+    pub fn filter_reply(&self) -> Option<&courier_filters::LocalReply> {
+        self.filter_reply.get()
+    }
+
     /// Whether the whole request body has been read.
     pub fn done(&self) -> bool {
         self.done_at().is_some()
@@ -160,11 +176,11 @@ impl Progress {
     /// the upstream connection's task: this wakes the request's).
     pub async fn completed(&self) {
         std::future::poll_fn(|cx| {
-            if self.done() {
+            if self.done() || self.filter_reply().is_some() {
                 return Poll::Ready(());
             }
             self.on_done.register(cx.waker());
-            if self.done() {
+            if self.done() || self.filter_reply().is_some() {
                 Poll::Ready(())
             } else {
                 Poll::Pending

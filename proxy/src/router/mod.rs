@@ -376,6 +376,18 @@ pub async fn forward(
             "UH",
             None,
         ),
+        // A filter's request body encoder failed and answers with its own reply
+        // (gRPC-Web's 400 for a body that is not base64), as Envoy's `sendLocalReply`
+        // from `decodeData`: no response flag.
+        attempt::Final::Failed(_) if let Some(r) = m.progress.filter_reply() => {
+            let mut resp = out.local(seen.as_ref(), r.status, r.body.clone(), "-", host_text);
+            resp.extensions_mut().remove::<ResponseFlag>();
+            if logging {
+                resp.extensions_mut()
+                    .insert(crate::router::facts::Details(r.details.to_string()));
+            }
+            resp
+        }
         // hyper refused the downstream's body mid-way (a malformed chunk
         // after the head went upstream): Envoy's codec answers 400 and closes.
         attempt::Final::Failed(_) if m.progress.has_body_failed() => {
