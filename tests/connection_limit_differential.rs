@@ -2,8 +2,9 @@
 //! Envoy Gateway's listener-connection-limit and listener-tcp-without-route
 //! cases) against real Envoy: TCP proxy chains with a limit, with and without
 //! a `delay`, get more connections than they take; both proxies must close
-//! the same ones, serve the others, and count the same
-//! `connection_limit.<stat_prefix>.*` stats.
+//! the same ones, serve the others, count the same
+//! `connection_limit.<stat_prefix>.*` stats and write the same listener
+//! access-log lines for the connections closed.
 //!
 //! ```text
 //! cargo build -p courier
@@ -43,6 +44,12 @@ fn listener(name: &str, limit: &str) -> String {
     format!(
         r#"  - name: {name}
     address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
+    access_log:
+    - name: envoy.access_loggers.file
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+        path: {name}.log
+        log_format: {{text_format_source: {{inline_string: "%RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS% %CONNECTION_TERMINATION_DETAILS% %BYTES_RECEIVED% %BYTES_SENT% %UPSTREAM_HOST% %UPSTREAM_CLUSTER%\n"}}}}
     filter_chains:
     - filters:
       - name: envoy.filters.network.connection_limit
@@ -117,6 +124,19 @@ fn run(kind: Kind, bin: &std::path::Path, up: u16) -> Vec<String> {
         &p,
         "connection_limit.delayed.active_connections: 1",
     ));
+    // The listeners' lines of the connections closed so far: the refused
+    // ones and the one the client closed.
+    for (l, n) in [("two", 2), ("delayed", 1)] {
+        let path = p.dir().join(format!("{l}.log"));
+        let lines = poll(1000, || {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let mut lines: Vec<String> = text.lines().map(|x| format!("{l}.log: {x}")).collect();
+            lines.sort();
+            (lines.len() >= n).then_some(lines)
+        })
+        .unwrap_or_else(|| panic!("{kind}: {l}.log has fewer than {n} lines"));
+        out.extend(lines);
+    }
     out
 }
 

@@ -148,7 +148,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> Vec<String> {
         ("pass-not-hc.log", 4),
     ] {
         let path = p.dir().join(file);
-        let lines = poll(500, || {
+        let lines = poll(1000, || {
             let text = std::fs::read_to_string(&path).ok()?;
             let lines: Vec<String> = text.lines().map(|l| format!("{file}: {l}")).collect();
             (lines.len() >= n).then_some(lines)

@@ -181,7 +181,7 @@ fn run(p: &Proxy) -> Seen {
         ("requests.log", 2),
     ] {
         let path = p.dir().join(file);
-        let lines = poll(500, || {
+        let lines = poll(1000, || {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
             lines.sort();

@@ -149,7 +149,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> Vec<String> {
     for l in ["required", "lenient"] {
         let n = served.get(l).copied().unwrap_or(0);
         let path = p.dir().join(format!("{l}.log"));
-        let lines = poll(500, || {
+        let lines = poll(1000, || {
             let text = std::fs::read_to_string(&path).unwrap_or_default();
             // Known gap (issue 21, not on purpose): courier writes no access
             // log line for a request its HTTP/1.1 codec refuses (the `400`

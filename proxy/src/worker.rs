@@ -522,6 +522,12 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     if let Some(d) = delay.filter(|d| !d.is_zero()) {
                         tokio::time::sleep(d).await;
                     }
+                    // Its listener line, as Envoy writes it at the close:
+                    // nothing read, no flag.
+                    if !l.access_log.is_empty() {
+                        let nothing = crate::access_log::ResponseSide::default();
+                        facts.write(l, None, (0, 0), nothing);
+                    }
                     return None;
                 }
             }
