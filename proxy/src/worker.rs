@@ -224,6 +224,7 @@ async fn serve(setup: WorkerSetup) {
     // through its own pools).
     let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
     crate::trace::export::start(client.clone());
+    crate::access_log::otel::start(client.clone());
     crate::trace::zipkin_export::start(client);
 
     // Pools of replaced or removed clusters and hosts are drained in the background.
@@ -273,7 +274,8 @@ async fn serve(setup: WorkerSetup) {
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
-    let otel = crate::trace::export::flush_at_exit();
+    let logs = crate::access_log::otel::flush_at_exit();
+    let otel = crate::trace::export::flush_at_exit() || logs;
     if crate::trace::zipkin_export::flush_at_exit() || otel {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }

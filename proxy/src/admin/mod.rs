@@ -266,6 +266,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::accept::proxy_protocol::reset_counters();
             crate::accept::connection_limit::reset_counters();
             crate::udp::stats::reset_counters();
+            crate::access_log::otel::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
@@ -344,6 +345,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::accept::proxy_protocol::samples(&mut samples);
     crate::accept::connection_limit::samples(&mut samples);
     crate::udp::stats::samples(&mut samples);
+    crate::access_log::otel::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
