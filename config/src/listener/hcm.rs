@@ -38,6 +38,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "request_timeout",
             "request_headers_timeout",
             "drain_timeout",
+            "http1_safe_max_connection_duration",
             "delayed_close_timeout",
             "max_request_headers_kb",
             "common_http_protocol_options",
@@ -286,6 +287,11 @@ pub struct HttpConnectionManager {
     /// Its listener's `bypass_overload_manager`: the overload manager's actions
     /// (refused requests, keep-alive off, reduced timeouts) do not apply.
     pub bypass_overload_manager: bool,
+    /// `http1_safe_max_connection_duration`: at `max_connection_duration` an
+    /// HTTP/1 connection waits for its next request and closes after
+    /// answering it `connection: close`, instead of Envoy's drain sequence
+    /// (closed `drain_timeout` later).
+    pub http1_safe_max_connection_duration: bool,
     /// `tracing`: sampling decisions and spans (none: no tracing).
     pub tracing: Option<crate::tracing::Tracing>,
 }
@@ -526,6 +532,7 @@ pub fn translate(
         proxy_100_continue: h.proxy_100_continue,
         // Set by the listener (listener::translate).
         bypass_overload_manager: false,
+        http1_safe_max_connection_duration: h.http1_safe_max_connection_duration,
         tracing: h
             .tracing
             .as_ref()

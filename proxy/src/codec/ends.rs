@@ -67,15 +67,23 @@ impl Fired {
         self.start_drain(activity, drain_timeout, true)
     }
 
-    /// `max_connection_duration` is reached: the same drain sequence, counted.
+    /// `max_connection_duration` is reached: the same drain sequence, counted;
+    /// or, `safe` (HTTP/1 with `http1_safe_max_connection_duration`), only
+    /// `connection: close` on the next response, with no end of its own: the
+    /// connection stays open for that request however long it takes.
     pub(super) fn lifetime_reached(
         &mut self,
         activity: &Activity,
         stats: &HcmStats,
         drain_timeout: Duration,
+        safe: bool,
     ) -> bool {
         self.lifetime = true;
         stats.edge.cx_max_duration_reached.inc();
+        if safe {
+            activity.start_draining();
+            return false;
+        }
         self.start_drain(activity, drain_timeout, true)
     }
 
@@ -115,6 +123,8 @@ pub(super) struct Ends<'p, D, I, L, R> {
     drain_timeout: Duration,
     /// HTTP/2: a started drain sequence is told at once ([`End::GoAway`]).
     http2: bool,
+    /// HTTP/1 with `http1_safe_max_connection_duration`.
+    safe_lifetime: bool,
 }
 
 impl<D, I, L, R> Ends<'_, D, I, L, R>
@@ -153,9 +163,12 @@ where
             && l.as_mut().poll(cx).is_ready()
         {
             self.lifetime = None;
-            let changed =
-                self.fired
-                    .lifetime_reached(self.activity, self.stats, self.drain_timeout);
+            let changed = self.fired.lifetime_reached(
+                self.activity,
+                self.stats,
+                self.drain_timeout,
+                self.safe_lifetime,
+            );
             self.rearm(changed);
             started = true;
         }
@@ -224,6 +237,7 @@ impl<'p, D, I, L, R> Ends<'p, D, I, L, R> {
         stats: &'p HcmStats,
         drain_timeout: Duration,
         http2: bool,
+        safe_lifetime: bool,
     ) -> Self {
         let deadline = fired
             .deadline
@@ -239,6 +253,7 @@ impl<'p, D, I, L, R> Ends<'p, D, I, L, R> {
             stats,
             drain_timeout,
             http2,
+            safe_lifetime,
         }
     }
 }

@@ -133,7 +133,12 @@ async fn wait_parked<S: AsyncRead + Unpin>(
                     fired.idle_reached(&h.activity, h.limits.drain_timeout);
                 }
                 if lifetime.is_some_and(|at| now >= at) {
-                    fired.lifetime_reached(&h.activity, &h.stats, h.limits.drain_timeout);
+                    fired.lifetime_reached(
+                        &h.activity,
+                        &h.stats,
+                        h.limits.drain_timeout,
+                        h.limits.http1_safe_lifetime,
+                    );
                 }
                 if fired.deadline.is_some_and(|(at, _)| now >= at) {
                     return false;
@@ -190,7 +195,8 @@ where
         retired,
     };
     let drain_timeout = limits.drain_timeout;
-    let mut ends = Ends::new(events, fired, activity, stats, drain_timeout, false);
+    let safe = limits.http1_safe_lifetime;
+    let mut ends = Ends::new(events, fired, activity, stats, drain_timeout, false, safe);
     let heads_at_start = activity.heads();
     let reads_at_start = activity.reads();
     let mut reads_at_tick = reads_at_start;

@@ -480,3 +480,20 @@ async fn a_drain_sequence_started_before_a_park_ends_on_time_while_parked() {
     let closed_after = opened.elapsed();
     assert_within_a_second_of(closed_after, Duration::from_millis(5500));
 }
+
+#[tokio::test(start_paused = true)]
+async fn http1_safe_max_connection_duration_waits_for_the_next_request() {
+    let extra = "          drain_timeout: 2s\n          http1_safe_max_connection_duration: true\n          common_http_protocol_options: {max_connection_duration: 6s}";
+    let mut s = serve("HTTP1", extra);
+    s.client.write_all(GET).await.unwrap();
+    assert_hello(response(&mut s.client).await);
+    // Long past the lifetime and what the drain sequence would take: still
+    // open (without the option it closes at 8 s).
+    let quiet = tokio::time::timeout(Duration::from_secs(30), response(&mut s.client)).await;
+    assert!(quiet.is_err(), "closed: {quiet:?}");
+    s.client.write_all(GET).await.unwrap();
+    let r = response(&mut s.client).await.expect("answered");
+    assert!(r.starts_with("HTTP/1.1 200 OK\r\n"), "{r}");
+    assert!(r.contains("\r\nconnection: close\r\n"), "{r}");
+    assert_eq!(response(&mut s.client).await, None);
+}

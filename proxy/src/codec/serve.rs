@@ -50,6 +50,8 @@ pub(crate) struct Limits {
     max_connection_duration: Option<Duration>,
     max_stream_duration: Option<Duration>,
     pub(crate) drain_timeout: Duration,
+    /// `http1_safe_max_connection_duration`.
+    pub(crate) http1_safe_lifetime: bool,
     half_close: bool,
     /// The listener's `bypass_overload_manager`.
     bypass_overload: bool,
@@ -86,6 +88,7 @@ impl Limits {
                 max_stream_duration: None,
                 half_close: false,
                 drain_timeout: courier_config::listener::hcm::DEFAULT_DRAIN_TIMEOUT,
+                http1_safe_lifetime: false,
                 bypass_overload: false,
                 accept_http_10: false,
             };
@@ -123,6 +126,7 @@ impl Limits {
             max_stream_duration: h.common_http_protocol_options.max_stream_duration,
             half_close: false,
             drain_timeout: h.drain_timeout,
+            http1_safe_lifetime: h.http1_safe_max_connection_duration,
             bypass_overload: h.bypass_overload_manager,
             accept_http_10: h.http_protocol_options.accept_http_10,
         }
@@ -479,7 +483,15 @@ where
         retired,
     };
     let drain_timeout = limits.drain_timeout;
-    let mut ends = Ends::new(events, &mut fired, activity, stats, drain_timeout, true);
+    let mut ends = Ends::new(
+        events,
+        &mut fired,
+        activity,
+        stats,
+        drain_timeout,
+        true,
+        false,
+    );
     // The ends are polled only when they woke, not on each of the codec's
     // wakes per request.
     let mut gate = crate::codec::wake_gate::WakeGate::default();
