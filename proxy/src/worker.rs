@@ -224,7 +224,8 @@ async fn serve(setup: WorkerSetup) {
     // through its own pools).
     let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
     crate::trace::export::start(client.clone());
-    crate::trace::zipkin_export::start(client);
+    crate::trace::zipkin_export::start(client.clone());
+    crate::trace::datadog_export::start(client);
 
     // Pools of replaced or removed clusters and hosts are drained in the background.
     let sweeper = {
@@ -274,7 +275,8 @@ async fn serve(setup: WorkerSetup) {
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
     let otel = crate::trace::export::flush_at_exit();
-    if crate::trace::zipkin_export::flush_at_exit() || otel {
+    let datadog = crate::trace::datadog_export::flush_at_exit();
+    if crate::trace::zipkin_export::flush_at_exit() || otel || datadog {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
