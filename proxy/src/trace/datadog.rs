@@ -84,12 +84,17 @@ fn extract_datadog(headers: &HeaderMap) -> Result<Extracted, ()> {
     let id = |name: &HeaderName| -> Result<Option<u64>, ()> {
         match header(headers, name) {
             None => Ok(None),
+            // `from_chars`: digits only (Rust's `parse` would take a `+`).
+            Some(v) if v.trim().starts_with('+') => Err(()),
             Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| ()),
         }
     };
     e.trace_id = id(&TRACE_ID)?.map(|low| (0, low));
     e.parent_id = id(&PARENT_ID)?;
     if let Some(p) = header(headers, &PRIORITY) {
+        if p.trim().starts_with('+') {
+            return Err(());
+        }
         e.priority = Some(p.trim().parse::<i32>().map_err(|_| ())?);
     }
     e.origin = header(headers, &ORIGIN).map(str::to_string);

@@ -77,39 +77,62 @@ pub fn reset() {
     }
 }
 
+/// What the agent said about sampling: its rates by `service:<name>,env:<env>`
+/// and its default rate (kept when a later answer has none, as dd-trace-cpp).
+#[derive(Debug, Default)]
+struct Rates {
+    by_key: HashMap<String, f64>,
+    default: Option<f64>,
+}
+
 thread_local! {
-    /// The agent's sampling rates, by `service:<name>,env:<env>`: per worker, as
-    /// each of Envoy's workers learns them from its own reports.
-    static RATES: RefCell<Option<HashMap<String, f64>>> = const { RefCell::new(None) };
+    /// Per worker, as each of Envoy's workers learns them from its own reports.
+    static RATES: RefCell<Rates> = RefCell::default();
 }
 
 /// The agent's rate for `service` (no environment is configured), else its
 /// default rate; `None` before the agent has sent any.
 pub(super) fn agent_rate(service: &str) -> Option<f64> {
     RATES.with(|r| {
-        let rates = r.borrow();
-        let rates = rates.as_ref()?;
-        rates
+        let r = r.borrow();
+        r.by_key
             .get(&format!("service:{service},env:"))
-            .or_else(|| rates.get(DEFAULT_RATE_KEY))
             .copied()
+            .or(r.default)
     })
 }
 
-/// Takes the rates of an agent's answer (`{"rate_by_service": {key: rate}}`);
-/// an answer without them changes nothing, as dd-trace-cpp.
-fn take_rates(body: &[u8]) {
-    let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) else {
+/// Takes the rates of an agent's answer (`{"rate_by_service": {key: rate}}`), as
+/// dd-trace-cpp: an answer that is not a JSON object, or has a rate that is not a
+/// number in 0..=1, changes nothing; one without `rate_by_service` clears the
+/// rates by service and keeps the default.
+pub(super) fn take_rates(body: &[u8]) {
+    let Ok(serde_json::Value::Object(json)) = serde_json::from_slice::<serde_json::Value>(body)
+    else {
         return;
     };
-    let Some(by) = json.get("rate_by_service").and_then(|r| r.as_object()) else {
-        return;
-    };
-    let rates: HashMap<String, f64> = by
-        .iter()
-        .filter_map(|(k, v)| Some((k.clone(), v.as_f64().filter(|r| (0.0..=1.0).contains(r))?)))
-        .collect();
-    RATES.with(|r| *r.borrow_mut() = Some(rates));
+    let mut by_key = HashMap::new();
+    match json.get("rate_by_service") {
+        None => {}
+        Some(serde_json::Value::Object(by)) => {
+            for (k, v) in by {
+                match v.as_f64() {
+                    Some(rate) if (0.0..=1.0).contains(&rate) => {
+                        by_key.insert(k.clone(), rate);
+                    }
+                    _ => return,
+                }
+            }
+        }
+        Some(_) => return,
+    }
+    RATES.with(|r| {
+        let mut r = r.borrow_mut();
+        if let Some(d) = by_key.get(DEFAULT_RATE_KEY) {
+            r.default = Some(*d);
+        }
+        r.by_key = by_key;
+    });
 }
 
 /// Encoded traces waiting for one tracer config.

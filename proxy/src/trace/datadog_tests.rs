@@ -284,3 +284,21 @@ fn not_traced_is_a_user_drop_without_decision_maker() {
         ]
     );
 }
+
+#[test]
+fn the_agent_rates_as_dd_trace_cpp_takes_them() {
+    use super::super::datadog_export::{agent_rate, take_rates};
+    // Thread-local: this test's thread starts without rates.
+    assert_eq!(agent_rate("svc"), None);
+    take_rates(br#"{"rate_by_service":{"service:,env:":0.5,"service:svc,env:":0.25}}"#);
+    assert_eq!(agent_rate("svc"), Some(0.25));
+    assert_eq!(agent_rate("other"), Some(0.5));
+    // Not an object, a bad rate: nothing changes.
+    take_rates(b"[]");
+    take_rates(br#"{"rate_by_service":{"service:svc,env:":2}}"#);
+    take_rates(br#"{"rate_by_service":{"service:svc,env:":"x"}}"#);
+    assert_eq!(agent_rate("svc"), Some(0.25));
+    // No rates: those by service go, the default stays.
+    take_rates(b"{}");
+    assert_eq!(agent_rate("svc"), Some(0.5));
+}
