@@ -1,6 +1,10 @@
 //! The `envoy.tracers.datadog` provider (`envoy.config.trace.v3.DatadogConfig`):
 //! spans reported as msgpack to a Datadog agent through a cluster, Datadog and
 //! W3C trace context propagation (Envoy 1.40 embeds dd-trace-cpp for this).
+//!
+//! dd-trace-cpp also reads `DD_*` environment variables (`DD_SERVICE`, `DD_ENV`,
+//! `DD_TRACE_SAMPLE_RATE`, `DD_TRACE_PROPAGATION_STYLE`, ...), which then override
+//! the config in Envoy; courier serves the config alone and reads none of them.
 
 use crate::ctx::Ctx;
 use crate::path::Path;
