@@ -1,5 +1,6 @@
 //! Bootstrap `stats_sinks` (`envoy.stat_sinks.statsd`, `envoy.stat_sinks.metrics_service`,
-//! `envoy.stat_sinks.open_telemetry`) and `stats_flush_interval`, beside real Envoy.
+//! `envoy.stat_sinks.open_telemetry`), `stats_flush_interval` and `stats_eviction_interval`
+//! (which, as in Envoy, evicts none of the stats either proxy keeps), beside real Envoy.
 //!
 //! Each proxy runs from the same bootstrap with its own statsd receiver (a UDP socket)
 //! and its own metrics service (envoy-types' tonic `MetricsService` on loopback);
@@ -117,6 +118,7 @@ fn yaml(up: SocketAddr, statsd: SocketAddr, metrics: SocketAddr, deltas: bool) -
     format!(
         r#"node: {{ id: node-1, cluster: svc-a }}
 stats_flush_interval: 0.2s
+stats_eviction_interval: 0.4s
 stats_sinks:
 - name: envoy.stat_sinks.statsd
   typed_config:
@@ -159,6 +161,9 @@ struct Seen {
     metrics: BTreeMap<String, (i32, u64)>,
     /// The messages with an identifier (the first of each stream), as `node id/cluster`.
     identifiers: Vec<String>,
+    /// The compared stats `/stats` still lists after several eviction rounds
+    /// (`stats_eviction_interval`: none of them is in an evictable scope).
+    listed: Vec<String>,
 }
 
 fn run(kind: Kind, bin: &std::path::Path, deltas: bool) -> (Seen, usize, usize) {
@@ -195,6 +200,16 @@ fn run(kind: Kind, bin: &std::path::Path, deltas: bool) -> (Seen, usize, usize) 
             }
         }
     }
+    let stats = client::get(&p.admin, "/stats").unwrap();
+    let listed: Vec<String> = String::from_utf8_lossy(&stats.body)
+        .lines()
+        .filter(|l| {
+            STATS
+                .iter()
+                .any(|(n, g)| !g && l.starts_with(&format!("{n}: ")))
+        })
+        .map(String::from)
+        .collect();
     drop(p);
     let mut statsd = BTreeMap::new();
     let mut zero_counter_lines = 0;
@@ -261,6 +276,7 @@ fn run(kind: Kind, bin: &std::path::Path, deltas: bool) -> (Seen, usize, usize) 
             statsd,
             metrics,
             identifiers,
+            listed,
         },
         zero_counter_lines,
         messages,
@@ -282,6 +298,13 @@ fn compare(deltas: bool) {
     assert!(zeros > 0);
     assert!(messages >= 3, "{messages}");
     assert_eq!(courier.identifiers, vec!["node-1/svc-a".to_string()]);
+    assert!(
+        courier
+            .listed
+            .contains(&format!("cluster.up.upstream_rq_200: {REQUESTS}")),
+        "{:?}",
+        courier.listed
+    );
     let Some(envoy) = envoy_bin() else {
         eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
         return;

@@ -32,6 +32,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "tracing",
             "stats_sinks",
             "stats_flush_interval",
+            "stats_eviction_interval",
         ],
     ),
     (
@@ -282,6 +283,17 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         .as_ref()
         .map(|s| crate::stats::translate(s, &root.field("stats_config"), ctx))
         .unwrap_or_default();
+    let stats_flush_interval = crate::stats::sinks::flush_interval(
+        bs.stats_flush_interval.as_ref(),
+        &root.field("stats_flush_interval"),
+        ctx,
+    );
+    crate::stats::sinks::check_eviction_interval(
+        bs.stats_eviction.as_ref(),
+        stats_flush_interval,
+        &root.field("stats_eviction_interval"),
+        ctx,
+    );
     Bootstrap {
         stats: Arc::new(stats),
         tracing,
@@ -290,11 +302,7 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
             &root.field("stats_sinks"),
             ctx,
         ),
-        stats_flush_interval: crate::stats::sinks::flush_interval(
-            bs.stats_flush_interval.as_ref(),
-            &root.field("stats_flush_interval"),
-            ctx,
-        ),
+        stats_flush_interval,
         node,
         admin,
         listeners,

@@ -90,6 +90,8 @@ pub const STDOUT_ACCESS_LOG: &str =
 /// Stderr access logger.
 pub const STDERR_ACCESS_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
+/// OpenTelemetry (OTLP logs over gRPC) access logger.
+pub const OTEL_ACCESS_LOG: &str = "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig";
 /// The DNS cluster extension (`cluster_type`), Envoy's form of STRICT_DNS and
 /// LOGICAL_DNS.
 pub const DNS_CLUSTER: &str = "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster";

@@ -101,6 +101,14 @@ pub enum Command {
     Hostname,
     /// `%CONNECTION_ID%`.
     ConnectionId,
+    /// `%ENVIRONMENT(X):Z%`: the environment variable `X`, read when the
+    /// config is loaded, as Envoy reads it (none: `-`), at most `Z` characters.
+    Environment {
+        /// Its value, if the variable is set.
+        value: Option<String>,
+        /// The `:Z` length limit.
+        max_length: Option<usize>,
+    },
     /// `%CONNECTION_TERMINATION_DETAILS%`: set only by network filters that
     /// close a connection with a reason (network RBAC, ext_authz), which
     /// courier does not have, so always `-` here as in Envoy without them.
@@ -242,6 +250,15 @@ fn command(s: &str) -> Result<(Command, usize), String> {
         "ROUTE_NAME" => simple(Command::RouteName)?,
         "HOSTNAME" => simple(Command::Hostname)?,
         "CONNECTION_ID" => simple(Command::ConnectionId)?,
+        "ENVIRONMENT" => {
+            let var = arg
+                .filter(|a| !a.is_empty())
+                .ok_or("invalid format string: %ENVIRONMENT% needs a variable name")?;
+            Command::Environment {
+                value: std::env::var(var).ok(),
+                max_length,
+            }
+        }
         "CONNECTION_TERMINATION_DETAILS" => simple(Command::ConnectionTerminationDetails)?,
         other => return Err(format!("unsupported format command %{other}%")),
     };

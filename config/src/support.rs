@@ -35,6 +35,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::core::SUPPORT,
         crate::matcher::SUPPORT,
         crate::listener::SUPPORT,
+        crate::listener::otel_access_log::SUPPORT,
         crate::tls::SUPPORT,
         crate::route::SUPPORT,
         crate::cluster::SUPPORT,

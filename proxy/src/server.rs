@@ -104,6 +104,15 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
     );
     crate::trace::set_default_provider(bootstrap.tracing.clone());
     crate::trace::zipkin::set_local(&bootstrap.node.cluster);
+    crate::access_log::otel::set_node(
+        &bootstrap.node.id,
+        &bootstrap.node.cluster,
+        bootstrap
+            .node
+            .locality
+            .as_ref()
+            .map_or("", |l| l.1.as_str()),
+    );
     courier_filters::health_check::set_local_cluster(&bootstrap.node.cluster);
     crate::trace::zipkin_export::set_runtime(bootstrap.runtime.zipkin);
     // A tracer's stats exist once a connection manager uses it, as Envoy creates

@@ -224,6 +224,7 @@ async fn serve(setup: WorkerSetup) {
     // through its own pools).
     let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
     crate::trace::export::start(client.clone());
+    crate::access_log::otel::start(client.clone());
     crate::trace::zipkin_export::start(client.clone());
     crate::trace::datadog_export::start(client);
 
@@ -274,7 +275,8 @@ async fn serve(setup: WorkerSetup) {
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
-    let otel = crate::trace::export::flush_at_exit();
+    let logs = crate::access_log::otel::flush_at_exit();
+    let otel = crate::trace::export::flush_at_exit() || logs;
     let datadog = crate::trace::datadog_export::flush_at_exit();
     if crate::trace::zipkin_export::flush_at_exit() || otel || datadog {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;

@@ -91,6 +91,10 @@ pub struct Cluster {
     /// `upstream_connection_options.tcp_keepalive`: TCP keepalive on the
     /// cluster's upstream connections, when set.
     pub tcp_keepalive: Option<TcpKeepalive>,
+    /// `track_cluster_stats.per_endpoint_stats`: each host's stats are also
+    /// listed as `cluster.<name>.endpoint.<address>.*` by admin's stats
+    /// endpoints (Envoy's names and Prometheus labels).
+    pub per_endpoint_stats: bool,
 }
 
 /// `TcpKeepalive`: `SO_KEEPALIVE` on, and each setting the kernel's default
@@ -238,6 +242,10 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
                     .as_ref()
                     .map(|v| Duration::from_secs(v.value.into())),
             }),
+        per_endpoint_stats: c
+            .track_cluster_stats
+            .as_ref()
+            .is_some_and(|t| t.per_endpoint_stats),
     })
 }
 

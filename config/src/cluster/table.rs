@@ -38,7 +38,14 @@ pub(crate) const SUPPORT: &[Support] = &[
             "ignore_health_on_host_removal",
             "upstream_connection_options",
             "transport_socket_matches",
+            "track_cluster_stats",
         ],
+    ),
+    (
+        // `timeout_budgets` and `request_response_sizes` are histograms,
+        // which courier does not keep: refused by their absence.
+        "envoy.config.cluster.v3.TrackClusterStats",
+        &["per_endpoint_stats"],
     ),
     (
         "envoy.config.cluster.v3.Cluster.TransportSocketMatch",

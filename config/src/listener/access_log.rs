@@ -1,15 +1,17 @@
 //! Access logs: file and stdout/stderr sinks in Envoy's format-string and JSON forms.
 
 use crate::ctx::Ctx;
-use crate::extensions::{FILE_ACCESS_LOG, STDERR_ACCESS_LOG, STDOUT_ACCESS_LOG};
+use crate::extensions::{FILE_ACCESS_LOG, OTEL_ACCESS_LOG, STDERR_ACCESS_LOG, STDOUT_ACCESS_LOG};
 use crate::format::{self, FormatString};
 use crate::listener::log_filter::{self, LogFilter};
+use crate::listener::otel_access_log::{self, OtelAccessLog};
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::accesslog::v3 as pb;
 use envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString;
 use envoy_types::pb::envoy::extensions::access_loggers::{file::v3 as file, stream::v3 as stream};
 use envoy_types::pb::google::protobuf::{Any, Struct, Value, value::Kind};
+use std::sync::Arc;
 
 /// Fields of the access-log messages courier implements.
 pub(crate) const SUPPORT: &[Support] = &[
@@ -46,7 +48,7 @@ pub(crate) const SUPPORT: &[Support] = &[
 ];
 
 /// Where a log's lines go.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Sink {
     /// A file, opened for appending (`/dev/stdout` works too).
     File(String),
@@ -54,6 +56,9 @@ pub enum Sink {
     Stdout,
     /// The process's standard error.
     Stderr,
+    /// OTLP log records to a collector (`envoy.access_loggers.open_telemetry`);
+    /// the record's `body` and `attributes` are its format.
+    OpenTelemetry(Arc<OtelAccessLog>),
 }
 
 /// A value of a JSON log line.
@@ -211,6 +216,17 @@ fn sink(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<AccessLog> 
                 &tp.field("log_format"),
                 ctx,
             )
+        }
+        OTEL_ACCESS_LOG => {
+            let m = decode(any, &tp, ctx)?;
+            let o = otel_access_log::translate(&m, &tp, ctx)?;
+            Some(AccessLog {
+                path: String::new(),
+                sink: Sink::OpenTelemetry(Arc::new(o)),
+                format: default_format(),
+                omit_empty_values: false,
+                filter: None,
+            })
         }
         other => {
             let name = if l.name.is_empty() { other } else { &l.name };

@@ -7,6 +7,7 @@ pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;
 pub mod log_filter;
+pub mod otel_access_log;
 pub mod proxy_protocol;
 pub mod socket_options;
 pub mod tcp_proxy;

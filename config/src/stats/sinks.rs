@@ -264,6 +264,32 @@ pub fn flush_interval(
     v
 }
 
+/// Checks `stats_eviction_interval`: a multiple of the flush interval, as
+/// Envoy requires. There is nothing more to it for courier: Envoy evicts
+/// unused stats only from scopes created evictable, and none of the stats
+/// Envoy itself (or courier) keeps are, so every stat stays listed, as in
+/// Envoy 1.40 (`tests/stats_sinks_differential.rs` shows it).
+pub fn check_eviction_interval(
+    eviction: Option<&envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::StatsEviction>,
+    flush: Duration,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) {
+    use envoy_types::pb::envoy::config::bootstrap::v3::bootstrap::StatsEviction;
+    let Some(StatsEviction::StatsEvictionInterval(d)) = eviction else {
+        return;
+    };
+    let Some(v) = core::duration(d, path, ctx) else {
+        return;
+    };
+    if v.as_nanos() % flush.as_nanos() != 0 {
+        ctx.error(
+            path,
+            "stats_eviction_interval must be a multiple of stats_flush_interval",
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,6 +301,32 @@ mod tests {
             "static_resources": {"clusters": [{"name": "envoy_metrics_service",
                 "load_assignment": {"cluster_name": "envoy_metrics_service", "endpoints": [{"lb_endpoints": [
                     {"endpoint": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": 15000}}}}]}]}}]}})
+    }
+
+    #[test]
+    fn eviction_interval_a_multiple_of_the_flush_interval() {
+        // Istio's `stats_eviction_interval` and `stats_interval` goldens.
+        assert!(load(&json!({"stats_eviction_interval": "10s"})).is_ok());
+        assert!(
+            load(&json!({"stats_flush_interval": "10s", "stats_eviction_interval": "20s"})).is_ok()
+        );
+        for (b, path) in [
+            (
+                json!({"stats_eviction_interval": "7s"}),
+                "stats_eviction_interval",
+            ),
+            (
+                json!({"stats_flush_interval": "2s", "stats_eviction_interval": "3s"}),
+                "stats_eviction_interval",
+            ),
+        ] {
+            assert_eq!(
+                errors(&b),
+                vec![format!(
+                    "{path}: stats_eviction_interval must be a multiple of stats_flush_interval"
+                )]
+            );
+        }
     }
 
     #[test]

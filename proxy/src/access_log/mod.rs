@@ -8,12 +8,13 @@
 
 pub mod body;
 pub mod conn;
+pub mod otel;
 pub mod render;
 pub mod writer;
 
 use crate::request::body::RequestProgress;
 use crate::router::facts::Upstreamed;
-use courier_config::listener::access_log::AccessLog;
+use courier_config::listener::access_log::{AccessLog, Sink};
 use http::{HeaderMap, Method, Uri, Version};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -229,7 +230,12 @@ impl Pending {
             if log.filter.as_ref().is_some_and(|f| !f.passes(&entry)) {
                 continue;
             }
-            writer::append(&log.sink, |buf| render::line_into(log, &entry, buf));
+            match &log.sink {
+                Sink::OpenTelemetry(o) => {
+                    otel::record(o, &entry, span.as_deref().map(crate::trace::Span::ids));
+                }
+                sink => writer::append(sink, |buf| render::line_into(log, &entry, buf)),
+            }
         }
         if let Some(span) = span {
             span.finish(&self, &resp, entry.bytes_received);

@@ -47,7 +47,8 @@ pub fn line(log: &AccessLog, e: &Entry<'_>) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn text(fs: &FormatString, e: &Entry<'_>, omit_empty: bool) -> String {
+/// `fs` rendered for `e` (missing values as `-` unless `omit_empty`).
+pub(crate) fn text(fs: &FormatString, e: &Entry<'_>, omit_empty: bool) -> String {
     let mut out = Vec::new();
     text_into(fs, e, omit_empty, &mut out);
     String::from_utf8_lossy(&out).into_owned()
@@ -304,6 +305,10 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
                 None => Some(Value::Json(v)),
             }
         }
+        Command::Environment { value, max_length } => Some(Value::Text(match max_length {
+            Some(n) => Cow::Owned(truncate(value.as_deref()?, Some(*n))),
+            None => Cow::Owned(value.clone()?),
+        })),
         Command::UpstreamLocalAddress
         | Command::UpstreamTransportFailureReason
         | Command::ConnectionTerminationDetails => None,

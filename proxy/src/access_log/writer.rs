@@ -47,6 +47,8 @@ impl Out {
         match sink {
             Sink::Stdout => Out::Stdout,
             Sink::Stderr => Out::Stderr,
+            // Records go to their collector (`otel`), never here.
+            Sink::OpenTelemetry(_) => Out::Broken,
             Sink::File(path) => match open(path) {
                 Ok(f) => Out::File(f),
                 Err(e) => {

@@ -7,8 +7,9 @@ use crate::upstream::host::Host;
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-/// A host's stats as `/clusters` names them: (name, value, is a gauge).
-fn host_stats(h: &Host) -> [(&'static str, u64, bool); 5] {
+/// A host's stats as `/clusters` names them, in Envoy's (alphabetical)
+/// order: (name, value, is a gauge).
+fn host_stats(h: &Host) -> [(&'static str, u64, bool); 9] {
     // A host never used has no counters yet: zeros.
     let read = |c: fn(&crate::upstream::host::HostStats) -> &std::sync::atomic::AtomicU64| {
         h.stats.get().map_or(0, |s| c(s).load(Ordering::Relaxed))
@@ -18,6 +19,10 @@ fn host_stats(h: &Host) -> [(&'static str, u64, bool); 5] {
         ("cx_connect_fail", read(|s| &s.cx_connect_fail), false),
         ("cx_total", read(|s| &s.cx_total), false),
         ("rq_active", h.active_requests(), true),
+        ("rq_error", read(|s| &s.rq_error), false),
+        ("rq_pending_active", read(|s| &s.rq_pending_active), true),
+        ("rq_success", read(|s| &s.rq_success), false),
+        ("rq_timeout", read(|s| &s.rq_timeout), false),
         ("rq_total", read(|s| &s.rq_total), false),
     ]
 }
@@ -74,6 +79,20 @@ pub fn text(clusters: &ClusterManager) -> String {
             };
             let _ = writeln!(out, "{name}::{addr}::health_flags::{health}");
             let _ = writeln!(out, "{name}::{addr}::weight::{}", h.weight);
+            let l = h.locality.as_deref();
+            let _ = writeln!(
+                out,
+                "{name}::{addr}::region::{}",
+                l.map_or("", |l| &l.region)
+            );
+            let _ = writeln!(out, "{name}::{addr}::zone::{}", l.map_or("", |l| &l.zone));
+            let _ = writeln!(
+                out,
+                "{name}::{addr}::sub_zone::{}",
+                l.map_or("", |l| &l.sub_zone)
+            );
+            // courier has no canary hosts (`envoy.lb` `canary` metadata is not read).
+            let _ = writeln!(out, "{name}::{addr}::canary::false");
             let _ = writeln!(out, "{name}::{addr}::priority::{priority}");
             let _ = writeln!(out, "{name}::{addr}::success_rate::-1");
             let _ = writeln!(out, "{name}::{addr}::local_origin_success_rate::-1");

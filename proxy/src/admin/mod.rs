@@ -7,6 +7,7 @@
 mod clusters;
 pub(crate) mod config_dump;
 pub mod deferred_stats;
+mod endpoint_stats;
 pub mod otlp_sink;
 mod profiler;
 pub mod runtime;
@@ -162,13 +163,20 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             State::Draining => reply(StatusCode::SERVICE_UNAVAILABLE, "DRAINING\n"),
         },
         "/stats" => {
-            let samples = match filtered(samples(shared), query) {
-                Ok(s) => s,
+            let filter = match stat_filter(query) {
+                Ok(f) => f,
                 Err(e) => return e.reply(),
             };
+            let mut samples = filtered(samples(shared), filter.as_ref());
+            let endpoints = endpoint_stats::samples(&shared.clusters, &|n| {
+                filter.as_ref().is_none_or(|re| re.is_match(n))
+            });
             if query.split('&').any(|p| p == "format=prometheus") {
-                prometheus(&samples, shared)
-            } else if query.split('&').any(|p| p == "format=json") {
+                return prometheus(&samples, &endpoints, shared);
+            }
+            // After every other stat, as Envoy lists them.
+            samples.extend(endpoint_stats::named(&endpoints));
+            if query.split('&').any(|p| p == "format=json") {
                 let mut r = reply(StatusCode::OK, stats::render_json(&samples));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
@@ -179,8 +187,14 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 reply(StatusCode::OK, stats::render_text(&samples))
             }
         }
-        "/stats/prometheus" => match filtered(samples(shared), query) {
-            Ok(s) => prometheus(&s, shared),
+        "/stats/prometheus" => match stat_filter(query) {
+            Ok(filter) => {
+                let samples = filtered(samples(shared), filter.as_ref());
+                let endpoints = endpoint_stats::samples(&shared.clusters, &|n| {
+                    filter.as_ref().is_none_or(|re| re.is_match(n))
+                });
+                prometheus(&samples, &endpoints, shared)
+            }
             Err(e) => e.reply(),
         },
         "/server_info" => json(server_info(shared)),
@@ -253,17 +267,13 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::accept::proxy_protocol::reset_counters();
             crate::accept::connection_limit::reset_counters();
             crate::udp::stats::reset_counters();
+            crate::access_log::otel::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
                 }
-                for level in &c.hosts().priorities {
-                    for h in level.all() {
-                        if let Some(s) = h.stats.get() {
-                            s.reset_counters();
-                        }
-                    }
-                }
+                // Host stats (`/clusters`, per-endpoint stats) are not in
+                // Envoy's store: its reset leaves them alone.
             }
             reply(StatusCode::OK, "OK\n")
         }
@@ -336,6 +346,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::accept::proxy_protocol::samples(&mut samples);
     crate::accept::connection_limit::samples(&mut samples);
     crate::udp::stats::samples(&mut samples);
+    crate::access_log::otel::samples(&mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
@@ -377,26 +388,37 @@ impl InvalidFilter {
     }
 }
 
-/// `?filter=<regex>`: only the stats whose full name the (RE2) regex finds a
-/// match in, as Envoy's stats endpoints.
-fn filtered(
-    mut samples: Vec<stats::Sample>,
-    query: &str,
-) -> Result<Vec<stats::Sample>, InvalidFilter> {
+/// `?filter=<regex>`: the (RE2) regex a stat's full name must find a match
+/// in to be listed, as Envoy's stats endpoints; none when absent or empty.
+fn stat_filter(query: &str) -> Result<Option<regex::Regex>, InvalidFilter> {
     let Some(pattern) = query.split('&').find_map(|p| p.strip_prefix("filter=")) else {
-        return Ok(samples);
+        return Ok(None);
     };
     let pattern = runtime::percent_decode(pattern);
     if pattern.is_empty() {
-        return Ok(samples);
+        return Ok(None);
     }
-    let re = regex::Regex::new(&pattern).map_err(|_| InvalidFilter)?;
-    samples.retain(|(name, _)| re.is_match(name));
-    Ok(samples)
+    regex::Regex::new(&pattern)
+        .map(Some)
+        .map_err(|_| InvalidFilter)
 }
 
-fn prometheus(samples: &[stats::Sample], shared: &Shared) -> Response<Body> {
-    let text = stats::prometheus::render(samples, &shared.stat_names);
+/// The samples `filter` keeps.
+fn filtered(mut samples: Vec<stats::Sample>, filter: Option<&regex::Regex>) -> Vec<stats::Sample> {
+    if let Some(re) = filter {
+        samples.retain(|(name, _)| re.is_match(name));
+    }
+    samples
+}
+
+fn prometheus(
+    samples: &[stats::Sample],
+    endpoints: &[endpoint_stats::EndpointSample],
+    shared: &Shared,
+) -> Response<Body> {
+    let mut text = stats::prometheus::render(samples, &shared.stat_names);
+    // After every other family, as Envoy writes them.
+    text.push_str(&endpoint_stats::prometheus(endpoints));
     let mut r = reply(StatusCode::OK, text);
     r.headers_mut().insert(
         header::CONTENT_TYPE,

@@ -200,6 +200,10 @@ pub(super) async fn run(
                     stats.response(504);
                     stats.rq_timeout.inc();
                     for f in &flights {
+                        // Envoy's onResponseTimeout: every request in
+                        // flight timed out on its host.
+                        f.host.stats.attached();
+                        f.host.stats.timed_out();
                         if f.soft.is_some() {
                             outlier::record_timeout(cluster, &f.host);
                         }

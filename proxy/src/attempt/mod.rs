@@ -271,6 +271,8 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             None => {
                 stats.rq_total.inc();
                 stats.response(504);
+                host.stats.attached();
+                host.stats.timed_out();
                 if per_try && idle_first {
                     stats.rq_per_try_idle_timeout.inc();
                 } else if per_try {

@@ -97,6 +97,8 @@ pub(super) fn record(
             let status = resp.status().as_u16();
             stats.rq_total.inc();
             stats.response(status);
+            host.stats.attached();
+            host.stats.charge(status);
             if outlier {
                 outlier::record_status(cluster, host, status);
             }
@@ -110,8 +112,10 @@ pub(super) fn record(
         Err((e, back)) => {
             if e.attached() {
                 stats.rq_total.inc();
+                host.stats.attached();
             }
             stats.response(503);
+            host.stats.charge(503);
             outlier::record_failure(cluster, host, &e);
             let replayable = match (body, back) {
                 (HeldBody::Whole(..), _) => true,

@@ -123,6 +123,8 @@ async fn send(c: Copy, body: RequestBody, timeout: Option<Duration>) {
             Ok((resp, lease)) => {
                 c.stats.rq_total.inc();
                 c.stats.response(resp.status().as_u16());
+                host.stats.attached();
+                host.stats.charge(resp.status().as_u16());
                 use http_body_util::BodyExt as _;
                 let _ = resp.into_body().collect().await;
                 lease.release();
@@ -130,8 +132,10 @@ async fn send(c: Copy, body: RequestBody, timeout: Option<Duration>) {
             Err(e) => {
                 if e.attached() {
                     c.stats.rq_total.inc();
+                    host.stats.attached();
                 }
                 c.stats.response(503);
+                host.stats.charge(503);
             }
         }
     };

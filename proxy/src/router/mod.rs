@@ -292,6 +292,8 @@ pub async fn forward(
             stats.rq_total.inc();
             stats.rq_timeout.inc();
             stats.response(504);
+            host.stats.attached();
+            host.stats.timed_out();
         }
         attempt::Done {
             last,
@@ -429,6 +431,8 @@ pub async fn forward(
         attempt::Final::Upgraded(resp) => {
             stats.rq_total.inc();
             stats.response(resp.status().as_u16());
+            done.host.stats.attached();
+            done.host.stats.charge(resp.status().as_u16());
             proxied(resp, None, None, &out, started, seen.as_ref(), host_text)
         }
         attempt::Final::Response(resp, lease) => {

@@ -504,6 +504,11 @@ fn url(req: &Pending, max_path: usize) -> String {
 }
 
 impl Span {
+    /// The trace's and this span's ids (an OpenTelemetry access log record's).
+    pub fn ids(&self) -> (Vec<u8>, Vec<u8>) {
+        (self.trace_id.to_vec(), self.span_id.to_vec())
+    }
+
     /// Finishes the request's span (and its upstream span) with what the response
     /// was, and hands the sampled ones to this worker's exporter.
     pub fn finish(&self, req: &Pending, resp: &ResponseSide, bytes_received: u64) {

@@ -56,7 +56,10 @@ pub struct Host {
     pending_removal: std::sync::atomic::AtomicBool,
 }
 
-/// A host's counters (`/clusters`), summed over workers by being shared.
+/// A host's stats (`/clusters`, and `cluster.<name>.endpoint.<address>.*`
+/// under `track_cluster_stats.per_endpoint_stats`), summed over workers by
+/// being shared. As Envoy's host stats they live outside the stats store:
+/// `/reset_counters` leaves them alone.
 #[derive(Debug, Default)]
 pub struct HostStats {
     /// `rq_total`: requests sent.
@@ -67,14 +70,59 @@ pub struct HostStats {
     pub cx_active: AtomicU64,
     /// `cx_connect_fail`.
     pub cx_connect_fail: AtomicU64,
+    /// `rq_success`: attempts answered with a status below 500.
+    pub rq_success: AtomicU64,
+    /// `rq_error`: attempts that ended in a 5xx, the upstream's or the one
+    /// charged for a failure (connect failure, reset, timeout).
+    pub rq_error: AtomicU64,
+    /// `rq_timeout`: attempts ended by the route or per-try timeout.
+    pub rq_timeout: AtomicU64,
+    /// `rq_pending_active` (a gauge): requests waiting for a connection to it.
+    pub rq_pending_active: AtomicU64,
 }
 
 impl HostStats {
-    /// Zeroes the counters (`/reset_counters`); `cx_active` is a gauge.
-    pub fn reset_counters(&self) {
-        for c in [&self.rq_total, &self.cx_total, &self.cx_connect_fail] {
-            c.store(0, Ordering::Relaxed);
-        }
+    /// Counts an attempt's end by the status it was charged: 5xx is an
+    /// error, anything else a success (Envoy's router).
+    pub fn charge(&self, status: u16) {
+        let c = if status >= 500 {
+            &self.rq_error
+        } else {
+            &self.rq_success
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a request attached to a connection to the host (`rq_total`: as
+    /// in Envoy's pool, one that never got a connection is not counted).
+    pub fn attached(&self) {
+        self.rq_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an attempt the route or per-try timeout ended: `rq_timeout`,
+    /// and the 504 it is charged as an error.
+    pub fn timed_out(&self) {
+        self.rq_timeout.fetch_add(1, Ordering::Relaxed);
+        self.charge(504);
+    }
+}
+
+/// A request waiting for a connection to a host, counted in its
+/// `rq_pending_active` until dropped.
+pub struct PendingOn<'a>(&'a HostStats);
+
+impl<'a> PendingOn<'a> {
+    /// Counts one more request pending on `host`.
+    pub fn start(host: &'a Host) -> Self {
+        let s: &HostStats = &host.stats;
+        s.rq_pending_active.fetch_add(1, Ordering::Relaxed);
+        Self(s)
+    }
+}
+
+impl Drop for PendingOn<'_> {
+    fn drop(&mut self) {
+        self.0.rq_pending_active.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -157,7 +205,6 @@ impl Host {
     /// Counts a request in flight until the guard drops.
     pub fn start_request(self: &Arc<Self>) -> ActiveRequest {
         self.active.fetch_add(1, Ordering::Relaxed);
-        self.stats.rq_total.fetch_add(1, Ordering::Relaxed);
         ActiveRequest(Arc::clone(self))
     }
 }

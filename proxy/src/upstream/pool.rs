@@ -9,7 +9,7 @@
 
 use super::UpstreamCluster;
 use super::circuit::Counts;
-use super::host::{ActiveRequest, Host};
+use super::host::{ActiveRequest, Host, PendingOn};
 use super::pending::Pending;
 use super::stream::UpstreamStream;
 use crate::stats::ClusterStats;
@@ -416,6 +416,9 @@ async fn send_h1(
     };
     // Set once the request waits for a connection (see `pending`).
     let mut pending: Option<Pending<'_>> = None;
+    // Set once no idle connection served it: pending on the host (its
+    // `rq_pending_active`) until connected, as in Envoy's pool.
+    let mut on_host: Option<PendingOn<'_>> = None;
     // The idle connections are looked at inline, not in a function of their own:
     // each async layer moves the request and its future once more per request.
     let slot = loop {
@@ -438,6 +441,7 @@ async fn send_h1(
                 },
             }
         }
+        on_host.get_or_insert_with(|| PendingOn::start(host));
         if let Some(slot) = cluster.circuit.try_connection(key.2) {
             break slot;
         }
@@ -462,6 +466,7 @@ async fn send_h1(
         Ok(s) => s,
         Err(e) => return Err((e, Some(req))),
     };
+    drop(on_host);
     // auto_config: the server chose HTTP/2 by ALPN.
     if auto::speaks_h2(cluster, &stream) {
         return Box::pin(auto::adopt_h2(
@@ -551,6 +556,8 @@ async fn h2_open(
     key: Key,
     stats: &ClusterStats,
 ) -> Result<H2Stream, (SendError, bool)> {
+    // Pending on the host until connected (or joined to another's connection).
+    let _on_host = PendingOn::start(host);
     let slot = match cluster.circuit.try_connection(key.2) {
         Some(slot) => slot,
         None => {

@@ -96,6 +96,7 @@ pub(super) async fn call(
     stats: &ClusterStats,
 ) -> Result<UnaryResponse, SendError> {
     let _active = host.start_request();
+    host.stats.attached();
     let key = (cluster.index, host.address, false, 0, host.socket);
     let max = cluster.config.http.http2.max_concurrent_streams;
     let mut req = Some((head, body));

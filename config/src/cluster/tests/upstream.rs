@@ -380,3 +380,23 @@ fn health_check_payloads_translate() {
     assert_eq!(h.receive, [b"ok".to_vec()]);
     assert_eq!(h.response_buffer_size, 0);
 }
+
+#[test]
+fn track_cluster_stats_per_endpoint_only() {
+    assert!(!cluster(&with_ep("")).per_endpoint_stats);
+    assert!(
+        cluster(&with_ep(
+            "  track_cluster_stats: {per_endpoint_stats: true}\n"
+        ))
+        .per_endpoint_stats
+    );
+    // The histogram-backed switches are refused: courier keeps no histograms.
+    assert_eq!(
+        errors(&with_ep(
+            "  track_cluster_stats: {per_endpoint_stats: true, request_response_sizes: true}\n"
+        )),
+        [
+            "static_resources.clusters[0].track_cluster_stats.request_response_sizes: request_response_sizes is not supported"
+        ]
+    );
+}
