@@ -89,6 +89,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
     "envoy.config.trace.v3.OpenTelemetryConfig",
     "envoy.config.trace.v3.ZipkinConfig",
+    "envoy.config.trace.v3.DatadogConfig",
     "envoy.config.metrics.v3.StatsdSink",
     "envoy.config.metrics.v3.MetricsServiceConfig",
     "envoy.extensions.stat_sinks.open_telemetry.v3.SinkConfig",

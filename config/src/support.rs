@@ -49,6 +49,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::runtime::SUPPORT,
         crate::tracing::SUPPORT,
         crate::tracing::zipkin::SUPPORT,
+        crate::tracing::datadog::SUPPORT,
         crate::stats::SUPPORT,
         crate::stats::sinks::SUPPORT,
     ];

@@ -130,6 +130,9 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
                 Some(courier_config::tracing::Provider::Zipkin(_)) => {
                     crate::trace::zipkin_export::configured()
                 }
+                Some(courier_config::tracing::Provider::Datadog(_)) => {
+                    crate::trace::datadog_export::configured()
+                }
                 None => {}
             }
         }

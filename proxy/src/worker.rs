@@ -225,7 +225,8 @@ async fn serve(setup: WorkerSetup) {
     let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
     crate::trace::export::start(client.clone());
     crate::access_log::otel::start(client.clone());
-    crate::trace::zipkin_export::start(client);
+    crate::trace::zipkin_export::start(client.clone());
+    crate::trace::datadog_export::start(client);
 
     // Pools of replaced or removed clusters and hosts are drained in the background.
     let sweeper = {
@@ -276,7 +277,8 @@ async fn serve(setup: WorkerSetup) {
     // Spans too: their export calls get a moment before the runtime stops.
     let logs = crate::access_log::otel::flush_at_exit();
     let otel = crate::trace::export::flush_at_exit() || logs;
-    if crate::trace::zipkin_export::flush_at_exit() || otel {
+    let datadog = crate::trace::datadog_export::flush_at_exit();
+    if crate::trace::zipkin_export::flush_at_exit() || otel || datadog {
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }

@@ -1,13 +1,16 @@
 //! HTTP tracing: the connection manager's `tracing` (sampling, custom tags, the
-//! `envoy.tracers.opentelemetry` and `envoy.tracers.zipkin` providers), the
+//! `envoy.tracers.opentelemetry`, `envoy.tracers.zipkin` and `envoy.tracers.datadog`
+//! providers), the
 //! bootstrap's default provider, and a route's `tracing` overrides.
 //!
 //! What is served is what Envoy 1.40 does with these fields; everything else under
 //! `tracing` (other providers, `verbose`, `operation`, metadata tags, other samplers,
 //! resource detectors and exporters) is refused with its path.
 
+pub mod datadog;
 pub mod zipkin;
 
+pub use datadog::Datadog;
 pub use zipkin::Zipkin;
 
 use crate::config_source;
@@ -97,6 +100,8 @@ pub(crate) const SUPPORT: &[Support] = &[
 pub const OPENTELEMETRY: &str = "envoy.tracers.opentelemetry";
 /// The Zipkin tracer's name.
 pub const ZIPKIN: &str = "envoy.tracers.zipkin";
+/// The Datadog tracer's name.
+pub const DATADOG: &str = "envoy.tracers.datadog";
 const PARENT_BASED: &str = "envoy.tracers.opentelemetry.samplers.parent_based";
 const TRACE_ID_RATIO: &str = "envoy.tracers.opentelemetry.samplers.trace_id_ratio_based";
 const STATIC_DETECTOR: &str = "envoy.tracers.opentelemetry.resource_detectors.static_config";
@@ -212,6 +217,8 @@ pub enum Provider {
     OpenTelemetry(Arc<OpenTelemetry>),
     /// `envoy.tracers.zipkin`.
     Zipkin(Arc<Zipkin>),
+    /// `envoy.tracers.datadog`.
+    Datadog(Arc<Datadog>),
 }
 
 impl Provider {
@@ -220,6 +227,7 @@ impl Provider {
         match self {
             Provider::OpenTelemetry(o) => &o.cluster,
             Provider::Zipkin(z) => &z.cluster,
+            Provider::Datadog(d) => &d.cluster,
         }
     }
 }
@@ -384,11 +392,15 @@ fn provider(p: &trace_pb::tracing::Http, path: &Path<'_>, ctx: &mut Ctx) -> Opti
         let c: trace_pb::ZipkinConfig = core::unpack(any, &tp, ctx)?;
         return zipkin::translate(&c, &tp, ctx).map(|z| Provider::Zipkin(Arc::new(z)));
     }
+    if any.type_url == trace_pb::DatadogConfig::type_url() {
+        let c: trace_pb::DatadogConfig = core::unpack(any, &tp, ctx)?;
+        return datadog::translate(&c, &tp, ctx).map(|d| Provider::Datadog(Arc::new(d)));
+    }
     if any.type_url != trace_pb::OpenTelemetryConfig::type_url() {
         ctx.unsupported(
             &path.field("name"),
             format!(
-                "tracer {} (only {OPENTELEMETRY} and {ZIPKIN} are implemented)",
+                "tracer {} (only {OPENTELEMETRY}, {ZIPKIN} and {DATADOG} are implemented)",
                 if p.name.is_empty() { "\"\"" } else { &p.name }
             ),
         );

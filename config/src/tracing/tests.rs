@@ -42,6 +42,38 @@ fn zipkin(config: Value) -> Value {
     json!({"name": "envoy.traces.zipkin", "typed_config": c})
 }
 
+fn datadog(config: Value) -> Value {
+    let mut c = json!({"@type": "type.googleapis.com/envoy.config.trace.v3.DatadogConfig",
+        "collector_cluster": "otel"});
+    crate::listener::test_util::merge(&mut c, config);
+    json!({"name": "envoy.tracers.datadog", "typed_config": c})
+}
+
+#[test]
+fn datadog_provider_with_defaults() {
+    let t = tracing_of(&with_tracing(json!({"provider": datadog(json!({}))})));
+    let Some(Provider::Datadog(d)) = t.provider else {
+        panic!("a Datadog provider");
+    };
+    assert_eq!(
+        *d,
+        Datadog {
+            cluster: "otel".into(),
+            hostname: "otel".into(),
+            service: "envoy".into(),
+        }
+    );
+    let t = tracing_of(&with_tracing(json!({"provider": datadog(json!({
+        "collector_hostname": "agent.example", "service_name": "edge"}))})));
+    let Some(Provider::Datadog(d)) = t.provider else {
+        panic!("a Datadog provider");
+    };
+    assert_eq!(
+        (d.hostname.as_str(), d.service.as_str()),
+        ("agent.example", "edge")
+    );
+}
+
 #[test]
 fn zipkin_provider_with_defaults_and_the_bootstrap_default() {
     let t = tracing_of(&with_tracing(json!({"provider": zipkin(json!({}))})));
@@ -296,10 +328,22 @@ fn refusals_name_their_paths() {
             format!("{t}.custom_tags[0].metadata: metadata is not supported"),
         ),
         (
-            json!({"provider": {"name": "envoy.tracers.datadog", "typed_config": {"@type": "type.googleapis.com/envoy.config.trace.v3.DatadogConfig", "collector_cluster": "otel", "service_name": "s"}}}),
+            json!({"provider": {"name": "envoy.tracers.other", "typed_config": {"@type": "type.googleapis.com/google.protobuf.Struct", "value": {}}}}),
             format!(
-                "{t}.provider.name: tracer envoy.tracers.datadog (only envoy.tracers.opentelemetry and envoy.tracers.zipkin are implemented) is not supported"
+                "{t}.provider.name: tracer envoy.tracers.other (only envoy.tracers.opentelemetry, envoy.tracers.zipkin and envoy.tracers.datadog are implemented) is not supported"
             ),
+        ),
+        (
+            json!({"provider": datadog(json!({"remote_config": {"polling_interval": "5s"}}))}),
+            format!("{t}.provider.typed_config.remote_config: remote_config is not supported"),
+        ),
+        (
+            json!({"provider": datadog(json!({"collector_cluster": ""}))}),
+            format!("{t}.provider.typed_config.collector_cluster: must not be empty"),
+        ),
+        (
+            json!({"provider": datadog(json!({"collector_cluster": "nope"}))}),
+            format!("{t}.provider.typed_config.collector_cluster: unknown cluster 'nope'"),
         ),
         (
             json!({"provider": zipkin(json!({"collector_endpoint_version": "HTTP_PROTO"}))}),

@@ -260,6 +260,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             }
             stats::reset_counters(&shared.stats);
             crate::trace::zipkin_export::reset();
+            crate::trace::datadog_export::reset();
             shared.http_filters.reset_counters();
             shared.listeners.reset_counters();
             crate::l4::stats::reset_counters();
@@ -356,6 +357,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     }
     crate::xds::sds::samples(&mut samples);
     samples.extend(crate::trace::zipkin_export::samples());
+    samples.extend(crate::trace::datadog_export::samples());
     shared.runtime.samples(&mut samples);
     if let Some(d) = &shared.deferred_stats {
         d.hide_unused(&mut samples);

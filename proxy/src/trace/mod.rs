@@ -11,8 +11,11 @@
 //! span stands for the upstream request. `traceparent` / `tracestate` for the
 //! upstream name the span sent there. Sampled spans are finished when the response
 //! ends ([`Span::finish`], from the access log's end-of-stream hook) and handed to
-//! this worker's exporter ([`export`]).
+//! this worker's exporter ([`export`]). The `envoy.tracers.datadog` tracer is in
+//! [`datadog`] (Datadog and W3C propagation, msgpack reports to the agent).
 
+pub mod datadog;
+pub mod datadog_export;
 pub mod export;
 pub mod zipkin;
 pub mod zipkin_export;
@@ -291,6 +294,8 @@ pub struct Span {
     max_path: usize,
     /// Zipkin: the trace id has 128 bits (written as 32 hex digits, else 16).
     trace_128: bool,
+    /// Datadog: the trace's sampling priority, trace tags and origin.
+    datadog: Option<Box<datadog::Trace>>,
 }
 
 /// The trace context for the upstream request.
@@ -300,6 +305,8 @@ pub enum Inject {
     W3c(HeaderValue, HeaderValue),
     /// Zipkin: the B3 headers (the single `b3` one, or the `x-b3-*` ones).
     B3(Vec<(HeaderName, HeaderValue)>),
+    /// Datadog: the `x-datadog-*` headers, `traceparent` and `tracestate`.
+    Datadog(Vec<(HeaderName, HeaderValue)>),
 }
 
 /// A request's trace: its span (when sampled) and the headers for the upstream.
@@ -326,6 +333,9 @@ pub fn start(
         None => return Started::default(),
         Some(Provider::Zipkin(z)) => {
             return zipkin::start(z, t, route, traced, (uri, headers), direction);
+        }
+        Some(Provider::Datadog(d)) => {
+            return datadog::start(d, t, route, traced, (uri, headers), direction);
         }
         Some(Provider::OpenTelemetry(o)) => o,
     };
@@ -396,6 +406,7 @@ pub fn start(
             tags: tags_of(t, route, headers),
             max_path: t.max_path_tag_length,
             trace_128: true,
+            datadog: None,
         })),
         inject,
     }
@@ -648,6 +659,11 @@ impl Span {
                     zipkin_export::record(z, zipkin::json(z, &s, self.trace_128));
                 }
             }
+            Provider::Datadog(d) => {
+                if let Some(trace) = &self.datadog {
+                    datadog_export::record(d, &datadog::chunk(trace, spans, self.span_id));
+                }
+            }
         }
     }
 
@@ -691,7 +707,7 @@ pub fn inject(headers: &mut HeaderMap, values: &Inject) {
             headers.insert(TRACEPARENT, parent.clone());
             headers.insert(TRACESTATE, state.clone());
         }
-        Inject::B3(b3) => {
+        Inject::B3(b3) | Inject::Datadog(b3) => {
             for (name, value) in b3 {
                 headers.insert(name.clone(), value.clone());
             }

@@ -247,6 +247,7 @@ pub(super) fn start(
             tags: tags_of(t, route, headers),
             max_path: t.max_path_tag_length,
             trace_128: is_128,
+            datadog: None,
         })),
         inject: Some(inject),
     }
