@@ -82,6 +82,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.clusters.dns.v3.DnsCluster",
     "envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
     "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",
+    "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
     "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
     "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
     "envoy.extensions.regex_engines.v3.GoogleRE2",

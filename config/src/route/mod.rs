@@ -211,6 +211,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "per_try_timeout",
             "per_try_idle_timeout",
             "retry_host_predicate",
+            "retry_priority",
             "host_selection_retry_max_attempts",
             "retriable_status_codes",
             "retry_back_off",
@@ -222,6 +223,14 @@ pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.config.route.v3.RetryPolicy.RetryHostPredicate",
         &["name", "typed_config"],
+    ),
+    (
+        "envoy.config.route.v3.RetryPolicy.RetryPriority",
+        &["name", "typed_config"],
+    ),
+    (
+        "envoy.extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+        ALL,
     ),
     ("envoy.config.route.v3.RetryPolicy.RetryBackOff", ALL),
     (

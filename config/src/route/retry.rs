@@ -10,6 +10,7 @@ use crate::matcher::{self, HeaderMatcher};
 use crate::path::Path;
 use envoy_types::pb::envoy::config::route::v3 as pb;
 use envoy_types::pb::envoy::extensions::retry::host::previous_hosts::v3::PreviousHostsPredicate;
+use envoy_types::pb::envoy::extensions::retry::priority::previous_priorities::v3::PreviousPrioritiesConfig;
 use prost::Name;
 use std::time::Duration;
 
@@ -130,6 +131,10 @@ pub struct RetryPolicy {
     pub retry_host_predicates: Vec<RetryHostPredicate>,
     /// Extra host picks allowed when a predicate rejects a host.
     pub host_selection_retry_max_attempts: u32,
+    /// `retry_priority` `envoy.retry_priorities.previous_priorities`: its
+    /// `update_frequency` (every that many attempts, retries leave out the
+    /// priorities tried so far).
+    pub previous_priorities: Option<u32>,
     /// Statuses retried with `retriable-status-codes`.
     pub retriable_status_codes: Vec<u16>,
     /// Back-off between attempts (Envoy's defaults when not configured).
@@ -180,6 +185,10 @@ pub(crate) fn retry_policy(
             retry_host_predicates.push(p);
         }
     }
+    let previous_priorities = rp
+        .retry_priority
+        .as_ref()
+        .and_then(|p| retry_priority(p, &path.field("retry_priority"), ctx));
     let host_selection_retry_max_attempts =
         match u32::try_from(rp.host_selection_retry_max_attempts) {
             Ok(n) => n,
@@ -227,6 +236,7 @@ pub(crate) fn retry_policy(
         per_try_idle_timeout,
         retry_host_predicates,
         host_selection_retry_max_attempts,
+        previous_priorities,
         retriable_status_codes,
         back_off,
         rate_limited_back_off,
@@ -272,6 +282,42 @@ fn host_predicate(
         }
         None => {
             ctx.unsupported(path, format!("retry host predicate {}", p.name));
+            None
+        }
+    }
+}
+
+/// Translates a `RetryPriority`: `previous_priorities` is the one Envoy has;
+/// its `update_frequency` must be above 0.
+fn retry_priority(
+    p: &pb::retry_policy::RetryPriority,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<u32> {
+    use pb::retry_policy::retry_priority::ConfigType;
+    match &p.config_type {
+        Some(ConfigType::TypedConfig(any))
+            if any.type_url == PreviousPrioritiesConfig::type_url() =>
+        {
+            let tp = path.field("typed_config");
+            let c: PreviousPrioritiesConfig = crate::core::unpack(any, &tp, ctx)?;
+            match u32::try_from(c.update_frequency) {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    ctx.error(
+                        &tp.field("update_frequency"),
+                        format!("must be greater than 0, found {}", c.update_frequency),
+                    );
+                    None
+                }
+            }
+        }
+        Some(ConfigType::TypedConfig(any)) => {
+            ctx.unsupported(path, format!("retry priority {}", any.type_url));
+            None
+        }
+        None => {
+            ctx.unsupported(path, format!("retry priority {}", p.name));
             None
         }
     }
@@ -407,6 +453,56 @@ mod tests {
                 "retriable_status_codes[1]: 42 is not an HTTP status code (100..=599)",
                 "retry_back_off.base_interval: must be greater than 0",
             ]
+        );
+    }
+
+    #[test]
+    fn previous_priorities_update_frequency() {
+        use prost::Message;
+        let with = |update_frequency: i32, url: String| pb::RetryPolicy {
+            retry_priority: Some(pb::retry_policy::RetryPriority {
+                name: "envoy.retry_priorities.previous_priorities".into(),
+                config_type: Some(pb::retry_policy::retry_priority::ConfigType::TypedConfig(
+                    envoy_types::pb::google::protobuf::Any {
+                        type_url: url,
+                        value: PreviousPrioritiesConfig { update_frequency }.encode_to_vec(),
+                    },
+                )),
+            }),
+            ..Default::default()
+        };
+        let mut ctx = Ctx::new();
+        let p = retry_policy(
+            &with(3, PreviousPrioritiesConfig::type_url()),
+            &Path::ROOT,
+            &mut ctx,
+        );
+        assert_eq!(p.and_then(|p| p.previous_priorities), Some(3));
+        let mut ctx = Ctx::new();
+        assert!(
+            retry_policy(
+                &with(0, PreviousPrioritiesConfig::type_url()),
+                &Path::ROOT,
+                &mut ctx
+            )
+            .is_none()
+        );
+        assert_eq!(
+            errors(ctx),
+            vec!["retry_priority.typed_config.update_frequency: must be greater than 0, found 0"]
+        );
+        let mut ctx = Ctx::new();
+        assert!(
+            retry_policy(
+                &with(1, "type.googleapis.com/x.Other".into()),
+                &Path::ROOT,
+                &mut ctx
+            )
+            .is_none()
+        );
+        assert_eq!(
+            errors(ctx),
+            vec!["retry_priority: retry priority type.googleapis.com/x.Other is not supported"]
         );
     }
 

@@ -4,6 +4,7 @@
 
 mod hedge;
 mod one;
+mod priorities;
 pub mod retry;
 
 use crate::request::body::RequestBody;
@@ -136,16 +137,27 @@ fn bounded(headers: &HeaderMap, body: &UpstreamBody, limit: u64) -> bool {
 
 /// Picks a host for a retry: `previous_hosts` rejects hosts already tried, for
 /// up to `host_selection_retry_max_attempts` extra picks; the last pick is used
-/// when every pick was rejected, as in Envoy.
+/// when every pick was rejected, as in Envoy. With `previous_priorities` the
+/// level comes from the retry's own priority load when it has one.
 pub(super) fn pick(
     cluster: &UpstreamCluster,
-    retry: &Retry<'_>,
+    retry: &mut Retry<'_>,
     tried: &[SocketAddr],
 ) -> Option<Arc<Host>> {
     let set = cluster.hosts();
+    let load = retry.priorities.as_mut().and_then(|p| {
+        let attempted: Vec<Option<usize>> = tried.iter().map(|a| set.priority_of(*a)).collect();
+        p.load(&attempted, &set.level_health())
+    });
     let mut last = None;
     for _ in 0..=retry.host_attempts.min(64) {
-        let h = lb::choose_in(cluster, &set)?;
+        let h = match &load {
+            Some(l) => {
+                let p = priorities::priority_for(l, fastrand::u32(0..100));
+                lb::choose_at_priority(cluster, &set, p)?
+            }
+            None => lb::choose_in(cluster, &set)?,
+        };
         if !retry.previous_hosts || !tried.contains(&h.address) {
             return Some(h);
         }

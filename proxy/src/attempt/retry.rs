@@ -109,6 +109,8 @@ pub struct Retry<'a> {
     pub previous_hosts: bool,
     /// Extra host picks when the predicate rejects one.
     pub host_attempts: u32,
+    /// `retry_priority` `previous_priorities`, when the policy has it.
+    pub priorities: Option<super::priorities::PreviousPriorities>,
 }
 
 /// Reads (and removes) the retry and timeout headers and builds the request's
@@ -236,6 +238,9 @@ pub fn plan<'a>(
         header_names,
         previous_hosts: policy.is_some_and(|p| !p.retry_host_predicates.is_empty()),
         host_attempts: policy.map_or(0, |p| p.host_selection_retry_max_attempts),
+        priorities: policy
+            .and_then(|p| p.previous_priorities)
+            .map(super::priorities::PreviousPriorities::new),
     };
     (Some(retry), timeouts)
 }
@@ -402,6 +407,7 @@ mod tests {
             header_names: Vec::new(),
             previous_hosts: false,
             host_attempts: 0,
+            priorities: None,
         }
     }
 

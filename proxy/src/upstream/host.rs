@@ -328,6 +328,15 @@ fn gcd(a: u64, b: u64) -> u64 {
     if b == 0 { a } else { gcd(b, a % b) }
 }
 
+/// A level's health: Envoy's `min(100, overprovisioning x healthy / total)`.
+fn level_health(p: &PriorityHosts, overprovisioning_factor: u32) -> u32 {
+    if p.all.is_empty() {
+        return 0;
+    }
+    let h = u64::from(overprovisioning_factor) * p.healthy().len() as u64 / p.all.len() as u64;
+    h.min(100) as u32
+}
+
 /// Whether the balancer may pick `h`: the control plane's status allows it and
 /// neither outlier detection nor active health checks took it out.
 pub(crate) fn usable(h: &Arc<Host>) -> bool {
@@ -542,15 +551,7 @@ impl HostSet {
             priorities.into_iter().map(PriorityHosts::new).collect();
         let health: Vec<u32> = priorities
             .iter()
-            .map(|p| {
-                if p.all.is_empty() {
-                    0
-                } else {
-                    let h = u64::from(overprovisioning_factor) * p.healthy().len() as u64
-                        / p.all.len() as u64;
-                    h.min(100) as u32
-                }
-            })
+            .map(|p| level_health(p, overprovisioning_factor))
             .collect();
         let total: u32 = health.iter().sum::<u32>().min(100);
         let total_panic = total == 0;
@@ -582,6 +583,21 @@ impl HostSet {
             localities,
             overprovisioning_factor,
         }
+    }
+
+    /// Each level's health, as the priority load is built from.
+    pub fn level_health(&self) -> Vec<u32> {
+        self.priorities
+            .iter()
+            .map(|p| level_health(p, self.overprovisioning_factor))
+            .collect()
+    }
+
+    /// The level `address` is in, if any.
+    pub fn priority_of(&self, address: SocketAddr) -> Option<usize> {
+        self.priorities
+            .iter()
+            .position(|p| p.all().iter().any(|h| h.address == address))
     }
 
     /// The same hosts, re-evaluated: after outlier ejection or an active health

@@ -48,6 +48,19 @@ pub fn choose_in(cluster: &super::UpstreamCluster, set: &Arc<HostSet>) -> Option
 /// The zone state of a pick: the cluster's, its counters and its set.
 type ZoneArgs<'a> = (&'a ClusterZone, &'a ZoneStats, &'a Arc<HostSet>);
 
+/// Picks a host of priority `priority` (a retry's own priority load chose it).
+pub fn choose_at_priority(
+    cluster: &super::UpstreamCluster,
+    set: &Arc<HostSet>,
+    priority: usize,
+) -> Option<Arc<Host>> {
+    let zone = cluster
+        .zone
+        .as_deref()
+        .map(|z| (z, &*cluster.zone_stats, set));
+    pick_at(set, &cluster.config.lb, cluster.lb_slot, zone, priority)
+}
+
 fn pick(
     set: &HostSet,
     lb: &LoadBalancer,
@@ -55,6 +68,16 @@ fn pick(
     zone: Option<ZoneArgs<'_>>,
 ) -> Option<Arc<Host>> {
     let priority = set.priority_for(fastrand::u32(0..100));
+    pick_at(set, lb, cluster, zone, priority)
+}
+
+fn pick_at(
+    set: &HostSet,
+    lb: &LoadBalancer,
+    cluster: usize,
+    zone: Option<ZoneArgs<'_>>,
+    priority: usize,
+) -> Option<Arc<Host>> {
     let level = set.priorities.get(priority)?;
     let panic = lb.healthy_panic_threshold > 0.0
         && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
