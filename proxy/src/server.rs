@@ -64,6 +64,8 @@ pub struct Shared {
     /// `stats_config` applied to stat names: which stats exist, their
     /// Prometheus names and tags.
     pub stat_names: crate::stats::names::StatNames,
+    /// The config snapshot in force (what admin lists of it).
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
 }
 
 impl Shared {
@@ -298,6 +300,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .deferred_cluster_stats
             .then(crate::admin::deferred_stats::DeferredStats::default),
         stat_names: crate::stats::names::StatNames::new(Arc::clone(&bootstrap.stats)),
+        snapshot: Arc::clone(&snapshot),
     });
     for l in &registry.current().listeners {
         tracing::info!(listener = %l.name(), addr = %l.address, "listening");

@@ -6,6 +6,7 @@ pub mod h2_floods;
 pub mod names;
 pub mod prometheus;
 pub mod trace;
+pub mod vhost;
 
 use arc_swap::ArcSwap;
 pub use edge::EdgeStats;

@@ -44,6 +44,9 @@ pub struct Route {
     pub request_body_buffer_limit: Option<u64>,
     /// `tracing`: the route's sampling and tags, used when the connection manager traces.
     pub tracing: Option<std::sync::Arc<crate::tracing::RouteTracing>>,
+    /// `stat_prefix`: the route's own upstream stats
+    /// (`vhost.<virtual host>.route.<stat_prefix>.*`), when set.
+    pub stat_prefix: Option<String>,
 }
 
 impl Route {
@@ -122,5 +125,6 @@ pub(crate) fn route(
             .tracing
             .as_ref()
             .map(|t| std::sync::Arc::new(crate::tracing::route(t, &path.field("tracing"), ctx))),
+        stat_prefix: (!r.stat_prefix.is_empty()).then(|| r.stat_prefix.clone()),
     })
 }

@@ -81,8 +81,10 @@ pub(crate) const SUPPORT: &[Support] = &[
             "request_body_buffer_limit",
             "metadata",
             "rate_limits",
+            "virtual_clusters",
         ],
     ),
+    ("envoy.config.route.v3.VirtualCluster", &["name", "headers"]),
     (
         "envoy.config.route.v3.Route",
         &[
@@ -100,6 +102,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "per_request_buffer_limit_bytes",
             "request_body_buffer_limit",
             "tracing",
+            "stat_prefix",
         ],
     ),
     (

@@ -169,7 +169,7 @@ impl RouteMatch {
 
 /// One header condition; `:path` and `:method` come from the request line, other
 /// headers are tested value by value.
-fn header_matches<R: RouteRequest + ?Sized>(h: &HeaderMatcher, req: &R) -> bool {
+pub(crate) fn header_matches<R: RouteRequest + ?Sized>(h: &HeaderMatcher, req: &R) -> bool {
     match h.name.as_str() {
         ":path" => h.matches(Some(req.path())),
         ":method" => h.matches(Some(req.method())),

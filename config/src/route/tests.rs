@@ -852,3 +852,41 @@ virtual_hosts:
     assert_eq!(json.body.as_deref(), Some(&b"b"[..]));
     assert_eq!(json.body_format.unwrap().content_type, "application/json");
 }
+
+#[test]
+fn virtual_clusters_and_route_stat_prefix() {
+    let rc = ok(r#"
+virtual_hosts:
+- name: vh
+  domains: ["*"]
+  virtual_clusters:
+  - name: api
+    headers: [{name: ":path", string_match: {prefix: /api}}]
+  - name: tagged
+    headers: [{name: x-tag, present_match: true}]
+  routes:
+  - match: {prefix: /}
+    stat_prefix: all
+    route: {cluster: backend}
+"#);
+    let vh = &rc.virtual_hosts[0];
+    assert_eq!(vh.routes[0].stat_prefix.as_deref(), Some("all"));
+    assert_eq!(vh.virtual_cluster(&req("/api/x")), Some("api"));
+    let tagged = Req {
+        path: "/x",
+        headers: vec![("x-tag", "1")],
+    };
+    assert_eq!(vh.virtual_cluster(&tagged), Some("tagged"));
+    assert_eq!(vh.virtual_cluster(&req("/x")), Some("other"));
+    let plain = ok(
+        "virtual_hosts:\n- {name: v, domains: [\"*\"], routes: [{match: {prefix: /}, route: {cluster: backend}}]}\n",
+    );
+    assert_eq!(plain.virtual_hosts[0].virtual_cluster(&req("/x")), None);
+    assert_eq!(plain.virtual_hosts[0].routes[0].stat_prefix, None);
+    assert_eq!(
+        errs(
+            "virtual_hosts:\n- {name: v, domains: [\"*\"], virtual_clusters: [{headers: []}], routes: []}\n"
+        ),
+        vec!["virtual_hosts[0].virtual_clusters[0].name: must not be empty"]
+    );
+}

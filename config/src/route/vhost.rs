@@ -44,6 +44,34 @@ pub struct VirtualHost {
     pub metadata: crate::core::MetadataMap,
     /// `rate_limits`: descriptors for the rate limit filters.
     pub rate_limits: Vec<crate::filters::rate_limit_actions::RateLimitPolicy>,
+    /// `virtual_clusters`: stat groups of the host's requests
+    /// (`vhost.<name>.vcluster.<cluster>.*`, `other` for the rest).
+    pub virtual_clusters: Vec<VirtualCluster>,
+}
+
+/// A `VirtualCluster`: the requests whose headers all match count in its stats.
+#[derive(Debug, Clone)]
+pub struct VirtualCluster {
+    /// Its name.
+    pub name: String,
+    /// Its header conditions (`:path`, `:method` and `:authority` included).
+    pub headers: Vec<crate::matcher::HeaderMatcher>,
+}
+
+impl VirtualHost {
+    /// The name of the virtual cluster `req` counts under: the first whose
+    /// headers all match, else `other`; `None` when the host has none.
+    pub fn virtual_cluster<R: RouteRequest + ?Sized>(&self, req: &R) -> Option<&str> {
+        if self.virtual_clusters.is_empty() {
+            return None;
+        }
+        let found = self.virtual_clusters.iter().find(|vc| {
+            vc.headers
+                .iter()
+                .all(|h| super::route_match::header_matches(h, req))
+        });
+        Some(found.map_or("other", |vc| vc.name.as_str()))
+    }
 }
 
 impl VirtualHost {
@@ -109,7 +137,28 @@ pub(crate) fn virtual_host(
         ctx,
     )
     .unwrap_or_default();
+    let vp = path.field("virtual_clusters");
+    let mut virtual_clusters = Vec::with_capacity(vh.virtual_clusters.len());
+    for (i, vc) in vh.virtual_clusters.iter().enumerate() {
+        let p = vp.index(i);
+        if vc.name.is_empty() {
+            ctx.error(&p.field("name"), "must not be empty");
+            continue;
+        }
+        let hp = p.field("headers");
+        let headers = vc
+            .headers
+            .iter()
+            .enumerate()
+            .filter_map(|(j, h)| crate::matcher::header_matcher(h, &hp.index(j), ctx))
+            .collect();
+        virtual_clusters.push(VirtualCluster {
+            name: vc.name.clone(),
+            headers,
+        });
+    }
     VirtualHost {
+        virtual_clusters,
         rate_limits,
         name: vh.name.clone(),
         domains: vh.domains.iter().map(|d| d.to_ascii_lowercase()).collect(),

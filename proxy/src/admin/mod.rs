@@ -268,6 +268,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::accept::connection_limit::reset_counters();
             crate::udp::stats::reset_counters();
             crate::access_log::otel::reset_counters();
+            crate::stats::vhost::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
                     counter.reset();
@@ -347,6 +348,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::accept::connection_limit::samples(&mut samples);
     crate::udp::stats::samples(&mut samples);
     crate::access_log::otel::samples(&mut samples);
+    vhost_samples(shared, &mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
@@ -377,6 +379,30 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     // leaves it out of every listing, which is all a user can see of it.
     shared.stat_names.keep_existing(&mut samples);
     samples
+}
+
+/// The virtual hosts' route and virtual-cluster stats: every route config in
+/// force (inline in a listener's connection managers, or from RDS) has its
+/// counters made first, so they are listed from the config's arrival, as in
+/// Envoy, not from the first request that uses them.
+fn vhost_samples(shared: &Shared, out: &mut Vec<stats::Sample>) {
+    use courier_config::listener::hcm::RouteSpecifier;
+    let snapshot = shared.snapshot.load();
+    for rc in snapshot.route_configs.values() {
+        stats::vhost::register(rc);
+    }
+    for l in &snapshot.listeners {
+        for fc in l
+            .filter_chains
+            .iter()
+            .chain(l.default_filter_chain.as_deref())
+        {
+            if let Some(RouteSpecifier::Inline(rc)) = fc.hcm().map(|h| &h.route_specifier) {
+                stats::vhost::register(rc);
+            }
+        }
+    }
+    stats::vhost::samples(out);
 }
 
 /// A `filter` that is not a regex (answered 400, as Envoy).

@@ -196,9 +196,9 @@ pub(super) async fn run(
             }
             Event::Timer => {
                 if deadline.is_some_and(|g| g <= now) {
-                    stats.rq_total.inc();
+                    stats.attached();
                     stats.response(504);
-                    stats.rq_timeout.inc();
+                    stats.timeout();
                     for f in &flights {
                         // Envoy's onResponseTimeout: every request in
                         // flight timed out on its host.
@@ -250,7 +250,7 @@ pub(super) async fn run(
                             continue;
                         }
                         if attempt > 1 && !retriable {
-                            stats.rq_retry_success.inc();
+                            stats.retry_success();
                         }
                         // The first good response wins: the others are reset.
                         drop(flights);

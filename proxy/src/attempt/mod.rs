@@ -9,7 +9,7 @@ pub mod retry;
 
 use crate::request::body::RequestBody;
 use crate::request::tee::{Tee, Teed};
-use crate::stats::ClusterStats;
+use crate::stats::vhost::Charges;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
 use crate::upstream::pool::{self, Lease, SendError, UpstreamBody};
@@ -36,7 +36,7 @@ pub struct Attempts<'a> {
     /// The cluster.
     pub cluster: &'a UpstreamCluster,
     /// This worker's stats of the cluster.
-    pub stats: &'a ClusterStats,
+    pub stats: &'a Charges<'a>,
     /// HIGH routing priority (circuit breakers).
     pub high: bool,
     /// The retry state (`None`: one attempt).
@@ -281,7 +281,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         let idle_first = try_deadline.is_some_and(|d| d.idle);
         let (last, replayable) = match result {
             None => {
-                stats.rq_total.inc();
+                stats.attached();
                 stats.response(504);
                 host.stats.attached();
                 host.stats.timed_out();
@@ -290,7 +290,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 } else if per_try {
                     stats.rq_per_try_timeout.inc();
                 } else {
-                    stats.rq_timeout.inc();
+                    stats.timeout();
                 }
                 outlier::record_timeout(cluster, &host);
                 if !per_try {
@@ -326,7 +326,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             }
             one::Next::NotRetriable => {
                 if retried {
-                    stats.rq_retry_success.inc();
+                    stats.retry_success();
                 }
                 return done(last, host, false);
             }
@@ -339,7 +339,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         match timeouts.route_deadline(progress.done_at()) {
             Some(g) if g <= wake => {
                 tokio::time::sleep_until(g).await;
-                stats.rq_timeout.inc();
+                stats.timeout();
                 return done(Final::Timeout, host, false);
             }
             _ => tokio::time::sleep_until(wake).await,

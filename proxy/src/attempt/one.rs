@@ -7,7 +7,7 @@ use super::retry::{Decision, Outcome, Retry};
 use super::{ATTEMPT_COUNT, HeldBody};
 use crate::request::body::{RequestBody, UpstreamBody};
 use crate::request::tee::Teed;
-use crate::stats::ClusterStats;
+use crate::stats::vhost::Charges;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
 use crate::upstream::pool::{Failed, Lease, SendError};
@@ -86,7 +86,7 @@ pub(super) enum Ended {
 /// failure returns.
 pub(super) fn record(
     cluster: &UpstreamCluster,
-    stats: &ClusterStats,
+    stats: &Charges<'_>,
     host: &Host,
     result: Result<(Response<Incoming>, Lease), Failed>,
     body: &mut HeldBody,
@@ -95,7 +95,7 @@ pub(super) fn record(
     match result {
         Ok((resp, lease)) => {
             let status = resp.status().as_u16();
-            stats.rq_total.inc();
+            stats.attached();
             stats.response(status);
             host.stats.attached();
             host.stats.charge(status);
@@ -111,7 +111,7 @@ pub(super) fn record(
         Err((SendError::PoolOverflow, _)) => Ended::PoolOverflow,
         Err((e, back)) => {
             if e.attached() {
-                stats.rq_total.inc();
+                stats.attached();
                 host.stats.attached();
             }
             stats.response(503);
@@ -172,7 +172,7 @@ pub(super) fn next(
     body: &mut HeldBody,
     teed: &mut Option<oneshot::Receiver<Teed>>,
     cluster: &UpstreamCluster,
-    stats: &ClusterStats,
+    stats: &Charges<'_>,
     high: bool,
 ) -> Next {
     if !retry.retriable(outcome) {
@@ -188,15 +188,15 @@ pub(super) fn next(
     let (wait, kind) = match retry.next(response) {
         Decision::Retry(wait, kind) => (wait, kind),
         Decision::LimitExceeded => {
-            stats.rq_retry_limit_exceeded.inc();
+            stats.retry_limit_exceeded();
             return Next::LimitExceeded;
         }
     };
     let Some(slot) = cluster.circuit.try_retry(high) else {
-        stats.rq_retry_overflow.inc();
+        stats.retry_overflow();
         return Next::Overflow;
     };
-    stats.rq_retry.inc();
+    stats.retry();
     kind.count(stats);
     Next::Retry(wait, slot)
 }

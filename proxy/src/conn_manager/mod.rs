@@ -18,6 +18,7 @@ use crate::request::body::{RequestProgress, UpstreamBody};
 use crate::request::conn::{ClientAddress, ConnInfo, authority, authority_of};
 use crate::request::local_reply::{Body, ReplyTo, local_reply, reply};
 use crate::request::progress::Progress;
+use crate::request::view::View;
 use crate::router::body::ResponseBody;
 use crate::router::facts::{Details, Upstreamed};
 use crate::router::{self, Matched, ResponseFlag, Upstream, forwarded};
@@ -29,9 +30,8 @@ use courier_config::route::{
 };
 use courier_config::snapshot::Snapshot;
 use courier_filters::{FilterChain, RequestState, Verdict};
-use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, header};
+use http::{HeaderValue, Request, Response, StatusCode, header};
 use hyper::body::Incoming;
-use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::SystemTime;
 use tokio::time::Instant;
@@ -59,75 +59,6 @@ fn trace_request(
         (req.uri(), req.headers()),
         info.listener.traffic_direction,
     )
-}
-
-/// A request head as the route matcher sees it.
-struct View<'a> {
-    uri: &'a Uri,
-    method: &'a http::Method,
-    headers: &'a HeaderMap,
-}
-
-impl<'a> View<'a> {
-    fn of<B>(req: &'a Request<B>) -> Self {
-        Self {
-            uri: req.uri(),
-            method: req.method(),
-            headers: req.headers(),
-        }
-    }
-
-    fn parts(head: &'a http::request::Parts) -> Self {
-        Self {
-            uri: &head.uri,
-            method: &head.method,
-            headers: &head.headers,
-        }
-    }
-}
-
-impl RouteRequest for View<'_> {
-    fn path(&self) -> &str {
-        self.uri.path_and_query().map_or("/", |pq| pq.as_str())
-    }
-
-    fn method(&self) -> &str {
-        self.method.as_str()
-    }
-
-    fn header(&self, name: &str) -> Option<Cow<'_, str>> {
-        match name {
-            ":authority" => return authority_of(self.uri, self.headers).map(Cow::Borrowed),
-            ":path" => return Some(Cow::Borrowed(self.path())),
-            ":method" => return Some(Cow::Borrowed(self.method())),
-            ":scheme" => return Some(Cow::Borrowed(self.uri.scheme_str().unwrap_or("http"))),
-            _ => {}
-        }
-        let mut values = self.headers.get_all(name).iter();
-        let first = values.next()?.to_str().ok()?;
-        match values.next() {
-            None => Some(Cow::Borrowed(first)),
-            Some(second) => {
-                // Repeated headers are matched joined with ",", as Envoy does.
-                let mut joined = format!("{first},{}", second.to_str().ok()?);
-                for v in values {
-                    joined.push(',');
-                    joined.push_str(v.to_str().ok()?);
-                }
-                Some(Cow::Owned(joined))
-            }
-        }
-    }
-
-    fn any_header_value(&self, name: &str, test: &mut dyn FnMut(&str) -> bool) -> Option<bool> {
-        if name.starts_with(':') {
-            return self.header(name).map(|v| test(&v));
-        }
-        let mut values = self.headers.get_all(name).iter().peekable();
-        values.peek()?;
-        // Values that are not visible ASCII (rare; `to_str` refuses them) are skipped.
-        Some(values.any(|v| v.to_str().is_ok_and(&mut *test)))
-    }
 }
 
 /// The virtual host and route a request head selects.

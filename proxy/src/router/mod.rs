@@ -16,6 +16,8 @@ pub mod upgrade;
 use crate::attempt::{self, retry};
 use crate::request::conn::ConnInfo;
 use crate::request::local_reply::reply;
+use crate::request::view::View;
+use crate::stats::vhost as vstats;
 use crate::stats::{ClusterStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::upstream::pool::{self, UpstreamBody};
@@ -205,9 +207,23 @@ pub async fn forward(
         Some((_, s)) => s,
         None => &cluster.stats,
     };
+    // The route's and virtual cluster's counters, for those that have them.
+    let vhost = &m.vhost.name;
+    let route_stats = m
+        .route
+        .stat_prefix
+        .as_deref()
+        .map(|p| vstats::route(vhost, p));
+    let vcluster_stats = m
+        .vhost
+        .virtual_cluster(&View::of(&req))
+        .map(|n| vstats::vcluster(vhost, n));
+    let charges = vstats::Charges::new(stats, route_stats, vcluster_stats);
+    let stats = &charges;
     let host = cluster.choose();
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
+        stats.settled(503);
         let mut resp = out.local(
             Some(&req),
             StatusCode::SERVICE_UNAVAILABLE,
@@ -289,8 +305,8 @@ pub async fn forward(
             Err(f) => f,
         };
         if matches!(last, attempt::Final::Timeout) {
-            stats.rq_total.inc();
-            stats.rq_timeout.inc();
+            stats.attached();
+            stats.timeout();
             stats.response(504);
             host.stats.attached();
             host.stats.timed_out();
@@ -339,6 +355,21 @@ pub async fn forward(
     };
     let host_text = Some(done.host.address_text());
     let urx = done.limit_exceeded;
+    // What the route and virtual cluster are charged (a filter's reply is not
+    // the upstream's).
+    let settled = match &done.last {
+        attempt::Final::Timeout => Some(504),
+        attempt::Final::Response(r, _) | attempt::Final::Upgraded(r) => Some(r.status().as_u16()),
+        attempt::Final::Failed(_)
+            if m.progress.filter_reply().is_some() || m.progress.has_body_failed() =>
+        {
+            None
+        }
+        _ => Some(503),
+    };
+    if let Some(status) = settled {
+        stats.settled(status);
+    }
     let mut resp = match done.last {
         attempt::Final::Timeout => out.local(
             seen.as_ref(),
@@ -429,7 +460,7 @@ pub async fn forward(
             resp
         }
         attempt::Final::Upgraded(resp) => {
-            stats.rq_total.inc();
+            stats.attached();
             stats.response(resp.status().as_u16());
             done.host.stats.attached();
             done.host.stats.charge(resp.status().as_u16());
