@@ -1,6 +1,7 @@
 //! Load balancing: `lb_policy` and its config, the typed `load_balancing_policy`, and
 //! `common_lb_config`.
 
+use super::hash_lb::{self, Maglev, RingHash};
 use super::values;
 use super::zone_aware::{self, ZoneAware};
 use crate::core;
@@ -13,7 +14,9 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::{
     LocalityLbConfig, locality_lb_config::LocalityConfigSpecifier,
 };
 use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::maglev::v3::Maglev as MaglevProto;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::random::v3::Random;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::ring_hash::v3::RingHash as RingHashProto;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
@@ -39,6 +42,21 @@ pub enum LbPolicy {
     },
     /// RANDOM: uniform.
     Random,
+    /// RING_HASH: a ketama ring of the level's hosts, looked up by the
+    /// request's hash (random without one).
+    RingHash(RingHash),
+    /// MAGLEV: a Maglev table of the level's hosts, looked up by the
+    /// request's hash (random without one).
+    Maglev(Maglev),
+}
+
+impl LbPolicy {
+    /// Whether it picks by the request's hash (RING_HASH, MAGLEV): only then
+    /// is a hash computed (and a hash cookie set), as Envoy computes it only
+    /// when the balancer asks.
+    pub fn uses_hash(&self) -> bool {
+        matches!(self, Self::RingHash(_) | Self::Maglev(_))
+    }
 }
 
 /// A cluster's load balancer settings.
@@ -181,7 +199,25 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
             );
             return None;
         }
-        Ok(other @ (P::RingHash | P::Maglev | P::ClusterProvided)) => {
+        Ok(P::RingHash) => LbPolicy::RingHash(hash_lb::legacy_ring_hash(
+            c,
+            match &c.lb_config {
+                Some(pb::cluster::LbConfig::RingHashLbConfig(r)) => Some(r),
+                _ => None,
+            },
+            path,
+            ctx,
+        )),
+        Ok(P::Maglev) => LbPolicy::Maglev(hash_lb::legacy_maglev(
+            c,
+            match &c.lb_config {
+                Some(pb::cluster::LbConfig::MaglevLbConfig(m)) => Some(m),
+                _ => None,
+            },
+            path,
+            ctx,
+        )),
+        Ok(other @ P::ClusterProvided) => {
             ctx.unsupported(&pp, other.as_str_name());
             return None;
         }
@@ -195,6 +231,45 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
         ctx.error(
             &path.field("least_request_lb_config"),
             "only applies to lb_policy LEAST_REQUEST",
+        );
+    }
+    match (&c.lb_config, &policy) {
+        (Some(pb::cluster::LbConfig::RingHashLbConfig(_)), LbPolicy::RingHash(_))
+        | (Some(pb::cluster::LbConfig::MaglevLbConfig(_)), LbPolicy::Maglev(_)) => {}
+        (Some(pb::cluster::LbConfig::RingHashLbConfig(_)), _) => ctx.error(
+            &path.field("ring_hash_lb_config"),
+            "only applies to lb_policy RING_HASH",
+        ),
+        (Some(pb::cluster::LbConfig::MaglevLbConfig(_)), _) => ctx.error(
+            &path.field("maglev_lb_config"),
+            "only applies to lb_policy MAGLEV",
+        ),
+        _ => {}
+    }
+    if policy.uses_hash() {
+        // Envoy's hash balancers spread a ring over localities by weight;
+        // courier's do not.
+        if c.common_lb_config.as_ref().is_some_and(|common| {
+            matches!(
+                common.locality_config_specifier,
+                Some(pb::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
+            )
+        }) {
+            ctx.unsupported(
+                &path.field("common_lb_config").field("locality_weighted_lb_config"),
+                "locality-weighted consistent hashing",
+            );
+        }
+    } else if c
+        .common_lb_config
+        .as_ref()
+        .is_some_and(|common| common.consistent_hashing_lb_config.is_some())
+    {
+        ctx.error(
+            &path
+                .field("common_lb_config")
+                .field("consistent_hashing_lb_config"),
+            "only applies to lb_policy RING_HASH or MAGLEV",
         );
     }
     Some(policy)
@@ -302,6 +377,16 @@ fn typed_policy(
                 );
                 let locality = locality(lr.locality_lb_config.as_ref(), &cp, ctx);
                 return Some((policy, locality));
+            }
+            extensions::LB_RING_HASH => {
+                let r: RingHashProto = core::unpack(any, &cp, ctx)?;
+                let policy = LbPolicy::RingHash(hash_lb::typed_ring_hash(&r, &cp, ctx));
+                return Some((policy, (false, ZoneAware::default())));
+            }
+            extensions::LB_MAGLEV => {
+                let m: MaglevProto = core::unpack(any, &cp, ctx)?;
+                let policy = LbPolicy::Maglev(hash_lb::typed_maglev(&m, &cp, ctx));
+                return Some((policy, (false, ZoneAware::default())));
             }
             url => unknown.push((
                 i,

@@ -144,8 +144,10 @@ pub(super) fn pick(
 ) -> Option<Arc<Host>> {
     let set = cluster.hosts();
     let mut last = None;
-    for _ in 0..=retry.host_attempts.min(64) {
-        let h = lb::choose_in(cluster, &set)?;
+    // A consistent-hashing cluster moves re-pick `i` along its table, as
+    // Envoy's host selection retries do.
+    for i in 0..=retry.host_attempts.min(64) {
+        let h = lb::choose_hashed(cluster, &set, retry.hash, i)?;
         if !retry.previous_hosts || !tried.contains(&h.address) {
             return Some(h);
         }

@@ -109,6 +109,9 @@ pub struct Retry<'a> {
     pub previous_hosts: bool,
     /// Extra host picks when the predicate rejects one.
     pub host_attempts: u32,
+    /// The request's hash (route `hash_policy`), for a consistent-hashing
+    /// cluster's re-picks.
+    pub hash: Option<u64>,
 }
 
 /// Reads (and removes) the retry and timeout headers and builds the request's
@@ -236,6 +239,7 @@ pub fn plan<'a>(
         header_names,
         previous_hosts: policy.is_some_and(|p| !p.retry_host_predicates.is_empty()),
         host_attempts: policy.map_or(0, |p| p.host_selection_retry_max_attempts),
+        hash: None,
     };
     (Some(retry), timeouts)
 }
@@ -402,6 +406,7 @@ mod tests {
             header_names: Vec::new(),
             previous_hosts: false,
             host_attempts: 0,
+            hash: None,
         }
     }
 
