@@ -157,6 +157,23 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
             (lb_policy(c, path, ctx), locality)
         }
     };
+    let use_hostname = match &policy {
+        Some(LbPolicy::RingHash(r)) => r.use_hostname_for_hashing,
+        Some(LbPolicy::Maglev(m)) => m.use_hostname_for_hashing,
+        _ => false,
+    };
+    let strict_dns = matches!(
+        c.cluster_discovery_type,
+        Some(pb::cluster::ClusterDiscoveryType::Type(t)) if t == pb::cluster::DiscoveryType::StrictDns as i32
+    );
+    if use_hostname && !strict_dns {
+        // Envoy refuses it too: only a STRICT_DNS cluster's hosts have names
+        // of their own (courier refuses the DNS extension's form as well).
+        ctx.error(
+            path,
+            "use_hostname_for_hashing needs a STRICT_DNS cluster (Cannot use hostname for consistent hashing loadbalancing)",
+        );
+    }
     let mut healthy_panic_threshold = DEFAULT_PANIC_THRESHOLD;
     if let Some(common) = &c.common_lb_config {
         healthy_panic_threshold = values::percent(

@@ -52,8 +52,7 @@ pub fn compute<B>(
 }
 
 /// The values of header `name` (pseudo-headers from the request line),
-/// rewritten, sorted and hashed as one stream, as Envoy hashes a header's
-/// lines.
+/// rewritten, sorted and hashed in a chain, as Envoy hashes a header's lines.
 fn header_hash<B>(
     parts: &Parts<B>,
     name: &str,
@@ -86,11 +85,9 @@ fn header_hash<B>(
         }
     }
     values.sort();
-    let mut h = xxhash_rust::xxh64::Xxh64::new(0);
-    for v in &values {
-        h.update(v);
-    }
-    Some(h.digest())
+    // Envoy's span hash: each value hashed with the previous one's hash as
+    // its seed.
+    Some(values.iter().fold(0, |seed, v| xxhash64(v, seed)))
 }
 
 /// Envoy's `parseCookieValue`: the first `name=value` among the `cookie`

