@@ -135,7 +135,7 @@ const VHOSTS: &str = r#"
     route:
       cluster: maglev_typed
       hash_policy: [{cookie: {name: gen, ttl: 60s, path: /, attributes: [{name: SameSite, value: Lax}]}}]
-  - match: { prefix: "/weighted" }
+  - match: { path: "/weighted" }
     route:
       hash_policy: [{header: {header_name: x-user}}]
       weighted_clusters:
@@ -144,7 +144,32 @@ const VHOSTS: &str = r#"
         - {name: only0, weight: 1}
         - {name: only1, weight: 2}
         - {name: only2, weight: 3}
+  - match: { prefix: "/weighted-cookie" }
+    route:
+      hash_policy: [{cookie: {name: wc, ttl: 0s}}]
+      weighted_clusters:
+        use_hash_policy: true
+        clusters:
+        - {name: only0, weight: 1}
+        - {name: only1, weight: 1000}
 "#;
+
+/// A listener whose TCP proxy hashes the client's IP onto `cluster`.
+fn tcp_listener(cluster: &str) -> String {
+    format!(
+        r#"- name: t
+  address:
+    socket_address: {{ address: 127.0.0.1, port_value: 0 }}
+  filter_chains:
+  - filters:
+    - name: envoy.filters.network.tcp_proxy
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+        stat_prefix: t
+        cluster: {cluster}
+        hash_policy: [{{source_ip: {{}}}}]"#
+    )
+}
 
 fn request(path: &str, headers: &[(&str, &str)]) -> Request {
     Request {
@@ -242,15 +267,17 @@ fn hash_picks_the_upstream_envoy_picks() {
     );
     let yaml = format!(
         "{}{}\n",
-        bootstrap(&[hcm_listener("l", "", VHOSTS)]),
+        bootstrap(&[hcm_listener("l", "", VHOSTS), tcp_listener("maglev_enum")]),
         indent(&clusters, 2)
     );
     let cases = cases();
     let mut got: Vec<Vec<String>> = Vec::new();
     let mut cookies: Vec<Option<String>> = Vec::new();
+    let mut weighted_cookie: Vec<(String, Option<String>)> = Vec::new();
     for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
-        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l", "t"]).unwrap();
         let addr = proxy.listener("l").unwrap().to_string();
+        let tcp = proxy.listener("t").unwrap().to_string();
         let mut picks = Vec::new();
         for (label, req) in &cases {
             let first = body(&addr, req);
@@ -260,16 +287,53 @@ fn hash_picks_the_upstream_envoy_picks() {
             }
             picks.push(first);
         }
+        // Through the TCP proxy: the client's IP picks the host.
+        let first = body(&tcp, &request("/", &[]));
+        for _ in 0..3 {
+            assert_eq!(
+                body(&tcp, &request("/", &[])),
+                first,
+                "{kind:?} tcp: not sticky"
+            );
+        }
+        picks.push(first);
+        // A weighted pick by a cookie policy with a ttl: the pick generates
+        // no cookie (Envoy's weighted pick passes no cookie callback), so
+        // without the cookie the pick is random, by weight (1 in 1001 for
+        // only0); with the cookie, its hash.
+        let r = client::send(&addr, Protocol::Http1, &request("/weighted-cookie", &[])).unwrap();
+        weighted_cookie.push((
+            String::from_utf8_lossy(&r.body).into_owned(),
+            r.header("set-cookie"),
+        ));
+        picks.push(body(
+            &addr,
+            &request("/weighted-cookie", &[("cookie", "wc=abc")]),
+        ));
         got.push(picks);
         let r = client::send(&addr, Protocol::Http1, &request("/cookie-gen", &[])).unwrap();
         cookies.push(r.header("set-cookie"));
     }
     let mut report = Vec::new();
-    for (i, (label, _)) in cases.iter().enumerate() {
+    let labels: Vec<String> = cases
+        .iter()
+        .map(|(l, _)| l.clone())
+        .chain([
+            "tcp_proxy source_ip".to_string(),
+            "weighted cookie".to_string(),
+        ])
+        .collect();
+    for (i, label) in labels.iter().enumerate() {
         let (e, c) = (&got[0][i], &got[1][i]);
         if e != c {
             report.push(format!("{label}: envoy {e}, courier {c}"));
         }
+    }
+    if weighted_cookie[0] != weighted_cookie[1] {
+        report.push(format!(
+            "weighted pick by a ttl cookie: envoy {:?}, courier {:?}",
+            weighted_cookie[0], weighted_cookie[1]
+        ));
     }
     let spread: std::collections::BTreeSet<&String> = got[0].iter().collect();
     assert!(
