@@ -127,6 +127,10 @@ const VHOSTS: &str = r#"
       - header: {header_name: x-user, regex_rewrite: {pattern: {regex: "^user-"}, substitution: ""}}
         terminal: true
       - cookie: {name: sess}
+  - match: { prefix: "/authority" }
+    route:
+      cluster: ring_enum
+      hash_policy: [{header: {header_name: host}}]
   - match: { prefix: "/ip" }
     route:
       cluster: maglev_typed
@@ -229,11 +233,21 @@ fn cases() -> Vec<(String, Request)> {
         request("/ring-enum", &[("x-user", "a"), ("x-user", "b")]),
     ));
     out.push(("ip".into(), request("/ip", &[])));
+    // `host` is the authority (Envoy keeps the Host header as `:authority`).
+    for a in ["a.example", "b.example", "c.example", "d.example"] {
+        let mut r = request("/authority", &[]);
+        r.authority = a.into();
+        out.push((format!("authority {a}"), r));
+    }
     out
 }
 
 fn body(addr: &str, req: &Request) -> String {
-    let r = client::send(addr, Protocol::Http1, req).unwrap();
+    body_over(addr, Protocol::Http1, req)
+}
+
+fn body_over(addr: &str, protocol: Protocol, req: &Request) -> String {
+    let r = client::send(addr, protocol, req).unwrap();
     assert_eq!(r.status, 200, "{req:?}: {r:?}");
     String::from_utf8_lossy(&r.body).into_owned()
 }
@@ -285,6 +299,12 @@ fn hash_picks_the_upstream_envoy_picks() {
             for _ in 0..2 {
                 assert_eq!(body(&addr, req), first, "{kind:?} {label}: not sticky");
             }
+            // Over HTTP/2 the same (the authority, cookie lines, query).
+            assert_eq!(
+                body_over(&addr, Protocol::H2c, req),
+                first,
+                "{kind:?} {label}: h2c differs"
+            );
             picks.push(first);
         }
         // Through the TCP proxy: the client's IP picks the host.

@@ -59,7 +59,9 @@ fn header_hash<B>(
     rewrite: Option<&courier_config::route::RegexRewrite>,
 ) -> Option<u64> {
     let mut values: Vec<Vec<u8>> = match name {
-        ":authority" => crate::request::conn::authority_of(parts.uri(), parts.headers())
+        // Envoy keeps the HTTP/1 Host header as `:authority`: either name
+        // reads it.
+        ":authority" | "host" => crate::request::conn::authority_of(parts.uri(), parts.headers())
             .map(|a| vec![a.as_bytes().to_vec()])
             .unwrap_or_default(),
         ":path" => parts
