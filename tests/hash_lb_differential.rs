@@ -78,6 +78,48 @@ fn cluster(name: &str, lb: &str, hosts: &[(SocketAddr, u32, String)], hash_keys:
     )
 }
 
+/// A STATIC cluster of localities: (zone, weight, hosts as (address,
+/// health_status)).
+fn locality_cluster(
+    name: &str,
+    lb: &str,
+    localities: &[(&str, u32, Vec<(SocketAddr, &str)>)],
+) -> String {
+    let mut endpoints = String::new();
+    for (zone, weight, hosts) in localities {
+        // Weight 0: none given (Envoy's weight of such a locality).
+        let weight = if *weight == 0 {
+            String::new()
+        } else {
+            format!("      load_balancing_weight: {weight}\n")
+        };
+        endpoints.push_str(&format!(
+            "    - locality: {{zone: {zone}}}\n{weight}      lb_endpoints:\n"
+        ));
+        for (a, health) in hosts {
+            endpoints.push_str(&format!(
+                "      - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n        health_status: {health}\n",
+                a.port()
+            ));
+        }
+    }
+    format!(
+        "- name: {name}\n  connect_timeout: 1s\n{lb}  load_assignment:\n    cluster_name: {name}\n    endpoints:\n{endpoints}"
+    )
+}
+
+const RING_LOCALITY: &str = r#"  load_balancing_policy:
+    policies:
+    - typed_extension_config:
+        name: envoy.load_balancing_policies.ring_hash
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash
+          minimum_ring_size: 200
+          locality_weighted_lb_config: {}
+"#;
+const MAGLEV_LOCALITY: &str =
+    "  lb_policy: MAGLEV\n  common_lb_config: {locality_weighted_lb_config: {}}\n";
+
 const RING_ENUM: &str = "  lb_policy: RING_HASH\n";
 // Envoy refuses use_hostname_for_hashing on a STATIC cluster: the metadata
 // hash_key stands in for the address here.
@@ -131,6 +173,14 @@ const VHOSTS: &str = r#"
     route:
       cluster: ring_enum
       hash_policy: [{header: {header_name: host}}]
+  - match: { prefix: "/ring-loc" }
+    route:
+      cluster: ring_loc
+      hash_policy: [{header: {header_name: x-user}}]
+  - match: { prefix: "/maglev-loc" }
+    route:
+      cluster: maglev_loc
+      hash_policy: [{header: {header_name: x-user}}]
   - match: { prefix: "/ip" }
     route:
       cluster: maglev_typed
@@ -218,6 +268,12 @@ fn cases() -> Vec<(String, Request)> {
             format!("maglev-typed cookie {q}"),
             request("/maglev-typed", &[("cookie", &format!("sess=\"{q}\""))]),
         ));
+        for p in ["ring-loc", "maglev-loc"] {
+            out.push((
+                format!("{p} {user}"),
+                request(&format!("/{p}"), &[("x-user", &user)]),
+            ));
+        }
         out.push((
             format!("weighted {user}"),
             request("/weighted", &[("x-user", &user)]),
@@ -268,8 +324,18 @@ fn hash_picks_the_upstream_envoy_picks() {
         })
         .collect();
     let one = |i: usize| vec![ups[i].clone()];
+    // Zone a (weight 1) with one host unhealthy, b (weight 3), c (no weight:
+    // never picked).
+    let h = |i: usize, health| (ups[i].0, health);
+    let localities = [
+        ("a", 1, vec![h(0, "HEALTHY"), h(1, "UNHEALTHY")]),
+        ("b", 3, vec![h(2, "HEALTHY"), h(3, "HEALTHY")]),
+        ("c", 0, vec![h(4, "HEALTHY")]),
+    ];
     let clusters = format!(
-        "clusters:\n{}{}{}{}{}{}{}{}",
+        "clusters:\n{}{}{}{}{}{}{}{}{}{}",
+        locality_cluster("ring_loc", RING_LOCALITY, &localities),
+        locality_cluster("maglev_loc", MAGLEV_LOCALITY, &localities),
         cluster("ring_enum", RING_ENUM, &ups, false),
         cluster("ring_typed", RING_TYPED, &ups, false),
         cluster("ring_host", RING_HOST, &ups, true),
@@ -354,6 +420,12 @@ fn hash_picks_the_upstream_envoy_picks() {
             "weighted pick by a ttl cookie: envoy {:?}, courier {:?}",
             weighted_cookie[0], weighted_cookie[1]
         ));
+    }
+    // By locality: never the unhealthy host nor the locality without weight.
+    for (i, label) in labels.iter().enumerate() {
+        if label.contains("-loc ") && matches!(got[0][i].as_str(), "u1" | "u4") {
+            report.push(format!("{label}: envoy picked {}", got[0][i]));
+        }
     }
     let spread: std::collections::BTreeSet<&String> = got[0].iter().collect();
     assert!(

@@ -202,21 +202,6 @@ pub(super) fn legacy_maglev(
     }
 }
 
-/// Refuses locality weighting for a hash balancer: Envoy spreads a ring over
-/// localities by weight, which courier does not do.
-fn refuse_locality(
-    l: Option<&common::locality_lb_config::LocalityWeightedLbConfig>,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) {
-    if l.is_some() {
-        ctx.unsupported(
-            &path.field("locality_weighted_lb_config"),
-            "locality-weighted consistent hashing",
-        );
-    }
-}
-
 /// The typed `RingHash` policy.
 pub(super) fn typed_ring_hash(r: &RingHashProto, path: &Path<'_>, ctx: &mut Ctx) -> RingHash {
     let (min_ring_size, max_ring_size) = ring_sizes(
@@ -235,7 +220,6 @@ pub(super) fn typed_ring_hash(r: &RingHashProto, path: &Path<'_>, ctx: &mut Ctx)
             RingHashFunction::XxHash
         }
     };
-    refuse_locality(r.locality_weighted_lb_config.as_ref(), path, ctx);
     // The deprecated fields apply when consistent_hashing_lb_config is absent.
     #[allow(deprecated)]
     let use_hostname_for_hashing = match &r.consistent_hashing_lb_config {
@@ -259,7 +243,6 @@ pub(super) fn typed_ring_hash(r: &RingHashProto, path: &Path<'_>, ctx: &mut Ctx)
 
 /// The typed `Maglev` policy.
 pub(super) fn typed_maglev(m: &MaglevProto, path: &Path<'_>, ctx: &mut Ctx) -> Maglev {
-    refuse_locality(m.locality_weighted_lb_config.as_ref(), path, ctx);
     Maglev {
         table_size: table_size(m.table_size.as_ref(), &path.field("table_size"), ctx),
         use_hostname_for_hashing: m

@@ -263,24 +263,10 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
         ),
         _ => {}
     }
-    if policy.uses_hash() {
-        // Envoy's hash balancers spread a ring over localities by weight;
-        // courier's do not.
-        if c.common_lb_config.as_ref().is_some_and(|common| {
-            matches!(
-                common.locality_config_specifier,
-                Some(pb::cluster::common_lb_config::LocalityConfigSpecifier::LocalityWeightedLbConfig(_))
-            )
-        }) {
-            ctx.unsupported(
-                &path.field("common_lb_config").field("locality_weighted_lb_config"),
-                "locality-weighted consistent hashing",
-            );
-        }
-    } else if c
-        .common_lb_config
-        .as_ref()
-        .is_some_and(|common| common.consistent_hashing_lb_config.is_some())
+    if !policy.uses_hash()
+        && c.common_lb_config
+            .as_ref()
+            .is_some_and(|common| common.consistent_hashing_lb_config.is_some())
     {
         ctx.error(
             &path
@@ -398,12 +384,14 @@ fn typed_policy(
             extensions::LB_RING_HASH => {
                 let r: RingHashProto = core::unpack(any, &cp, ctx)?;
                 let policy = LbPolicy::RingHash(hash_lb::typed_ring_hash(&r, &cp, ctx));
-                return Some((policy, (false, ZoneAware::default())));
+                let weighted = r.locality_weighted_lb_config.is_some();
+                return Some((policy, (weighted, ZoneAware::default())));
             }
             extensions::LB_MAGLEV => {
                 let m: MaglevProto = core::unpack(any, &cp, ctx)?;
                 let policy = LbPolicy::Maglev(hash_lb::typed_maglev(&m, &cp, ctx));
-                return Some((policy, (false, ZoneAware::default())));
+                let weighted = m.locality_weighted_lb_config.is_some();
+                return Some((policy, (weighted, ZoneAware::default())));
             }
             url => unknown.push((
                 i,

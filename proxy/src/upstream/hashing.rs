@@ -54,24 +54,46 @@ fn host_key(h: &Host, use_hostname: bool) -> &str {
     }
 }
 
-/// Envoy's `normalizeHostWeights` (locality weight 1): each host's share of
-/// the level's weight, with the smallest and largest share.
-fn normalized(hosts: &[Arc<Host>]) -> Option<(Vec<f64>, f64, f64)> {
-    let sum: u64 = hosts.iter().map(|h| u64::from(h.weight)).sum();
-    if sum > u64::from(u32::MAX) || sum == 0 {
+/// A table's entries: host index (into the level's list) and normalised
+/// weight, with the smallest and largest weight.
+type Normalized = (Vec<(u32, f64)>, f64, f64);
+
+/// Envoy's `normalizeHostWeights` and `normalizeLocalityWeights`: each host's
+/// share of the whole. `groups` (locality-weighted balancing): consecutive
+/// runs of `hosts`, each with its locality's weight; a host's share is its
+/// share of its locality's host weight times its locality's share of the
+/// locality weights, and hosts of a locality of weight 0 are left out.
+fn normalized(hosts: &[Arc<Host>], groups: Option<&[(usize, u32)]>) -> Option<Normalized> {
+    let one = [(hosts.len(), 1u32)];
+    let groups = groups.filter(|g| !g.is_empty()).unwrap_or(&one);
+    let locality_sum: u64 = groups.iter().map(|g| u64::from(g.1)).sum();
+    if locality_sum == 0 || locality_sum > u64::from(u32::MAX) {
         return None;
     }
     let (mut min, mut max) = (1.0f64, 0.0f64);
-    let weights = hosts
-        .iter()
-        .map(|h| {
-            let w = f64::from(h.weight) * 1.0 / sum as f64;
+    let mut out = Vec::with_capacity(hosts.len());
+    let mut start = 0usize;
+    for &(len, lw) in groups {
+        let end = (start + len).min(hosts.len());
+        let group = hosts.get(start..end).unwrap_or_default();
+        let first = start;
+        start = end;
+        if lw == 0 {
+            continue;
+        }
+        let share = f64::from(lw) / locality_sum as f64;
+        let sum: u64 = group.iter().map(|h| u64::from(h.weight)).sum();
+        if sum > u64::from(u32::MAX) {
+            return None;
+        }
+        for (i, h) in group.iter().enumerate() {
+            let w = f64::from(h.weight) * share / sum as f64;
             min = min.min(w);
             max = max.max(w);
-            w
-        })
-        .collect();
-    Some((weights, min, max))
+            out.push(((first + i) as u32, w));
+        }
+    }
+    Some((out, min, max))
 }
 
 /// A level's lookup table: ring or Maglev, over the level's host list (the
@@ -85,12 +107,18 @@ pub enum HashTable {
 }
 
 impl HashTable {
-    /// The table of `policy` over `hosts`; `None` for a policy that does not
-    /// hash.
-    pub fn build(hosts: &[Arc<Host>], policy: &LbPolicy) -> Option<Self> {
+    /// The table of `policy` over `hosts` (grouped by locality as `groups`
+    /// says, with locality-weighted balancing); `None` for a policy that does
+    /// not hash.
+    pub fn build(
+        hosts: &[Arc<Host>],
+        groups: Option<&[(usize, u32)]>,
+        policy: &LbPolicy,
+    ) -> Option<Self> {
+        let entries = normalized(hosts, groups);
         match policy {
-            LbPolicy::RingHash(r) => Some(Self::Ring(ring(hosts, r))),
-            LbPolicy::Maglev(m) => Some(Self::Maglev(maglev(hosts, m))),
+            LbPolicy::RingHash(r) => Some(Self::Ring(ring(hosts, entries, r))),
+            LbPolicy::Maglev(m) => Some(Self::Maglev(maglev(hosts, entries, m))),
             _ => None,
         }
     }
@@ -120,15 +148,18 @@ impl HashTable {
 /// Envoy's ring: `scale` entries per unit of normalised weight, so the
 /// lightest host gets `ceil(min_w x minimum_ring_size)` of them (capped at
 /// `maximum_ring_size` in all), keyed `<host key>_<n>`.
-fn ring(hosts: &[Arc<Host>], cfg: &RingHash) -> Box<[(u64, u32)]> {
-    let Some((weights, min_w, _)) = normalized(hosts) else {
+fn ring(hosts: &[Arc<Host>], entries: Option<Normalized>, cfg: &RingHash) -> Box<[(u64, u32)]> {
+    let Some((weights, min_w, _)) = entries.filter(|e| !e.0.is_empty()) else {
         return Box::default();
     };
     let scale = ((min_w * cfg.min_ring_size as f64).ceil() / min_w).min(cfg.max_ring_size as f64);
     let mut ring = Vec::with_capacity(scale.ceil() as usize);
     let (mut current, mut target) = (0.0f64, 0.0f64);
     let mut key = String::new();
-    for (i, (h, w)) in hosts.iter().zip(&weights).enumerate() {
+    for &(i, w) in &weights {
+        let Some(h) = hosts.get(i as usize) else {
+            continue;
+        };
         key.clear();
         key.push_str(host_key(h, cfg.use_hostname_for_hashing));
         key.push('_');
@@ -142,7 +173,7 @@ fn ring(hosts: &[Arc<Host>], cfg: &RingHash) -> Box<[(u64, u32)]> {
                 RingHashFunction::MurmurHash2 => murmur_hash2(key.as_bytes(), STD_HASH_SEED),
                 RingHashFunction::XxHash => xxhash64(key.as_bytes(), 0),
             };
-            ring.push((hash, i as u32));
+            ring.push((hash, i));
             n += 1;
             current += 1.0;
         }
@@ -195,8 +226,8 @@ fn ring_choose(ring: &[(u64, u32)], h: u64, attempt: u32) -> Option<usize> {
 /// Envoy's Maglev table (the paper's listing 1, weighted): hosts in order of
 /// their key, each with an offset and skip from its key's xxHash64 (seeds 0
 /// and 1); a host whose weight is `max / k` takes a slot every `k` rounds.
-fn maglev(hosts: &[Arc<Host>], cfg: &Maglev) -> Box<[u32]> {
-    let Some((weights, _, max_w)) = normalized(hosts) else {
+fn maglev(hosts: &[Arc<Host>], entries: Option<Normalized>, cfg: &Maglev) -> Box<[u32]> {
+    let Some((weights, _, max_w)) = entries.filter(|e| !e.0.is_empty()) else {
         return Box::default();
     };
     let size = cfg.table_size;
@@ -211,19 +242,21 @@ fn maglev(hosts: &[Arc<Host>], cfg: &Maglev) -> Box<[u32]> {
         target: f64,
         next: u64,
     }
-    let mut order: Vec<(&str, usize)> = hosts
+    let mut order: Vec<(&str, u32, f64)> = weights
         .iter()
-        .enumerate()
-        .map(|(i, h)| (host_key(h, cfg.use_hostname_for_hashing), i))
+        .filter_map(|&(i, w)| {
+            let h = hosts.get(i as usize)?;
+            Some((host_key(h, cfg.use_hostname_for_hashing), i, w))
+        })
         .collect();
-    order.sort();
+    order.sort_by(|a, b| a.0.cmp(b.0).then(a.1.cmp(&b.1)));
     let mut entries: Vec<Entry> = order
         .into_iter()
-        .map(|(key, i)| Entry {
-            host: i as u32,
+        .map(|(key, i, weight)| Entry {
+            host: i,
             offset: xxhash64(key.as_bytes(), 0) % size,
             skip: xxhash64(key.as_bytes(), 1) % (size - 1) + 1,
-            weight: weights.get(i).copied().unwrap_or(0.0),
+            weight,
             target: 0.0,
             next: 0,
         })

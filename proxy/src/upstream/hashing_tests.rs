@@ -49,7 +49,11 @@ fn ring_entries_are_envoys_keys() {
     // Two equal hosts, minimum ring 4: scale = ceil(0.5 x 4) / 0.5 = 4, two
     // entries each, keyed "<address>_<n>".
     let hs = hosts(&[(80, 1), (81, 1)]);
-    let r = ring(&hs, &ring_cfg(4, 100, RingHashFunction::XxHash));
+    let r = ring(
+        &hs,
+        normalized(&hs, None),
+        &ring_cfg(4, 100, RingHashFunction::XxHash),
+    );
     let mut expect: Vec<(u64, u32)> = vec![
         (xxhash64(b"127.0.0.1:80_0", 0), 0),
         (xxhash64(b"127.0.0.1:80_1", 0), 0),
@@ -58,7 +62,11 @@ fn ring_entries_are_envoys_keys() {
     ];
     expect.sort();
     assert_eq!(&*r, &expect[..]);
-    let m = ring(&hs, &ring_cfg(4, 100, RingHashFunction::MurmurHash2));
+    let m = ring(
+        &hs,
+        normalized(&hs, None),
+        &ring_cfg(4, 100, RingHashFunction::MurmurHash2),
+    );
     assert!(
         m.iter()
             .any(|e| e.0 == murmur_hash2(b"127.0.0.1:81_1", STD_HASH_SEED))
@@ -81,16 +89,31 @@ fn ring_weights_and_sizes_follow_envoy() {
     // Weights 1:3, minimum 1024: the light host gets ceil(0.25 x 1024) =
     // 256 entries, scale 1024, the heavy one 768.
     let hs = hosts(&[(80, 1), (81, 3)]);
-    let r = ring(&hs, &ring_cfg(1024, 8 << 20, RingHashFunction::XxHash));
+    let r = ring(
+        &hs,
+        normalized(&hs, None),
+        &ring_cfg(1024, 8 << 20, RingHashFunction::XxHash),
+    );
     assert_eq!(r.len(), 1024);
     assert_eq!(r.iter().filter(|e| e.1 == 0).count(), 256);
     // The maximum caps the scale: 3 hosts, max 10 -> entries at running sums
     // 10/3, 20/3, 10: 4, 3 and 3.
     let hs = hosts(&[(80, 1), (81, 1), (82, 1)]);
-    let r = ring(&hs, &ring_cfg(1024, 10, RingHashFunction::XxHash));
+    let r = ring(
+        &hs,
+        normalized(&hs, None),
+        &ring_cfg(1024, 10, RingHashFunction::XxHash),
+    );
     let count = |i| r.iter().filter(|e| e.1 == i).count();
     assert_eq!((count(0), count(1), count(2)), (4, 3, 3));
-    assert!(ring(&[], &ring_cfg(4, 8, RingHashFunction::XxHash)).is_empty());
+    assert!(
+        ring(
+            &[],
+            normalized(&[], None),
+            &ring_cfg(4, 8, RingHashFunction::XxHash)
+        )
+        .is_empty()
+    );
 }
 
 #[test]
@@ -99,6 +122,7 @@ fn maglev_fills_by_envoys_permutations() {
     let size = 7;
     let t = maglev(
         &hs,
+        normalized(&hs, None),
         &Maglev {
             table_size: size,
             use_hostname_for_hashing: false,
@@ -152,6 +176,7 @@ fn maglev_weights_share_the_table() {
     let hs = hosts(&[(80, 1), (81, 2)]);
     let t = maglev(
         &hs,
+        normalized(&hs, None),
         &Maglev {
             table_size: 65537,
             use_hostname_for_hashing: false,
@@ -177,6 +202,7 @@ fn metadata_hash_key_and_hostname_replace_the_address() {
     assert_eq!(host_key(&h, true), "k1");
     let built = HashTable::build(
         &[Arc::new(h)],
+        None,
         &LbPolicy::RingHash(ring_cfg(2, 2, RingHashFunction::XxHash)),
     );
     let Some(HashTable::Ring(r)) = built else {
@@ -186,4 +212,24 @@ fn metadata_hash_key_and_hostname_replace_the_address() {
         r[0].0.min(r[1].0),
         xxhash64(b"k1_0", 0).min(xxhash64(b"k1_1", 0))
     );
+}
+
+#[test]
+fn locality_weights_scale_host_shares() {
+    // Localities of weight 1 (hosts 80, 81) and 3 (host 82), and one of
+    // weight 0 (host 83, left out): shares 1/8, 1/8, 3/4.
+    let hs = hosts(&[(80, 1), (81, 1), (82, 1), (83, 5)]);
+    let (entries, min, max) = normalized(&hs, Some(&[(2, 1), (1, 3), (1, 0)])).unwrap();
+    assert_eq!(entries, vec![(0, 0.125), (1, 0.125), (2, 0.75)]);
+    assert_eq!((min, max), (0.125, 0.75));
+    // Minimum ring 8: one entry per eighth.
+    let r = ring(
+        &hs,
+        Some((entries, min, max)),
+        &ring_cfg(8, 100, RingHashFunction::XxHash),
+    );
+    let count = |i| r.iter().filter(|e| e.1 == i).count();
+    assert_eq!((count(0), count(1), count(2), count(3)), (1, 1, 6, 0));
+    // Every locality of weight 0: no table.
+    assert!(normalized(&hs, Some(&[(4, 0)])).is_none());
 }

@@ -382,6 +382,17 @@ impl Localities {
         }
     }
 
+    /// Per locality, in order, its host count (its healthy hosts', unless
+    /// `panic`) and its `load_balancing_weight`: runs of the level's healthy
+    /// (or every) host list.
+    pub fn groups(&self, panic: bool) -> Vec<(usize, u32)> {
+        self.spans
+            .iter()
+            .zip(self.healthy.iter())
+            .map(|(span, (up, _))| (if panic { span.hosts } else { up.len() }, span.weight))
+            .collect()
+    }
+
     /// The order localities are picked in (by effective weight).
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
@@ -449,10 +460,13 @@ impl PriorityHosts {
     /// The hosts a hash pick chooses from (every host in panic, else the
     /// healthy ones) and `policy`'s table over them; `None` for a policy
     /// that does not hash.
+    /// `localities`: the level's hosts by locality, with locality-weighted
+    /// balancing (Envoy's ring spreads over localities by their weights).
     pub fn hash_table(
         &self,
         panic: bool,
         policy: &LbPolicy,
+        localities: Option<&Localities>,
     ) -> Option<(&[Arc<Host>], &super::hashing::HashTable)> {
         // Every host healthy: one list, one table.
         let (hosts, slot) = if panic || self.healthy.is_none() {
@@ -464,7 +478,8 @@ impl PriorityHosts {
         if let Some(t) = cell.get() {
             return Some((hosts, t));
         }
-        let table = super::hashing::HashTable::build(hosts, policy)?;
+        let groups = localities.map(|l| l.groups(panic));
+        let table = super::hashing::HashTable::build(hosts, groups.as_deref(), policy)?;
         Some((hosts, cell.get_or_init(|| Box::new(table))))
     }
 
@@ -678,9 +693,9 @@ impl HostSet {
         if !policy.uses_hash() {
             return;
         }
-        for level in &self.priorities {
-            level.hash_table(false, policy);
-            level.hash_table(true, policy);
+        for (p, level) in self.priorities.iter().enumerate() {
+            level.hash_table(false, policy, self.localities(p));
+            level.hash_table(true, policy, self.localities(p));
         }
     }
 

@@ -65,14 +65,16 @@ pub fn choose_hashed(
 /// Envoy's thread-aware balancers (RING_HASH, MAGLEV): the hash (a random one
 /// without a hash policy's) picks the priority (`hash % 100` against the
 /// priority loads) and then the host in that level's table; a level in panic
-/// uses its table over every host. Localities and zones play no part, as in
-/// Envoy (nor does `fail_traffic_on_panic`, which these balancers do not read).
+/// uses its table over every host. With locality-weighted balancing the table
+/// spreads over the localities by their weights (not their health, as in
+/// Envoy); zones play no part, as in Envoy (nor does `fail_traffic_on_panic`,
+/// which these balancers do not read).
 fn pick_hashed(set: &HostSet, lb: &LoadBalancer, hash: u64, attempt: u32) -> Option<Arc<Host>> {
     let priority = set.priority_for((hash % 100) as u32);
     let level = set.priorities.get(priority)?;
     let panic = lb.healthy_panic_threshold > 0.0
         && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
-    let (hosts, table) = level.hash_table(panic, &lb.policy)?;
+    let (hosts, table) = level.hash_table(panic, &lb.policy, set.localities(priority))?;
     hosts.get(table.choose(hash, attempt)?).cloned()
 }
 

@@ -53,7 +53,6 @@ fn lb_policies() {
         )),
         [
             "static_resources.clusters[0].maglev_lb_config: only applies to lb_policy MAGLEV",
-            "static_resources.clusters[0].common_lb_config.locality_weighted_lb_config: locality-weighted consistent hashing is not supported",
             "static_resources.clusters[0]: use_hostname_for_hashing needs a STRICT_DNS cluster (Cannot use hostname for consistent hashing loadbalancing)",
         ]
     );
