@@ -78,13 +78,11 @@ fn cluster(name: &str, lb: &str, hosts: &[(SocketAddr, u32, String)], hash_keys:
     )
 }
 
-/// A STATIC cluster of localities: (zone, weight, hosts as (address,
-/// health_status)).
-fn locality_cluster(
-    name: &str,
-    lb: &str,
-    localities: &[(&str, u32, Vec<(SocketAddr, &str)>)],
-) -> String {
+/// One locality: zone, weight, hosts with their `health_status`.
+type Locality<'a> = (&'a str, u32, Vec<(SocketAddr, &'a str)>);
+
+/// A STATIC cluster of `localities`.
+fn locality_cluster(name: &str, lb: &str, localities: &[Locality<'_>]) -> String {
     let mut endpoints = String::new();
     for (zone, weight, hosts) in localities {
         // Weight 0: none given (Envoy's weight of such a locality).
