@@ -19,14 +19,23 @@ use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::{courier_bin, envoy_bin};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// An HTTP/1.1 upstream answering every request with 200 and body `name`.
 fn upstream(name: String) -> SocketAddr {
+    upstream_with(name, 200, None)
+}
+
+/// An HTTP/1.1 upstream answering every request with `status` and body
+/// `name`, counting them in `seen`.
+fn upstream_with(name: String, status: u16, seen: Option<Arc<AtomicUsize>>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
             let name = name.clone();
+            let seen = seen.clone();
             std::thread::spawn(move || {
                 let mut r = BufReader::new(s.try_clone().unwrap());
                 let mut s = s;
@@ -42,8 +51,11 @@ fn upstream(name: String) -> SocketAddr {
                             break;
                         }
                     }
+                    if let Some(n) = &seen {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
                     let answer = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n{name}",
+                        "HTTP/1.1 {status} X\r\ncontent-length: {}\r\n\r\n{name}",
                         name.len()
                     );
                     if !ended || s.write_all(answer.as_bytes()).is_err() {
@@ -179,6 +191,24 @@ const VHOSTS: &str = r#"
     route:
       cluster: maglev_loc
       hash_policy: [{header: {header_name: x-user}}]
+  - match: { prefix: "/ring-retry" }
+    route:
+      cluster: ring_retry
+      hash_policy: [{header: {header_name: x-user}}]
+      retry_policy:
+        retry_on: 5xx
+        num_retries: 1
+        retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts, typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
+        host_selection_retry_max_attempts: 5
+  - match: { prefix: "/maglev-retry" }
+    route:
+      cluster: maglev_retry
+      hash_policy: [{header: {header_name: x-user}}]
+      retry_policy:
+        retry_on: 5xx
+        num_retries: 1
+        retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts, typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
+        host_selection_retry_max_attempts: 5
   - match: { prefix: "/ip" }
     route:
       cluster: maglev_typed
@@ -277,6 +307,16 @@ fn cases() -> Vec<(String, Request)> {
             request("/weighted", &[("x-user", &user)]),
         ));
     }
+    // Enough keys that some reach the failing host.
+    for i in 0..24 {
+        let user = format!("retry-{i}");
+        for p in ["ring-retry", "maglev-retry"] {
+            out.push((
+                format!("{p} {user}"),
+                request(&format!("/{p}"), &[("x-user", &user)]),
+            ));
+        }
+    }
     // A header's lines hash as a sorted set: either order, the same host.
     out.push((
         "ring-enum two lines".into(),
@@ -322,6 +362,15 @@ fn hash_picks_the_upstream_envoy_picks() {
         })
         .collect();
     let one = |i: usize| vec![ups[i].clone()];
+    // A host that fails: a retry (previous_hosts) moves along the ring or
+    // table as Envoy's host selection retries do.
+    let bad_seen = Arc::new(AtomicUsize::new(0));
+    let mut with_bad = ups.clone();
+    with_bad[0] = (
+        upstream_with("bad".into(), 503, Some(Arc::clone(&bad_seen))),
+        1,
+        "bad".into(),
+    );
     // Zone a (weight 1) with one host unhealthy, b (weight 3), c (no weight:
     // never picked).
     let h = |i: usize, health| (ups[i].0, health);
@@ -331,7 +380,9 @@ fn hash_picks_the_upstream_envoy_picks() {
         ("c", 0, vec![h(4, "HEALTHY")]),
     ];
     let clusters = format!(
-        "clusters:\n{}{}{}{}{}{}{}{}{}{}",
+        "clusters:\n{}{}{}{}{}{}{}{}{}{}{}{}",
+        cluster("ring_retry", RING_ENUM, &with_bad, false),
+        cluster("maglev_retry", MAGLEV_ENUM, &with_bad, false),
         locality_cluster("ring_loc", RING_LOCALITY, &localities),
         locality_cluster("maglev_loc", MAGLEV_LOCALITY, &localities),
         cluster("ring_enum", RING_ENUM, &ups, false),
@@ -442,5 +493,9 @@ fn hash_picks_the_upstream_envoy_picks() {
             report.push(format!("{who}: set-cookie {c:?}"));
         }
     }
+    assert!(
+        bad_seen.load(Ordering::Relaxed) > 0,
+        "no key reached the failing host: the retry path went untested"
+    );
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
