@@ -130,6 +130,15 @@ const RING_LOCALITY: &str = r#"  load_balancing_policy:
 const MAGLEV_LOCALITY: &str =
     "  lb_policy: MAGLEV\n  common_lb_config: {locality_weighted_lb_config: {}}\n";
 
+// The cluster's own hash policy replaces the route's.
+const MAGLEV_CLUSTER_POLICY: &str = r#"  lb_policy: MAGLEV
+  typed_extension_protocol_options:
+    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
+      "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
+      explicit_http_config: {http_protocol_options: {}}
+      hash_policy: [{header: {header_name: x-tenant}}]
+"#;
+
 const RING_ENUM: &str = "  lb_policy: RING_HASH\n";
 // Envoy refuses use_hostname_for_hashing on a STATIC cluster: the metadata
 // hash_key stands in for the address here.
@@ -209,6 +218,10 @@ const VHOSTS: &str = r#"
         num_retries: 1
         retry_host_predicate: [{name: envoy.retry_host_predicates.previous_hosts, typed_config: {"@type": type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate}}]
         host_selection_retry_max_attempts: 5
+  - match: { prefix: "/cluster-policy" }
+    route:
+      cluster: maglev_cluster_policy
+      hash_policy: [{header: {header_name: x-user}}]
   - match: { prefix: "/ip" }
     route:
       cluster: maglev_typed
@@ -296,6 +309,13 @@ fn cases() -> Vec<(String, Request)> {
             format!("maglev-typed cookie {q}"),
             request("/maglev-typed", &[("cookie", &format!("sess=\"{q}\""))]),
         ));
+        out.push((
+            format!("cluster-policy {user}"),
+            request(
+                "/cluster-policy",
+                &[("x-user", &user), ("x-tenant", &format!("t{}", i % 3))],
+            ),
+        ));
         for p in ["ring-loc", "maglev-loc"] {
             out.push((
                 format!("{p} {user}"),
@@ -380,7 +400,8 @@ fn hash_picks_the_upstream_envoy_picks() {
         ("c", 0, vec![h(4, "HEALTHY")]),
     ];
     let clusters = format!(
-        "clusters:\n{}{}{}{}{}{}{}{}{}{}{}{}",
+        "clusters:\n{}{}{}{}{}{}{}{}{}{}{}{}{}",
+        cluster("maglev_cluster_policy", MAGLEV_CLUSTER_POLICY, &ups, false),
         cluster("ring_retry", RING_ENUM, &with_bad, false),
         cluster("maglev_retry", MAGLEV_ENUM, &with_bad, false),
         locality_cluster("ring_loc", RING_LOCALITY, &localities),
@@ -475,6 +496,16 @@ fn hash_picks_the_upstream_envoy_picks() {
             "weighted pick by a ttl cookie: envoy {:?}, courier {:?}",
             weighted_cookie[0], weighted_cookie[1]
         ));
+    }
+    // The cluster's policy (the tenant) decides, not the route's (the user).
+    let mut by_tenant: std::collections::BTreeMap<usize, &String> = Default::default();
+    for (i, label) in labels.iter().enumerate() {
+        if let Some(user) = label.strip_prefix("cluster-policy user-") {
+            let tenant = user.parse::<usize>().unwrap() % 3;
+            if *by_tenant.entry(tenant).or_insert(&got[0][i]) != &got[0][i] {
+                report.push(format!("{label}: envoy did not pick by tenant"));
+            }
+        }
     }
     // By locality: never the unhealthy host nor the locality without weight.
     for (i, label) in labels.iter().enumerate() {

@@ -76,6 +76,10 @@ pub struct LoadBalancer {
     /// Zone-aware routing settings (`zone_aware_lb_config`, else Envoy's
     /// defaults): used when the bootstrap names a local cluster.
     pub zone_aware: ZoneAware,
+    /// The cluster's own hash policies (`HttpProtocolOptions.hash_policy`):
+    /// when set, a consistent-hashing balancer hashes requests by these
+    /// instead of their route's.
+    pub cluster_hash_policy: Vec<crate::route::hash_policy::HashPolicy>,
 }
 
 /// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
@@ -184,11 +188,39 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
         );
     }
     LoadBalancer {
+        cluster_hash_policy: cluster_hash_policy(c, path, ctx),
         policy: policy.unwrap_or(LbPolicy::RoundRobin),
         healthy_panic_threshold,
         locality_weighted,
         zone_aware,
     }
+}
+
+/// `typed_extension_protocol_options`' `HttpProtocolOptions.hash_policy`
+/// (the options themselves are read, and their errors reported, with the
+/// cluster's upstream HTTP settings).
+fn cluster_hash_policy(
+    c: &pb::Cluster,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Vec<crate::route::hash_policy::HashPolicy> {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    use prost::Message;
+    let Some(any) = c
+        .typed_extension_protocol_options
+        .get(extensions::HTTP_PROTOCOL_OPTIONS_KEY)
+    else {
+        return Vec::new();
+    };
+    let Ok(o) = HttpProtocolOptions::decode(any.value.as_slice()) else {
+        return Vec::new();
+    };
+    if o.hash_policy.is_empty() {
+        return Vec::new();
+    }
+    let op = path.field("typed_extension_protocol_options");
+    let kp = op.key(extensions::HTTP_PROTOCOL_OPTIONS_KEY);
+    crate::route::hash_policy::translate(&o.hash_policy, &kp.field("hash_policy"), ctx)
 }
 
 fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {

@@ -342,6 +342,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "explicit_http_config",
             "use_downstream_protocol_config",
             "auto_config",
+            "hash_policy",
         ],
     ),
     (

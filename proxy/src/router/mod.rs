@@ -216,8 +216,16 @@ pub async fn forward(
     };
     // The hash is computed only for a balancer that reads it, as Envoy's
     // balancers ask for it: only then does a cookie policy set its cookie.
-    let request_hash = (cluster.config.lb.policy.uses_hash() && !action.hash_policy.is_empty())
-        .then(|| hash::compute(&action.hash_policy, &req, conn, true));
+    // The cluster's own policies (`HttpProtocolOptions.hash_policy`) replace
+    // the route's.
+    let lb = &cluster.config.lb;
+    let policies = if lb.cluster_hash_policy.is_empty() {
+        &action.hash_policy
+    } else {
+        &lb.cluster_hash_policy
+    };
+    let request_hash = (lb.policy.uses_hash() && !policies.is_empty())
+        .then(|| hash::compute(policies, &req, conn, true));
     let hash_value = request_hash.as_ref().and_then(|h| h.hash);
     let host = cluster.choose_hashed(hash_value);
     let Some(host) = host else {

@@ -250,6 +250,7 @@ mod tests {
             healthy_panic_threshold: panic,
             locality_weighted: false,
             zone_aware: Default::default(),
+            cluster_hash_policy: Vec::new(),
         }
     }
 
