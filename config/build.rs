@@ -79,6 +79,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
     "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
     "envoy.extensions.load_balancing_policies.random.v3.Random",
+    "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash",
+    "envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
     "envoy.extensions.clusters.dns.v3.DnsCluster",
     "envoy.extensions.bootstrap.internal_listener.v3.InternalListener",
     "envoy.extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate",

@@ -106,6 +106,12 @@ pub const LB_ROUND_ROBIN: &str =
 /// Least-request typed load-balancing policy.
 pub const LB_LEAST_REQUEST: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest";
+/// Ring-hash typed load-balancing policy.
+pub const LB_RING_HASH: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash";
+/// Maglev typed load-balancing policy.
+pub const LB_MAGLEV: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev";
 /// Random typed load-balancing policy.
 pub const LB_RANDOM: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.random.v3.Random";

@@ -78,8 +78,10 @@ async fn file_source_reloads_on_rename_and_keeps_the_last_good_config() {
     assert_eq!(st.version_info, "2");
 
     // An invalid cluster next to a valid one: the valid one applies.
-    let text =
-        cluster_yaml("3", &["c"]).replace("type: STATIC", "type: STATIC\n  lb_policy: MAGLEV");
+    let text = cluster_yaml("3", &["c"]).replace(
+        "type: STATIC",
+        "type: STATIC\n  lb_policy: CLUSTER_PROVIDED",
+    );
     replace(
         &path,
         &(text + &cluster_yaml("", &["d"]).replace("version_info: \"\"\nresources:\n", "")),

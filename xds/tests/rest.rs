@@ -108,7 +108,7 @@ async fn rest_polls_with_json_and_acks_or_nacks_on_the_next_poll() {
         .send(cluster_json(
             "2",
             "r2",
-            &[("a", "ROUND_ROBIN"), ("bad", "MAGLEV")],
+            &[("a", "ROUND_ROBIN"), ("bad", "CLUSTER_PROVIDED")],
         ))
         .unwrap();
 

@@ -1,6 +1,7 @@
 //! Load balancing: `lb_policy` and its config, the typed `load_balancing_policy`, and
 //! `common_lb_config`.
 
+use super::hash_lb::{self, Maglev, RingHash};
 use super::values;
 use super::zone_aware::{self, ZoneAware};
 use crate::core;
@@ -13,7 +14,9 @@ use envoy_types::pb::envoy::extensions::load_balancing_policies::common::v3::{
     LocalityLbConfig, locality_lb_config::LocalityConfigSpecifier,
 };
 use envoy_types::pb::envoy::extensions::load_balancing_policies::least_request::v3::LeastRequest;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::maglev::v3::Maglev as MaglevProto;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::random::v3::Random;
+use envoy_types::pb::envoy::extensions::load_balancing_policies::ring_hash::v3::RingHash as RingHashProto;
 use envoy_types::pb::envoy::extensions::load_balancing_policies::round_robin::v3::RoundRobin;
 use envoy_types::pb::google::protobuf::UInt32Value;
 
@@ -39,6 +42,21 @@ pub enum LbPolicy {
     },
     /// RANDOM: uniform.
     Random,
+    /// RING_HASH: a ketama ring of the level's hosts, looked up by the
+    /// request's hash (random without one).
+    RingHash(RingHash),
+    /// MAGLEV: a Maglev table of the level's hosts, looked up by the
+    /// request's hash (random without one).
+    Maglev(Maglev),
+}
+
+impl LbPolicy {
+    /// Whether it picks by the request's hash (RING_HASH, MAGLEV): only then
+    /// is a hash computed (and a hash cookie set), as Envoy computes it only
+    /// when the balancer asks.
+    pub fn uses_hash(&self) -> bool {
+        matches!(self, Self::RingHash(_) | Self::Maglev(_))
+    }
 }
 
 /// A cluster's load balancer settings.
@@ -58,6 +76,10 @@ pub struct LoadBalancer {
     /// Zone-aware routing settings (`zone_aware_lb_config`, else Envoy's
     /// defaults): used when the bootstrap names a local cluster.
     pub zone_aware: ZoneAware,
+    /// The cluster's own hash policies (`HttpProtocolOptions.hash_policy`):
+    /// when set, a consistent-hashing balancer hashes requests by these
+    /// instead of their route's.
+    pub cluster_hash_policy: Vec<crate::route::hash_policy::HashPolicy>,
 }
 
 /// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
@@ -139,6 +161,23 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
             (lb_policy(c, path, ctx), locality)
         }
     };
+    let use_hostname = match &policy {
+        Some(LbPolicy::RingHash(r)) => r.use_hostname_for_hashing,
+        Some(LbPolicy::Maglev(m)) => m.use_hostname_for_hashing,
+        _ => false,
+    };
+    let strict_dns = matches!(
+        c.cluster_discovery_type,
+        Some(pb::cluster::ClusterDiscoveryType::Type(t)) if t == pb::cluster::DiscoveryType::StrictDns as i32
+    );
+    if use_hostname && !strict_dns {
+        // Envoy refuses it too: only a STRICT_DNS cluster's hosts have names
+        // of their own (courier refuses the DNS extension's form as well).
+        ctx.error(
+            path,
+            "use_hostname_for_hashing needs a STRICT_DNS cluster (Cannot use hostname for consistent hashing loadbalancing)",
+        );
+    }
     let mut healthy_panic_threshold = DEFAULT_PANIC_THRESHOLD;
     if let Some(common) = &c.common_lb_config {
         healthy_panic_threshold = values::percent(
@@ -149,11 +188,39 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
         );
     }
     LoadBalancer {
+        cluster_hash_policy: cluster_hash_policy(c, path, ctx),
         policy: policy.unwrap_or(LbPolicy::RoundRobin),
         healthy_panic_threshold,
         locality_weighted,
         zone_aware,
     }
+}
+
+/// `typed_extension_protocol_options`' `HttpProtocolOptions.hash_policy`
+/// (the options themselves are read, and their errors reported, with the
+/// cluster's upstream HTTP settings).
+fn cluster_hash_policy(
+    c: &pb::Cluster,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Vec<crate::route::hash_policy::HashPolicy> {
+    use envoy_types::pb::envoy::extensions::upstreams::http::v3::HttpProtocolOptions;
+    use prost::Message;
+    let Some(any) = c
+        .typed_extension_protocol_options
+        .get(extensions::HTTP_PROTOCOL_OPTIONS_KEY)
+    else {
+        return Vec::new();
+    };
+    let Ok(o) = HttpProtocolOptions::decode(any.value.as_slice()) else {
+        return Vec::new();
+    };
+    if o.hash_policy.is_empty() {
+        return Vec::new();
+    }
+    let op = path.field("typed_extension_protocol_options");
+    let kp = op.key(extensions::HTTP_PROTOCOL_OPTIONS_KEY);
+    crate::route::hash_policy::translate(&o.hash_policy, &kp.field("hash_policy"), ctx)
 }
 
 fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy> {
@@ -181,7 +248,25 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
             );
             return None;
         }
-        Ok(other @ (P::RingHash | P::Maglev | P::ClusterProvided)) => {
+        Ok(P::RingHash) => LbPolicy::RingHash(hash_lb::legacy_ring_hash(
+            c,
+            match &c.lb_config {
+                Some(pb::cluster::LbConfig::RingHashLbConfig(r)) => Some(r),
+                _ => None,
+            },
+            path,
+            ctx,
+        )),
+        Ok(P::Maglev) => LbPolicy::Maglev(hash_lb::legacy_maglev(
+            c,
+            match &c.lb_config {
+                Some(pb::cluster::LbConfig::MaglevLbConfig(m)) => Some(m),
+                _ => None,
+            },
+            path,
+            ctx,
+        )),
+        Ok(other @ P::ClusterProvided) => {
             ctx.unsupported(&pp, other.as_str_name());
             return None;
         }
@@ -195,6 +280,31 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
         ctx.error(
             &path.field("least_request_lb_config"),
             "only applies to lb_policy LEAST_REQUEST",
+        );
+    }
+    match (&c.lb_config, &policy) {
+        (Some(pb::cluster::LbConfig::RingHashLbConfig(_)), LbPolicy::RingHash(_))
+        | (Some(pb::cluster::LbConfig::MaglevLbConfig(_)), LbPolicy::Maglev(_)) => {}
+        (Some(pb::cluster::LbConfig::RingHashLbConfig(_)), _) => ctx.error(
+            &path.field("ring_hash_lb_config"),
+            "only applies to lb_policy RING_HASH",
+        ),
+        (Some(pb::cluster::LbConfig::MaglevLbConfig(_)), _) => ctx.error(
+            &path.field("maglev_lb_config"),
+            "only applies to lb_policy MAGLEV",
+        ),
+        _ => {}
+    }
+    if !policy.uses_hash()
+        && c.common_lb_config
+            .as_ref()
+            .is_some_and(|common| common.consistent_hashing_lb_config.is_some())
+    {
+        ctx.error(
+            &path
+                .field("common_lb_config")
+                .field("consistent_hashing_lb_config"),
+            "only applies to lb_policy RING_HASH or MAGLEV",
         );
     }
     Some(policy)
@@ -302,6 +412,18 @@ fn typed_policy(
                 );
                 let locality = locality(lr.locality_lb_config.as_ref(), &cp, ctx);
                 return Some((policy, locality));
+            }
+            extensions::LB_RING_HASH => {
+                let r: RingHashProto = core::unpack(any, &cp, ctx)?;
+                let policy = LbPolicy::RingHash(hash_lb::typed_ring_hash(&r, &cp, ctx));
+                let weighted = r.locality_weighted_lb_config.is_some();
+                return Some((policy, (weighted, ZoneAware::default())));
+            }
+            extensions::LB_MAGLEV => {
+                let m: MaglevProto = core::unpack(any, &cp, ctx)?;
+                let policy = LbPolicy::Maglev(hash_lb::typed_maglev(&m, &cp, ctx));
+                let weighted = m.locality_weighted_lb_config.is_some();
+                return Some((policy, (weighted, ZoneAware::default())));
             }
             url => unknown.push((
                 i,

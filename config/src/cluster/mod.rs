@@ -7,6 +7,7 @@
 
 mod circuit_breaker;
 mod endpoint;
+mod hash_lb;
 mod health_check;
 mod keepalive;
 mod lb;
@@ -21,6 +22,7 @@ pub use circuit_breaker::{CircuitBreakers, RetryBudget, Thresholds};
 pub use endpoint::{
     Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority, load_assignment,
 };
+pub use hash_lb::{Maglev, RingHash, RingHashFunction};
 pub use health_check::{
     DEFAULT_RESPONSE_BUFFER_SIZE, GrpcHealthCheck, HeaderAppend, HealthCheck, HealthCheckCodec,
     HealthCheckKind, HttpHealthCheck, RequestHeader, StatusRange, TcpHealthCheck, payloads_match,

@@ -29,6 +29,8 @@ pub(crate) const SUPPORT: &[Support] = &[
             "dns_lookup_family",
             "outlier_detection",
             "least_request_lb_config",
+            "ring_hash_lb_config",
+            "maglev_lb_config",
             "common_lb_config",
             "transport_socket",
             "metadata",
@@ -87,6 +89,47 @@ pub(crate) const SUPPORT: &[Support] = &[
             "healthy_panic_threshold",
             "locality_weighted_lb_config",
             "zone_aware_lb_config",
+            "consistent_hashing_lb_config",
+        ],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.CommonLbConfig.ConsistentHashingLbConfig",
+        &["use_hostname_for_hashing", "hash_balance_factor"],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.RingHashLbConfig",
+        &["minimum_ring_size", "maximum_ring_size", "hash_function"],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.MaglevLbConfig",
+        &["table_size"],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.ring_hash.v3.RingHash",
+        &[
+            "hash_function",
+            "minimum_ring_size",
+            "maximum_ring_size",
+            "use_hostname_for_hashing",
+            "hash_balance_factor",
+            "consistent_hashing_lb_config",
+            "locality_weighted_lb_config",
+        ],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
+        &[
+            "table_size",
+            "consistent_hashing_lb_config",
+            "locality_weighted_lb_config",
+        ],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.ConsistentHashingLbConfig",
+        &[
+            "use_hostname_for_hashing",
+            "hash_balance_factor",
+            "hash_policy",
         ],
     ),
     (
@@ -306,6 +349,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "explicit_http_config",
             "use_downstream_protocol_config",
             "auto_config",
+            "hash_policy",
         ],
     ),
     (

@@ -16,7 +16,7 @@ pub mod udp_proxy;
 pub use filter_chain::{FilterChain, FilterChainMatch, NetworkFilter, TransportProtocol};
 pub use hcm::{HttpConnectionManager, RouteSpecifier};
 pub use tcp_proxy::TcpProxy;
-pub use udp_proxy::{UdpListener, UdpProxy};
+pub use udp_proxy::{UdpHash, UdpListener, UdpProxy};
 
 use crate::config_source::ConfigSourceKind;
 use crate::core::{self, Address};

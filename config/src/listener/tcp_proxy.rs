@@ -113,6 +113,9 @@ pub struct TcpProxy {
     pub flush_access_log_on_start: bool,
     /// `access_log_options.flush_access_log_on_connected`: a line once the upstream connects.
     pub flush_access_log_on_connected: bool,
+    /// `hash_policy: [{source_ip: {}}]`: a consistent-hashing cluster picks
+    /// the upstream by the downstream IP's hash (others ignore it, as in Envoy).
+    pub hash_source_ip: bool,
 }
 
 /// Translates a `TcpProxy`.
@@ -174,6 +177,13 @@ pub fn translate(t: &pb::TcpProxy, path: &Path<'_>, ctx: &mut Ctx) -> Option<Tcp
         access_log,
         flush_access_log_on_start: options.flush_access_log_on_start,
         flush_access_log_on_connected: options.flush_access_log_on_connected,
+        // The support table lets only source_ip through.
+        hash_source_ip: t.hash_policy.iter().any(|h| {
+            matches!(
+                h.policy_specifier,
+                Some(envoy_types::pb::envoy::r#type::v3::hash_policy::PolicySpecifier::SourceIp(_))
+            )
+        }),
     })
 }
 

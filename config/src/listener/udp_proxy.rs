@@ -41,7 +41,12 @@ pub(crate) const SUPPORT: &[Support] = &[
             "use_per_packet_load_balancing",
             "access_log_options",
             "proxy_access_log",
+            "hash_policies",
         ],
+    ),
+    (
+        "envoy.extensions.filters.udp.udp_proxy.v3.UdpProxyConfig.HashPolicy",
+        crate::support::ALL,
     ),
     // `flush_access_log_on_tunnel_connected` flushes when an HTTP tunnel
     // connects; tunneling is refused, so it never does, as in Envoy without one.
@@ -95,6 +100,18 @@ pub struct UdpProxy {
     /// `prefer_gro` of this config; setting it is refused), in 64 KiB buffers
     /// that this size does not limit, so neither does courier.
     pub upstream_max_rx_datagram_size: usize,
+    /// `hash_policies` (at most one): a consistent-hashing cluster (RING_HASH,
+    /// MAGLEV) picks a session's host by this hash; others ignore it.
+    pub hash: Option<UdpHash>,
+}
+
+/// A UDP proxy's hash policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UdpHash {
+    /// `source_ip`: the peer's IP address.
+    SourceIp,
+    /// `key`: this fixed string (every session hashes alike).
+    Key(String),
 }
 
 /// A UDP listener: its proxy and how it reads.
@@ -224,7 +241,9 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         // PGV `gte: 1ms`.
         ctx.error(&fp, "must be at least 1ms");
     }
+    let hash = hash_policy(&c.hash_policies, &path.field("hash_policies"), ctx);
     Some(UdpProxy {
+        hash,
         stat_prefix: c.stat_prefix.clone(),
         cluster: cluster?,
         idle_timeout,
@@ -234,6 +253,39 @@ pub fn proxy(c: &pb::UdpProxyConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<U
         per_packet_load_balancing: c.use_per_packet_load_balancing,
         upstream_max_rx_datagram_size,
     })
+}
+
+/// `hash_policies`, with Envoy's checks (at most one; `source_ip` true; a
+/// non-empty `key`).
+fn hash_policy(
+    list: &[pb::udp_proxy_config::HashPolicy],
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<UdpHash> {
+    use pb::udp_proxy_config::hash_policy::PolicySpecifier as S;
+    if list.len() > 1 {
+        // PGV `max_items: 1`.
+        ctx.error(path, "at most one hash policy");
+        return None;
+    }
+    let p = path.index(0);
+    match list.first()?.policy_specifier.as_ref() {
+        Some(S::SourceIp(true)) => Some(UdpHash::SourceIp),
+        Some(S::SourceIp(false)) => {
+            // PGV `const: true`.
+            ctx.error(&p.field("source_ip"), "must be true");
+            None
+        }
+        Some(S::Key(k)) if k.is_empty() => {
+            ctx.error(&p.field("key"), "must not be empty");
+            None
+        }
+        Some(S::Key(k)) => Some(UdpHash::Key(k.clone())),
+        None => {
+            ctx.error(&p, "one of source_ip or key is required");
+            None
+        }
+    }
 }
 
 /// The route of the matcher: only its `on_no_match` action (a `Route`) is

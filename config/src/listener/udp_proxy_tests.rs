@@ -140,7 +140,6 @@ fn envoys_refusals() {
 fn what_is_not_built_is_refused_with_its_path() {
     for (field, value) in [
         ("use_original_src_ip", json!(true)),
-        ("hash_policies", json!([{"source_ip": true}])),
         ("session_filters", json!([{"name": "x"}])),
         (
             "tunneling_config",
@@ -258,4 +257,36 @@ fn a_tcp_and_a_udp_listener_share_a_port_but_two_udp_ones_do_not() {
             "static_resources.listeners[1].address: address [::]:10080 is already used by static_resources.listeners[0]"
         ]
     );
+}
+
+#[test]
+fn hash_policies_as_envoy_checks_them() {
+    let u = only(&udp(
+        json!({"hash_policies": [{"source_ip": true}]}),
+        json!({}),
+    ));
+    assert_eq!(u.proxy.hash, Some(crate::listener::UdpHash::SourceIp));
+    let u = only(&udp(json!({"hash_policies": [{"key": "k"}]}), json!({})));
+    assert_eq!(
+        u.proxy.hash,
+        Some(crate::listener::UdpHash::Key("k".into()))
+    );
+    assert_eq!(only(&udp(json!({}), json!({}))).proxy.hash, None);
+    for (policies, error) in [
+        (
+            json!([{"source_ip": false}]),
+            "hash_policies[0].source_ip: must be true",
+        ),
+        (
+            json!([{"key": ""}]),
+            "hash_policies[0].key: must not be empty",
+        ),
+        (
+            json!([{"key": "a"}, {"key": "b"}]),
+            "hash_policies: at most one hash policy",
+        ),
+    ] {
+        let errs = errors(&udp(json!({"hash_policies": policies}), json!({})));
+        assert_eq!(errs, [format!("{T}.{error}")], "{policies}");
+    }
 }

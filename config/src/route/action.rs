@@ -30,6 +30,9 @@ pub struct WeightedClusters {
     pub total_weight: u64,
     /// Running sums of the weights: `cumulative[i]` is the end of cluster `i`'s range.
     cumulative: Vec<u64>,
+    /// `use_hash_policy`: the route's hash (when its policies produce one)
+    /// picks the cluster instead of the random value.
+    pub use_hash_policy: bool,
 }
 
 impl WeightedClusters {
@@ -126,6 +129,9 @@ pub struct RouteAction {
     pub rate_limits: Vec<crate::filters::rate_limit_actions::RateLimitPolicy>,
     /// `include_vh_rate_limits`: the virtual host's `rate_limits` apply too.
     pub include_vh_rate_limits: bool,
+    /// `hash_policy`: the request's hash for consistent-hashing balancers and
+    /// `weighted_clusters.use_hash_policy`.
+    pub hash_policy: Vec<super::hash_policy::HashPolicy>,
 }
 
 /// A route's word on one upgrade type (`RouteAction.UpgradeConfig`).
@@ -391,10 +397,13 @@ pub(crate) fn route_action(
         &path.field("rate_limits"),
         ctx,
     );
+    let hash_policy =
+        super::hash_policy::translate(&ra.hash_policy, &path.field("hash_policy"), ctx);
     if ctx.error_count() != before {
         return None;
     }
     Some(RouteAction {
+        hash_policy,
         rate_limits: rate_limits.unwrap_or_default(),
         #[allow(deprecated)] // Envoy 1.40 still honours it.
         include_vh_rate_limits: ra.include_vh_rate_limits.as_ref().is_some_and(|b| b.value),
@@ -533,10 +542,17 @@ fn weighted(
     }
     // total_weight is deprecated and Envoy 1.40 no longer checks it against the
     // sum: the sum is the modulus, as here.
+    use pb::weighted_cluster::RandomValueSpecifier as R;
+    let use_hash_policy = match &w.random_value_specifier {
+        Some(R::UseHashPolicy(b)) => b.value,
+        // Refused by the support walker.
+        Some(R::HeaderName(_)) | None => false,
+    };
     Some(WeightedClusters {
         clusters,
         total_weight: total,
         cumulative,
+        use_hash_policy,
     })
 }
 
@@ -654,6 +670,7 @@ mod tests {
             clusters: vec![cw("a", 1), cw("zero", 0), cw("b", 3)],
             total_weight: 4,
             cumulative: vec![1, 1, 4],
+            use_hash_policy: false,
         };
         let names: Vec<&str> = (0..8).map(|r| w.pick(r).unwrap().name.as_str()).collect();
         assert_eq!(names, ["a", "b", "b", "b", "a", "b", "b", "b"]);

@@ -8,6 +8,7 @@
 pub mod action;
 mod back_off;
 pub mod entry;
+pub mod hash_policy;
 pub mod headers;
 pub mod mirror;
 pub mod redirect;
@@ -148,7 +149,27 @@ pub(crate) const SUPPORT: &[Support] = &[
             "request_mirror_policies",
             "rate_limits",
             "include_vh_rate_limits",
+            "hash_policy",
         ],
+    ),
+    ("envoy.config.route.v3.RouteAction.HashPolicy", ALL),
+    ("envoy.config.route.v3.RouteAction.HashPolicy.Header", ALL),
+    ("envoy.config.route.v3.RouteAction.HashPolicy.Cookie", ALL),
+    (
+        "envoy.config.route.v3.RouteAction.HashPolicy.CookieAttribute",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RouteAction.HashPolicy.ConnectionProperties",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RouteAction.HashPolicy.QueryParameter",
+        ALL,
+    ),
+    (
+        "envoy.config.route.v3.RouteAction.HashPolicy.FilterState",
+        ALL,
     ),
     (
         "envoy.config.route.v3.RouteAction.RequestMirrorPolicy",
@@ -173,7 +194,7 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.route.v3.WeightedCluster",
-        &["clusters", "total_weight"],
+        &["clusters", "total_weight", "use_hash_policy"],
     ),
     (
         "envoy.config.route.v3.WeightedCluster.ClusterWeight",

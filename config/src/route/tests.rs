@@ -245,7 +245,7 @@ virtual_hosts:
   - match: {prefix: /, runtime_fraction: {default_value: {numerator: 50}}}
     route:
       cluster: backend
-      hash_policy: [{header: {header_name: x}}]
+      hash_policy: [{header: {header_name: x}}, {filter_state: {key: k}}]
       request_mirror_policies: [{cluster: backend, cluster_header: x, runtime_fraction: {default_value: {numerator: 1}, runtime_key: k}}]
   - match: {connect_matcher: {}}
     route: {cluster: backend}
@@ -261,7 +261,7 @@ virtual_hosts:
             "vhds: vhds is not supported",
             "virtual_hosts[0].require_tls: require_tls is not supported",
             "virtual_hosts[0].routes[0].match.runtime_fraction: runtime_fraction is not supported",
-            "virtual_hosts[0].routes[0].route.hash_policy: hash_policy is not supported",
+            "virtual_hosts[0].routes[0].route.hash_policy[1].filter_state: filter_state is not supported",
             "virtual_hosts[0].routes[0].route.request_mirror_policies[0].cluster_header: cluster_header is not supported",
             "virtual_hosts[0].routes[0].route.request_mirror_policies[0].runtime_fraction.runtime_key: runtime_key is not supported",
             "virtual_hosts[0].routes[1].match.connect_matcher: connect_matcher is not supported",

@@ -150,13 +150,15 @@ pub(super) fn pick(
         p.load(&attempted, &set.level_health())
     });
     let mut last = None;
-    for _ in 0..=retry.host_attempts.min(64) {
+    // A consistent-hashing cluster moves re-pick `i` along its table, as
+    // Envoy's host selection retries do.
+    for i in 0..=retry.host_attempts.min(64) {
         let h = match &load {
             Some(l) => {
                 let p = priorities::priority_for(l, fastrand::u32(0..100));
                 lb::choose_at_priority(cluster, &set, p)?
             }
-            None => lb::choose_in(cluster, &set)?,
+            None => lb::choose_hashed(cluster, &set, retry.hash, i)?,
         };
         if !retry.previous_hosts || !tried.contains(&h.address) {
             return Some(h);

@@ -111,6 +111,9 @@ pub struct Retry<'a> {
     pub host_attempts: u32,
     /// `retry_priority` `previous_priorities`, when the policy has it.
     pub priorities: Option<super::priorities::PreviousPriorities>,
+    /// The request's hash (route `hash_policy`), for a consistent-hashing
+    /// cluster's re-picks.
+    pub hash: Option<u64>,
 }
 
 /// Reads (and removes) the retry and timeout headers and builds the request's
@@ -241,6 +244,7 @@ pub fn plan<'a>(
         priorities: policy
             .and_then(|p| p.previous_priorities)
             .map(super::priorities::PreviousPriorities::new),
+        hash: None,
     };
     (Some(retry), timeouts)
 }
@@ -408,6 +412,7 @@ mod tests {
             previous_hosts: false,
             host_attempts: 0,
             priorities: None,
+            hash: None,
         }
     }
 

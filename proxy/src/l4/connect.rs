@@ -58,7 +58,13 @@ pub async fn connect(s: &Session, rec: &mut Record) -> Option<Connected> {
             rec.flags.set(Flag::UpstreamOverflow);
             return None;
         };
-        let Some(host) = cluster.choose() else {
+        // Envoy's tcp_proxy source_ip hash: xxHash64 of the client's address.
+        let hash = cfg
+            .hash_source_ip
+            .then(|| s.peer.ip())
+            .flatten()
+            .map(|ip| crate::upstream::hashing::xxhash64(ip.to_string().as_bytes(), 0));
+        let Some(host) = cluster.choose_hashed(hash) else {
             stats.cx_none_healthy.inc();
             rec.flags.set(Flag::NoHealthyUpstream);
             return None;

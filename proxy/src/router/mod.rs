@@ -8,6 +8,7 @@
 pub mod body;
 pub mod facts;
 pub mod forwarded;
+pub mod hash;
 pub mod headers;
 mod mirror;
 mod rewrite;
@@ -184,7 +185,15 @@ pub async fn forward(
             ),
             None,
         ),
-        ClusterSpecifier::Weighted(w) => match w.pick(m.random) {
+        ClusterSpecifier::Weighted(w) => match w.pick(if w.use_hash_policy {
+            // Envoy's weighted pick reads the hash without generating a
+            // cookie; no hash: the random value.
+            hash::compute(&action.hash_policy, &req, conn, false)
+                .hash
+                .unwrap_or(m.random)
+        } else {
+            m.random
+        }) {
             Some(c) => (Cow::Borrowed(&c.name), Some(c)),
             None => (Cow::Borrowed(""), None),
         },
@@ -220,7 +229,20 @@ pub async fn forward(
         .map(|n| vstats::vcluster(vhost, n));
     let charges = vstats::Charges::new(stats, route_stats, vcluster_stats);
     let stats = &charges;
-    let host = cluster.choose();
+    // The hash is computed only for a balancer that reads it, as Envoy's
+    // balancers ask for it: only then does a cookie policy set its cookie.
+    // The cluster's own policies (`HttpProtocolOptions.hash_policy`) replace
+    // the route's.
+    let lb = &cluster.config.lb;
+    let policies = if lb.cluster_hash_policy.is_empty() {
+        &action.hash_policy
+    } else {
+        &lb.cluster_hash_policy
+    };
+    let request_hash = (lb.policy.uses_hash() && !policies.is_empty())
+        .then(|| hash::compute(policies, &req, conn, true));
+    let hash_value = request_hash.as_ref().and_then(|h| h.hash);
+    let host = cluster.choose_hashed(hash_value);
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
         stats.settled(503);
@@ -274,6 +296,10 @@ pub async fn forward(
         ),
         None => retry::plan(action, m.vhost, &mut parts.headers),
     };
+    let mut retry = retry;
+    if let Some(r) = &mut retry {
+        r.hash = hash_value;
+    }
     if let Some(t) = timeouts.expected() {
         parts
             .headers
@@ -478,6 +504,12 @@ pub async fn forward(
             );
             if urx {
                 r.extensions_mut().insert(ResponseFlag("URX"));
+            }
+            // A generated hash cookie goes on the upstream's response.
+            for c in request_hash.iter().flat_map(|h| &h.set_cookies) {
+                if let Ok(v) = HeaderValue::from_str(c) {
+                    r.headers_mut().append(http::header::SET_COOKIE, v);
+                }
             }
             r
         }

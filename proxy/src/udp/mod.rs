@@ -211,11 +211,21 @@ impl Loop {
             cur.stats.no_route.inc();
             return;
         };
+        // The hash policy's hash, for a consistent-hashing cluster's picks
+        // (Envoy's UDP balancer context: the peer's IP, or the fixed key).
+        let hash = proxy.hash.as_ref().map(|h| match h {
+            courier_config::listener::UdpHash::SourceIp => {
+                crate::upstream::hashing::xxhash64(peer.ip().to_string().as_bytes(), 0)
+            }
+            courier_config::listener::UdpHash::Key(k) => {
+                crate::upstream::hashing::xxhash64(k.as_bytes(), 0)
+            }
+        });
         // Per-packet load balancing: the host first, then its session
         // (Envoy's `PerPacketLoadBalancingClusterInfo`).
         let mut replace = None;
         let key = if proxy.per_packet_load_balancing {
-            let Some(host) = cluster.choose() else {
+            let Some(host) = cluster.choose_hashed(hash) else {
                 self.cluster_stats(&cluster).cx_none_healthy.inc();
                 return;
             };
@@ -242,7 +252,7 @@ impl Loop {
                     None
                 } else {
                     cluster
-                        .choose()
+                        .choose_hashed(hash)
                         .filter(|n| crate::upstream::host::usable(n) && !Arc::ptr_eq(n, &h.host))
                 };
             if better.is_none() {
@@ -266,7 +276,7 @@ impl Loop {
         };
         let host = match replace {
             Some(h) => h,
-            None => match cluster.choose() {
+            None => match cluster.choose_hashed(hash) {
                 Some(h) => h,
                 None => {
                     stats.cx_none_healthy.inc();

@@ -4,7 +4,9 @@
 
 use super::lazy::Lazy;
 use super::socket::HostSockets;
-use courier_config::cluster::{Endpoint, LoadAssignment, Locality, Priority, SocketIndex};
+use courier_config::cluster::{
+    Endpoint, LbPolicy, LoadAssignment, Locality, Priority, SocketIndex,
+};
 use courier_config::core::Address;
 use once_cell::race::OnceBox;
 use std::net::SocketAddr;
@@ -54,6 +56,10 @@ pub struct Host {
     /// checks (Envoy's `PENDING_DYNAMIC_REMOVAL`): its first failed check
     /// removes it.
     pending_removal: std::sync::atomic::AtomicBool,
+    /// The endpoint's `envoy.lb` metadata `hash_key`: its key on a hash ring
+    /// or Maglev table instead of its address (boxed: most hosts have none).
+    #[allow(clippy::box_collection)]
+    hash_key: Option<Box<String>>,
 }
 
 /// A host's stats (`/clusters`, and `cluster.<name>.endpoint.<address>.*`
@@ -143,6 +149,7 @@ impl Host {
             outlier: Default::default(),
             health: Default::default(),
             pending_removal: std::sync::atomic::AtomicBool::new(false),
+            hash_key: None,
         }
     }
 
@@ -169,6 +176,17 @@ impl Host {
     pub fn with_locality(mut self, locality: Option<Arc<Locality>>) -> Self {
         self.locality = locality;
         self
+    }
+
+    /// This host with the `envoy.lb` metadata `hash_key` `key`.
+    pub fn with_hash_key(mut self, key: Option<String>) -> Self {
+        self.hash_key = key.map(Box::new);
+        self
+    }
+
+    /// The endpoint's `envoy.lb` metadata `hash_key`, when it has one.
+    pub fn hash_key(&self) -> Option<&str> {
+        self.hash_key.as_deref().map(String::as_str)
     }
 
     /// Whether the host is kept only until it fails a health check.
@@ -420,6 +438,17 @@ impl Localities {
         }
     }
 
+    /// Per locality, in order, its host count (its healthy hosts', unless
+    /// `panic`) and its `load_balancing_weight`: runs of the level's healthy
+    /// (or every) host list.
+    pub fn groups(&self, panic: bool) -> Vec<(usize, u32)> {
+        self.spans
+            .iter()
+            .zip(self.healthy.iter())
+            .map(|(span, (up, _))| (if panic { span.hosts } else { up.len() }, span.weight))
+            .collect()
+    }
+
     /// The order localities are picked in (by effective weight).
     pub fn schedule(&self) -> &Schedule {
         &self.schedule
@@ -454,6 +483,11 @@ pub struct PriorityHosts {
     all_schedule: Schedule,
     /// `100 x healthy / all` (0 when empty).
     pub healthy_percent: f64,
+    /// Consistent-hashing tables of the cluster's policy (RING_HASH,
+    /// MAGLEV): over the healthy hosts, and over all of them (panic) when
+    /// they differ. Built once per set ([`HostSet::prime_hash`] when the
+    /// set is stored; a set built elsewhere builds at its first pick).
+    tables: [OnceBox<super::hashing::HashTable>; 2],
 }
 
 impl PriorityHosts {
@@ -475,7 +509,34 @@ impl PriorityHosts {
             all: all.into_boxed_slice(),
             healthy,
             healthy_percent,
+            tables: Default::default(),
         }
+    }
+
+    /// The hosts a hash pick chooses from (every host in panic, else the
+    /// healthy ones) and `policy`'s table over them; `None` for a policy
+    /// that does not hash.
+    /// `localities`: the level's hosts by locality, with locality-weighted
+    /// balancing (Envoy's ring spreads over localities by their weights).
+    pub fn hash_table(
+        &self,
+        panic: bool,
+        policy: &LbPolicy,
+        localities: Option<&Localities>,
+    ) -> Option<(&[Arc<Host>], &super::hashing::HashTable)> {
+        // Every host healthy: one list, one table.
+        let (hosts, slot) = if panic || self.healthy.is_none() {
+            (self.all(), 1)
+        } else {
+            (self.healthy(), 0)
+        };
+        let cell = self.tables.get(slot)?;
+        if let Some(t) = cell.get() {
+            return Some((hosts, t));
+        }
+        let groups = localities.map(|l| l.groups(panic));
+        let table = super::hashing::HashTable::build(hosts, groups.as_deref(), policy)?;
+        Some((hosts, cell.get_or_init(|| Box::new(table))))
     }
 
     /// Every host.
@@ -688,6 +749,19 @@ impl HostSet {
         Self::with_localities(priorities, localities, self.overprovisioning_factor)
     }
 
+    /// Builds the consistent-hashing tables of `policy` (nothing for a
+    /// policy that does not hash): on the main thread when the set is
+    /// stored, so requests find them built.
+    pub fn prime_hash(&self, policy: &LbPolicy) {
+        if !policy.uses_hash() {
+            return;
+        }
+        for (p, level) in self.priorities.iter().enumerate() {
+            level.hash_table(false, policy, self.localities(p));
+            level.hash_table(true, policy, self.localities(p));
+        }
+    }
+
     /// Priority `p`'s hosts by locality, when the cluster balances by locality
     /// weight.
     pub fn localities(&self, p: usize) -> Option<&Localities> {
@@ -831,12 +905,14 @@ pub fn static_hosts_reusing(
                     let hostname = e.hostname.clone().unwrap_or_default();
                     let healthy = e.health_status.is_healthy();
                     let socket = HostSockets::of(&level_sockets, i);
+                    let hash_key = endpoint_hash_key(e);
                     if let Some(h) = by_addr.get(&address).filter(|h| {
                         h.hostname() == hostname
                             && h.weight == e.weight.max(1)
                             && h.healthy == healthy
                             && h.socket == socket
                             && h.locality == locality
+                            && h.hash_key() == hash_key.as_deref()
                     }) {
                         // Back in the assignment: no longer on its way out.
                         h.set_pending_removal(false);
@@ -847,7 +923,11 @@ pub fn static_hosts_reusing(
                         Address::Pipe(p) => Host::pipe(&p.path, hostname, e.weight, healthy),
                         Address::Socket(_) => Host::new(address, hostname, e.weight, healthy),
                     };
-                    Some(Arc::new(host.with_socket(socket).with_locality(locality)))
+                    Some(Arc::new(
+                        host.with_socket(socket)
+                            .with_locality(locality)
+                            .with_hash_key(hash_key),
+                    ))
                 }));
                 level.push(LocalitySpan {
                     hosts: hosts.len() - start,
@@ -863,6 +943,17 @@ pub fn static_hosts_reusing(
         locality_weighted.then_some(spans),
         la.overprovisioning_factor,
     )
+}
+
+/// An endpoint's `envoy.lb` metadata `hash_key` (a string; Envoy ignores
+/// other kinds).
+pub(crate) fn endpoint_hash_key(e: &Endpoint) -> Option<String> {
+    e.metadata
+        .get("envoy.lb")?
+        .get("hash_key")?
+        .as_str()
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
 }
 
 /// Per endpoint of `level` (in config order), its group's locality: one `Arc`
@@ -896,6 +987,7 @@ pub fn resolved_host(
             .unwrap_or_default()
     });
     let healthy = endpoint.health_status.is_healthy();
+    let hash_key = endpoint_hash_key(endpoint);
     if let Some(h) = previous.and_then(|p| {
         p.hosts().find(|h| {
             h.address == address
@@ -904,6 +996,7 @@ pub fn resolved_host(
                 && h.healthy == healthy
                 && h.socket == socket
                 && h.locality == locality
+                && h.hash_key() == hash_key.as_deref()
         })
     }) {
         return Arc::clone(h);
@@ -912,7 +1005,8 @@ pub fn resolved_host(
     Arc::new(
         Host::new(address, hostname, endpoint.weight, healthy)
             .with_socket(socket)
-            .with_locality(locality),
+            .with_locality(locality)
+            .with_hash_key(hash_key),
     )
 }
 

@@ -45,6 +45,39 @@ pub fn choose_in(cluster: &super::UpstreamCluster, set: &Arc<HostSet>) -> Option
     pick(set, &cluster.config.lb, cluster.lb_slot, zone)
 }
 
+/// Picks a host of `set` for `cluster` with the request's `hash` (from the
+/// route's hash policies; `None`: none produced one) on pick `attempt` (0,
+/// then a retry host predicate's re-picks). Only the consistent-hashing
+/// policies read the hash; the others pick as [`choose_in`].
+pub fn choose_hashed(
+    cluster: &super::UpstreamCluster,
+    set: &Arc<HostSet>,
+    hash: Option<u64>,
+    attempt: u32,
+) -> Option<Arc<Host>> {
+    let lb = &cluster.config.lb;
+    if lb.policy.uses_hash() {
+        return pick_hashed(set, lb, hash.unwrap_or_else(|| fastrand::u64(..)), attempt);
+    }
+    choose_in(cluster, set)
+}
+
+/// Envoy's thread-aware balancers (RING_HASH, MAGLEV): the hash (a random one
+/// without a hash policy's) picks the priority (`hash % 100` against the
+/// priority loads) and then the host in that level's table; a level in panic
+/// uses its table over every host. With locality-weighted balancing the table
+/// spreads over the localities by their weights (not their health, as in
+/// Envoy); zones play no part, as in Envoy (nor does `fail_traffic_on_panic`,
+/// which these balancers do not read).
+fn pick_hashed(set: &HostSet, lb: &LoadBalancer, hash: u64, attempt: u32) -> Option<Arc<Host>> {
+    let priority = set.priority_for((hash % 100) as u32);
+    let level = set.priorities.get(priority)?;
+    let panic = lb.healthy_panic_threshold > 0.0
+        && (set.total_panic || level.healthy_percent < lb.healthy_panic_threshold);
+    let (hosts, table) = level.hash_table(panic, &lb.policy, set.localities(priority))?;
+    hosts.get(table.choose(hash, attempt)?).cloned()
+}
+
 /// The zone state of a pick: the cluster's, its counters and its set.
 type ZoneArgs<'a> = (&'a ClusterZone, &'a ZoneStats, &'a Arc<HostSet>);
 
@@ -67,6 +100,10 @@ fn pick(
     cluster: usize,
     zone: Option<ZoneArgs<'_>>,
 ) -> Option<Arc<Host>> {
+    if lb.policy.uses_hash() {
+        // No hash: Envoy's hash balancers pick by a random one.
+        return pick_hashed(set, lb, fastrand::u64(..), 0);
+    }
     let priority = set.priority_for(fastrand::u32(0..100));
     pick_at(set, lb, cluster, zone, priority)
 }
@@ -151,6 +188,8 @@ fn pick_at(
             }
             best?.0
         }
+        // Picked by pick_hashed above.
+        LbPolicy::RingHash(_) | LbPolicy::Maglev(_) => return None,
     };
     hosts.get(index).cloned()
 }
@@ -234,6 +273,7 @@ mod tests {
             healthy_panic_threshold: panic,
             locality_weighted: false,
             zone_aware: Default::default(),
+            cluster_hash_policy: Vec::new(),
         }
     }
 

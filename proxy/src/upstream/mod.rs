@@ -8,6 +8,7 @@
 pub mod circuit;
 pub mod client;
 pub mod dns;
+pub mod hashing;
 pub mod health_check;
 pub mod health_event;
 pub mod host;
@@ -87,6 +88,19 @@ impl UpstreamCluster {
     /// configured); `None` = no healthy upstream.
     pub fn choose(&self) -> Option<Arc<host::Host>> {
         lb::choose_in(self, &self.hosts())
+    }
+
+    /// A host by the cluster's load balancer for a request whose hash
+    /// policies gave `hash` (consistent-hashing clusters read it).
+    pub fn choose_hashed(&self, hash: Option<u64>) -> Option<Arc<host::Host>> {
+        lb::choose_hashed(self, &self.hosts(), hash, 0)
+    }
+
+    /// Puts `set` in force, its hash tables built first (the main thread's
+    /// work, not the requests').
+    pub fn store_hosts(&self, set: HostSet) {
+        set.prime_hash(&self.config.lb.policy);
+        self.hosts.store(Arc::new(set));
     }
 
     /// TLS to `host` (its socket's), `None` for plaintext.
@@ -249,7 +263,15 @@ impl ClusterManager {
             .as_ref()
             .map(|p| Arc::clone(&p.stats))
             .unwrap_or_default();
-        let hosts = keep.map(|p| p.hosts.load_full());
+        // A set's hash tables belong to the policy they were built for: a
+        // new policy gets the same hosts in a new set.
+        let hosts = keep.map(|p| {
+            if p.config.lb.policy == config.lb.policy {
+                p.hosts.load_full()
+            } else {
+                Arc::new(p.hosts.load().rebuilt())
+            }
+        });
         // A name keeps its slot across updates; only new names take one.
         let lb_slot = previous.as_ref().map_or_else(
             || self.next_lb_slot.fetch_add(1, Ordering::Relaxed),
@@ -375,7 +397,7 @@ pub fn set_eds_hosts(
     if !c.config.ignore_health_on_host_removal && !c.config.health_checks.is_empty() {
         set = set.keeping_removed(&previous, |h| h.healthy && !h.health.failed());
     }
-    c.hosts.store(Arc::new(set));
+    c.store_hosts(set);
     true
 }
 
@@ -406,7 +428,7 @@ pub fn spawn_dns_refresh(c: &Arc<UpstreamCluster>) {
                 let sockets = socket::HostSockets::new(&cluster.config, &cluster.sockets);
                 let set =
                     dns::host_set(&la, &answers, logical, Some(&previous), locality, &sockets);
-                cluster.hosts.store(Arc::new(set));
+                cluster.store_hosts(set);
             }
         }
     });
@@ -441,6 +463,7 @@ fn build(
             &socket::HostSockets::new(&config, &sockets),
         ))
     });
+    hosts.prime_hash(&config.lb.policy);
     Ok(UpstreamCluster {
         index,
         lb_slot: index,

@@ -52,6 +52,7 @@ fn lb(zone_aware: ZoneAware) -> LoadBalancer {
         healthy_panic_threshold: 50.0,
         locality_weighted: false,
         zone_aware,
+        cluster_hash_policy: Vec::new(),
     }
 }
 

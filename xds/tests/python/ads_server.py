@@ -4,7 +4,7 @@ not write), for xds/tests/python_interop.rs.
 Prints `PORT <n>` once listening, then one line per request it judges:
 `REQ <mode> <type> version=<v> nonce=<n> node=<id> error=<message>`.
 SotW: answers the first CDS request with clusters `a` and `bad` (lb_policy
-MAGLEV), then after the NACK with `a` only (version 2). Delta: the same with
+CLUSTER_PROVIDED), then after the NACK with `a` only (version 2). Delta: the same with
 per-resource versions, then removes `a`.
 """
 
@@ -46,7 +46,7 @@ def cluster(name, maglev=False):
         ),
     )
     if maglev:
-        c.lb_policy = cluster_pb2.Cluster.MAGLEV
+        c.lb_policy = cluster_pb2.Cluster.CLUSTER_PROVIDED
     a = any_pb2.Any()
     a.Pack(c)
     return a

@@ -395,10 +395,10 @@ pub fn eds_cluster(name: &str) -> Cluster {
     }
 }
 
-/// A cluster courier rejects: `lb_policy: MAGLEV`.
+/// A cluster courier rejects: `lb_policy: CLUSTER_PROVIDED`.
 pub fn bad_cluster(name: &str) -> Cluster {
     Cluster {
-        lb_policy: LbPolicy::Maglev as i32,
+        lb_policy: LbPolicy::ClusterProvided as i32,
         ..static_cluster(name, 1)
     }
 }

@@ -28,8 +28,45 @@ fn lb_policies() {
         LbPolicy::Random
     );
     assert_eq!(
-        errors(&with_ep("  lb_policy: MAGLEV\n")),
-        ["static_resources.clusters[0].lb_policy: MAGLEV is not supported"]
+        cluster(&with_ep("  lb_policy: MAGLEV\n")).lb.policy,
+        LbPolicy::Maglev(Maglev {
+            table_size: 65537,
+            use_hostname_for_hashing: false
+        })
+    );
+    assert_eq!(
+        cluster(&with_ep(
+            "  lb_policy: RING_HASH\n  ring_hash_lb_config: {minimum_ring_size: 8, hash_function: MURMUR_HASH_2}\n"
+        ))
+        .lb
+        .policy,
+        LbPolicy::RingHash(RingHash {
+            min_ring_size: 8,
+            max_ring_size: 8 << 20,
+            hash_function: RingHashFunction::MurmurHash2,
+            use_hostname_for_hashing: false
+        })
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  lb_policy: RING_HASH\n  maglev_lb_config: {table_size: 7}\n  common_lb_config: {locality_weighted_lb_config: {}, consistent_hashing_lb_config: {use_hostname_for_hashing: true}}\n"
+        )),
+        [
+            "static_resources.clusters[0].maglev_lb_config: only applies to lb_policy MAGLEV",
+            "static_resources.clusters[0]: use_hostname_for_hashing needs a STRICT_DNS cluster (Cannot use hostname for consistent hashing loadbalancing)",
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep(
+            "  common_lb_config: {consistent_hashing_lb_config: {}}\n"
+        )),
+        [
+            "static_resources.clusters[0].common_lb_config.consistent_hashing_lb_config: only applies to lb_policy RING_HASH or MAGLEV"
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep("  lb_policy: CLUSTER_PROVIDED\n")),
+        ["static_resources.clusters[0].lb_policy: CLUSTER_PROVIDED is not supported"]
     );
     assert_eq!(
         errors(&with_ep(
@@ -93,12 +130,15 @@ fn lb_policies() {
 const MAGLEV: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev";
 
+const PICK_FIRST: &str =
+    "type.googleapis.com/envoy.extensions.load_balancing_policies.pick_first.v3.PickFirst";
+
 #[test]
 fn typed_lb_policy_takes_the_first_supported() {
     let c = cluster(&with_ep(&format!(
         "  load_balancing_policy:
     policies:
-    - typed_extension_config: {{name: m, typed_config: {{'@type': {MAGLEV}}}}}
+    - typed_extension_config: {{name: m, typed_config: {{'@type': {PICK_FIRST}}}}}
     - typed_extension_config:
         name: lr
         typed_config: {{'@type': {}, choice_count: 4}}
@@ -121,11 +161,24 @@ fn typed_lb_policy_takes_the_first_supported() {
     assert_eq!(c.lb.policy, LbPolicy::RoundRobin);
     assert_eq!(
         errors(&with_ep(&format!(
-            "  load_balancing_policy: {{policies: [{{typed_extension_config: {{name: m, typed_config: {{'@type': {MAGLEV}}}}}}}]}}\n"
+            "  load_balancing_policy: {{policies: [{{typed_extension_config: {{name: m, typed_config: {{'@type': {MAGLEV}, table_size: 5, consistent_hashing_lb_config: {{hash_balance_factor: 150}}}}}}}}]}}\n"
         ))),
         [
-            "static_resources.clusters[0].load_balancing_policy.policies[0]: load balancing policy envoy.extensions.load_balancing_policies.maglev.v3.Maglev is not supported"
+            "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.consistent_hashing_lb_config.hash_balance_factor: hash_balance_factor (bounded load) is not supported"
         ]
+    );
+    let c = cluster(&with_ep(&format!(
+        "  load_balancing_policy: {{policies: [{{typed_extension_config: {{name: r, typed_config: {{'@type': {}, minimum_ring_size: 16, maximum_ring_size: 64}}}}}}]}}\n",
+        crate::extensions::LB_RING_HASH
+    )));
+    assert_eq!(
+        c.lb.policy,
+        LbPolicy::RingHash(RingHash {
+            min_ring_size: 16,
+            max_ring_size: 64,
+            hash_function: RingHashFunction::XxHash,
+            use_hostname_for_hashing: false
+        })
     );
     assert_eq!(
         errors(&with_ep(&format!(

@@ -211,7 +211,7 @@ pub(super) fn republish(cluster: &UpstreamCluster) {
     // The set keeps its overprovisioning factor (an EDS cluster's comes with
     // its assignment) and its locality layout, so only health changes.
     let current = cluster.hosts.load_full();
-    cluster.hosts.store(Arc::new(current.rebuilt()));
+    cluster.store_hosts(current.rebuilt());
 }
 
 /// Handles the pending consecutive-failure events of every host.
