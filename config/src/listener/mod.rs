@@ -238,7 +238,6 @@ impl Listener {
 
 /// Translates a `Listener`.
 pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
-    use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
     if is_udp(l) {
         return udp_listener(l, path, ctx);
     }
@@ -319,17 +318,36 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
         );
     }
     let address = address?;
+    Some(Listener {
+        filter_chains,
+        default_filter_chain,
+        max_accepts_per_event,
+        socket_options: socket_options::translate(
+            &l.socket_options,
+            &path.field("socket_options"),
+            ctx,
+        ),
+        proxy_protocol,
+        ..common(l, address, path, ctx)
+    })
+}
+
+/// The fields TCP and UDP listeners translate alike (the name, the buffer
+/// limit, the traffic direction, the overload and limit switches, the access
+/// logs), with the TCP-only ones empty.
+fn common(l: &pb::Listener, address: Address, path: &Path<'_>, ctx: &mut Ctx) -> Listener {
+    use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
     let name = if l.name.is_empty() {
         generated_name(&address, path)
     } else {
         l.name.clone()
     };
-    Some(Listener {
+    Listener {
         name,
         address,
         stat_prefix: l.stat_prefix.clone(),
-        filter_chains,
-        default_filter_chain,
+        filter_chains: Vec::new(),
+        default_filter_chain: None,
         per_connection_buffer_limit_bytes: core::u32_or(
             l.per_connection_buffer_limit_bytes.as_ref(),
             DEFAULT_BUFFER_LIMIT,
@@ -339,19 +357,17 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             Ok(T::Outbound) => TrafficDirection::Outbound,
             _ => TrafficDirection::Unspecified,
         },
-        max_accepts_per_event,
+        max_accepts_per_event: None,
         bypass_overload_manager: l.bypass_overload_manager,
         ignore_global_conn_limit: l.ignore_global_conn_limit,
         freebind: core::bool_or(l.freebind.as_ref(), false),
-        socket_options: socket_options::translate(
-            &l.socket_options,
-            &path.field("socket_options"),
-            ctx,
-        ),
+        socket_options: socket_options::SocketOptions::default(),
+        // On a UDP listener translated and checked; it has no connections to
+        // log (its UDP proxy's `access_log` logs sessions).
         access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
-        proxy_protocol,
+        proxy_protocol: None,
         udp: None,
-    })
+    }
 }
 
 /// Whether the listener's address is a UDP socket address.
@@ -368,7 +384,6 @@ fn is_udp(l: &pb::Listener) -> bool {
 /// one; `core::address` refuses UDP where courier has no use for it), no
 /// filter chains, the UDP proxy listener filter. The TCP-only fields are refused.
 fn udp_listener(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Listener> {
-    use envoy_types::pb::envoy::config::core::v3::TrafficDirection as T;
     let address = core::address_any_protocol(l.address.as_ref(), &path.field("address"), ctx);
     let quic = l
         .udp_listener_config
@@ -399,36 +414,10 @@ fn udp_listener(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<List
     }
     let udp = udp_proxy::translate(l, path, ctx);
     let address = address?;
-    let name = if l.name.is_empty() {
-        generated_name(&address, path)
-    } else {
-        l.name.clone()
-    };
+    let base = common(l, address, path, ctx);
     Some(Listener {
-        name,
-        address,
-        stat_prefix: l.stat_prefix.clone(),
-        filter_chains: Vec::new(),
-        default_filter_chain: None,
-        per_connection_buffer_limit_bytes: core::u32_or(
-            l.per_connection_buffer_limit_bytes.as_ref(),
-            DEFAULT_BUFFER_LIMIT,
-        ),
-        traffic_direction: match T::try_from(l.traffic_direction) {
-            Ok(T::Inbound) => TrafficDirection::Inbound,
-            Ok(T::Outbound) => TrafficDirection::Outbound,
-            _ => TrafficDirection::Unspecified,
-        },
-        max_accepts_per_event: None,
-        bypass_overload_manager: l.bypass_overload_manager,
-        ignore_global_conn_limit: l.ignore_global_conn_limit,
-        freebind: core::bool_or(l.freebind.as_ref(), false),
-        socket_options: socket_options::SocketOptions::default(),
-        // Translated and checked; a UDP listener has no connections to log
-        // (its UDP proxy's `access_log` logs sessions).
-        access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
-        proxy_protocol: None,
         udp: Some(udp?),
+        ..base
     })
 }
 
