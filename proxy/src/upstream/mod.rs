@@ -12,6 +12,7 @@ pub mod hashing;
 pub mod health_check;
 pub mod health_event;
 pub mod host;
+pub mod host_stats;
 pub mod keepalive;
 pub mod lazy;
 pub mod lb;
