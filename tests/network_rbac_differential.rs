@@ -1,10 +1,11 @@
 //! The network RBAC filter (`envoy.filters.network.rbac`, Envoy Gateway's
 //! tcp-route-authorization case) in front of a TCP proxy, against real
 //! Envoy: listeners that deny or allow loopback clients by source IP, in the
-//! `rules` form and in Envoy Gateway's unified `matcher` form. Both proxies
+//! `rules` form and in Envoy Gateway's unified `matcher` form, and one that
+//! denies them in front of an HTTP connection manager. Both proxies
 //! must echo or close the same connections, connect upstream the same way
 //! (the TCP proxy connects before the first byte, which RBAC judges), count
-//! the same `<stat_prefix>rbac.*` stats and write the same listener
+//! the same `<stat_prefix>.rbac.*` stats and write the same listener
 //! access-log lines (`%CONNECTION_TERMINATION_DETAILS%`, `%RESPONSE_FLAGS%`).
 //!
 //! ```text
@@ -115,13 +116,40 @@ fn listener(name: &str, dot: &str, rbac: &str) -> String {
     )
 }
 
-const LISTENERS: [&str; 5] = [
+const LISTENERS: [&str; 6] = [
     "rules_deny",
     "rules_allow",
     "shadowed",
     "matcher_deny",
     "matcher_allow",
+    "http_deny",
 ];
+
+/// The HTTP connection manager instead of the TCP proxy: denied on the
+/// first bytes, before any HTTP is parsed.
+fn http_listener(name: &str, rbac: &str) -> String {
+    listener(name, ".", rbac).replace(
+        r#"      - name: envoy.filters.network.tcp_proxy
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy
+          stat_prefix: http_deny
+          cluster: echo
+"#,
+        r#"      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          stat_prefix: http_deny
+          route_config:
+            virtual_hosts:
+            - name: all
+              domains: ["*"]
+              routes: [{match: {prefix: /}, direct_response: {status: 200, body: {inline_string: ok}}}]
+          http_filters:
+          - name: envoy.filters.http.router
+            typed_config: {"@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router}
+"#,
+    )
+}
 
 fn yaml(up: u16) -> String {
     let shadowed = format!(
@@ -130,7 +158,7 @@ fn yaml(up: u16) -> String {
         rules("DENY", "source_ip")
     );
     format!(
-        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\nstatic_resources:\n  listeners:\n{}{}{}{}{}  clusters:\n  - name: echo\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: echo\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {up}}}}}}}}}]}}]\n",
+        "admin:\n  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}\nstatic_resources:\n  listeners:\n{}{}{}{}{}{}  clusters:\n  - name: echo\n    connect_timeout: 1s\n    load_assignment:\n      cluster_name: echo\n      endpoints: [{{lb_endpoints: [{{endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {up}}}}}}}}}]}}]\n",
         listener("rules_deny", ".", &rules("DENY", "source_ip")),
         listener(
             "rules_allow",
@@ -141,6 +169,7 @@ fn yaml(up: u16) -> String {
         // Envoy Gateway's prefixes have no trailing dot.
         listener("matcher_deny", "", &matcher("DENY", "ALLOW", "127.0.0.0")),
         listener("matcher_allow", "", &matcher("DENY", "ALLOW", "10.0.0.0")),
+        http_listener("http_deny", &rules("DENY", "direct_remote_ip")),
     )
 }
 

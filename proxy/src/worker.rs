@@ -578,7 +578,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 match rbac_facts {
                     Some(conn) => {
                         let (gated, verdict) =
-                            crate::accept::network_rbac::Gate::new(stream, judges, conn);
+                            crate::accept::network_rbac::Gate::new(stream, Some((judges, conn)));
                         session.rbac = Some(verdict);
                         crate::l4::spawn(gated, session, guards);
                     }
@@ -647,6 +647,13 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             // version's TLS and filters go once its last handshake is done.
             drop(active);
             // The connection's state is boxed here (see `crate::codec::serve::serve`).
+            // The chain's network RBAC filters judge the first read (no
+            // filters: a pass-through).
+            let (stream, termination) =
+                crate::accept::network_rbac::Gate::new(stream, rbac_facts.map(|c| (judges, c)));
+            if let Some(log) = guards._log.as_mut() {
+                log.set_termination(termination);
+            }
             let stream = crate::request::wire::Counted::new(stream, wire);
             Some((crate::codec::serve::serve(stream, conn), guards))
         });

@@ -178,13 +178,6 @@ pub(crate) fn translate(
         };
     }
     let (k, network) = found?;
-    if !network_rbacs.is_empty() && matches!(network, NetworkFilter::Http(_)) {
-        ctx.unsupported(
-            &fp,
-            "an envoy.filters.network.rbac filter before envoy.filters.network.http_connection_manager",
-        );
-        return None;
-    }
     Some(FilterChain {
         name: fc.name.clone(),
         filter_chain_match,

@@ -1,7 +1,8 @@
 //! The network RBAC filter (`envoy.filters.network.rbac`): the HTTP RBAC
 //! filter's engines (`rules` or the unified `matcher`, and their shadows),
 //! judged once per connection on its first byte
-//! (`ONE_TIME_ON_FIRST_BYTE`) with connection facts only.
+//! (`ONE_TIME_ON_FIRST_BYTE`) with connection facts only, before a TCP
+//! proxy or an HTTP connection manager.
 //!
 //! As Envoy: a `header` permission or principal in `rules` is refused
 //! ("not supported by RBAC network filter"). Refused as courier's own
@@ -152,7 +153,10 @@ fn engine(e: &RbacEngine, path: &Path<'_>, ctx: &mut Ctx) {
     let policies = path.field("policies");
     for p in &e.policies {
         let pp = policies.key(&p.name);
-        if p.permissions.iter().any(perm_http) || p.principals.iter().any(prin_http) {
+        // Header rules were refused above, as Envoy does.
+        if p.permissions.iter().any(|x| perm_http(x, false))
+            || p.principals.iter().any(|x| prin_http(x, false))
+        {
             ctx.unsupported(&pp, "url_path on a connection");
         }
     }
@@ -171,21 +175,24 @@ fn matcher(m: &RbacMatcher, path: &Path<'_>, ctx: &mut Ctx) {
     }
 }
 
-/// Whether a permission reads the request (header, path): nothing a connection has.
-fn perm_http(p: &Permission) -> bool {
+/// Whether a permission reads the request's path (or, with `headers`, a
+/// header): nothing a connection has.
+fn perm_http(p: &Permission, headers: bool) -> bool {
     match p {
-        Permission::Header(_) | Permission::UrlPath(_) => true,
-        Permission::And(v) | Permission::Or(v) => v.iter().any(perm_http),
-        Permission::Not(x) => perm_http(x),
+        Permission::UrlPath(_) => true,
+        Permission::Header(_) => headers,
+        Permission::And(v) | Permission::Or(v) => v.iter().any(|x| perm_http(x, headers)),
+        Permission::Not(x) => perm_http(x, headers),
         _ => false,
     }
 }
 
-fn prin_http(p: &Principal) -> bool {
+fn prin_http(p: &Principal, headers: bool) -> bool {
     match p {
-        Principal::Header(_) | Principal::UrlPath(_) => true,
-        Principal::And(v) | Principal::Or(v) => v.iter().any(prin_http),
-        Principal::Not(x) => prin_http(x),
+        Principal::UrlPath(_) => true,
+        Principal::Header(_) => headers,
+        Principal::And(v) | Principal::Or(v) => v.iter().any(|x| prin_http(x, headers)),
+        Principal::Not(x) => prin_http(x, headers),
         _ => false,
     }
 }
@@ -194,7 +201,11 @@ fn pred_http(p: &Predicate) -> bool {
     match p {
         Predicate::And(v) | Predicate::Or(v) => v.iter().any(pred_http),
         Predicate::Not(x) => pred_http(x),
-        Predicate::Permission(x) => perm_http(x),
-        Predicate::Principal(x) => prin_http(x),
+        Predicate::Permission(x) => perm_http(x, true),
+        Predicate::Principal(x) => prin_http(x, true),
     }
 }
+
+#[cfg(test)]
+#[path = "network_rbac_tests.rs"]
+mod tests;

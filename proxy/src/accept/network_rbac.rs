@@ -11,7 +11,7 @@
 //! `.denied`, and `<stat_prefix>.rbac.<shadow_rules_stat_prefix>.shadow_allowed`,
 //! `shadow_denied` (each joining dot only when the prefix has none).
 
-use crate::l4::Termination;
+use crate::request::termination::Termination;
 use crate::stats::{Counter, Sample};
 use arc_swap::ArcSwap;
 use courier_config::filters::rbac::RbacAction;
@@ -172,10 +172,14 @@ pub struct Gate<S> {
 }
 
 impl<S> Gate<S> {
-    /// Gates `inner` by `judges` (none: a plain pass-through).
-    pub fn new(inner: S, judges: Vec<Arc<Judge>>, conn: ConnFacts) -> (Self, Arc<Termination>) {
+    /// Gates `inner` by the chain's judges and the connection's facts (none:
+    /// a plain pass-through).
+    pub fn new(
+        inner: S,
+        pending: Option<(Vec<Arc<Judge>>, ConnFacts)>,
+    ) -> (Self, Arc<Termination>) {
         let verdict = Arc::new(Termination::default());
-        let pending = (!judges.is_empty()).then_some((judges, conn));
+        let pending = pending.filter(|(judges, _)| !judges.is_empty());
         (
             Self {
                 inner,

@@ -93,7 +93,7 @@ pub struct Record {
     /// The listener, when it has access logs of its own.
     pub listener: Option<Arc<Listener>>,
     /// The chain's network RBAC verdict, when it has the filter.
-    pub rbac: Option<Arc<super::Termination>>,
+    pub rbac: Option<Arc<crate::request::termination::Termination>>,
 }
 
 impl Record {

@@ -16,12 +16,10 @@ mod connect;
 mod log;
 mod pump;
 pub mod stats;
-mod termination;
 #[cfg(test)]
 mod tests;
 
 pub use stats::TcpStats;
-pub use termination::Termination;
 
 use crate::stats::WorkerStats;
 use crate::upstream::ClusterManager;
@@ -71,7 +69,7 @@ pub struct Session {
     /// When the connection was accepted.
     pub accepted: (SystemTime, Instant),
     /// The verdict of the chain's network RBAC filters, when it has them.
-    pub rbac: Option<Arc<Termination>>,
+    pub rbac: Option<Arc<crate::request::termination::Termination>>,
 }
 
 /// Serves `stream` on a task of its own, holding `guards` (the worker's

@@ -15,4 +15,5 @@ pub mod phase;
 pub mod progress;
 pub mod snapshot;
 pub mod tee;
+pub mod termination;
 pub mod wire;

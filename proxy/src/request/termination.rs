@@ -1,4 +1,4 @@
-//! Why a network filter before the TCP proxy closed the connection
+//! Why a network filter closed a connection before its terminal filter
 //! (network RBAC's denial), as the connection's log lines render it.
 
 use std::sync::OnceLock;
