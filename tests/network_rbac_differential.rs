@@ -201,6 +201,21 @@ fn open(p: &Proxy, l: &str, upstream: &AtomicU64) -> String {
     )
 }
 
+/// A connection that sends nothing and half-closes: is it judged on its
+/// end of stream (Envoy's `onData` with no bytes)?
+fn silent(p: &Proxy, l: &str) -> String {
+    let mut s = TcpStream::connect(p.listener(l).unwrap()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut buf = [0u8; 16];
+    let verdict = match s.read(&mut buf) {
+        Ok(0) => "closed",
+        Ok(_) => "answered",
+        Err(_) => "reset",
+    };
+    format!("{l} half-closed at once: {verdict}")
+}
+
 fn stats(p: &Proxy) -> Vec<String> {
     let text = client::get(&p.admin, "/stats").unwrap();
     String::from_utf8_lossy(&text.body)
@@ -216,7 +231,15 @@ fn run(kind: Kind, bin: &std::path::Path, up: u16, upstream: &AtomicU64) -> Vec<
     for l in LISTENERS {
         out.push(open(&p, l, upstream));
     }
-    out.extend(stats(&p));
+    out.push(silent(&p, "shadowed"));
+    // Settled once the shadow engine has judged the silent one too.
+    let judged = poll(250, || {
+        let s = stats(&p);
+        s.iter()
+            .any(|l| l == "shadowed.rbac.audit_.shadow_denied: 2")
+            .then_some(s)
+    });
+    out.extend(judged.unwrap_or_else(|| stats(&p)));
     for l in LISTENERS {
         let path = p.dir().join(format!("{l}.log"));
         let line = poll(1000, || {
