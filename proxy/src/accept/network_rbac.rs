@@ -251,3 +251,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Gate<S> {
         self.inner.is_write_vectored()
     }
 }
+
+#[cfg(test)]
+#[path = "network_rbac_tests.rs"]
+mod tests;
