@@ -8,7 +8,7 @@
 //! ("not supported by RBAC network filter"). Refused as courier's own
 //! limits, with their paths: `enforcement_type: CONTINUOUS`, `delay_deny`,
 //! the LOG action, `url_path` (it never matches a connection in Envoy) and
-//! the matcher's request header input.
+//! the matcher's request header and dynamic metadata inputs (HTTP inputs).
 
 use crate::ctx::Ctx;
 use crate::filters::rbac::{self, Permission, Principal, RbacAction, RbacEngine, RbacFilter};
@@ -170,17 +170,18 @@ fn matcher(m: &RbacMatcher, path: &Path<'_>, ctx: &mut Ctx) {
     if m.rules.iter().any(|(p, _)| pred_http(p)) {
         ctx.unsupported(
             &path.field("matcher_list"),
-            "a request header input on a connection",
+            "a request header or dynamic metadata input on a connection",
         );
     }
 }
 
-/// Whether a permission reads the request's path (or, with `headers`, a
-/// header): nothing a connection has.
+/// Whether a permission reads the request's path or, in a matcher (whose
+/// header and dynamic metadata inputs are HTTP inputs, which Envoy's network
+/// matcher does not have), a header or metadata: nothing a connection has.
 fn perm_http(p: &Permission, headers: bool) -> bool {
     match p {
         Permission::UrlPath(_) => true,
-        Permission::Header(_) => headers,
+        Permission::Header(_) | Permission::Metadata(_) => headers,
         Permission::And(v) | Permission::Or(v) => v.iter().any(|x| perm_http(x, headers)),
         Permission::Not(x) => perm_http(x, headers),
         _ => false,
@@ -190,7 +191,7 @@ fn perm_http(p: &Permission, headers: bool) -> bool {
 fn prin_http(p: &Principal, headers: bool) -> bool {
     match p {
         Principal::UrlPath(_) => true,
-        Principal::Header(_) => headers,
+        Principal::Header(_) | Principal::Metadata(_) => headers,
         Principal::And(v) | Principal::Or(v) => v.iter().any(|x| prin_http(x, headers)),
         Principal::Not(x) => prin_http(x, headers),
         _ => false,

@@ -121,3 +121,23 @@ fn only_before_the_terminal_filter() {
     assert!(fc.hcm().is_some());
     assert_eq!(fc.network_rbacs.len(), 1);
 }
+
+#[test]
+fn http_inputs_of_the_matcher_are_refused() {
+    let e = errors(&chain_of(vec![
+        rbac(
+            json!({"stat_prefix": "x", "matcher": {"matcher_list": {"matchers": [{
+            "predicate": {"single_predicate": {
+                "input": {"name": "h", "typed_config": {"@type": "type.googleapis.com/envoy.type.matcher.v3.HttpRequestHeaderMatchInput", "header_name": "x"}},
+                "value_match": {"exact": "y"}}},
+            "on_match": {"action": {"name": "a", "typed_config": {"@type": "type.googleapis.com/envoy.config.rbac.v3.Action", "name": "a"}}}}]}}}),
+        ),
+        tcp(),
+    ]));
+    assert_eq!(
+        e,
+        [format!(
+            "{P}.matcher.matcher_list: a request header or dynamic metadata input on a connection is not supported"
+        )]
+    );
+}
