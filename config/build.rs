@@ -52,6 +52,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.health_check.v3.HealthCheck",
     "envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol",
     "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",
+    "envoy.extensions.filters.network.rbac.v3.RBAC",
     "envoy.extensions.filters.http.fault.v3.HTTPFault",
     "envoy.extensions.filters.http.grpc_web.v3.GrpcWeb",
     "envoy.extensions.filters.http.grpc_stats.v3.FilterConfig",

@@ -60,6 +60,8 @@ pub const HTTP_CONNECTION_MANAGER: &str = "type.googleapis.com/envoy.extensions.
 /// The connection limit network filter.
 pub const CONNECTION_LIMIT: &str =
     "type.googleapis.com/envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit";
+/// The RBAC network filter.
+pub const NETWORK_RBAC: &str = "type.googleapis.com/envoy.extensions.filters.network.rbac.v3.RBAC";
 /// The TCP proxy network filter.
 pub const TCP_PROXY: &str =
     "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";

@@ -110,8 +110,8 @@ pub enum Command {
         max_length: Option<usize>,
     },
     /// `%CONNECTION_TERMINATION_DETAILS%`: set only by network filters that
-    /// close a connection with a reason (network RBAC, ext_authz), which
-    /// courier does not have, so always `-` here as in Envoy without them.
+    /// close a connection with a reason: network RBAC's denial
+    /// (`rbac_access_denied_matched_policy[<policy>]`); `-` otherwise.
     ConnectionTerminationDetails,
     /// `%LOCAL_REPLY_BODY%`: the body a direct response's `body_format` wraps
     /// (its `body`). Only local reply bodies may use it (access logs refuse it).

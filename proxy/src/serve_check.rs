@@ -221,6 +221,12 @@ fn pipe_listener(l: &Listener, at: &str, problems: &mut Vec<String>) {
                 "filter chain matching",
             );
         }
+        if !fc.network_rbacs.is_empty() {
+            refuse(
+                &format!("{path}.filters"),
+                "the envoy.filters.network.rbac filter (it matches on the peer's IP address)",
+            );
+        }
         if let Some(h) = fc.hcm() {
             for (k, f) in h.http_filters.iter().enumerate() {
                 use courier_config::filters::HttpFilterConfig as F;

@@ -453,6 +453,8 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             };
             let l = &active.config;
             let (mut peer, mut local, mut incoming) = (peer, local, incoming);
+            // The socket's own peer: network RBAC's `direct_remote_ip`.
+            let direct_peer = peer.socket().unwrap_or(UNSPECIFIED);
             // The PROXY protocol header first: its addresses stand for the
             // socket's from here on (chain matching, logs, XFF).
             if let (Some(pp), Some(stats), Incoming::Tcp(stream, _)) =
@@ -535,9 +537,25 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     return None;
                 }
             }
+            // The chain's network RBAC filters judge the first read.
+            let judges = active
+                .network_rbacs
+                .get(filter_chain_index)
+                .cloned()
+                .unwrap_or_default();
+            let rbac_facts = (!judges.is_empty()).then(|| courier_filters::ConnFacts {
+                worker,
+                source: peer.socket().unwrap_or(UNSPECIFIED),
+                ..crate::filter_chain::conn_facts(
+                    direct_peer,
+                    local.socket().unwrap_or(UNSPECIFIED),
+                    Some(&stream),
+                    server_name.as_deref(),
+                )
+            });
             if let Some(tcp) = chain.and_then(|fc| fc.tcp_proxy()) {
                 // Raw bytes to a cluster, on a task that holds the guards.
-                let session = crate::l4::Session {
+                let mut session = crate::l4::Session {
                     config: Arc::clone(tcp),
                     stats: active
                         .tcp_stats
@@ -555,8 +573,17 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                     listener_log: (!l.access_log.is_empty()).then(|| Arc::clone(l)),
                     connection_id,
                     accepted: (facts.start, facts.started),
+                    rbac: None,
                 };
-                crate::l4::spawn(stream, session, guards);
+                match rbac_facts {
+                    Some(conn) => {
+                        let (gated, verdict) =
+                            crate::accept::network_rbac::Gate::new(stream, Some((judges, conn)));
+                        session.rbac = Some(verdict);
+                        crate::l4::spawn(gated, session, guards);
+                    }
+                    None => crate::l4::spawn(stream, session, guards),
+                }
                 return None;
             }
             let codec = chain
@@ -620,6 +647,13 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
             // version's TLS and filters go once its last handshake is done.
             drop(active);
             // The connection's state is boxed here (see `crate::codec::serve::serve`).
+            // The chain's network RBAC filters judge the first read (no
+            // filters: a pass-through).
+            let (stream, termination) =
+                crate::accept::network_rbac::Gate::new(stream, rbac_facts.map(|c| (judges, c)));
+            if let Some(log) = guards._log.as_mut() {
+                log.set_termination(termination);
+            }
             let stream = crate::request::wire::Counted::new(stream, wire);
             Some((crate::codec::serve::serve(stream, conn), guards))
         });

@@ -6,12 +6,13 @@ use super::hcm::{self, HttpConnectionManager};
 use super::tcp_proxy::{self, TcpProxy};
 use crate::core;
 use crate::ctx::Ctx;
-use crate::extensions::{CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, TCP_PROXY};
+use crate::extensions::{CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, NETWORK_RBAC, TCP_PROXY};
 use crate::path::Path;
 use crate::tls::{self, DownstreamTls};
 use envoy_types::pb::envoy::config::listener::v3 as pb;
 use envoy_types::pb::envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit as ConnectionLimitProto;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager as HcmProto;
+use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as RbacProto;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy as TcpProxyProto;
 use std::sync::Arc;
 
@@ -51,6 +52,8 @@ pub struct FilterChain {
     pub transport_socket_connect_timeout: Option<std::time::Duration>,
     /// `connection_limit` filters before the terminal one, in config order.
     pub connection_limits: Vec<Arc<super::connection_limit::ConnectionLimit>>,
+    /// `rbac` network filters before the terminal one, in config order.
+    pub network_rbacs: Vec<Arc<super::network_rbac::NetworkRbac>>,
     /// The chain's terminal network filter.
     pub network: NetworkFilter,
     /// Where the network filter's config sits in its listener
@@ -120,6 +123,7 @@ pub(crate) fn translate(
     let last = fc.filters.len() - 1;
     let mut found = None;
     let mut connection_limits = Vec::new();
+    let mut network_rbacs = Vec::new();
     for (k, f) in fc.filters.iter().enumerate() {
         let p = fp.index(k);
         let Some(decoded) = network_filter(f, &p, ctx) else {
@@ -138,12 +142,21 @@ pub(crate) fn translate(
             }
             continue;
         }
+        if let Decoded::Rbac(m) = &decoded {
+            let tp = p.field("typed_config");
+            if found.is_some() || k == last {
+                ctx.unsupported(&p, "an rbac filter that is not before the terminal filter");
+            } else if let Some(r) = super::network_rbac::translate(m, &tp, ctx) {
+                network_rbacs.push(Arc::new(r));
+            }
+            continue;
+        }
         if k != last {
             let kind = match decoded {
                 Decoded::Http(_) => "envoy.filters.network.http_connection_manager",
                 Decoded::Tcp(_) => "envoy.filters.network.tcp_proxy",
                 // Taken above (not terminal).
-                Decoded::ConnectionLimit(_) => continue,
+                Decoded::ConnectionLimit(_) | Decoded::Rbac(_) => continue,
             };
             ctx.error(
                 &p,
@@ -161,7 +174,7 @@ pub(crate) fn translate(
             Decoded::Tcp(t) => {
                 tcp_proxy::translate(&t, &tp, ctx).map(|t| (k, NetworkFilter::Tcp(Arc::new(t))))
             }
-            Decoded::ConnectionLimit(_) => None,
+            Decoded::ConnectionLimit(_) | Decoded::Rbac(_) => None,
         };
     }
     let (k, network) = found?;
@@ -171,6 +184,7 @@ pub(crate) fn translate(
         tls,
         transport_socket_connect_timeout,
         connection_limits,
+        network_rbacs,
         network,
         hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
     })
@@ -181,6 +195,7 @@ enum Decoded {
     Http(Box<HcmProto>),
     Tcp(Box<TcpProxyProto>),
     ConnectionLimit(Box<ConnectionLimitProto>),
+    Rbac(Box<RbacProto>),
 }
 
 /// Decodes a network filter if it is a connection manager or a TCP proxy;
@@ -199,6 +214,10 @@ fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<Deco
         Some(ConfigType::TypedConfig(any)) if any.type_url == CONNECTION_LIMIT => {
             core::unpack::<ConnectionLimitProto>(any, &path.field("typed_config"), ctx)
                 .map(|c| Decoded::ConnectionLimit(Box::new(c)))
+        }
+        Some(ConfigType::TypedConfig(any)) if any.type_url == NETWORK_RBAC => {
+            core::unpack::<RbacProto>(any, &path.field("typed_config"), ctx)
+                .map(|r| Decoded::Rbac(Box::new(r)))
         }
         Some(ConfigType::TypedConfig(any)) => {
             let name = if f.name.is_empty() {

@@ -7,6 +7,7 @@ pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;
 pub mod log_filter;
+pub mod network_rbac;
 pub mod otel_access_log;
 pub mod proxy_protocol;
 pub mod socket_options;
@@ -100,7 +101,8 @@ const LEN: usize = OWN.len()
     + ip_detection::SUPPORT.len()
     + log_filter::SUPPORT.len()
     + proxy_protocol::SUPPORT.len()
-    + connection_limit::SUPPORT.len();
+    + connection_limit::SUPPORT.len()
+    + network_rbac::SUPPORT.len();
 
 /// Fields of the listener messages courier implements (listener, connection
 /// manager, TCP proxy, access logs).
@@ -114,10 +116,11 @@ pub(crate) const SUPPORT: &[Support] = &concat::<LEN>([
     log_filter::SUPPORT,
     proxy_protocol::SUPPORT,
     connection_limit::SUPPORT,
+    network_rbac::SUPPORT,
 ]);
 
 /// Joins the submodules' tables at compile time (the walker reads one table per module).
-const fn concat<const N: usize>(parts: [&[Support]; 9]) -> [Support; N] {
+const fn concat<const N: usize>(parts: [&[Support]; 10]) -> [Support; N] {
     let mut out: [Support; N] = [("", &[]); N];
     let mut k = 0;
     let mut i = 0;

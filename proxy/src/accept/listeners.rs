@@ -56,6 +56,8 @@ pub struct ActiveListener {
     pub tcp_stats: Vec<Option<Arc<crate::l4::TcpStats>>>,
     /// Per chain (in `chain_at` order), its `connection_limit` filters' state.
     pub connection_limits: Vec<Vec<Arc<crate::accept::connection_limit::Limiter>>>,
+    /// Per chain (in `chain_at` order), its `rbac` network filters.
+    pub network_rbacs: Vec<Vec<Arc<crate::accept::network_rbac::Judge>>>,
     /// The PROXY protocol listener filter's stats, when the listener has it.
     pub proxy_protocol: Option<Arc<crate::accept::proxy_protocol::Stats>>,
     /// A UDP listener's proxy and stats (made with the listener, so they show
@@ -383,6 +385,15 @@ impl Registry {
                     .collect()
             })
             .collect();
+        let network_rbacs = l
+            .all_filter_chains()
+            .map(|fc| {
+                fc.network_rbacs
+                    .iter()
+                    .map(|c| crate::accept::network_rbac::Judge::new(Arc::clone(c)))
+                    .collect()
+            })
+            .collect();
         let proxy_protocol = l
             .proxy_protocol
             .as_ref()
@@ -422,6 +433,7 @@ impl Registry {
             hcm_stats,
             tcp_stats,
             connection_limits,
+            network_rbacs,
             proxy_protocol,
             udp,
             limits,

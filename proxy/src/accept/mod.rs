@@ -7,5 +7,6 @@ pub mod batch;
 pub mod chain;
 pub mod connection_limit;
 pub mod listeners;
+pub mod network_rbac;
 pub mod proxy_protocol;
 pub mod socket;

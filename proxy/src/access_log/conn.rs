@@ -110,6 +110,7 @@ pub struct ConnLog {
     listener: Arc<Listener>,
     facts: ConnFacts,
     wire: Arc<Wire>,
+    termination: Option<Arc<crate::request::termination::Termination>>,
 }
 
 impl ConnLog {
@@ -119,7 +120,13 @@ impl ConnLog {
             listener: Arc::clone(listener),
             facts,
             wire: Arc::default(),
+            termination: None,
         })
+    }
+
+    /// Where a network filter records why it closed the connection.
+    pub fn set_termination(&mut self, t: Arc<crate::request::termination::Termination>) {
+        self.termination = Some(t);
     }
 
     /// The counters the connection's stream and requests feed.
@@ -131,11 +138,15 @@ impl ConnLog {
 impl Drop for ConnLog {
     fn drop(&mut self) {
         let w = &self.wire;
-        self.facts.write(
-            &self.listener,
-            w.version(),
-            w.bytes(),
-            ResponseSide::default(),
-        );
+        let t = self.termination.as_deref();
+        let (received, sent) = w.bytes();
+        // A denied first read is counted as received, as Envoy's connection does.
+        let received = received + t.map_or(0, |t| t.read());
+        let resp = ResponseSide {
+            termination_details: t.and_then(|t| t.details().map(str::to_string)),
+            ..ResponseSide::default()
+        };
+        self.facts
+            .write(&self.listener, w.version(), (received, sent), resp);
     }
 }

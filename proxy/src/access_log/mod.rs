@@ -195,6 +195,9 @@ pub struct ResponseSide {
     pub dynamic_metadata: DynamicMetadata,
     /// The request was a health check.
     pub health_check: bool,
+    /// `%CONNECTION_TERMINATION_DETAILS%`: why a network filter closed the
+    /// connection (network RBAC's denial).
+    pub termination_details: Option<String>,
 }
 
 /// Everything a line may refer to.

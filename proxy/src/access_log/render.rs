@@ -309,9 +309,12 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             Some(n) => Cow::Owned(truncate(value.as_deref()?, Some(*n))),
             None => Cow::Owned(value.clone()?),
         })),
-        Command::UpstreamLocalAddress
-        | Command::UpstreamTransportFailureReason
-        | Command::ConnectionTerminationDetails => None,
+        Command::ConnectionTerminationDetails => e
+            .resp
+            .termination_details
+            .as_deref()
+            .map(|d| Value::Text(Cow::Borrowed(d))),
+        Command::UpstreamLocalAddress | Command::UpstreamTransportFailureReason => None,
     }
 }
 

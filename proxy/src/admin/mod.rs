@@ -266,6 +266,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::l4::stats::reset_counters();
             crate::accept::proxy_protocol::reset_counters();
             crate::accept::connection_limit::reset_counters();
+            crate::accept::network_rbac::reset_counters();
             crate::udp::stats::reset_counters();
             crate::access_log::otel::reset_counters();
             crate::stats::vhost::reset_counters();
@@ -346,6 +347,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::l4::stats::samples(&mut samples);
     crate::accept::proxy_protocol::samples(&mut samples);
     crate::accept::connection_limit::samples(&mut samples);
+    crate::accept::network_rbac::samples(&mut samples);
     crate::udp::stats::samples(&mut samples);
     crate::access_log::otel::samples(&mut samples);
     vhost_samples(shared, &mut samples);

@@ -92,6 +92,8 @@ pub struct Record {
     pub attempts: u32,
     /// The listener, when it has access logs of its own.
     pub listener: Option<Arc<Listener>>,
+    /// The chain's network RBAC verdict, when it has the filter.
+    pub rbac: Option<Arc<crate::request::termination::Termination>>,
 }
 
 impl Record {
@@ -152,6 +154,10 @@ impl Record {
             flag: self.flags.text(),
             upstream: self.upstream.clone(),
             bytes_sent: sent,
+            termination_details: self
+                .rbac
+                .as_ref()
+                .and_then(|v| v.details().map(str::to_string)),
             ..ResponseSide::default()
         }
     }

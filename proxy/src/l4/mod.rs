@@ -68,6 +68,8 @@ pub struct Session {
     pub connection_id: u64,
     /// When the connection was accepted.
     pub accepted: (SystemTime, Instant),
+    /// The verdict of the chain's network RBAC filters, when it has them.
+    pub rbac: Option<Arc<crate::request::termination::Termination>>,
 }
 
 /// Serves `stream` on a task of its own, holding `guards` (the worker's
@@ -123,6 +125,7 @@ where
         upstream: None,
         attempts: 0,
         listener: s.listener_log.clone(),
+        rbac: s.rbac.clone(),
     };
     if cfg.flush_access_log_on_start {
         rec.write(&cfg, 0, 0);
@@ -176,7 +179,9 @@ where
         End::Pump(_) => {}
         other => timers.count(other, &s.stats, &mut rec),
     }
-    rec.finish(&cfg, pump.received(), pump.sent());
+    // A denied first read is counted as received, as Envoy's connection does.
+    let denied_read = s.rbac.as_ref().map_or(0, |v| v.read());
+    rec.finish(&cfg, pump.received() + denied_read, pump.sent());
 }
 
 /// How long an upstream flush may take with the idle timeout off.

@@ -73,6 +73,7 @@ async fn start(
         listener_log: None,
         connection_id: crate::request::conn::next_connection_id(),
         accepted: (std::time::SystemTime::now(), tokio::time::Instant::now()),
+        rbac: None,
     };
     (client, tokio::spawn(serve(server, session)))
 }

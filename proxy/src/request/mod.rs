@@ -15,5 +15,6 @@ pub mod phase;
 pub mod progress;
 pub mod snapshot;
 pub mod tee;
+pub mod termination;
 pub mod view;
 pub mod wire;
