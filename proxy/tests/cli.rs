@@ -70,7 +70,7 @@ static_resources:
   clusters:
   - name: a
     connect_timeout: 1s
-    lb_policy: MAGLEV
+    lb_policy: CLUSTER_PROVIDED
     bogus: 1
 layered_runtime: {}
 "#,
@@ -115,7 +115,7 @@ fn config_yaml_alone_and_merged_over_the_file() {
         "-c",
         &example("quickstart.yaml"),
         "--config-yaml",
-        "static_resources: {clusters: [{name: extra, lb_policy: RING_HASH}]}",
+        "static_resources: {clusters: [{name: extra, lb_policy: CLUSTER_PROVIDED}]}",
     ]);
     assert_eq!(merged.status.code(), Some(1));
     let err = text(&merged.stderr);

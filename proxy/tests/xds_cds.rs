@@ -147,7 +147,7 @@ async fn cds_lifecycle(api_type: &str) {
     // A cluster courier does not serve is NACKed by name; its sibling in the
     // same response applies.
     let mut bad = static_cluster("bad", a);
-    bad.lb_policy = cluster::LbPolicy::Maglev as i32;
+    bad.lb_policy = cluster::LbPolicy::ClusterProvided as i32;
     cp.state.send_modify(|(v, r)| {
         *v += 1;
         let mut next = Resources::clone(r);

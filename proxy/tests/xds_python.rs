@@ -181,10 +181,10 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// A cluster courier refuses (`MAGLEV` is not implemented).
-fn maglev(name: &str) -> Cluster {
+/// A cluster courier refuses (`CLUSTER_PROVIDED` is not implemented).
+fn unserved(name: &str) -> Cluster {
     Cluster {
-        lb_policy: cluster::LbPolicy::Maglev as i32,
+        lb_policy: cluster::LbPolicy::ClusterProvided as i32,
         ..eds_cluster(name, name)
     }
 }
@@ -244,7 +244,7 @@ async fn scenarios(api_type: &str) {
 
     // A bad cluster is NACKed by name while its sibling applies.
     cp.set(&[
-        ("bad", &maglev("bad")),
+        ("bad", &unserved("bad")),
         ("dyn2", &eds_cluster("dyn2", "svc")),
     ])
     .await;
@@ -256,7 +256,7 @@ async fn scenarios(api_type: &str) {
         }
     }
     assert!(nack.contains("Cluster 'bad'"), "{nack}");
-    assert!(nack.contains("MAGLEV"), "{nack}");
+    assert!(nack.contains("CLUSTER_PROVIDED"), "{nack}");
     cp.set(&[("routes", &routes(to("dyn2")))]).await;
     until(ingress, |r| r.header("x-upstream") == Some("b")).await;
 
