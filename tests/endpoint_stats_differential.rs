@@ -17,47 +17,9 @@
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener, indent};
 use courier_tests::proxies::{Kind, Proxy, poll};
+use courier_tests::status_upstream;
 use courier_tests::{courier_bin, envoy_bin};
-use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
-
-/// An HTTP/1.1 upstream answering every request with `status`, or never
-/// answering when `status` is 0.
-fn upstream(status: u16) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut s = s;
-                loop {
-                    let mut ended = false;
-                    for _ in 0..200 {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h == "\r\n" {
-                            ended = true;
-                            break;
-                        }
-                    }
-                    if status == 0 {
-                        // Hold the request unanswered until the proxy gives up.
-                        continue;
-                    }
-                    if !ended
-                        || write!(s, "HTTP/1.1 {status} X\r\ncontent-length: 2\r\n\r\nok").is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
 
 /// A port nothing listens on.
 fn closed_port() -> SocketAddr {
@@ -286,11 +248,11 @@ fn run(kind: Kind, bin: &std::path::Path, u: &Upstreams) -> Seen {
 #[test]
 fn per_endpoint_stats_as_envoy() {
     let u = Upstreams {
-        ok: upstream(200),
-        bad: upstream(503),
+        ok: status_upstream::start(200).0,
+        bad: status_upstream::start(503).0,
         down: closed_port(),
-        slow: upstream(0),
-        plain: upstream(200),
+        slow: status_upstream::start(0).0,
+        plain: status_upstream::start(200).0,
     };
     let courier = run(Kind::Courier, &courier_bin(), &u);
     // courier's own expectations, whether or not Envoy is installed.

@@ -16,48 +16,10 @@
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener, indent};
 use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::status_upstream;
 use courier_tests::{courier_bin, envoy_bin};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-/// An HTTP/1.1 upstream answering every request with `status`, counting them.
-fn upstream(status: u16) -> (SocketAddr, Arc<AtomicUsize>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    let count = Arc::new(AtomicUsize::new(0));
-    let seen = Arc::clone(&count);
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            let seen = Arc::clone(&seen);
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut s = s;
-                loop {
-                    let mut ended = false;
-                    for _ in 0..200 {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h == "\r\n" {
-                            ended = true;
-                            break;
-                        }
-                    }
-                    seen.fetch_add(1, Ordering::SeqCst);
-                    if !ended
-                        || write!(s, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (addr, count)
-}
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 
 fn route(prefix: &str, retries: u32, frequency: Option<u32>) -> String {
     let priority = frequency.map_or(String::new(), |f| {
@@ -92,8 +54,8 @@ fn yaml(bad: SocketAddr, good: SocketAddr) -> String {
 
 /// Per route: the status and the attempts each priority's host got.
 fn run(kind: Kind, bin: &std::path::Path) -> Vec<String> {
-    let (bad, bad_count) = upstream(503);
-    let (good, good_count) = upstream(200);
+    let (bad, bad_count) = status_upstream::start(503);
+    let (good, good_count) = status_upstream::start(200);
     let p = Proxy::start(kind, bin, &yaml(bad, good), &["in"]).unwrap();
     let addr = p.listener("in").unwrap().to_string();
     let mut out = Vec::new();

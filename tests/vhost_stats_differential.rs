@@ -16,45 +16,9 @@
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener, indent};
 use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::status_upstream;
 use courier_tests::{courier_bin, envoy_bin};
-use std::io::{BufRead, BufReader, Write};
-use std::net::{SocketAddr, TcpListener};
-
-/// An HTTP/1.1 upstream answering every request with `status` (never, for 0).
-fn upstream(status: u16) -> SocketAddr {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut r = BufReader::new(s.try_clone().unwrap());
-                let mut s = s;
-                loop {
-                    let mut ended = false;
-                    for _ in 0..200 {
-                        let mut h = String::new();
-                        if r.read_line(&mut h).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if h == "\r\n" {
-                            ended = true;
-                            break;
-                        }
-                    }
-                    if status == 0 {
-                        continue;
-                    }
-                    if !ended
-                        || write!(s, "HTTP/1.1 {status} X\r\ncontent-length: 0\r\n\r\n").is_err()
-                    {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
+use std::net::SocketAddr;
 
 const VHOSTS: &str = r#"- name: vh1
   domains: ["a.com"]
@@ -99,9 +63,9 @@ fn cluster(name: &str, addr: SocketAddr) -> String {
 
 fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, Vec<String>) {
     let clusters = [
-        cluster("ok", upstream(200)),
-        cluster("bad", upstream(503)),
-        cluster("silent", upstream(0)),
+        cluster("ok", status_upstream::start(200).0),
+        cluster("bad", status_upstream::start(503).0),
+        cluster("silent", status_upstream::start(0).0),
     ]
     .concat();
     let yaml = format!(
