@@ -31,6 +31,10 @@ pub struct UpstreamHttp {
     /// `upstream_http_protocol_options`: the TLS server name and the SANs a new
     /// connection checks, taken from each request.
     pub auto_sni: AutoSni,
+    /// `http_protocol_options.enable_trailers`: HTTP/1.1 connections carry
+    /// trailers both ways (Envoy's HTTP/1 codec drops them otherwise; HTTP/2
+    /// always carries them).
+    pub enable_trailers: bool,
 }
 
 /// `UpstreamHttpProtocolOptions`: a new TLS connection's SNI and the SAN its
@@ -88,6 +92,7 @@ impl Default for UpstreamHttp {
             http2: Http2Options::default(),
             common: HttpCommonOptions::default(),
             auto_sni: AutoSni::default(),
+            enable_trailers: false,
         }
     }
 }
@@ -229,12 +234,19 @@ fn typed_options(
         &path.field("common_http_protocol_options"),
         ctx,
     );
+    // Each protocol choice has its own `http_protocol_options`.
+    let mut enable_trailers = false;
+    let mut h1_options = |h1: Option<&cpb::Http1ProtocolOptions>, path: Path<'_>, ctx: &mut Ctx| {
+        if let Some(h1) = h1 {
+            enable_trailers = upstream_http1(h1, &path, ctx);
+        }
+    };
     let (protocol, http2) = match &o.upstream_protocol_options {
         Some(U::ExplicitHttpConfig(e)) => {
             let ep = path.field("explicit_http_config");
             match &e.protocol_config {
                 Some(P::HttpProtocolOptions(h1)) => {
-                    refuse_downstream_http1(h1, &ep.field("http_protocol_options"), ctx);
+                    h1_options(Some(h1), ep.field("http_protocol_options"), ctx);
                     (UpstreamProtocol::Http1, Http2Options::default())
                 }
                 Some(P::Http2ProtocolOptions(h2)) => (
@@ -254,15 +266,27 @@ fn typed_options(
                 }
             }
         }
-        Some(U::UseDownstreamProtocolConfig(d)) => (
-            UpstreamProtocol::UseDownstream,
-            optional_http2(
-                d.http2_protocol_options.as_ref(),
-                &path.field("use_downstream_protocol_config.http2_protocol_options"),
+        Some(U::UseDownstreamProtocolConfig(d)) => {
+            h1_options(
+                d.http_protocol_options.as_ref(),
+                path.field("use_downstream_protocol_config.http_protocol_options"),
                 ctx,
-            ),
-        ),
+            );
+            (
+                UpstreamProtocol::UseDownstream,
+                optional_http2(
+                    d.http2_protocol_options.as_ref(),
+                    &path.field("use_downstream_protocol_config.http2_protocol_options"),
+                    ctx,
+                ),
+            )
+        }
         Some(U::AutoConfig(a)) => {
+            h1_options(
+                a.http_protocol_options.as_ref(),
+                path.field("auto_config.http_protocol_options"),
+                ctx,
+            );
             if !has_tls {
                 ctx.error(
                     &path.field("auto_config"),
@@ -295,6 +319,7 @@ fn typed_options(
             &path.field("upstream_http_protocol_options"),
             ctx,
         ),
+        enable_trailers,
     }
 }
 
@@ -336,9 +361,10 @@ fn is_token_byte(b: u8) -> bool {
 
 /// The deprecated cluster-level fields (still valid v3 config).
 fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
-    if let Some(h1) = &c.http_protocol_options {
-        refuse_downstream_http1(h1, &path.field("http_protocol_options"), ctx);
-    }
+    let enable_trailers = c
+        .http_protocol_options
+        .as_ref()
+        .is_some_and(|h1| upstream_http1(h1, &path.field("http_protocol_options"), ctx));
     let downstream =
         c.protocol_selection == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
     let protocol = if downstream {
@@ -366,19 +392,20 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
             &path.field("upstream_http_protocol_options"),
             ctx,
         ),
+        enable_trailers,
     }
 }
 
+/// A cluster's `Http1ProtocolOptions`: whether its connections carry trailers.
 /// The support table is keyed by message, and the connection manager implements
-/// these `Http1ProtocolOptions` fields downstream; upstream, courier does not.
-fn refuse_downstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) {
+/// the HTTP/1.0 fields downstream; upstream, courier does not.
+fn upstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> bool {
     for (set, field) in [
         (o.accept_http_10, "accept_http_10"),
         (
             !o.default_host_for_http_10.is_empty(),
             "default_host_for_http_10",
         ),
-        (o.enable_trailers, "enable_trailers"),
     ] {
         if set {
             ctx.unsupported(
@@ -387,6 +414,7 @@ fn refuse_downstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: 
             );
         }
     }
+    o.enable_trailers
 }
 
 fn common(

@@ -179,9 +179,18 @@ pub struct Tracked<B> {
     /// `max_stream_duration`: when the stream must have ended, and the
     /// connection manager's stats to count it in.
     deadline: Option<(Instant, Arc<HcmStats>)>,
+    /// Whether the body's trailers are sent (see [`Tracked::without_trailers`]).
+    keep_trailers: bool,
 }
 
 impl<B> Tracked<B> {
+    /// The body without its trailers (they end it): an HTTP/1.1 response of a
+    /// connection manager without `enable_trailers`, as Envoy's codec sends it.
+    pub fn without_trailers(mut self) -> Self {
+        self.keep_trailers = false;
+        self
+    }
+
     /// `body`, active while `guard` lives, reset after `idle_timeout` without a
     /// frame of it or of the request (`request`).
     pub fn new(
@@ -207,6 +216,7 @@ impl<B> Tracked<B> {
             idle: None,
             request,
             deadline,
+            keep_trailers: true,
         }
     }
 }
@@ -264,7 +274,10 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.body).poll_frame(cx);
+        let mut polled = Pin::new(&mut this.body).poll_frame(cx);
+        if !this.keep_trailers {
+            polled = crate::request::body::end_at_trailers(polled);
+        }
         match &polled {
             Poll::Ready(None) | Poll::Ready(Some(Err(_))) => this.guard = None,
             Poll::Ready(Some(Ok(_))) => {

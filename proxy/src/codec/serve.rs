@@ -57,6 +57,8 @@ pub(crate) struct Limits {
     bypass_overload: bool,
     /// `http_protocol_options.accept_http_10`.
     accept_http_10: bool,
+    /// `http_protocol_options.enable_trailers`: HTTP/1.1 responses carry trailers.
+    h1_trailers: bool,
 }
 
 /// hyper's smallest HTTP/1.1 read buffer.
@@ -91,6 +93,7 @@ impl Limits {
                 http1_safe_lifetime: false,
                 bypass_overload: false,
                 accept_http_10: false,
+                h1_trailers: false,
             };
         };
         use crate::request::headers::ServerHeader;
@@ -129,6 +132,7 @@ impl Limits {
             http1_safe_lifetime: h.http1_safe_max_connection_duration,
             bypass_overload: h.bypass_overload_manager,
             accept_http_10: h.http_protocol_options.accept_http_10,
+            h1_trailers: h.http_protocol_options.enable_trailers,
         }
     }
 
@@ -285,6 +289,7 @@ where
         });
         let stream_idle = limits.stream_idle_timeout;
         let max_stream = limits.max_stream_duration;
+        let h1_trailers = limits.h1_trailers;
         service_fn(move |req| {
             if let Some(wire) = &shared.info.wire {
                 wire.saw(req.version());
@@ -339,7 +344,14 @@ where
                     .as_ref()
                     .map_or(max_stream, |p| p.max_stream_duration(max_stream));
                 let deadline = max_stream.map(|t| (started + t, Arc::clone(&shared.stats)));
-                Ok(resp.map(|b| Tracked::new(b, stream, stream_idle, progress, deadline)))
+                Ok(resp.map(|b| {
+                    let body = Tracked::new(b, stream, stream_idle, progress, deadline);
+                    if h1 && !h1_trailers {
+                        body.without_trailers()
+                    } else {
+                        body
+                    }
+                }))
             }
         })
     };

@@ -144,8 +144,15 @@ pub async fn handle(
             // Request progress drives the request and stream-idle timers; the
             // access log's wrapper goes outside it.
             let progress = Arc::new(Progress::new());
+            // HTTP/2 always carries trailers; HTTP/1.1 only with `enable_trailers`.
+            let keep_trailers = req.version() == http::Version::HTTP_2
+                || hcm.http_protocol_options.enable_trailers;
             let req = req.map(|b| {
-                let timed = crate::request::body::RequestBody::new(b, Arc::clone(&progress));
+                let timed = crate::request::body::RequestBody::new(
+                    b,
+                    Arc::clone(&progress),
+                    keep_trailers,
+                );
                 UpstreamBody::new(timed, log_progress)
             });
             // The route's `idle_timeout` is noted on it.

@@ -24,7 +24,8 @@ pub struct RequestBody {
 
 #[derive(Debug)]
 enum Source {
-    Streamed(Incoming),
+    /// The downstream's body; `bool`: whether its trailers go on (see [`RequestBody::new`]).
+    Streamed(Incoming, bool),
     /// Taken by the first poll.
     Held(Option<Bytes>),
     /// Bytes read ahead for a retry, then the trailers, or the rest of the
@@ -47,13 +48,14 @@ enum Source {
 }
 
 impl RequestBody {
-    /// `body`, reporting to `progress`.
-    pub fn new(body: Incoming, progress: std::sync::Arc<Progress>) -> Self {
+    /// `body`, reporting to `progress`. Without `keep_trailers` its trailers end
+    /// it instead: what Envoy's HTTP/1 codec does without `enable_trailers`.
+    pub fn new(body: Incoming, progress: std::sync::Arc<Progress>, keep_trailers: bool) -> Self {
         if body.is_end_stream() {
             progress.finish();
         }
         RequestBody {
-            body: Source::Streamed(body),
+            body: Source::Streamed(body, keep_trailers),
             progress: Some(progress),
         }
     }
@@ -119,8 +121,8 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        let body = match &mut this.body {
-            Source::Streamed(b) => b,
+        let (body, keep_trailers) = match &mut this.body {
+            Source::Streamed(b, keep) => (b, *keep),
             Source::Held(bytes) => return Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b)))),
             Source::Replay {
                 data,
@@ -171,7 +173,10 @@ impl Body for RequestBody {
                 return polled;
             }
         };
-        let polled = Pin::new(&mut *body).poll_frame(cx);
+        let mut polled = Pin::new(&mut *body).poll_frame(cx);
+        if !keep_trailers {
+            polled = end_at_trailers(polled);
+        }
         if let Some(p) = &this.progress {
             match &polled {
                 Poll::Ready(Some(Ok(_))) => {
@@ -191,7 +196,7 @@ impl Body for RequestBody {
 
     fn is_end_stream(&self) -> bool {
         match &self.body {
-            Source::Streamed(b) => b.is_end_stream(),
+            Source::Streamed(b, _) => b.is_end_stream(),
             Source::Held(b) => b.is_none(),
             Source::Replay {
                 data,
@@ -209,7 +214,7 @@ impl Body for RequestBody {
 
     fn size_hint(&self) -> SizeHint {
         match &self.body {
-            Source::Streamed(b) => b.size_hint(),
+            Source::Streamed(b, _) => b.size_hint(),
             Source::Held(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             Source::Replay { data, rest, .. } => {
                 let held = data.as_ref().map_or(0, |b| b.len() as u64);
@@ -240,12 +245,36 @@ impl Body for RequestBody {
 pub struct UpstreamBody {
     inner: RequestBody,
     progress: Option<(Arc<RequestProgress>, Instant)>,
+    /// Whether trailers go on to the upstream (see [`UpstreamBody::keep_trailers`]).
+    keep_trailers: bool,
 }
 
 impl UpstreamBody {
     /// Wraps `inner`, recording into `progress` (from `started`) if given.
     pub fn new(inner: RequestBody, progress: Option<(Arc<RequestProgress>, Instant)>) -> Self {
-        Self { inner, progress }
+        Self {
+            inner,
+            progress,
+            keep_trailers: true,
+        }
+    }
+
+    /// Whether the connection it is sent on carries trailers: an HTTP/1.1
+    /// connection of a cluster without `enable_trailers` does not, and its
+    /// trailers end the body instead, as in Envoy's HTTP/1 codec.
+    pub fn keep_trailers(&mut self, keep: bool) {
+        self.keep_trailers = keep;
+    }
+}
+
+/// `polled`, with a trailers frame turned into the body's end: Envoy's HTTP/1
+/// codec without `enable_trailers` neither reads nor writes trailers.
+pub(crate) fn end_at_trailers<E>(
+    polled: Poll<Option<Result<Frame<Bytes>, E>>>,
+) -> Poll<Option<Result<Frame<Bytes>, E>>> {
+    match polled {
+        Poll::Ready(Some(Ok(f))) if f.is_trailers() => Poll::Ready(None),
+        other => other,
     }
 }
 
@@ -258,7 +287,10 @@ impl Body for UpstreamBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if !this.keep_trailers {
+            polled = end_at_trailers(polled);
+        }
         if let Some((p, started)) = &this.progress {
             if let Poll::Ready(Some(Ok(frame))) = &polled
                 && let Some(data) = frame.data_ref()

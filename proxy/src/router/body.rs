@@ -26,6 +26,9 @@ pub enum ResponseBody {
         /// The route's `per_try_idle_timeout`: the stream is reset when the
         /// upstream sends nothing for this long.
         idle: Option<Idle>,
+        /// Whether its trailers go on: not from an HTTP/1.1 connection of a
+        /// cluster without `enable_trailers` (Envoy's codec drops them).
+        keep_trailers: bool,
     },
     /// A body a filter transforms as it streams (boxed: only such responses pay for it).
     Encoded(Box<crate::request::encoded::Encoded<ResponseBody>>),
@@ -49,13 +52,19 @@ pub type BodyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl ResponseBody {
     /// An upstream body; releases the lease at once when there is nothing to read.
-    pub fn upstream(body: Incoming, lease: Lease, idle: Option<std::time::Duration>) -> Self {
+    pub fn upstream(
+        body: Incoming,
+        lease: Lease,
+        idle: Option<std::time::Duration>,
+        keep_trailers: bool,
+    ) -> Self {
         if body.is_end_stream() {
             lease.release();
             return ResponseBody::Upstream {
                 body,
                 lease: None,
                 idle: None,
+                keep_trailers,
             };
         }
         ResponseBody::Upstream {
@@ -65,6 +74,7 @@ impl ResponseBody {
                 every,
                 sleep: Box::pin(tokio::time::sleep(every)),
             }),
+            keep_trailers,
         }
     }
 }
@@ -109,10 +119,18 @@ impl Body for ResponseBody {
             ResponseBody::Local(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(|never| match never {}))),
-            ResponseBody::Upstream { body, lease, idle } => {
-                let polled = Pin::new(&mut *body)
+            ResponseBody::Upstream {
+                body,
+                lease,
+                idle,
+                keep_trailers,
+            } => {
+                let mut polled = Pin::new(&mut *body)
                     .poll_frame(cx)
                     .map(|f| f.map(|r| r.map_err(BodyError::from)));
+                if !*keep_trailers {
+                    polled = crate::request::body::end_at_trailers(polled);
+                }
                 if let Some(i) = idle {
                     if polled.is_pending() {
                         if i.sleep.as_mut().poll(cx).is_ready() {

@@ -128,6 +128,8 @@ struct Out<'a> {
     protocol: &'static str,
     version: http::Version,
     cluster: &'a str,
+    /// The cluster's `enable_trailers` (HTTP/1.1 connections).
+    h1_trailers: bool,
 }
 
 impl Out<'_> {
@@ -198,19 +200,22 @@ pub async fn forward(
             None => (Cow::Borrowed(""), None),
         },
     };
-    let out = Out {
+    let mut out = Out {
         m,
         levels: m.response_levels(weighted),
         conn,
         protocol: headers::protocol(req.version()),
         version: req.version(),
         cluster: &name,
+        // Set once the cluster is found.
+        h1_trailers: false,
     };
     let Some(cluster) = up.clusters.get(&name) else {
         let status = StatusCode::from_u16(action.cluster_not_found_response_code)
             .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
         return out.local(Some(&req), status, "", "NC", None);
     };
+    out.h1_trailers = cluster.config.http.enable_trailers;
     // Clusters added over CDS count in their own (shared) stats.
     let stats: &ClusterStats = match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
         Some((_, s)) => s,
@@ -542,6 +547,7 @@ fn proxied(
     host_text: Option<&str>,
 ) -> Response<ResponseBody> {
     let (mut rp, rb) = resp.into_parts();
+    let keep_trailers = rp.version == http::Version::HTTP_2 || out.h1_trailers;
     // Answer in the downstream's HTTP version with the standard reason phrase
     // (hyper would echo the upstream's, as Envoy does not).
     rp.version = out.version;
@@ -560,7 +566,7 @@ fn proxied(
         );
     }
     let body = match lease {
-        Some(lease) => ResponseBody::upstream(rb, lease, idle),
+        Some(lease) => ResponseBody::upstream(rb, lease, idle, keep_trailers),
         None => upgrade::body(rb),
     };
     let mut resp = Response::from_parts(rp, body);

@@ -87,5 +87,6 @@ pub fn body(b: Incoming) -> ResponseBody {
         body: b,
         lease: None,
         idle: None,
+        keep_trailers: true,
     }
 }

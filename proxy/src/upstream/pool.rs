@@ -401,6 +401,8 @@ async fn send_h1(
     stats: &ClusterStats,
     active: ActiveRequest,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
+    req.body_mut()
+        .keep_trailers(cluster.config.http.enable_trailers);
     let max = cluster
         .config
         .http

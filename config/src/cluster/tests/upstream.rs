@@ -400,3 +400,31 @@ fn track_cluster_stats_per_endpoint_only() {
         ]
     );
 }
+
+#[test]
+fn upstream_http1_trailers_and_refused_http10_fields() {
+    // Off unless a cluster's HTTP/1 options turn it on, wherever they sit.
+    assert!(!cluster(&with_ep("")).http.enable_trailers);
+    for options in [
+        "      explicit_http_config: {http_protocol_options: {enable_trailers: true}}\n",
+        "      use_downstream_protocol_config: {http_protocol_options: {enable_trailers: true}}\n",
+    ] {
+        assert!(cluster(&with_ep(&hpo(options))).http.enable_trailers, "{options}");
+    }
+    assert!(
+        cluster(&with_ep("  http_protocol_options: {enable_trailers: true}\n"))
+            .http
+            .enable_trailers
+    );
+    // The HTTP/1.0 fields are the connection manager's; every place a cluster
+    // can set them refuses them.
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(&hpo(
+            "      use_downstream_protocol_config: {http_protocol_options: {accept_http_10: true}}\n"
+        ))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].use_downstream_protocol_config.http_protocol_options.accept_http_10: accept_http_10 on upstream connections is not supported"
+        )]
+    );
+}

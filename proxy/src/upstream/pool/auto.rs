@@ -193,7 +193,9 @@ pub(super) fn speaks_h2(cluster: &UpstreamCluster, stream: &UpstreamStream) -> b
 
 /// A request in HTTP/1.1 form (origin-form URI, `host`) in HTTP/2 form.
 fn to_h2(req: Request<UpstreamBody>) -> Request<UpstreamBody> {
-    let (mut parts, body) = req.into_parts();
+    let (mut parts, mut body) = req.into_parts();
+    // Set for HTTP/1.1 by `send_h1`; HTTP/2 carries trailers.
+    body.keep_trailers(true);
     if parts.uri.authority().is_none() {
         let authority = parts
             .headers
