@@ -89,6 +89,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
     "envoy.extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
     "envoy.extensions.regex_engines.v3.GoogleRE2",
+    "envoy.extensions.http.header_formatters.preserve_case.v3.PreserveCaseFormatterConfig",
     "envoy.extensions.http.original_ip_detection.xff.v3.XffConfig",
     "envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
     "envoy.config.trace.v3.OpenTelemetryConfig",

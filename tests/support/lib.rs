@@ -10,6 +10,7 @@ use std::process::Command;
 pub mod client;
 pub mod differential;
 pub mod proxies;
+pub mod raw_http1;
 pub mod status_upstream;
 pub mod tls_client;
 pub mod tls_upstream;

@@ -6,6 +6,7 @@ use super::values;
 use crate::core;
 use crate::ctx::Ctx;
 use crate::extensions;
+use crate::listener::http_options::{HeaderCase, header_case};
 use crate::path::Path;
 use envoy_types::pb::envoy::config::cluster::v3 as pb;
 use envoy_types::pb::envoy::config::core::v3 as cpb;
@@ -35,6 +36,10 @@ pub struct UpstreamHttp {
     /// trailers both ways (Envoy's HTTP/1 codec drops them otherwise; HTTP/2
     /// always carries them).
     pub enable_trailers: bool,
+    /// `http_protocol_options.header_key_format`: the case of the response
+    /// header names HTTP/1.1 connections read kept for the client (the
+    /// request's are written as the connection manager read them).
+    pub header_case: HeaderCase,
 }
 
 /// `UpstreamHttpProtocolOptions`: a new TLS connection's SNI and the SAN its
@@ -93,6 +98,7 @@ impl Default for UpstreamHttp {
             common: HttpCommonOptions::default(),
             auto_sni: AutoSni::default(),
             enable_trailers: false,
+            header_case: HeaderCase::Lower,
         }
     }
 }
@@ -235,10 +241,10 @@ fn typed_options(
         ctx,
     );
     // Each protocol choice has its own `http_protocol_options`.
-    let mut enable_trailers = false;
+    let (mut enable_trailers, mut header_case) = (false, HeaderCase::Lower);
     let mut h1_options = |h1: Option<&cpb::Http1ProtocolOptions>, path: Path<'_>, ctx: &mut Ctx| {
         if let Some(h1) = h1 {
-            enable_trailers = upstream_http1(h1, &path, ctx);
+            (enable_trailers, header_case) = upstream_http1(h1, &path, ctx);
         }
     };
     let (protocol, http2) = match &o.upstream_protocol_options {
@@ -320,6 +326,7 @@ fn typed_options(
             ctx,
         ),
         enable_trailers,
+        header_case,
     }
 }
 
@@ -361,10 +368,12 @@ fn is_token_byte(b: u8) -> bool {
 
 /// The deprecated cluster-level fields (still valid v3 config).
 fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
-    let enable_trailers = c
+    let (enable_trailers, header_case) = c
         .http_protocol_options
         .as_ref()
-        .is_some_and(|h1| upstream_http1(h1, &path.field("http_protocol_options"), ctx));
+        .map_or((false, HeaderCase::Lower), |h1| {
+            upstream_http1(h1, &path.field("http_protocol_options"), ctx)
+        });
     let downstream =
         c.protocol_selection == pb::cluster::ClusterProtocolSelection::UseDownstreamProtocol as i32;
     let protocol = if downstream {
@@ -393,13 +402,19 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
             ctx,
         ),
         enable_trailers,
+        header_case,
     }
 }
 
-/// A cluster's `Http1ProtocolOptions`: whether its connections carry trailers.
+/// A cluster's `Http1ProtocolOptions`: whether its connections carry trailers,
+/// and the case of the header names they read.
 /// The support table is keyed by message, and the connection manager implements
 /// the HTTP/1.0 fields downstream; upstream, courier does not.
-fn upstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> bool {
+fn upstream_http1(
+    o: &cpb::Http1ProtocolOptions,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> (bool, HeaderCase) {
     for (set, field) in [
         (o.accept_http_10, "accept_http_10"),
         (
@@ -414,7 +429,12 @@ fn upstream_http1(o: &cpb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx)
             );
         }
     }
-    o.enable_trailers
+    let case = header_case(
+        o.header_key_format.as_ref(),
+        &path.field("header_key_format"),
+        ctx,
+    );
+    (o.enable_trailers, case)
 }
 
 fn common(

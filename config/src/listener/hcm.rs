@@ -100,7 +100,12 @@ pub(crate) const SUPPORT: &[Support] = &[
             "accept_http_10",
             "default_host_for_http_10",
             "enable_trailers",
+            "header_key_format",
         ],
+    ),
+    (
+        "envoy.config.core.v3.Http1ProtocolOptions.HeaderKeyFormat",
+        &["stateful_formatter"],
     ),
     (
         "envoy.config.core.v3.Http2ProtocolOptions",
@@ -391,7 +396,7 @@ pub fn translate(
     let http_protocol_options = h
         .http_protocol_options
         .as_ref()
-        .map(http_options::http1)
+        .map(|o| http_options::http1(o, &path.field("http_protocol_options"), ctx))
         .unwrap_or_default();
     let http2_protocol_options = h
         .http2_protocol_options

@@ -79,6 +79,73 @@ pub struct Http1Options {
     pub default_host_for_http_10: Option<String>,
     /// Accept and forward chunked trailers.
     pub enable_trailers: bool,
+    /// `header_key_format`: the case header names are written in.
+    pub header_case: HeaderCase,
+}
+
+/// `Http1ProtocolOptions.header_key_format`: the case of the header names an
+/// HTTP/1.1 codec writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum HeaderCase {
+    /// Lower case, as received over HTTP/2 or added by the proxy (Envoy's default).
+    #[default]
+    Lower,
+    /// The `preserve_case` stateful formatter: a codec configured with it
+    /// remembers the case of the header names it reads, and whichever codec
+    /// writes those headers on uses it; names it did not read stay lower case.
+    Preserve {
+        /// `forward_reason_phrase`: an upstream response's reason phrase goes on
+        /// to the client (otherwise the standard one for its status).
+        forward_reason_phrase: bool,
+    },
+}
+
+/// Translates `header_key_format` (Envoy requires one of its formats).
+pub fn header_case(
+    o: Option<&pb::http1_protocol_options::HeaderKeyFormat>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> HeaderCase {
+    use envoy_types::pb::envoy::extensions::http::header_formatters::preserve_case::v3 as pc;
+    use pb::http1_protocol_options::header_key_format::HeaderFormat;
+    let Some(o) = o else {
+        return HeaderCase::Lower;
+    };
+    match &o.header_format {
+        Some(HeaderFormat::StatefulFormatter(f)) => {
+            let sf = path.field("stateful_formatter");
+            let tp = sf.field("typed_config");
+            let Some(any) = &f.typed_config else {
+                ctx.error(&tp, "is required");
+                return HeaderCase::Lower;
+            };
+            if any.type_url != <pc::PreserveCaseFormatterConfig as prost::Name>::type_url() {
+                ctx.unsupported(&tp, format!("stateful header formatter {}", any.type_url));
+                return HeaderCase::Lower;
+            }
+            let Some(c) = core::unpack::<pc::PreserveCaseFormatterConfig>(any, &tp, ctx) else {
+                return HeaderCase::Lower;
+            };
+            if c.formatter_type_on_envoy_headers != 0 {
+                ctx.unsupported(
+                    &tp.field("formatter_type_on_envoy_headers"),
+                    "formatter_type_on_envoy_headers PROPER_CASE",
+                );
+            }
+            HeaderCase::Preserve {
+                forward_reason_phrase: c.forward_reason_phrase,
+            }
+        }
+        // Refused by the support table (only `stateful_formatter` is listed).
+        Some(HeaderFormat::ProperCaseWords(_)) => HeaderCase::Lower,
+        None => {
+            ctx.error(
+                path,
+                "one of proper_case_words or stateful_formatter is required",
+            );
+            HeaderCase::Lower
+        }
+    }
 }
 
 /// `http2_protocol_options`.
@@ -177,12 +244,17 @@ pub fn common(o: &pb::HttpProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Co
 }
 
 /// Translates `http_protocol_options`.
-pub fn http1(o: &pb::Http1ProtocolOptions) -> Http1Options {
+pub fn http1(o: &pb::Http1ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http1Options {
     Http1Options {
         accept_http_10: o.accept_http_10,
         default_host_for_http_10: Some(o.default_host_for_http_10.clone())
             .filter(|h| !h.is_empty()),
         enable_trailers: o.enable_trailers,
+        header_case: header_case(
+            o.header_key_format.as_ref(),
+            &path.field("header_key_format"),
+            ctx,
+        ),
     }
 }
 

@@ -6,6 +6,7 @@
 use super::retry::{Decision, Outcome, Retry};
 use super::{ATTEMPT_COUNT, HeldBody};
 use crate::request::body::{RequestBody, UpstreamBody};
+use crate::request::header_case::ReadCase;
 use crate::request::tee::Teed;
 use crate::stats::vhost::Charges;
 use crate::upstream::circuit::Held;
@@ -43,17 +44,25 @@ pub(super) fn request(
     *r.uri_mut() = parts.uri.clone();
     *r.version_mut() = parts.version;
     *r.headers_mut() = parts.headers.clone();
+    if let Some(case) = parts.extensions.get::<ReadCase>() {
+        *r.extensions_mut() = case.extensions();
+    }
     with_attempt(r, attempt)
 }
 
 /// [`request`] for the only attempt: the head is moved, not copied (its
-/// extensions are dropped as the copy drops them).
+/// extensions are dropped as the copy drops them, but for the header case
+/// record of `preserve_case`).
 pub(super) fn request_once(
     mut parts: Parts,
     body: UpstreamBody,
     attempt: Option<u32>,
 ) -> Request<UpstreamBody> {
+    let case = parts.extensions.remove::<ReadCase>();
     parts.extensions.clear();
+    if let Some(case) = case {
+        parts.extensions = case.extensions();
+    }
     with_attempt(Request::from_parts(parts, body), attempt)
 }
 

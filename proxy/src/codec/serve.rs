@@ -59,6 +59,9 @@ pub(crate) struct Limits {
     accept_http_10: bool,
     /// `http_protocol_options.enable_trailers`: HTTP/1.1 responses carry trailers.
     h1_trailers: bool,
+    /// `http_protocol_options.header_key_format` is `preserve_case`: hyper
+    /// records the case of request header names.
+    preserve_case: bool,
 }
 
 /// hyper's smallest HTTP/1.1 read buffer.
@@ -94,6 +97,7 @@ impl Limits {
                 bypass_overload: false,
                 accept_http_10: false,
                 h1_trailers: false,
+                preserve_case: false,
             };
         };
         use crate::request::headers::ServerHeader;
@@ -133,6 +137,10 @@ impl Limits {
             bypass_overload: h.bypass_overload_manager,
             accept_http_10: h.http_protocol_options.accept_http_10,
             h1_trailers: h.http_protocol_options.enable_trailers,
+            preserve_case: matches!(
+                h.http_protocol_options.header_case,
+                courier_config::listener::http_options::HeaderCase::Preserve { .. }
+            ),
         }
     }
 
@@ -169,6 +177,9 @@ impl Limits {
         }
         if self.half_close {
             b.half_close(true);
+        }
+        if self.preserve_case {
+            b.preserve_header_case(true);
         }
     }
 

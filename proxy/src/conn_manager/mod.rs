@@ -144,15 +144,21 @@ pub async fn handle(
             // Request progress drives the request and stream-idle timers; the
             // access log's wrapper goes outside it.
             let progress = Arc::new(Progress::new());
+            // `preserve_case`: the names the client sent go upstream in its case.
+            if matches!(
+                hcm.http_protocol_options.header_case,
+                courier_config::listener::http_options::HeaderCase::Preserve { .. }
+            ) && req.version() != http::Version::HTTP_2
+            {
+                let case = crate::request::header_case::ReadCase::of(req.extensions());
+                req.extensions_mut().insert(case);
+            }
             // HTTP/2 always carries trailers; HTTP/1.1 only with `enable_trailers`.
-            let keep_trailers = req.version() == http::Version::HTTP_2
-                || hcm.http_protocol_options.enable_trailers;
+            let keep_trailers =
+                req.version() == http::Version::HTTP_2 || hcm.http_protocol_options.enable_trailers;
             let req = req.map(|b| {
-                let timed = crate::request::body::RequestBody::new(
-                    b,
-                    Arc::clone(&progress),
-                    keep_trailers,
-                );
+                let timed =
+                    crate::request::body::RequestBody::new(b, Arc::clone(&progress), keep_trailers);
                 UpstreamBody::new(timed, log_progress)
             });
             // The route's `idle_timeout` is noted on it.

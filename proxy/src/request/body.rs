@@ -41,10 +41,7 @@ enum Source {
         Option<std::sync::Arc<Progress>>,
     ),
     /// A body of unknown length, copied for a retry as it is sent.
-    Teed {
-        inner: Box<UpstreamBody>,
-        tee: Tee,
-    },
+    Teed { inner: Box<UpstreamBody>, tee: Tee },
 }
 
 impl RequestBody {

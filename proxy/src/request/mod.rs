@@ -9,6 +9,7 @@
 pub mod body;
 pub mod conn;
 pub mod encoded;
+pub mod header_case;
 pub mod headers;
 pub mod local_reply;
 pub mod phase;

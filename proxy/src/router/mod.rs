@@ -23,6 +23,7 @@ use crate::stats::{ClusterStats, WorkerStats};
 use crate::upstream::ClusterManager;
 use crate::upstream::pool::{self, UpstreamBody};
 use body::ResponseBody;
+use courier_config::listener::http_options::HeaderCase;
 use courier_config::route::{
     ClusterSpecifier, ClusterWeight, HeaderMutations, Route, RouteAction, RouteConfig, VirtualHost,
 };
@@ -130,6 +131,8 @@ struct Out<'a> {
     cluster: &'a str,
     /// The cluster's `enable_trailers` (HTTP/1.1 connections).
     h1_trailers: bool,
+    /// The cluster's `header_key_format`.
+    header_case: HeaderCase,
 }
 
 impl Out<'_> {
@@ -209,6 +212,7 @@ pub async fn forward(
         cluster: &name,
         // Set once the cluster is found.
         h1_trailers: false,
+        header_case: HeaderCase::Lower,
     };
     let Some(cluster) = up.clusters.get(&name) else {
         let status = StatusCode::from_u16(action.cluster_not_found_response_code)
@@ -216,6 +220,7 @@ pub async fn forward(
         return out.local(Some(&req), status, "", "NC", None);
     };
     out.h1_trailers = cluster.config.http.enable_trailers;
+    out.header_case = cluster.config.http.header_case;
     // Clusters added over CDS count in their own (shared) stats.
     let stats: &ClusterStats = match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
         Some((_, s)) => s,
@@ -551,7 +556,14 @@ fn proxied(
     // Answer in the downstream's HTTP version with the standard reason phrase
     // (hyper would echo the upstream's, as Envoy does not).
     rp.version = out.version;
-    rp.extensions.clear();
+    let extensions = std::mem::take(&mut rp.extensions);
+    if let HeaderCase::Preserve {
+        forward_reason_phrase,
+    } = out.header_case
+    {
+        rp.extensions =
+            crate::request::header_case::response_extensions(extensions, forward_reason_phrase);
+    }
     let switched = (rp.status == StatusCode::SWITCHING_PROTOCOLS)
         .then(|| rp.headers.get(http::header::UPGRADE).cloned())
         .flatten();

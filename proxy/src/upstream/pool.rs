@@ -484,6 +484,11 @@ async fn send_h1(
     }
     let (mut s, conn) = http1::Builder::new()
         .writev(false)
+        // `preserve_case`: the response's header names keep their case.
+        .preserve_header_case(matches!(
+            cluster.config.http.header_case,
+            courier_config::listener::http_options::HeaderCase::Preserve { .. }
+        ))
         .handshake(TokioIo::new(stream))
         .await
         .map_err(|e| (from_hyper(&e), None))?;

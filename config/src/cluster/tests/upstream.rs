@@ -409,12 +409,17 @@ fn upstream_http1_trailers_and_refused_http10_fields() {
         "      explicit_http_config: {http_protocol_options: {enable_trailers: true}}\n",
         "      use_downstream_protocol_config: {http_protocol_options: {enable_trailers: true}}\n",
     ] {
-        assert!(cluster(&with_ep(&hpo(options))).http.enable_trailers, "{options}");
+        assert!(
+            cluster(&with_ep(&hpo(options))).http.enable_trailers,
+            "{options}"
+        );
     }
     assert!(
-        cluster(&with_ep("  http_protocol_options: {enable_trailers: true}\n"))
-            .http
-            .enable_trailers
+        cluster(&with_ep(
+            "  http_protocol_options: {enable_trailers: true}\n"
+        ))
+        .http
+        .enable_trailers
     );
     // The HTTP/1.0 fields are the connection manager's; every place a cluster
     // can set them refuses them.
@@ -425,6 +430,50 @@ fn upstream_http1_trailers_and_refused_http10_fields() {
         ))),
         [format!(
             "{p}.typed_extension_protocol_options[\"{HPO}\"].use_downstream_protocol_config.http_protocol_options.accept_http_10: accept_http_10 on upstream connections is not supported"
+        )]
+    );
+}
+
+#[test]
+fn upstream_preserve_case_formatter() {
+    use crate::listener::http_options::HeaderCase;
+    let preserve = |extra: &str| {
+        format!(
+            "      explicit_http_config:\n        http_protocol_options:\n          header_key_format:\n            stateful_formatter:\n              name: preserve_case\n              typed_config:\n                '@type': type.googleapis.com/envoy.extensions.http.header_formatters.preserve_case.v3.PreserveCaseFormatterConfig\n{extra}"
+        )
+    };
+    assert_eq!(cluster(&with_ep("")).http.header_case, HeaderCase::Lower);
+    assert_eq!(
+        cluster(&with_ep(&hpo(&preserve("")))).http.header_case,
+        HeaderCase::Preserve {
+            forward_reason_phrase: false
+        }
+    );
+    assert_eq!(
+        cluster(&with_ep(&hpo(&preserve(
+            "                forward_reason_phrase: true\n"
+        ))))
+        .http
+        .header_case,
+        HeaderCase::Preserve {
+            forward_reason_phrase: true
+        }
+    );
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(&hpo(&preserve(
+            "                formatter_type_on_envoy_headers: PROPER_CASE\n"
+        )))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http_protocol_options.header_key_format.stateful_formatter.typed_config.formatter_type_on_envoy_headers: formatter_type_on_envoy_headers PROPER_CASE is not supported"
+        )]
+    );
+    assert_eq!(
+        errors(&with_ep(&hpo(
+            "      explicit_http_config: {http_protocol_options: {header_key_format: {proper_case_words: {}}}}\n"
+        ))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http_protocol_options.header_key_format.proper_case_words: proper_case_words is not supported"
         )]
     );
 }
