@@ -71,6 +71,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
     "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
     "envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer",
+    "envoy.extensions.transport_sockets.proxy_protocol.v3.ProxyProtocolUpstreamTransport",
     "envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
     "envoy.extensions.access_loggers.file.v3.FileAccessLog",
     "envoy.extensions.health_check.event_sinks.file.v3.HealthCheckEventFileSink",

@@ -13,6 +13,7 @@ mod keepalive;
 mod lb;
 mod outlier;
 mod protocol;
+mod proxy_socket;
 mod socket_match;
 mod table;
 mod values;
@@ -31,6 +32,7 @@ pub use keepalive::Http2Keepalive;
 pub use lb::{LbPolicy, LoadBalancer};
 pub use outlier::OutlierDetection;
 pub use protocol::{AutoSni, Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
+pub use proxy_socket::{ProxyProtocolVersion, UpstreamSocket};
 pub use socket_match::{
     DEFAULT_SOCKET, SocketIndex, TransportSocketMatch, resolve as resolve_socket,
 };
@@ -81,6 +83,9 @@ pub struct Cluster {
     pub http: UpstreamHttp,
     /// Upstream TLS, when the cluster has a TLS `transport_socket`.
     pub tls: Option<Box<UpstreamTls>>,
+    /// `upstream_proxy_protocol` around the cluster's `transport_socket`: the
+    /// PROXY header version each new connection starts with.
+    pub proxy_protocol: Option<ProxyProtocolVersion>,
     /// `transport_socket_matches`: the sockets of hosts whose metadata match
     /// (host socket index `i + 1` is match `i`; 0 is [`Self::tls`]).
     pub transport_socket_matches: Vec<TransportSocketMatch>,
@@ -188,11 +193,14 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         &path.field("connect_timeout"),
         ctx,
     );
-    let tls = c
+    let UpstreamSocket {
+        proxy_protocol,
+        tls,
+    } = c
         .transport_socket
         .as_ref()
-        .and_then(|ts| crate::tls::upstream(ts, &path.field("transport_socket"), ctx))
-        .map(Box::new);
+        .map(|ts| proxy_socket::translate(ts, &path.field("transport_socket"), ctx))
+        .unwrap_or_default();
     let transport_socket_matches = socket_match::translate(c, path, ctx);
     let http = protocol::translate(c, path, ctx);
     let lb = lb::translate(c, path, ctx);
@@ -226,6 +234,7 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
         health_checks,
         http,
         tls,
+        proxy_protocol,
         transport_socket_matches,
         metadata: core::metadata(c.metadata.as_ref()),
         ignore_health_on_host_removal: c.ignore_health_on_host_removal,

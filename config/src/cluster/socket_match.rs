@@ -29,6 +29,8 @@ pub struct TransportSocketMatch {
     pub criteria: serde_json::Map<String, serde_json::Value>,
     /// Its TLS socket; `None` for a raw-buffer (plaintext) socket.
     pub tls: Option<Box<UpstreamTls>>,
+    /// `upstream_proxy_protocol` around it: the PROXY header version.
+    pub proxy_protocol: Option<super::ProxyProtocolVersion>,
 }
 
 impl TransportSocketMatch {
@@ -93,13 +95,11 @@ pub(super) fn translate(
             if m.name.is_empty() {
                 ctx.error(&ip.field("name"), "must not be empty");
             }
-            let tls = match &m.transport_socket {
-                Some(ts) => {
-                    crate::tls::upstream(ts, &ip.field("transport_socket"), ctx).map(Box::new)
-                }
+            let socket = match &m.transport_socket {
+                Some(ts) => super::proxy_socket::translate(ts, &ip.field("transport_socket"), ctx),
                 None => {
                     ctx.error(&ip.field("transport_socket"), "is required");
-                    None
+                    super::UpstreamSocket::default()
                 }
             };
             TransportSocketMatch {
@@ -109,7 +109,8 @@ pub(super) fn translate(
                     .as_ref()
                     .map(core::struct_to_json)
                     .unwrap_or_default(),
-                tls,
+                tls: socket.tls,
+                proxy_protocol: socket.proxy_protocol,
             }
         })
         .collect()

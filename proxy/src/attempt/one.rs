@@ -12,6 +12,7 @@ use crate::stats::vhost::Charges;
 use crate::upstream::circuit::Held;
 use crate::upstream::host::Host;
 use crate::upstream::pool::{Failed, Lease, SendError};
+use crate::upstream::proxy_header::Downstream;
 use crate::upstream::{UpstreamCluster, outlier};
 use http::header::HeaderValue;
 use http::request::Parts;
@@ -47,21 +48,28 @@ pub(super) fn request(
     if let Some(case) = parts.extensions.get::<ReadCase>() {
         *r.extensions_mut() = case.extensions();
     }
+    if let Some(d) = parts.extensions.get::<Downstream>() {
+        r.extensions_mut().insert(*d);
+    }
     with_attempt(r, attempt)
 }
 
 /// [`request`] for the only attempt: the head is moved, not copied (its
 /// extensions are dropped as the copy drops them, but for the header case
-/// record of `preserve_case`).
+/// record of `preserve_case` and the downstream addresses of a PROXY header).
 pub(super) fn request_once(
     mut parts: Parts,
     body: UpstreamBody,
     attempt: Option<u32>,
 ) -> Request<UpstreamBody> {
     let case = parts.extensions.remove::<ReadCase>();
+    let downstream = parts.extensions.remove::<Downstream>();
     parts.extensions.clear();
     if let Some(case) = case {
         parts.extensions = case.extensions();
+    }
+    if let Some(d) = downstream {
+        parts.extensions.insert(d);
     }
     with_attempt(Request::from_parts(parts, body), attempt)
 }

@@ -74,7 +74,9 @@ pub async fn connect(s: &Session, rec: &mut Record) -> Option<Connected> {
             host: Some(Arc::clone(&host)),
             cluster: Arc::clone(&cluster.config),
         });
-        match pool::connect(&cluster, &host, stats).await {
+        let downstream =
+            crate::upstream::proxy_header::Downstream::of(&s.peer, &s.local, s.connection_id);
+        match pool::connect(&cluster, &host, stats, downstream).await {
             Ok(stream) => {
                 // Envoy's LocalOriginConnectSuccessFinal.
                 outlier::record_status(&cluster, &host, 200);

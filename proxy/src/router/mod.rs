@@ -277,6 +277,14 @@ pub async fn forward(
     let upgrade =
         crate::request::headers::upgrade_type(&req).and_then(|t| HeaderValue::from_str(t).ok());
     let (mut parts, body) = req.into_parts();
+    // `upstream_proxy_protocol`: the pool names (and keys connections by) the
+    // downstream connection.
+    if cluster.sockets.any_proxy_protocol()
+        && let Some(d) =
+            crate::upstream::proxy_header::Downstream::of(&conn.peer, &conn.local, conn.id)
+    {
+        parts.extensions.insert(d);
+    }
     let levels = m.request_levels(weighted);
     let downstream_h2 = parts.version == http::Version::HTTP_2;
     rewrite::prepare(

@@ -353,16 +353,22 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
         };
         return probe(cluster, hc, hostname, unix).await;
     }
-    let Ok(tcp) = TcpStream::connect(target).await else {
+    let Ok(mut tcp) = TcpStream::connect(target).await else {
         return Verdict::NETWORK;
     };
     // A TLS host is checked over TLS (its transport socket, or the one the
     // check's `transport_socket_match_criteria` picks, as in Envoy): a failed
-    // handshake fails the check.
-    match cluster
-        .sockets
-        .tls(hc.transport_socket.unwrap_or(host.socket))
+    // handshake fails the check. Its PROXY header names no downstream
+    // connection (v2 `LOCAL`, v1 the check's own addresses).
+    let socket = hc.transport_socket.unwrap_or(host.socket);
+    if let Some(version) = cluster.sockets.proxy_protocol(socket)
+        && crate::upstream::pool::write_proxy_header(&mut tcp, version, None)
+            .await
+            .is_err()
     {
+        return Verdict::NETWORK;
+    }
+    match cluster.sockets.tls(socket) {
         None => probe(cluster, hc, hostname, tcp).await,
         Some(tls) => {
             let handshake = match check_alpn(cluster, hc) {

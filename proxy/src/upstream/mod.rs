@@ -19,6 +19,7 @@ pub mod lb;
 pub mod outlier;
 mod pending;
 pub mod pool;
+pub mod proxy_header;
 pub mod socket;
 pub mod stream;
 pub mod tls;
@@ -107,6 +108,15 @@ impl UpstreamCluster {
     /// TLS to `host` (its socket's), `None` for plaintext.
     pub fn tls_for(&self, host: &host::Host) -> Option<&tls::UpstreamTlsContext> {
         self.sockets.tls(host.socket)
+    }
+
+    /// The PROXY protocol header new connections to `host` start with (its
+    /// socket's `upstream_proxy_protocol`).
+    pub fn proxy_protocol_for(
+        &self,
+        host: &host::Host,
+    ) -> Option<courier_config::cluster::ProxyProtocolVersion> {
+        self.sockets.proxy_protocol(host.socket)
     }
 
     /// Whether CDS removed or replaced it.

@@ -11,6 +11,7 @@ use super::UpstreamCluster;
 use super::circuit::Counts;
 use super::host::{ActiveRequest, Host, PendingOn};
 use super::pending::Pending;
+use super::proxy_header::Downstream;
 use super::stream::UpstreamStream;
 use crate::stats::ClusterStats;
 use courier_config::cluster::{SocketIndex, UpstreamProtocol};
@@ -31,14 +32,17 @@ mod auto;
 /// The body type of requests sent upstream.
 pub type UpstreamBody = crate::request::body::UpstreamBody;
 
-/// (cluster, host, HIGH routing priority, TLS name, transport socket): as in
-/// Envoy, each priority has its own pools, whose connections and pending
-/// requests count against that priority's circuit-breaker thresholds; each SNI
-/// / SAN a request sets (`upstream_http_protocol_options`) its own
-/// ([`auto::name_id`], 0 for none); and each transport socket the host's
-/// metadata chose (`transport_socket_matches`) its own, so that a host whose
-/// socket changed never reuses a connection made with the old one.
-pub(super) type Key = (usize, SocketAddr, bool, u64, SocketIndex);
+/// (cluster, host, HIGH routing priority, TLS name, transport socket,
+/// downstream connection): as in Envoy, each priority has its own pools, whose
+/// connections and pending requests count against that priority's
+/// circuit-breaker thresholds; each SNI / SAN a request sets
+/// (`upstream_http_protocol_options`) its own ([`auto::name_id`], 0 for none);
+/// each transport socket the host's metadata chose (`transport_socket_matches`)
+/// its own, so that a host whose socket changed never reuses a connection made
+/// with the old one; and, for a socket with `upstream_proxy_protocol`, each
+/// downstream connection its own (its PROXY header names that connection;
+/// [`Downstream::pool_id`], 0 for none).
+pub(super) type Key = (usize, SocketAddr, bool, u64, SocketIndex, u64);
 
 /// One worker's pool for one host and priority. It exists while it has a
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
@@ -152,7 +156,7 @@ pub fn sweep(clusters: &super::ClusterManager) {
         // a scan of the host set per pool would cost pools x hosts each second.
         type Live = Option<(usize, std::collections::HashSet<(SocketAddr, SocketIndex)>)>;
         let mut live: HashMap<Arc<str>, Live> = HashMap::new();
-        p.retain(|&(index, addr, _, _, socket), pool| {
+        p.retain(|&(index, addr, _, _, socket, _), pool| {
             let cluster = live.entry(Arc::clone(&pool.cluster)).or_insert_with(|| {
                 clusters.get(&pool.cluster).map(|c| {
                     let hosts = c.hosts().hosts().map(|h| (h.address, h.socket)).collect();
@@ -347,6 +351,7 @@ pub async fn send_attempt_at(
     high: bool,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
+    let downstream = downstream_of(cluster, host, &req);
     if let Some(name) = auto::request_name(cluster, host, &req) {
         // Boxed: rare, and its state would otherwise sit in every request's future.
         return Box::pin(auto::send_named(
@@ -354,7 +359,14 @@ pub async fn send_attempt_at(
         ))
         .await;
     }
-    let key = (cluster.index, host.address, high, 0, host.socket);
+    let key = (
+        cluster.index,
+        host.address,
+        high,
+        0,
+        host.socket,
+        Downstream::pool_id(downstream.as_ref()),
+    );
     match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // Boxed: ALPN picks the protocol of each new connection.
@@ -371,6 +383,17 @@ pub async fn send_attempt_at(
             send_h1(cluster, host, key, req, stats, active).await
         }
     }
+}
+
+/// The downstream connection a request's PROXY header names, when the host's
+/// socket writes one (the router puts it in the request's extensions).
+fn downstream_of(
+    cluster: &UpstreamCluster,
+    host: &Host,
+    req: &Request<UpstreamBody>,
+) -> Option<Downstream> {
+    cluster.proxy_protocol_for(host)?;
+    req.extensions().get::<Downstream>().copied()
 }
 
 /// hyper's HTTP/1.1 client sends a GET or HEAD body of unknown length
@@ -464,7 +487,8 @@ async fn send_h1(
     };
     // Boxed: a new connection is rare next to a pooled one, and its connect and
     // TLS state would otherwise sit in every request's future.
-    let stream = match Box::pin(connect(cluster, host, stats)).await {
+    let downstream = downstream_of(cluster, host, &req);
+    let stream = match Box::pin(connect(cluster, host, stats, downstream)).await {
         Ok(s) => s,
         Err(e) => return Err((e, Some(req))),
     };
@@ -511,7 +535,15 @@ async fn send_h2(
         Some(c) => c,
         // Boxed: a new connection (or a wait for one) is rare next to a pooled
         // stream, and its state would otherwise sit in every request's future.
-        None => match Box::pin(h2_open(cluster, host, key, stats)).await {
+        None => match Box::pin(h2_open(
+            cluster,
+            host,
+            key,
+            stats,
+            downstream_of(cluster, host, &req),
+        ))
+        .await
+        {
             Ok(c) => c,
             Err((e, gives_back)) => return Err((e, gives_back.then_some(req))),
         },
@@ -562,6 +594,7 @@ async fn h2_open(
     host: &Arc<Host>,
     key: Key,
     stats: &ClusterStats,
+    downstream: Option<Downstream>,
 ) -> Result<H2Stream, (SendError, bool)> {
     // Pending on the host until connected (or joined to another's connection).
     let _on_host = PendingOn::start(host);
@@ -585,7 +618,7 @@ async fn h2_open(
     let Some(member) = PoolConn::open(cluster, key, stats) else {
         return Err((SendError::PoolOverflow, true));
     };
-    let stream = match connect(cluster, host, stats).await {
+    let stream = match connect(cluster, host, stats, downstream).await {
         Ok(s) => s,
         Err(e) => return Err((e, true)),
     };
@@ -698,13 +731,15 @@ impl Drop for OpenConn {
     }
 }
 
-/// Opens a connection to `addr`: TCP, then TLS when the cluster has it. Both
-/// fit in `connect_timeout`, as in Envoy (whose connect timer stops at the
-/// "connected" event, raised after the TLS handshake).
+/// Opens a connection to `addr`: TCP, then the PROXY protocol header naming
+/// `downstream` when the host's socket writes one, then TLS when the cluster
+/// has it. All fit in `connect_timeout`, as in Envoy (whose connect timer stops
+/// at the "connected" event, raised after the TLS handshake).
 pub(crate) async fn connect(
     cluster: &UpstreamCluster,
     host: &Host,
     stats: &ClusterStats,
+    downstream: Option<Downstream>,
 ) -> Result<UpstreamStream, SendError> {
     let addr = host.address;
     stats.cx_total.inc();
@@ -715,6 +750,9 @@ pub(crate) async fn connect(
             // plane refuses TLS to pipe hosts; one from EDS fails here).
             if cluster.tls_for(host).is_some() {
                 return Err("TLS to a pipe host is not served".to_string());
+            }
+            if cluster.proxy_protocol_for(host).is_some() {
+                return Err("a PROXY protocol header to a pipe host is not served".to_string());
             }
             return connect_unix(path)
                 .await
@@ -734,6 +772,15 @@ pub(crate) async fn connect(
         let _ = tcp.set_nodelay(true);
         if let Some(k) = &cluster.config.tcp_keepalive {
             keepalive(&tcp, k);
+        }
+        let mut tcp = tcp;
+        if let Some(version) = cluster.proxy_protocol_for(host) {
+            write_proxy_header(&mut tcp, version, downstream)
+                .await
+                .map_err(|e| {
+                    tracing::debug!(%addr, error = %e, "upstream PROXY header not written");
+                    e.to_string()
+                })?;
         }
         match cluster.tls_for(host) {
             None => Ok(UpstreamStream::Plain(tcp)),
@@ -765,6 +812,22 @@ pub(crate) async fn connect(
 }
 
 /// Connects to the Unix domain socket `path` (Envoy's `@name`: abstract).
+/// Writes the PROXY protocol header a new connection starts with.
+pub(crate) async fn write_proxy_header(
+    tcp: &mut TcpStream,
+    version: courier_config::cluster::ProxyProtocolVersion,
+    downstream: Option<Downstream>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let own = Downstream {
+        source: tcp.local_addr()?,
+        destination: tcp.peer_addr()?,
+        connection: 0,
+    };
+    tcp.write_all(&super::proxy_header::encode(version, downstream, own))
+        .await
+}
+
 pub(crate) async fn connect_unix(path: &str) -> std::io::Result<tokio::net::UnixStream> {
     tokio::net::UnixStream::connect(&*crate::maybe_tls::unix_path(path)).await
 }

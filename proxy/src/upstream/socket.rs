@@ -5,7 +5,8 @@
 use super::tls::UpstreamTlsContext;
 use crate::stats::{Counter, Sample};
 use courier_config::cluster::{
-    Cluster, DEFAULT_SOCKET, Priority, SocketIndex, TransportSocketMatch, resolve_socket,
+    Cluster, DEFAULT_SOCKET, Priority, ProxyProtocolVersion, SocketIndex, TransportSocketMatch,
+    resolve_socket,
 };
 
 /// A cluster's transport sockets: its own (`transport_socket`) and its
@@ -14,6 +15,8 @@ use courier_config::cluster::{
 pub struct Sockets {
     /// Index 0: the cluster's own; `i + 1`: match `i`. `None`: plaintext.
     tls: Box<[Option<UpstreamTlsContext>]>,
+    /// `upstream_proxy_protocol` of each socket, by the same index.
+    proxy_protocol: Box<[Option<ProxyProtocolVersion>]>,
     /// Hosts built with each socket (`total_match_count`), by the same index.
     counts: Box<[Counter]>,
 }
@@ -34,8 +37,17 @@ impl Sockets {
             );
         }
         let counts = tls.iter().map(|_| Counter::default()).collect();
+        let proxy_protocol = std::iter::once(config.proxy_protocol)
+            .chain(
+                config
+                    .transport_socket_matches
+                    .iter()
+                    .map(|m| m.proxy_protocol),
+            )
+            .collect();
         Ok(Self {
             tls: tls.into_boxed_slice(),
+            proxy_protocol,
             counts,
         })
     }
@@ -43,6 +55,17 @@ impl Sockets {
     /// The TLS of connections over socket `socket` (`None`: plaintext).
     pub fn tls(&self, socket: SocketIndex) -> Option<&UpstreamTlsContext> {
         self.tls.get(usize::from(socket))?.as_ref()
+    }
+
+    /// The PROXY protocol header connections over socket `socket` start with.
+    pub fn proxy_protocol(&self, socket: SocketIndex) -> Option<ProxyProtocolVersion> {
+        *self.proxy_protocol.get(usize::from(socket))?
+    }
+
+    /// Whether any of the sockets writes a PROXY protocol header (requests
+    /// then carry their downstream connection's addresses to the pool).
+    pub fn any_proxy_protocol(&self) -> bool {
+        self.proxy_protocol.iter().any(Option::is_some)
     }
 
     /// `cluster.<name>.<match>.total_match_count` and

@@ -97,7 +97,8 @@ pub(super) async fn call(
 ) -> Result<UnaryResponse, SendError> {
     let _active = host.start_request();
     host.stats.attached();
-    let key = (cluster.index, host.address, false, 0, host.socket);
+    // courier's own calls come on no downstream connection.
+    let key = (cluster.index, host.address, false, 0, host.socket, 0);
     let max = cluster.config.http.http2.max_concurrent_streams;
     let mut req = Some((head, body));
     let (resp, stream) = match poll_fn(|cx| start_pooled(key, max, &mut req, cx)).await {
@@ -239,7 +240,7 @@ async fn start_new(
             }
         }
     };
-    let stream = pool::connect(cluster, host, stats).await?;
+    let stream = pool::connect(cluster, host, stats, None).await?;
     let h2c = &cluster.config.http.http2;
     let (mut tx, mut conn) = h2::client::Builder::new()
         .initial_window_size(h2c.initial_stream_window_size)

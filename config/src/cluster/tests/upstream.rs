@@ -477,3 +477,43 @@ fn upstream_preserve_case_formatter() {
         )]
     );
 }
+
+#[test]
+fn upstream_proxy_protocol_socket() {
+    use crate::cluster::ProxyProtocolVersion;
+    const PP: &str =
+        "envoy.extensions.transport_sockets.proxy_protocol.v3.ProxyProtocolUpstreamTransport";
+    let socket = |fields: &str| {
+        format!(
+            "  transport_socket:\n    name: envoy.transport_sockets.upstream_proxy_protocol\n    typed_config:\n      '@type': type.googleapis.com/{PP}\n{fields}"
+        )
+    };
+    let raw = "      transport_socket: {name: envoy.transport_sockets.raw_buffer}\n";
+    let tls = "      transport_socket:\n        name: envoy.transport_sockets.tls\n        typed_config:\n          '@type': type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext\n          sni: example.com\n";
+    assert_eq!(cluster(&with_ep("")).proxy_protocol, None);
+    let c = cluster(&with_ep(&socket(&format!(
+        "      config: {{version: V1}}\n{raw}"
+    ))));
+    assert_eq!(c.proxy_protocol, Some(ProxyProtocolVersion::V1));
+    assert!(c.tls.is_none());
+    // The wrapped socket is the cluster's TLS.
+    let c = cluster(&with_ep(&socket(&format!(
+        "      config: {{version: V2}}\n{tls}"
+    ))));
+    assert_eq!(c.proxy_protocol, Some(ProxyProtocolVersion::V2));
+    assert_eq!(c.tls.unwrap().sni.as_deref(), Some("example.com"));
+    let p = "static_resources.clusters[0].transport_socket.typed_config";
+    assert_eq!(
+        errors(&with_ep(&socket(&format!(
+            "      config: {{version: V2, pass_through_tlvs: {{match_type: INCLUDE_ALL}}}}\n      tlv_as_pool_key: true\n{raw}"
+        )))),
+        [
+            format!("{p}.config.pass_through_tlvs: pass_through_tlvs is not supported"),
+            format!("{p}.tlv_as_pool_key: tlv_as_pool_key is not supported"),
+        ]
+    );
+    assert_eq!(
+        errors(&with_ep(&socket("      config: {version: V2}\n"))),
+        [format!("{p}.transport_socket: is required")]
+    );
+}

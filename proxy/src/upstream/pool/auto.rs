@@ -126,12 +126,14 @@ pub(super) async fn send_named(
     active: ActiveRequest,
     name: AutoName,
 ) -> Result<(Response<Incoming>, Lease), Failed> {
+    let downstream = super::downstream_of(cluster, host, &req);
     let key = (
         cluster.index,
         host.address,
         high,
         name_id(&name),
         host.socket,
+        super::Downstream::pool_id(downstream.as_ref()),
     );
     NAME.scope(name, async move {
         match cluster.config.http.protocol {
