@@ -91,11 +91,15 @@ impl AuthzTransport for ClusterAuthz {
     ) -> HttpCheckFuture<'a> {
         Box::pin(async move {
             let mut started = tokio::time::Instant::now();
+            // A copy for the retries, only when there may be some.
+            let spare = retry.map(|_| req.clone());
+            let mut first = Some(req);
             let mut resp = call_retry::run(retry, || {
                 // The router stamps the time of the attempt that answered.
                 started = tokio::time::Instant::now();
+                let req = first.take().or_else(|| spare.clone()).unwrap_or_default();
                 self.0
-                    .send(&uri.cluster, req.clone(), uri.timeout.unwrap_or(UNBOUNDED))
+                    .send(&uri.cluster, req, uri.timeout.unwrap_or(UNBOUNDED))
             })
             .await
             .map_err(|e| e.to_string())?;
@@ -264,8 +268,15 @@ pub(crate) async fn unary_grpc<M: Message + Default>(
     *r.uri_mut() = uri;
     *r.version_mut() = http::Version::HTTP_2;
     *r.headers_mut() = headers;
+    // A copy for the retries, only when there may be some.
+    let spare = service.retry_policy.as_ref().map(|_| clone_head(&r));
+    let mut first = Some(r);
     let resp = call_retry::run(service.retry_policy.as_ref(), || {
-        client.unary(cluster, clone_head(&r), frame.clone())
+        let head = first
+            .take()
+            .or_else(|| spare.as_ref().map(clone_head))
+            .unwrap_or_default();
+        client.unary(cluster, head, frame.clone())
     })
     .await
     .map_err(|e: ClientError| e.to_string())?;
