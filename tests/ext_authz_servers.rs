@@ -1,6 +1,7 @@
 //! The authorization servers and upstream shared by Envoy and courier in the ext_authz
 //! differential test, on a tokio runtime of their own: every answer depends only on the
-//! request (its `x-mode` header), so both proxies get the same ones.
+//! request (its `x-mode` header), so both proxies get the same ones — except under
+//! `x-flaky` (see [`flaky`]), whose answers depend on how many checks came before.
 
 use bytes::Bytes;
 use envoy_types::pb::envoy::config::core::v3::header_value_option::HeaderAppendAction;
@@ -20,6 +21,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tonic::Status;
@@ -35,6 +37,51 @@ pub struct Servers {
     pub upstream: SocketAddr,
     /// A port nothing listens on.
     pub closed: SocketAddr,
+}
+
+/// Checks counted per `x-flaky` slot (both servers).
+static CHECKS: [AtomicUsize; 64] = [const { AtomicUsize::new(0) }; 64];
+
+/// How many checks carried `x-flaky` slot `slot` so far.
+#[allow(dead_code)]
+pub fn checks(slot: usize) -> usize {
+    CHECKS.get(slot).map_or(0, |c| c.load(Ordering::SeqCst))
+}
+
+/// What a flaky check gets.
+enum Flaky {
+    /// This answer (an HTTP status, or a gRPC code for the gRPC server).
+    Fail(u16),
+    /// Nothing for 1 s, then the usual answer.
+    Slow,
+    /// The usual answer.
+    Pass,
+}
+
+/// `x-flaky: <slot>:<n>:<what>`: the first `n` checks of the slot (counted here) get
+/// `what` (`slow`, or a status / gRPC code), the later ones the usual answer.
+fn flaky(header: Option<&str>) -> Flaky {
+    let Some(spec) = header else {
+        return Flaky::Pass;
+    };
+    let mut parts = spec.split(':');
+    let (Some(slot), Some(n), Some(what)) = (
+        parts.next().and_then(|s| s.parse::<usize>().ok()),
+        parts.next().and_then(|s| s.parse::<usize>().ok()),
+        parts.next(),
+    ) else {
+        return Flaky::Pass;
+    };
+    let Some(counter) = CHECKS.get(slot) else {
+        return Flaky::Pass;
+    };
+    if counter.fetch_add(1, Ordering::SeqCst) >= n {
+        return Flaky::Pass;
+    }
+    match what {
+        "slow" => Flaky::Slow,
+        code => code.parse().map_or(Flaky::Pass, Flaky::Fail),
+    }
 }
 
 fn hvo(k: &str, v: &str, append: Option<bool>, action: HeaderAppendAction) -> HeaderValueOption {
@@ -102,6 +149,11 @@ impl Authorization for Auth {
             .and_then(|r| r.http)
             .map(|h| h.headers)
             .unwrap_or_default();
+        match flaky(headers.get("x-flaky").map(String::as_str)) {
+            Flaky::Fail(code) => return Err(Status::new(i32::from(code).into(), "flaky")),
+            Flaky::Slow => tokio::time::sleep(Duration::from_secs(1)).await,
+            Flaky::Pass => {}
+        }
         let mode = headers.get("x-mode").cloned().unwrap_or_default();
         let ok = |ok: OkHttpResponse| CheckResponse {
             status: rpc(0),
@@ -319,13 +371,27 @@ fn http_answer(mode: &str) -> Response<Full<Bytes>> {
 
 async fn http_server() -> SocketAddr {
     serve_h1(|req| {
-        let mode = req
-            .headers()
-            .get("x-mode")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string();
-        async move { http_answer(&mode) }
+        let header = |name: &str| {
+            req.headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string)
+        };
+        let mode = header("x-mode").unwrap_or_default();
+        let flaky = flaky(header("x-flaky").as_deref());
+        async move {
+            match flaky {
+                Flaky::Fail(status) => {
+                    let mut r = Response::new(Full::new(Bytes::from("flaky")));
+                    *r.status_mut() =
+                        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::OK);
+                    return r;
+                }
+                Flaky::Slow => tokio::time::sleep(Duration::from_secs(1)).await,
+                Flaky::Pass => {}
+            }
+            http_answer(&mode)
+        }
     })
     .await
 }

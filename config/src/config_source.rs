@@ -3,6 +3,7 @@
 
 use crate::core;
 use crate::ctx::Ctx;
+use crate::filters::http_uri::{self, CallRetryPolicy};
 use crate::path::Path;
 use crate::support::Support;
 use envoy_types::pb::envoy::config::core::v3 as pb;
@@ -46,8 +47,15 @@ pub(crate) const SUPPORT: &[Support] = &[
         ],
     ),
     (
+        // `retry_policy`: ext_authz's service only; every other user refuses it in code.
         "envoy.config.core.v3.GrpcService",
-        &["envoy_grpc", "google_grpc", "timeout", "initial_metadata"],
+        &[
+            "envoy_grpc",
+            "google_grpc",
+            "timeout",
+            "initial_metadata",
+            "retry_policy",
+        ],
     ),
     (
         "envoy.config.core.v3.GrpcService.EnvoyGrpc",
@@ -154,6 +162,9 @@ pub struct GrpcService {
     pub timeout: Option<Duration>,
     /// Metadata added to every call.
     pub initial_metadata: Vec<(String, String)>,
+    /// `retry_policy` of an `envoy_grpc` service whose user retries (ext_authz); `None`
+    /// otherwise (Envoy's `google_grpc` client ignores the field).
+    pub retry_policy: Option<CallRetryPolicy>,
 }
 
 /// An `envoy_grpc` service courier's own calls go through (tracers, stats sinks).
@@ -357,7 +368,17 @@ pub fn api_config_source(
 /// Translates a `GrpcService`. An `envoy_grpc` cluster must exist when the cluster set is known
 /// (Envoy requires a statically defined cluster there).
 pub fn grpc_service(g: &pb::GrpcService, path: &Path<'_>, ctx: &mut Ctx) -> Option<GrpcService> {
-    grpc_service_checked(g, path, ctx, true)
+    grpc_service_checked(g, path, ctx, true, false)
+}
+
+/// [`grpc_service`] for a user whose calls retry under the service's `retry_policy`
+/// (ext_authz); the other users refuse that field.
+pub fn grpc_service_retrying(
+    g: &pb::GrpcService,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<GrpcService> {
+    grpc_service_checked(g, path, ctx, true, true)
 }
 
 /// [`grpc_service`] without requiring the `envoy_grpc` cluster to exist: Envoy's rate limit
@@ -367,7 +388,7 @@ pub fn grpc_service_any_cluster(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<GrpcService> {
-    grpc_service_checked(g, path, ctx, false)
+    grpc_service_checked(g, path, ctx, false, false)
 }
 
 fn grpc_service_checked(
@@ -375,8 +396,21 @@ fn grpc_service_checked(
     path: &Path<'_>,
     ctx: &mut Ctx,
     check_cluster: bool,
+    retrying: bool,
 ) -> Option<GrpcService> {
     use pb::grpc_service::TargetSpecifier as T;
+    let rp = path.field("retry_policy");
+    let retry_policy = match g.retry_policy.as_ref() {
+        None => None,
+        Some(_) if !retrying => {
+            ctx.unsupported(
+                &rp,
+                "retry_policy on this gRPC service (ext_authz's retries)",
+            );
+            return None;
+        }
+        Some(r) => Some(http_uri::call_retry_policy(r, &rp, ctx)?),
+    };
     let timeout = match g.timeout.as_ref() {
         Some(d) => core::duration(d, &path.field("timeout"), ctx),
         None => None,
@@ -429,10 +463,13 @@ fn grpc_service_checked(
             return None;
         }
     };
+    // Envoy's Google gRPC client ignores `retry_policy` (documented on the field).
+    let retry_policy = retry_policy.filter(|_| matches!(target, GrpcTarget::EnvoyGrpc { .. }));
     Some(GrpcService {
         target,
         timeout,
         initial_metadata,
+        retry_policy,
     })
 }
 

@@ -7,11 +7,11 @@
 //! `charge_cluster_response_stats`, `encode_raw_headers`, `decoder_header_mutation_rules`,
 //! `enable_dynamic_metadata_ingestion`, `filter_metadata`, `emit_filter_state_stats`,
 //! `max_denied_response_body_bytes`, `enforce_response_header_limits`, `shadow_mode`,
-//! `emit_client_span`; in `http_service`: `path_override`, `retry_policy`,
+//! `emit_client_span`; in `http_service`: `path_override`,
 //! `authorization_response.dynamic_metadata_from_headers`; per route:
 //! `check_settings.with_request_body`, the service overrides and `emit_client_span`.
 
-use super::http_uri::{self, HttpUri};
+use super::http_uri::{self, CallRetryPolicy, HttpUri};
 use crate::config_source::{self, GrpcService};
 use crate::ctx::Ctx;
 use crate::matcher::{self, StringMatcher};
@@ -92,6 +92,8 @@ pub struct HttpService {
     pub authorization_request: AuthorizationRequest,
     /// Which response headers go where.
     pub authorization_response: AuthorizationResponse,
+    /// `retry_policy`: retries of a failed check (`None`: no retries).
+    pub retry_policy: Option<CallRetryPolicy>,
 }
 
 /// `AuthorizationRequest`.
@@ -162,7 +164,7 @@ pub fn translate(e: &pb::ExtAuthz, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ext
     let service = match e.services.as_ref() {
         Some(Services::GrpcService(g)) => {
             let gp = path.field("grpc_service");
-            config_source::grpc_service(g, &gp, ctx).map(|service| {
+            config_source::grpc_service_retrying(g, &gp, ctx).map(|service| {
                 let timeout = match g.timeout {
                     None => Some(DEFAULT_GRPC_TIMEOUT),
                     Some(_) => service.timeout.filter(|d| !d.is_zero()),
@@ -295,8 +297,17 @@ fn http_service(h: &pb::HttpService, path: &Path<'_>, ctx: &mut Ctx) -> Option<H
             }
         }
     };
+    let retry_policy = match h.retry_policy.as_ref() {
+        None => None,
+        Some(r) => Some(http_uri::call_retry_policy(
+            r,
+            &path.field("retry_policy"),
+            ctx,
+        )?),
+    };
     Some(HttpService {
         server_uri: server_uri?,
+        retry_policy,
         path_prefix: h.path_prefix.clone(),
         authorization_request,
         authorization_response,

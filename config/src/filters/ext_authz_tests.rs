@@ -1,5 +1,6 @@
 use super::*;
 use crate::config_source::GrpcTarget;
+use crate::filters::http_uri::CallRetryPolicy;
 use crate::filters::test_util::{errors, filter, per_route};
 use crate::filters::{HttpFilterConfig, PerRouteFilterConfig};
 
@@ -219,4 +220,127 @@ deny_at_disable: {default_value: true}
     assert_eq!(e.filter_enabled, Some(0.25));
     assert!(e.deny_at_disable);
     assert_eq!(e.filter_enabled_metadata.unwrap().filter, "f");
+}
+
+/// The Envoy Gateway corpus case `ext-auth-retry`: a retry policy on the HTTP service and
+/// on the gRPC service.
+#[test]
+fn retry_policies_of_both_services() {
+    use crate::route::{RetryBackOff, RetryOn};
+    let expected = CallRetryPolicy {
+        retry_on: RetryOn::FIVE_XX
+            | RetryOn::GRPC_DEADLINE_EXCEEDED
+            | RetryOn::GRPC_INTERNAL
+            | RetryOn::GRPC_UNAVAILABLE,
+        num_retries: 2,
+        back_off: RetryBackOff {
+            base_interval: Duration::from_millis(200),
+            max_interval: Duration::from_secs(3),
+        },
+    };
+    let rp = r#"retryPolicy: {numRetries: 2, retryBackOff: {baseInterval: 0.200s, maxInterval: 3s}, retryOn: "5xx,deadline-exceeded,internal,unavailable"}"#;
+    let e = authz(&format!(
+        "httpService:\n  serverUri: {{uri: \"http://authz/auth\", cluster: authz, timeout: 10s}}\n  pathPrefix: /auth\n  {rp}"
+    ))
+    .unwrap();
+    let AuthzService::Http(h) = &e.service else {
+        panic!("{e:?}")
+    };
+    assert_eq!(h.retry_policy, Some(expected));
+    assert_eq!(expected.per_try_timeout(), Duration::from_secs(3));
+    let e = authz(&format!(
+        "grpcService:\n  envoyGrpc: {{clusterName: authz, authority: \"grpc-backend.default:9000\"}}\n  timeout: 10s\n  {rp}"
+    ))
+    .unwrap();
+    let AuthzService::Grpc { service, .. } = &e.service else {
+        panic!("{e:?}")
+    };
+    assert_eq!(service.retry_policy, Some(expected));
+}
+
+#[test]
+fn retry_policy_defaults_follow_envoy_s_conversion() {
+    use crate::route::RetryOn;
+    let http = |rp: &str| {
+        let e = authz(&format!(
+            "http_service:\n  server_uri: {{uri: \"http://authz\", cluster: authz, timeout: 1s}}\n  retry_policy: {rp}"
+        ))
+        .unwrap();
+        match e.service {
+            AuthzService::Http(h) => h.retry_policy.unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    // No retry_on: no condition, so no retries (as Envoy 1.40 does); 1 retry, 1 s / 10 s.
+    let p = http("{}");
+    assert!(p.retry_on.is_empty());
+    assert_eq!(p.num_retries, 1);
+    assert_eq!(p.back_off.base_interval, Duration::from_secs(1));
+    assert_eq!(p.back_off.max_interval, Duration::from_secs(10));
+    // max_interval defaults to 10 × base; below base, the base becomes max / 2.
+    let p = http("{retry_back_off: {base_interval: 0.05s}, retry_on: \" 5xx , reset\"}");
+    assert_eq!(p.retry_on, RetryOn::FIVE_XX | RetryOn::RESET);
+    assert_eq!(p.back_off.max_interval, Duration::from_millis(500));
+    let p = http("{retry_back_off: {base_interval: 2s, max_interval: 1s}, num_retries: 0}");
+    assert_eq!(p.num_retries, 0);
+    assert_eq!(p.back_off.base_interval, Duration::from_millis(500));
+    assert_eq!(p.back_off.max_interval, Duration::from_secs(1));
+    // google_grpc: Envoy's Google gRPC client ignores the field.
+    let e = authz(
+        "grpc_service: {google_grpc: {target_uri: \"127.0.0.1:1\", stat_prefix: a}, retry_policy: {retry_on: unavailable}}",
+    )
+    .unwrap();
+    assert!(
+        matches!(&e.service, AuthzService::Grpc { service, .. } if service.retry_policy.is_none())
+    );
+}
+
+#[test]
+fn retry_policy_errors_name_their_paths() {
+    let e = errors(authz(
+        r#"
+http_service:
+  server_uri: {uri: "http://authz", cluster: authz, timeout: 1s}
+  retry_policy: {retry_on: "5xx,sometimes", retry_priority: {name: p}}
+"#,
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.http_service.retry_policy.retry_priority: retry_priority is not supported",
+            "typed_config.http_service.retry_policy.retry_on: unknown retry_on value 'sometimes'",
+        ],
+        "{e:?}"
+    );
+    let e = errors(authz(
+        "grpc_service: {envoy_grpc: {cluster_name: authz}, retry_policy: {retry_back_off: {max_interval: 1s}}}",
+    ));
+    assert_eq!(
+        e,
+        ["typed_config.grpc_service.retry_policy.retry_back_off.base_interval: is required"],
+    );
+}
+
+/// Only ext_authz's gRPC service retries; the other users of a `GrpcService` refuse it,
+/// and a remote JWKS fetch refuses `retry_on` (Envoy's fetcher ignores it).
+#[test]
+fn retry_policy_is_refused_where_nothing_retries() {
+    let e = errors(filter(
+        "name: envoy.filters.http.ratelimit\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit\n  domain: d\n  rate_limit_service: {grpc_service: {envoy_grpc: {cluster_name: rls}, retry_policy: {retry_on: unavailable}}, transport_api_version: V3}\n",
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.rate_limit_service.grpc_service.retry_policy: retry_policy on this gRPC service (ext_authz's retries) is not supported"
+        ],
+    );
+    let e = errors(filter(
+        "name: envoy.filters.http.jwt_authn\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication\n  providers:\n    a:\n      remote_jwks:\n        http_uri: {uri: \"http://idp/keys\", cluster: idp, timeout: 1s}\n        retry_policy: {retry_on: 5xx}\n",
+    ));
+    assert_eq!(
+        e,
+        [
+            "typed_config.providers[\"a\"].remote_jwks.retry_policy.retry_on: retry_on on a remote JWKS fetch (Envoy's fetcher ignores it) is not supported"
+        ],
+    );
 }

@@ -4,6 +4,7 @@
 use crate::core;
 use crate::ctx::Ctx;
 use crate::path::Path;
+use crate::route::{RetryBackOff, RetryOn};
 use envoy_types::pb::envoy::config::core::v3 as pb;
 use std::time::Duration;
 
@@ -101,13 +102,21 @@ pub struct FetchRetryPolicy {
 /// Default back-off base interval of a core `RetryPolicy`.
 pub const DEFAULT_RETRY_BASE_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Translates a core `RetryPolicy` (only `num_retries` and `retry_back_off` are accepted; the
-/// support table refuses the rest).
+/// Translates a core `RetryPolicy` of a remote JWKS fetch (only `num_retries` and
+/// `retry_back_off`: Envoy's fetcher retries on its own fixed conditions, so a `retry_on`
+/// is refused here; the support table refuses the other fields).
 pub fn retry_policy(
     r: &pb::RetryPolicy,
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<FetchRetryPolicy> {
+    if !r.retry_on.is_empty() {
+        ctx.unsupported(
+            &path.field("retry_on"),
+            "retry_on on a remote JWKS fetch (Envoy's fetcher ignores it)",
+        );
+        return None;
+    }
     let num_retries = core::u32_or(r.num_retries.as_ref(), 1);
     let (base_interval, max_interval) = match r.retry_back_off.as_ref() {
         None => (
@@ -120,6 +129,94 @@ pub fn retry_policy(
         num_retries,
         base_interval,
         max_interval,
+    })
+}
+
+/// A core `RetryPolicy` as Envoy's async clients apply it (ext_authz `http_service` and
+/// an `envoy_grpc` `GrpcService`): `Http::Utility::convertCoreToRouteRetryPolicy` makes it
+/// a route retry policy with this `retry_on`, `num_retries`, the back-off, and the
+/// back-off's `max_interval` as the per-try timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallRetryPolicy {
+    /// Conditions that trigger a retry (empty: none, so no retries).
+    pub retry_on: RetryOn,
+    /// Retries after the first attempt (default 1).
+    pub num_retries: u32,
+    /// The jittered exponential back-off between attempts (default 1 s, max 10 × base).
+    pub back_off: RetryBackOff,
+}
+
+impl CallRetryPolicy {
+    /// The timeout of each attempt: Envoy sets the route policy's `per_try_timeout` to the
+    /// back-off's `max_interval`.
+    pub fn per_try_timeout(&self) -> Duration {
+        self.back_off.max_interval
+    }
+}
+
+/// Translates a core `RetryPolicy` for an async client ([`CallRetryPolicy`]). `retry_on`
+/// takes the route's conditions (HTTP and gRPC names); an unknown one is refused (Envoy
+/// skips it, which hides a typo). A `max_interval` below `base_interval` is accepted as
+/// Envoy's conversion does, with the base halved to `max_interval / 2`.
+pub fn call_retry_policy(
+    r: &pb::RetryPolicy,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<CallRetryPolicy> {
+    let retry_on = match RetryOn::parse(&r.retry_on) {
+        Ok(on) => on,
+        Err(e) => {
+            ctx.error(&path.field("retry_on"), e);
+            return None;
+        }
+    };
+    let num_retries = core::u32_or(r.num_retries.as_ref(), 1);
+    let (base_interval, max_interval) = match r.retry_back_off.as_ref() {
+        None => (
+            DEFAULT_RETRY_BASE_INTERVAL,
+            DEFAULT_RETRY_BASE_INTERVAL * 10,
+        ),
+        Some(b) => {
+            let bp = path.field("retry_back_off");
+            let base = match b.base_interval.as_ref() {
+                None => {
+                    ctx.error(&bp.field("base_interval"), "is required");
+                    return None;
+                }
+                Some(d) => core::duration(d, &bp.field("base_interval"), ctx)?,
+            };
+            if base < Duration::from_millis(1) {
+                ctx.error(&bp.field("base_interval"), "must be at least 1ms");
+                return None;
+            }
+            let max = match b.max_interval.as_ref() {
+                None => base * 10,
+                Some(d) => {
+                    let max = core::duration(d, &bp.field("max_interval"), ctx)?;
+                    if max.is_zero() {
+                        ctx.error(&bp.field("max_interval"), "must be greater than 0s");
+                        return None;
+                    }
+                    max
+                }
+            };
+            // Envoy works on whole milliseconds here.
+            let ms = |d: Duration| Duration::from_millis(d.as_millis() as u64);
+            let (base, max) = (ms(base), ms(max));
+            if max < base {
+                (max / 2, max)
+            } else {
+                (base, max)
+            }
+        }
+    };
+    Some(CallRetryPolicy {
+        retry_on,
+        num_retries,
+        back_off: RetryBackOff {
+            base_interval,
+            max_interval,
+        },
     })
 }
 

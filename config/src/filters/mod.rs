@@ -70,9 +70,10 @@ pub(crate) const SUPPORT: &[Support] = &[
         "envoy.config.core.v3.HttpUri",
         &["uri", "cluster", "timeout"],
     ),
+    // `retry_on` is ext_authz's (HTTP service, gRPC service); jwt_authn refuses it in code.
     (
         "envoy.config.core.v3.RetryPolicy",
-        &["retry_back_off", "num_retries"],
+        &["retry_back_off", "num_retries", "retry_on"],
     ),
     ("envoy.config.core.v3.BackoffStrategy", ALL),
     ("envoy.type.matcher.v3.ListStringMatcher", &["patterns"]),
@@ -207,6 +208,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "path_prefix",
             "authorization_request",
             "authorization_response",
+            "retry_policy",
         ],
     ),
     (

@@ -19,7 +19,7 @@ use bytes::Bytes;
 use courier_config::config_source::GrpcService;
 use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::ext_authz::{AuthzService, ExtAuthz, ExtAuthzPerRoute};
-use courier_config::filters::http_uri::HttpUri;
+use courier_config::filters::http_uri::{CallRetryPolicy, HttpUri};
 use envoy_types::pb::envoy::service::auth::v3::CheckResponse;
 use http::{HeaderValue, StatusCode};
 use outcome::Outcome;
@@ -51,8 +51,9 @@ pub type HttpCheckFuture<'a> =
 pub trait AuthzTransport: Send + Sync {
     /// Calls `envoy.service.auth.v3.Authorization/Check` with `frame`, the `CheckRequest`
     /// as a length-prefixed gRPC message ([`wire::check_frame`]); `timeout` goes to the
-    /// server as `grpc-timeout` (the filter bounds the call itself). A non-OK gRPC status
-    /// is an `Err`.
+    /// server as `grpc-timeout` (the filter bounds the call itself, retries included: an
+    /// `envoy_grpc` service retries under its `retry_policy`). A non-OK gRPC status is an
+    /// `Err`.
     fn check<'a>(
         &'a self,
         service: &'a GrpcService,
@@ -60,8 +61,14 @@ pub trait AuthzTransport: Send + Sync {
         frame: Bytes,
     ) -> CheckFuture<'a>;
 
-    /// Sends an HTTP check request through `uri.cluster`.
-    fn http<'a>(&'a self, uri: &'a HttpUri, req: http::Request<Bytes>) -> HttpCheckFuture<'a>;
+    /// Sends an HTTP check request through `uri.cluster`, again under `retry` (the
+    /// service's `retry_policy`) while its answer or failure is retriable.
+    fn http<'a>(
+        &'a self,
+        uri: &'a HttpUri,
+        retry: Option<&'a CallRetryPolicy>,
+        req: http::Request<Bytes>,
+    ) -> HttpCheckFuture<'a>;
 }
 
 /// ext_authz counters (`http.<p>.ext_authz.[<stat_prefix>.]<name>`).
@@ -149,7 +156,9 @@ impl ExtAuthzFilter {
                 let Ok(check) = http_service::request(req, cfg, svc, body) else {
                     return Outcome::Error(None);
                 };
-                let call = self.transport.http(&svc.server_uri, check);
+                let call = self
+                    .transport
+                    .http(&svc.server_uri, svc.retry_policy.as_ref(), check);
                 let timeout = svc.server_uri.timeout.unwrap_or(UNBOUNDED);
                 match tokio::time::timeout(timeout, call).await {
                     Ok(Ok(resp)) => http_service::outcome(&resp, svc),

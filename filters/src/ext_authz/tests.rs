@@ -56,7 +56,12 @@ impl AuthzTransport for Fake {
         })
     }
 
-    fn http<'a>(&'a self, _: &'a HttpUri, _: http::Request<Bytes>) -> HttpCheckFuture<'a> {
+    fn http<'a>(
+        &'a self,
+        _: &'a HttpUri,
+        _: Option<&'a CallRetryPolicy>,
+        _: http::Request<Bytes>,
+    ) -> HttpCheckFuture<'a> {
         Box::pin(async { Err("no HTTP here".to_string()) })
     }
 }

@@ -5,6 +5,7 @@
 //! consumed: they never go upstream.
 
 use crate::upstream::pool::SendError;
+use courier_config::filters::http_uri::CallRetryPolicy;
 use courier_config::matcher::HeaderMatcher;
 use courier_config::route::{
     RateLimitedBackOff, ResetFormat, RetryBackOff, RetryOn, RetryPolicy, RouteAction, VirtualHost,
@@ -247,6 +248,26 @@ pub fn plan<'a>(
         hash: None,
     };
     (Some(retry), timeouts)
+}
+
+/// The retry state of one of courier's own calls (ext_authz's check) under a core
+/// `RetryPolicy`: Envoy turns it into a route policy with only the conditions, the retry
+/// count and the back-off set (`Http::Utility::convertCoreToRouteRetryPolicy`).
+pub fn for_call(policy: &CallRetryPolicy) -> Retry<'static> {
+    Retry {
+        on: policy.retry_on,
+        remaining: policy.num_retries,
+        back_off: policy.back_off,
+        rate_limited: None,
+        step: 1,
+        codes: Vec::new(),
+        headers: &[],
+        header_names: Vec::new(),
+        previous_hosts: false,
+        host_attempts: 0,
+        priorities: None,
+        hash: None,
+    }
 }
 
 /// A header's values joined with `,` (`None` when absent).

@@ -2,12 +2,15 @@
 //! (`envoy_grpc`, a unary call on the calling worker's own HTTP/2 connections to the
 //! cluster's hosts, `ClusterClient::unary`) or a direct tonic channel
 //! (`google_grpc`, one per thread, built on first use), and HTTP checks through a
-//! cluster. Every call runs on the request's own task.
+//! cluster. Every call runs on the request's own task; an HTTP check and an `envoy_grpc`
+//! one retry under their service's `retry_policy` ([`call_retry`]).
 
-use crate::upstream::client::ClusterClient;
+use super::call_retry;
+use crate::upstream::client::{ClientError, ClusterClient};
+use crate::upstream::unary::UnaryResponse;
 use bytes::{Buf, Bytes};
 use courier_config::config_source::{GrpcService, GrpcTarget};
-use courier_config::filters::http_uri::HttpUri;
+use courier_config::filters::http_uri::{CallRetryPolicy, HttpUri};
 use courier_filters::ext_authz::{AuthzTransport, CheckFuture, HttpCheckFuture};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::{CheckRequest, CheckResponse};
@@ -80,14 +83,26 @@ impl AuthzTransport for ClusterAuthz {
         }
     }
 
-    fn http<'a>(&'a self, uri: &'a HttpUri, req: Request<Bytes>) -> HttpCheckFuture<'a> {
+    fn http<'a>(
+        &'a self,
+        uri: &'a HttpUri,
+        retry: Option<&'a CallRetryPolicy>,
+        req: Request<Bytes>,
+    ) -> HttpCheckFuture<'a> {
         Box::pin(async move {
-            let started = tokio::time::Instant::now();
-            let mut resp = self
-                .0
-                .send(&uri.cluster, req, uri.timeout.unwrap_or(UNBOUNDED))
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut started = tokio::time::Instant::now();
+            // A copy for the retries, only when there may be some.
+            let spare = retry.map(|_| req.clone());
+            let mut first = Some(req);
+            let mut resp = call_retry::run(retry, || {
+                // The router stamps the time of the attempt that answered.
+                started = tokio::time::Instant::now();
+                let req = first.take().or_else(|| spare.clone()).unwrap_or_default();
+                self.0
+                    .send(&uri.cluster, req, uri.timeout.unwrap_or(UNBOUNDED))
+            })
+            .await
+            .map_err(|e| e.to_string())?;
             // Envoy's async client goes through its router, which stamps the answer; a
             // denial passes the server's headers on to the client, this one included.
             resp.headers_mut().insert(
@@ -236,7 +251,8 @@ impl ClusterAuthz {
 }
 
 /// A unary gRPC call to `path` through `cluster` (`envoy_grpc`) with `frame`, the
-/// length-prefixed request; decodes the answer as `M`. A non-OK status is an `Err`.
+/// length-prefixed request, retried under the service's `retry_policy`; decodes the
+/// answer as `M`. A non-OK status is an `Err`.
 pub(crate) async fn unary_grpc<M: Message + Default>(
     client: &ClusterClient,
     path: &'static str,
@@ -252,10 +268,34 @@ pub(crate) async fn unary_grpc<M: Message + Default>(
     *r.uri_mut() = uri;
     *r.version_mut() = http::Version::HTTP_2;
     *r.headers_mut() = headers;
-    let resp = client
-        .unary(cluster, r, frame)
-        .await
-        .map_err(|e| e.to_string())?;
+    // A copy for the retries, only when there may be some.
+    let spare = service.retry_policy.as_ref().map(|_| clone_head(&r));
+    let mut first = Some(r);
+    let resp = call_retry::run(service.retry_policy.as_ref(), || {
+        let head = first
+            .take()
+            .or_else(|| spare.as_ref().map(clone_head))
+            .unwrap_or_default();
+        client.unary(cluster, head, frame.clone())
+    })
+    .await
+    .map_err(|e: ClientError| e.to_string())?;
+    decode_unary(resp)
+}
+
+/// A copy of a call's head for another attempt (a bodiless `Request` has no `Clone`
+/// bound to meet, but its extensions cannot be copied: the calls set none).
+fn clone_head(r: &Request<()>) -> Request<()> {
+    let mut c = Request::new(());
+    *c.method_mut() = r.method().clone();
+    *c.uri_mut() = r.uri().clone();
+    *c.version_mut() = r.version();
+    *c.headers_mut() = r.headers().clone();
+    c
+}
+
+/// The message of a unary answer; a non-200 status or a non-OK `grpc-status` is an `Err`.
+fn decode_unary<M: Message + Default>(resp: UnaryResponse) -> Result<M, String> {
     if resp.head.status != http::StatusCode::OK {
         return Err(format!("http status {}", resp.head.status.as_u16()));
     }

@@ -2,6 +2,7 @@
 //! start-up and shared by all workers, and the per-request glue to `courier-filters`.
 
 pub mod body;
+pub(crate) mod call_retry;
 pub mod ext_authz_client;
 pub mod jwks_fetch;
 pub mod rls_client;

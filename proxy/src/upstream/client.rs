@@ -29,9 +29,9 @@ pub enum ClientError {
     /// The cluster has no host to send to.
     #[error("cluster {0} has no healthy upstream")]
     NoHealthyUpstream(String),
-    /// Connecting or sending failed.
-    #[error("upstream {0}")]
-    Send(String),
+    /// Connecting or sending failed (Envoy's response code details in the message).
+    #[error("upstream {}", .0.details())]
+    Send(pool::SendError),
     /// No complete response within the timeout.
     #[error("timed out")]
     Timeout,
@@ -98,7 +98,7 @@ impl ClusterClient {
         let req = for_protocol(req, c.config.http.protocol);
         pool::send(&c, &host, req, self.stats_of(&c))
             .await
-            .map_err(|e| ClientError::Send(e.details()))
+            .map_err(ClientError::Send)
     }
 
     /// A unary call: `head` with the whole `body`, the whole response back. On an HTTP/2
@@ -119,7 +119,7 @@ impl ClusterClient {
         if c.config.http.protocol == UpstreamProtocol::Http2 && !c.config.http.auto_sni.any() {
             return unary::call(&c, &host, head, body, stats)
                 .await
-                .map_err(|e| ClientError::Send(e.details()));
+                .map_err(ClientError::Send);
         }
         let (parts, ()) = head.into_parts();
         let req = for_protocol(
@@ -128,7 +128,7 @@ impl ClusterClient {
         );
         let (resp, lease) = pool::send(&c, &host, req, stats)
             .await
-            .map_err(|e| ClientError::Send(e.details()))?;
+            .map_err(ClientError::Send)?;
         let (head, body) = resp.into_parts();
         let body = body
             .collect()

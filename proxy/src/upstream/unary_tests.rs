@@ -216,7 +216,7 @@ async fn at_max_connections_a_call_overflows_without_pending_room() {
     // The first stays held (the server waits for a second request that never comes).
     assert!(first.is_err());
     match second {
-        Err(ClientError::Send(d)) => assert!(d.contains("overflow"), "{d}"),
+        Err(ClientError::Send(e)) => assert!(e.details().contains("overflow"), "{e:?}"),
         other => panic!("expected an overflow, got {other:?}"),
     }
     assert_eq!(conns.load(Ordering::SeqCst), 1);
@@ -250,7 +250,9 @@ async fn a_closed_connection_is_replaced_and_a_dead_host_is_an_error() {
     drop(unused);
     let c = client(dead, "");
     match c.unary("authz", head(), Bytes::new()).await {
-        Err(ClientError::Send(d)) => assert!(d.contains("remote_connection_failure"), "{d}"),
+        Err(ClientError::Send(e)) => {
+            assert!(e.details().contains("remote_connection_failure"), "{e:?}")
+        }
         other => panic!("expected a connect failure, got {other:?}"),
     }
 }
