@@ -38,6 +38,12 @@ pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
+/// The Basic authentication HTTP filter.
+pub const BASIC_AUTH: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuth";
+/// Per-route config of the Basic authentication filter.
+pub const BASIC_AUTH_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute";
 /// The gRPC-Web HTTP filter.
 pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
 /// The gRPC statistics HTTP filter.

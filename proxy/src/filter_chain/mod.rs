@@ -383,6 +383,11 @@ impl HttpFilters {
                         &stats.each(|s| &s.request_valid),
                     );
                 }
+                FilterStats::BasicAuth { stats } => {
+                    let p = format!("http.{hcm}.basic_auth.");
+                    add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
+                    add(format!("{p}denied"), &stats.each(|s| &s.denied));
+                }
                 FilterStats::LocalRateLimit { stats } => {
                     // Envoy roots these at the filter's stat prefix (no `http.<hcm>.`).
                     for (prefix, s) in stats.all() {
