@@ -44,6 +44,12 @@ pub const BASIC_AUTH: &str =
 /// Per-route config of the Basic authentication filter.
 pub const BASIC_AUTH_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute";
+/// The API key authentication HTTP filter.
+pub const API_KEY_AUTH: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth";
+/// Per-route config of the API key authentication filter.
+pub const API_KEY_AUTH_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute";
 /// The gRPC-Web HTTP filter.
 pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
 /// The gRPC statistics HTTP filter.

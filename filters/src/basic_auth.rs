@@ -79,7 +79,7 @@ fn decode_credential(token: &[u8]) -> Vec<u8> {
 /// The credential header's value as Envoy's header map holds it: `authorization` is one
 /// of Envoy's inline headers, whose repeats are joined with `,` as they arrive; any
 /// other header is looked up by its first value.
-fn credential<'h>(headers: &'h HeaderMap, name: &str) -> Option<Cow<'h, [u8]>> {
+pub(crate) fn credential<'h>(headers: &'h HeaderMap, name: &str) -> Option<Cow<'h, [u8]>> {
     let mut values = headers.get_all(name).iter();
     let first = values.next()?.as_bytes();
     if name != "authorization" {

@@ -1,5 +1,6 @@
 //! Building an HCM's filter chain from its validated `http_filters`.
 
+use crate::api_key_auth::{ApiKeyAuthFilter, ApiKeyAuthStats};
 use crate::basic_auth::{BasicAuthFilter, BasicAuthStats};
 use crate::chain::{ChainEntry, FilterChain};
 use crate::compressor::{CompressorFilter, CompressorStats};
@@ -84,6 +85,11 @@ pub enum FilterStats {
     BasicAuth {
         /// The counters, per worker.
         stats: Arc<PerWorker<BasicAuthStats>>,
+    },
+    /// api_key_auth: `http.<hcm prefix>.api_key_auth.<name>`.
+    ApiKeyAuth {
+        /// The counters, per worker.
+        stats: Arc<PerWorker<ApiKeyAuthStats>>,
     },
     /// grpc_web and grpc_stats: `cluster.<route cluster>.<grpc-web|grpc>[.<service>.<method>].<name>`.
     Grpc {
@@ -183,6 +189,13 @@ pub fn build_chain_full(
             HttpFilterConfig::BasicAuth(c) => {
                 let filter = BasicAuthFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::BasicAuth {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::ApiKeyAuth(c) => {
+                let filter = ApiKeyAuthFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::ApiKeyAuth {
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

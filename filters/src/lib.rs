@@ -3,6 +3,7 @@
 //! filters' runtime over the validated configs of `courier-config`, and the compressor
 //! filter (the response body path).
 
+pub mod api_key_auth;
 pub mod basic_auth;
 pub mod build;
 pub mod chain;
