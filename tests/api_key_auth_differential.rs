@@ -9,8 +9,8 @@
 //! Envoy 1.40), a route with the filter disabled, and Envoy Gateway's shape (a
 //! disabled filter without credentials or key sources, enabled by a route's
 //! `ApiKeyAuthPerRoute`) — comparing status, body (for a forwarded request: the
-//! target and the headers the upstream received) and the
-//! `http.ak.api_key_auth.*` counters. Without Envoy (`COURIER_ENVOY`) only courier
+//! target and the headers the upstream received), the access log's
+//! `%RESPONSE_CODE_DETAILS%` and the `http.ak.api_key_auth.*` counters. Without Envoy (`COURIER_ENVOY`) only courier
 //! is checked.
 //!
 //! ```text
@@ -22,7 +22,7 @@
 
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
-use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, echo_upstream, envoy_bin};
 use std::net::SocketAddr;
 
@@ -76,6 +76,15 @@ const VHOSTS: &str = r#"- name: all
       envoy.filters.http.api_key_auth/eg:
         "@type": type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute
         key_sources: [{ header: x-api-key }]
+  - match: { prefix: "/eg-nosources" }
+    route: { cluster: up }
+    typed_per_filter_config:
+      envoy.filters.http.api_key_auth:
+        "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+        disabled: true
+      envoy.filters.http.api_key_auth/eg:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute
+        credentials: [{ key: k1, client: c1 }]
   - match: { prefix: "/eg" }
     route: { cluster: up }
     typed_per_filter_config:
@@ -91,10 +100,20 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: up }
 "#;
 
+const LOG: &str = r#"access_log:
+- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: ak.log
+    log_format:
+      text_format_source:
+        inline_string: "%RESPONSE_CODE% %RESPONSE_CODE_DETAILS%\n"
+"#;
+
 fn yaml(up: SocketAddr) -> String {
     format!(
         "{}  clusters:\n{}",
-        bootstrap(&[hcm_listener_filters("ak", "", FILTERS, VHOSTS)]),
+        bootstrap(&[hcm_listener_filters("ak", LOG, FILTERS, VHOSTS)]),
         indent(
             &format!(
                 "- name: up\n  connect_timeout: 2s\n  load_assignment:\n    cluster_name: up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
@@ -145,9 +164,13 @@ const CASES: &[Case] = &[
     ("/eg", &[("x-api-key-2", "key1"), ("x-api-key", "")]),
     ("/eg", &[("x-api-key", "k1")]),
     ("/eg-nocreds", &[("x-api-key", "k1")]),
+    ("/eg-nosources", &[("x-api-key", "k1")]),
 ];
 
-fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, Vec<String>) {
+/// What one proxy answered: the replies, the counters and the access log.
+type Run = (Vec<String>, Vec<String>, Vec<String>);
+
+fn run(kind: Kind, bin: &std::path::Path) -> Run {
     let up = echo_upstream::start(&[
         "x-api-key",
         "x-api-key-2",
@@ -191,13 +214,32 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, Vec<String>) {
         .filter(|l| l.starts_with("http.ak.api_key_auth."))
         .map(str::to_string)
         .collect();
-    (out, stats)
+    // Envoy flushes log files every 10 s, and on exit.
+    let quit = Request {
+        method: "POST".into(),
+        path: "/quitquitquit".into(),
+        authority: p.admin.clone(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    client::send(&p.admin, Protocol::Http1, &quit).unwrap();
+    let log = poll(500, || {
+        let text = std::fs::read_to_string(p.dir().join("ak.log")).ok()?;
+        let lines: Vec<String> = text.lines().map(str::to_string).collect();
+        (lines.len() >= out.len()).then_some(lines)
+    })
+    .unwrap_or_else(|| panic!("{kind:?}: ak.log is short"));
+    (out, stats, log)
 }
 
 #[test]
 fn api_key_auth_as_envoy() {
-    let (c, c_stats) = run(Kind::Courier, &courier_bin());
-    println!("courier:\n{}\n{c_stats:#?}", c.join("\n"));
+    let (c, c_stats, c_log) = run(Kind::Courier, &courier_bin());
+    println!(
+        "courier:\n{}\n{c_stats:#?}\n{}",
+        c.join("\n"),
+        c_log.join("\n")
+    );
     assert!(
         c[0].ends_with(
             "-> 401 content-type=Some(\"text/plain\") \"Client authentication failed.\""
@@ -214,10 +256,16 @@ fn api_key_auth_as_envoy() {
         eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
         return;
     };
-    let (e, e_stats) = run(Kind::Envoy, &envoy);
-    println!("envoy:\n{}\n{e_stats:#?}", e.join("\n"));
+    let (e, e_stats, e_log) = run(Kind::Envoy, &envoy);
+    println!(
+        "envoy:\n{}\n{e_stats:#?}\n{}",
+        e.join("\n"),
+        e_log.join("\n")
+    );
     for (c, e) in c.iter().zip(&e) {
         assert_eq!(c, e);
     }
     assert_eq!(c_stats, e_stats);
+    // In request order: one connection per request, one worker.
+    assert_eq!(c_log, e_log);
 }

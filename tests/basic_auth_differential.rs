@@ -8,8 +8,11 @@
 //! enabled by a route's `BasicAuthPerRoute`, reading `authentication_header`) —
 //! comparing status, `www-authenticate`, `content-type`, body (for a forwarded
 //! request: what the upstream received, `authorization` and the username header)
-//! and the `http.ba.basic_auth.*` counters. Without Envoy (`COURIER_ENVOY`) only
-//! courier is checked.
+//! and the `http.ba.basic_auth.*` counters; and, on a second listener, a filter
+//! with `allow_missing` (no credential or another scheme passes, uncounted) and
+//! `emit_dynamic_metadata` (`username` in the filter's namespace), both listeners'
+//! access logs (`%RESPONSE_CODE_DETAILS%`, the metadata) compared line by line.
+//! Without Envoy (`COURIER_ENVOY`) only courier is checked.
 //!
 //! ```text
 //! cargo build -p courier
@@ -20,7 +23,7 @@
 
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
-use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, echo_upstream, envoy_bin};
 use std::net::SocketAddr;
 
@@ -74,10 +77,44 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: up }
 "#;
 
+const OPTIONAL: &str = r##"- name: envoy.filters.http.basic_auth/securitypolicy/optional
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuth
+    users: { inline_string: "user1:{SHA}8FePHnF0saQcTqjG4X96ijuIySo=" }
+    allow_missing: true
+    emit_dynamic_metadata: true
+"##;
+
+const OPTIONAL_VHOSTS: &str = r#"- name: all
+  domains: ["*"]
+  routes:
+  - match: { prefix: "/" }
+    route: { cluster: up }
+"#;
+
+/// A file access log `file` with the reply's details and the optional filter's
+/// metadata.
+fn log(file: &str) -> String {
+    format!(
+        r#"access_log:
+- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: {file}
+    log_format:
+      text_format_source:
+        inline_string: "%REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_CODE_DETAILS% %DYNAMIC_METADATA(envoy.filters.http.basic_auth/securitypolicy/optional)% %DYNAMIC_METADATA(envoy.filters.http.basic_auth/securitypolicy/optional:username)%\n"
+"#
+    )
+}
+
 fn yaml(up: SocketAddr) -> String {
     format!(
         "{}  clusters:\n{}",
-        bootstrap(&[hcm_listener_filters("ba", "", FILTERS, VHOSTS)]),
+        bootstrap(&[
+            hcm_listener_filters("ba", &log("ba.log"), FILTERS, VHOSTS),
+            hcm_listener_filters("bam", &log("bam.log"), OPTIONAL, OPTIONAL_VHOSTS)
+        ]),
         indent(
             &format!(
                 "- name: up\n  connect_timeout: 2s\n  load_assignment:\n    cluster_name: up\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {} }} }} }}\n",
@@ -130,9 +167,21 @@ const CASES: &[Case] = &[
     ("/eg", &[("x-auth", GOOD)]),
 ];
 
-fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, Vec<String>) {
+/// Requests to the `allow_missing` listener: (path, authorization).
+const OPTIONAL_CASES: &[(&str, Option<&str>)] = &[
+    ("/none", None),
+    ("/bearer", Some("Bearer abc")),
+    ("/good", Some(GOOD)),
+    ("/bad", Some("Basic dXNlcjE6YmFk")),
+    ("/format", Some("Basic eHl6")),
+];
+
+/// What one proxy answered: the replies, the counters and the two access logs.
+type Run = (Vec<String>, Vec<String>, Vec<String>);
+
+fn run(kind: Kind, bin: &std::path::Path) -> Run {
     let up = echo_upstream::start(&["authorization", "x-auth", "x-user"]);
-    let p = Proxy::start(kind, bin, &yaml(up), &["ba"]).unwrap();
+    let p = Proxy::start(kind, bin, &yaml(up), &["ba", "bam"]).unwrap();
     let mut out = Vec::new();
     for (protocol, (path, headers)) in CASES
         .iter()
@@ -162,19 +211,69 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, Vec<String>) {
             String::from_utf8_lossy(&r.body)
         ));
     }
+    for (path, auth) in OPTIONAL_CASES {
+        let r = client::send(
+            p.listener("bam").unwrap(),
+            Protocol::Http1,
+            &Request {
+                method: "GET".into(),
+                path: (*path).into(),
+                authority: "example.com".into(),
+                headers: auth
+                    .iter()
+                    .map(|a| ("authorization".to_string(), a.to_string()))
+                    .collect(),
+                body: Vec::new(),
+            },
+        )
+        .unwrap();
+        out.push(format!(
+            "optional {path} {auth:?} -> {} www-authenticate={:?} {:?}",
+            r.status,
+            r.header("www-authenticate"),
+            String::from_utf8_lossy(&r.body)
+        ));
+    }
     let stats = client::get(&p.admin, "/stats").unwrap();
     let stats = String::from_utf8_lossy(&stats.body)
         .lines()
-        .filter(|l| l.starts_with("http.ba.basic_auth."))
+        .filter(|l| l.contains(".basic_auth."))
         .map(str::to_string)
         .collect();
-    (out, stats)
+    // Envoy flushes log files every 10 s, and on exit.
+    let quit = Request {
+        method: "POST".into(),
+        path: "/quitquitquit".into(),
+        authority: p.admin.clone(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    client::send(&p.admin, Protocol::Http1, &quit).unwrap();
+    let mut logs = Vec::new();
+    for (file, n) in [
+        ("ba.log", out.len() - OPTIONAL_CASES.len()),
+        ("bam.log", OPTIONAL_CASES.len()),
+    ] {
+        logs.extend(
+            poll(500, || {
+                let text = std::fs::read_to_string(p.dir().join(file)).ok()?;
+                let lines: Vec<String> = text.lines().map(|l| format!("{file}: {l}")).collect();
+                (lines.len() >= n).then_some(lines)
+            })
+            .unwrap_or_else(|| panic!("{kind:?}: {file} is short")),
+        );
+    }
+    (out, stats, logs)
 }
 
 #[test]
 fn basic_auth_as_envoy() {
-    let (c, c_stats) = run(Kind::Courier, &courier_bin());
-    println!("courier:\n{}\n{c_stats:#?}", c.join("\n"));
+    let (c, c_stats, c_logs) = run(Kind::Courier, &courier_bin());
+    println!(
+        "courier:\n{}\n{c_stats:#?}\n{}",
+        c.join("\n"),
+        c_logs.join("\n")
+    );
     assert!(
         c[0].contains(
             "-> 401 www-authenticate=Some(\"Basic realm=\\\"http://example.com/a?q=1\\\"\")"
@@ -191,10 +290,16 @@ fn basic_auth_as_envoy() {
         eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
         return;
     };
-    let (e, e_stats) = run(Kind::Envoy, &envoy);
-    println!("envoy:\n{}\n{e_stats:#?}", e.join("\n"));
+    let (e, e_stats, e_logs) = run(Kind::Envoy, &envoy);
+    println!(
+        "envoy:\n{}\n{e_stats:#?}\n{}",
+        e.join("\n"),
+        e_logs.join("\n")
+    );
     for (c, e) in c.iter().zip(&e) {
         assert_eq!(c, e);
     }
     assert_eq!(c_stats, e_stats);
+    // Lines of one file in request order (one connection per request, one worker).
+    assert_eq!(c_logs, e_logs);
 }

@@ -5,8 +5,10 @@
 //! `BasicAuthPerRoute` list in place of the filter's) whose `{SHA}` hash is the
 //! password's. Otherwise `401` with `www-authenticate: Basic realm="<original
 //! URI>"` and one of Envoy's four bodies. On success the user name goes upstream
-//! in `forward_username_header` when set; the credential header is forwarded
-//! untouched, as Envoy does. Counters `http.<hcm prefix>.basic_auth.{allowed,denied}`.
+//! in `forward_username_header` when set (and in the filter's metadata namespace
+//! as `username` with `emit_dynamic_metadata`); the credential header is forwarded
+//! untouched, as Envoy does. With `allow_missing` a request without the header or
+//! with another scheme goes on unauthenticated and uncounted. Counters `http.<hcm prefix>.basic_auth.{allowed,denied}`.
 //! Synchronous: never builds a future.
 
 use crate::chain::{Decision, HttpFilter, LocalReply};
@@ -34,6 +36,8 @@ pub struct BasicAuthStats {
 /// The basic_auth filter.
 #[derive(Debug)]
 pub struct BasicAuthFilter {
+    /// The filter's name: its metadata namespace.
+    name: String,
     config: Arc<BasicAuth>,
     /// `forward_username_header`, parsed once.
     forward: Option<HeaderName>,
@@ -44,14 +48,15 @@ pub struct BasicAuthFilter {
 const MAX_REALM_PATH: usize = 256;
 
 impl BasicAuthFilter {
-    /// A filter with the HCM-level `config`.
-    pub fn new(config: Arc<BasicAuth>) -> Self {
+    /// The filter named `name` (its `http_filters` name) with the HCM-level `config`.
+    pub fn new(name: &str, config: Arc<BasicAuth>) -> Self {
         // Validated as a token by courier-config: parsing cannot fail there.
         let forward = config
             .forward_username_header
             .as_deref()
             .and_then(|h| HeaderName::from_bytes(h.as_bytes()).ok());
         Self {
+            name: name.to_string(),
             config,
             forward,
             stats: Arc::new(PerWorker::new(BasicAuthStats::default)),
@@ -158,6 +163,9 @@ impl HttpFilter for BasicAuthFilter {
             _ => &*self.config.users,
         };
         let Some(value) = credential(&req.head.headers, &self.config.authentication_header) else {
+            if self.config.allow_missing {
+                return Decision::Continue;
+            }
             return self.deny(
                 req,
                 "User authentication failed. Missing username and password.",
@@ -165,6 +173,9 @@ impl HttpFilter for BasicAuthFilter {
             );
         };
         let Some(token) = value.strip_prefix(b"Basic ") else {
+            if self.config.allow_missing {
+                return Decision::Continue;
+            }
             return self.deny(
                 req,
                 "User authentication failed. Expected 'Basic' authentication scheme.",
@@ -191,6 +202,10 @@ impl HttpFilter for BasicAuthFilter {
             && let Ok(v) = HeaderValue::from_bytes(user)
         {
             req.head.headers.insert(name.clone(), v);
+        }
+        if self.config.emit_dynamic_metadata {
+            let user = String::from_utf8_lossy(user).into_owned();
+            req.set_metadata(&self.name, "username", serde_json::Value::String(user));
         }
         self.stats
             .get(req.conn.worker)

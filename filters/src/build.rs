@@ -187,7 +187,7 @@ pub fn build_chain_full(
                 Box::new(filter)
             }
             HttpFilterConfig::BasicAuth(c) => {
-                let filter = BasicAuthFilter::new(Arc::new((**c).clone()));
+                let filter = BasicAuthFilter::new(&f.name, Arc::new((**c).clone()));
                 stats.push(FilterStats::BasicAuth {
                     stats: Arc::clone(filter.stats()),
                 });

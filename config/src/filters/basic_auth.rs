@@ -4,7 +4,8 @@
 //! `{SHA}` hashes (the only form Envoy accepts), the header the credential is read
 //! from and the header the authenticated user name is forwarded in.
 //!
-//! `allow_missing` and `emit_dynamic_metadata` are refused (support table).
+//! `allow_missing` lets a request without Basic credentials through;
+//! `emit_dynamic_metadata` records the authenticated user name.
 
 use crate::core;
 use crate::ctx::Ctx;
@@ -18,7 +19,13 @@ use std::sync::Arc;
 pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.extensions.filters.http.basic_auth.v3.BasicAuth",
-        &["users", "forward_username_header", "authentication_header"],
+        &[
+            "users",
+            "forward_username_header",
+            "authentication_header",
+            "allow_missing",
+            "emit_dynamic_metadata",
+        ],
     ),
     (
         "envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute",
@@ -39,6 +46,12 @@ pub struct BasicAuth {
     pub forward_username_header: Option<String>,
     /// `authentication_header`, lower-cased; `authorization` when unset.
     pub authentication_header: String,
+    /// `allow_missing`: a request without the credential header, or with another
+    /// scheme than `Basic`, goes on unauthenticated (and uncounted).
+    pub allow_missing: bool,
+    /// `emit_dynamic_metadata`: `username` is written to the filter's metadata
+    /// namespace (its name in `http_filters`) on success.
+    pub emit_dynamic_metadata: bool,
 }
 
 /// A validated `BasicAuthPerRoute`: the users that replace the filter's on the route.
@@ -139,6 +152,10 @@ pub fn translate(m: &pb::BasicAuth, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ba
         users: Arc::new(users?),
         forward_username_header: forward?,
         authentication_header: auth?.unwrap_or_else(|| "authorization".to_string()),
+        // Envoy's docs ask for `emit_dynamic_metadata` with `allow_missing`, but Envoy
+        // 1.40 does not enforce it: neither does courier.
+        allow_missing: m.allow_missing,
+        emit_dynamic_metadata: m.emit_dynamic_metadata,
     })
 }
 
@@ -238,11 +255,14 @@ mod tests {
                     .to_string()
             ]
         );
-        let e = errors(filter(&format!(
-            "{HEAD}  users: {{inline_string: \"{USER1}\"}}\n  allow_missing: true\n"
-        )));
-        assert_eq!(e.len(), 1, "{e:?}");
-        assert!(e[0].starts_with("typed_config.allow_missing"), "{e:?}");
+        let f = filter(&format!(
+            "{HEAD}  users: {{inline_string: \"{USER1}\"}}\n  allow_missing: true\n  emit_dynamic_metadata: true\n"
+        ))
+        .unwrap();
+        let HttpFilterConfig::BasicAuth(b) = f.config else {
+            panic!("basic_auth")
+        };
+        assert!(b.allow_missing && b.emit_dynamic_metadata);
 
         const PR: &str = "\"@type\": type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute\n";
         let p = per_route(
