@@ -38,6 +38,18 @@ pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
+/// The Basic authentication HTTP filter.
+pub const BASIC_AUTH: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuth";
+/// Per-route config of the Basic authentication filter.
+pub const BASIC_AUTH_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute";
+/// The API key authentication HTTP filter.
+pub const API_KEY_AUTH: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth";
+/// Per-route config of the API key authentication filter.
+pub const API_KEY_AUTH_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute";
 /// The gRPC-Web HTTP filter.
 pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
 /// The gRPC statistics HTTP filter.

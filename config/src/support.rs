@@ -42,6 +42,8 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::filters::SUPPORT,
         crate::filters::rate_limit_support::SUPPORT,
         crate::filters::csrf::SUPPORT,
+        crate::filters::basic_auth::SUPPORT,
+        crate::filters::api_key_auth::SUPPORT,
         crate::filters::health_check::SUPPORT,
         crate::filters::fault::SUPPORT,
         crate::filters::grpc::SUPPORT,

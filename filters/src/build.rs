@@ -1,5 +1,7 @@
 //! Building an HCM's filter chain from its validated `http_filters`.
 
+use crate::api_key_auth::{ApiKeyAuthFilter, ApiKeyAuthStats};
+use crate::basic_auth::{BasicAuthFilter, BasicAuthStats};
 use crate::chain::{ChainEntry, FilterChain};
 use crate::compressor::{CompressorFilter, CompressorStats};
 use crate::csrf::{CsrfFilter, CsrfStats};
@@ -78,6 +80,16 @@ pub enum FilterStats {
     Csrf {
         /// The counters, per worker.
         stats: Arc<PerWorker<CsrfStats>>,
+    },
+    /// basic_auth: `http.<hcm prefix>.basic_auth.<name>`.
+    BasicAuth {
+        /// The counters, per worker.
+        stats: Arc<PerWorker<BasicAuthStats>>,
+    },
+    /// api_key_auth: `http.<hcm prefix>.api_key_auth.<name>`.
+    ApiKeyAuth {
+        /// The counters, per worker.
+        stats: Arc<PerWorker<ApiKeyAuthStats>>,
     },
     /// grpc_web and grpc_stats: `cluster.<route cluster>.<grpc-web|grpc>[.<service>.<method>].<name>`.
     Grpc {
@@ -170,6 +182,20 @@ pub fn build_chain_full(
             HttpFilterConfig::Csrf(c) => {
                 let filter = CsrfFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::Csrf {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::BasicAuth(c) => {
+                let filter = BasicAuthFilter::new(&f.name, Arc::new((**c).clone()));
+                stats.push(FilterStats::BasicAuth {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::ApiKeyAuth(c) => {
+                let filter = ApiKeyAuthFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::ApiKeyAuth {
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

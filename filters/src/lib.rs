@@ -3,6 +3,8 @@
 //! filters' runtime over the validated configs of `courier-config`, and the compressor
 //! filter (the response body path).
 
+pub mod api_key_auth;
+pub mod basic_auth;
 pub mod build;
 pub mod chain;
 pub mod compressor;

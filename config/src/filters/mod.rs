@@ -1,6 +1,8 @@
 //! HTTP filter configs (jwt_authn, ext_authz, rbac, compressor, router) and their per-route
 //! configs.
 
+pub mod api_key_auth;
+pub mod basic_auth;
 pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
@@ -24,6 +26,8 @@ use crate::extensions;
 use crate::path::Path;
 use crate::support::{ALL, Support};
 use envoy_types::pb::envoy::config::route::v3 as route_pb;
+use envoy_types::pb::envoy::extensions::filters::http::api_key_auth::v3 as api_key_auth_pb;
+use envoy_types::pb::envoy::extensions::filters::http::basic_auth::v3 as basic_auth_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
@@ -465,6 +469,10 @@ pub enum HttpFilterConfig {
     RateLimit(Box<RateLimitFilter>),
     /// Cross-site request forgery checks.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// HTTP Basic authentication against an htpasswd user list.
+    BasicAuth(Box<basic_auth::BasicAuth>),
+    /// API key authentication.
+    ApiKeyAuth(Box<api_key_auth::ApiKeyAuthConfig>),
     /// Fault injection (delays, aborts).
     Fault(Box<fault::Fault>),
     /// Health checks answered (or passed on) by the proxy.
@@ -503,6 +511,10 @@ pub enum PerRouteFilterConfig {
     RateLimit(RateLimitPerRoute),
     /// csrf `CsrfPolicy`.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// basic_auth `BasicAuthPerRoute`.
+    BasicAuth(basic_auth::BasicAuthPerRoute),
+    /// api_key_auth `ApiKeyAuthPerRoute`.
+    ApiKeyAuth(Box<api_key_auth::ApiKeyAuthPerRoute>),
     /// fault `HTTPFault`.
     Fault(Box<fault::Fault>),
 }
@@ -555,6 +567,12 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, &tp, ctx)?;
         HttpFilterConfig::Csrf(Box::new(csrf::translate(&m, &tp, ctx)?))
+    } else if url == extensions::BASIC_AUTH {
+        let m = core::unpack::<basic_auth_pb::BasicAuth>(any, &tp, ctx)?;
+        HttpFilterConfig::BasicAuth(Box::new(basic_auth::translate(&m, &tp, ctx)?))
+    } else if url == extensions::API_KEY_AUTH {
+        let m = core::unpack::<api_key_auth_pb::ApiKeyAuth>(any, &tp, ctx)?;
+        HttpFilterConfig::ApiKeyAuth(Box::new(api_key_auth::translate(&m, &tp, ctx)?))
     } else if url == extensions::HEALTH_CHECK {
         let m = core::unpack::<health_check_pb::HealthCheck>(any, &tp, ctx)?;
         HttpFilterConfig::HealthCheck(Box::new(health_check::translate(&m, &tp, ctx)?))
@@ -660,6 +678,12 @@ fn per_filter(
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, path, ctx)?;
         PerRouteFilterConfig::Csrf(Box::new(csrf::translate(&m, path, ctx)?))
+    } else if url == extensions::BASIC_AUTH_PER_ROUTE {
+        let m = core::unpack::<basic_auth_pb::BasicAuthPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::BasicAuth(basic_auth::per_route(&m, path, ctx)?)
+    } else if url == extensions::API_KEY_AUTH_PER_ROUTE {
+        let m = core::unpack::<api_key_auth_pb::ApiKeyAuthPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::ApiKeyAuth(Box::new(api_key_auth::per_route(&m, path, ctx)?))
     } else if url == extensions::RATELIMIT_PER_ROUTE {
         let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)

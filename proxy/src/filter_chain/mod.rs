@@ -384,6 +384,17 @@ impl HttpFilters {
                         &stats.each(|s| &s.request_valid),
                     );
                 }
+                FilterStats::BasicAuth { stats } => {
+                    let p = format!("http.{hcm}.basic_auth.");
+                    add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
+                    add(format!("{p}denied"), &stats.each(|s| &s.denied));
+                }
+                FilterStats::ApiKeyAuth { stats } => {
+                    let p = format!("http.{hcm}.api_key_auth.");
+                    add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
+                    add(format!("{p}forbidden"), &stats.each(|s| &s.forbidden));
+                    add(format!("{p}unauthorized"), &stats.each(|s| &s.unauthorized));
+                }
                 FilterStats::LocalRateLimit { stats } => {
                     // Envoy roots these at the filter's stat prefix (no `http.<hcm>.`).
                     for (prefix, s) in stats.all() {
