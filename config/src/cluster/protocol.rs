@@ -492,6 +492,18 @@ fn optional_http2(
 
 fn http2(o: &cpb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Http2Options {
     const MAX: u32 = 2_147_483_647;
+    // hyper's client resets only the stream of a malformed response and keeps
+    // the connection: Envoy's behaviour with the override on. Off, Envoy
+    // closes the connection, which courier does not do.
+    if o.override_stream_error_on_invalid_http_message
+        .as_ref()
+        .is_some_and(|v| !v.value)
+    {
+        ctx.unsupported(
+            &path.field("override_stream_error_on_invalid_http_message"),
+            "override_stream_error_on_invalid_http_message false (a malformed response closing its connection)",
+        );
+    }
     // The support table accepts these for a connection manager (the same
     // message); upstream connections do not enforce them.
     for (set, field) in [

@@ -387,8 +387,9 @@ pub(crate) const SUPPORT: &[Support] = &[
             "max_concurrent_streams",
             "initial_stream_window_size",
             "initial_connection_window_size",
-            // Upstream only: the connection manager refuses it in code.
+            // Upstream only: the connection manager refuses them in code.
             "connection_keepalive",
+            "override_stream_error_on_invalid_http_message",
         ],
     ),
     (

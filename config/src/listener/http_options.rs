@@ -269,6 +269,13 @@ pub fn http2(o: &pb::Http2ProtocolOptions, path: &Path<'_>, ctx: &mut Ctx) -> Ht
             "connection_keepalive on downstream connections",
         );
     }
+    // Accepted by the (per-message) support table for upstream connections.
+    if o.override_stream_error_on_invalid_http_message.is_some() {
+        ctx.unsupported(
+            &path.field("override_stream_error_on_invalid_http_message"),
+            "override_stream_error_on_invalid_http_message on downstream connections",
+        );
+    }
     let mut ranged = |v: Option<&envoy_types::pb::google::protobuf::UInt32Value>,
                       default: u32,
                       min: u32,

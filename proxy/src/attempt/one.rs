@@ -131,8 +131,8 @@ pub(super) fn record(
                 stats.attached();
                 host.stats.attached();
             }
-            stats.response(503);
-            host.stats.charge(503);
+            stats.response(e.status());
+            host.stats.charge(e.status());
             outlier::record_failure(cluster, host, &e);
             let replayable = match (body, back) {
                 (HeldBody::Whole(..), _) => true,

@@ -409,6 +409,7 @@ pub async fn forward(
         {
             None
         }
+        attempt::Final::Failed(e) => Some(e.status()),
         _ => Some(503),
     };
     if let Some(status) = settled {
@@ -492,7 +493,7 @@ pub async fn forward(
             let flag = if urx { with_urx(e.flag()) } else { e.flag() };
             let mut resp = out.local(
                 seen.as_ref(),
-                StatusCode::SERVICE_UNAVAILABLE,
+                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
                 body,
                 flag,
                 host_text,
@@ -600,6 +601,7 @@ fn with_urx(flag: &'static str) -> &'static str {
         "UF" => "UF,URX",
         "UC" => "UC,URX",
         "UR" => "UR,URX",
+        "UPE" => "UPE,URX",
         other => other,
     }
 }

@@ -224,6 +224,16 @@ impl SendError {
         )
     }
 
+    /// The status of the local reply when no response came: 502 for a
+    /// protocol error (Envoy 1.40's `return_502_for_upstream_protocol_errors`),
+    /// else 503.
+    pub fn status(&self) -> u16 {
+        match self {
+            SendError::Reset(PROTOCOL_ERROR) => 502,
+            _ => 503,
+        }
+    }
+
     /// Envoy's `%RESPONSE_CODE_DETAILS%`:
     /// `upstream_reset_before_response_started{<reason>[|<transport failure>]}`,
     /// spaces as underscores.
@@ -242,6 +252,7 @@ impl SendError {
         match self {
             SendError::ConnectFailure(_) | SendError::ConnectTimeout => "UF",
             SendError::Termination => "UC",
+            SendError::Reset(PROTOCOL_ERROR) => "UPE",
             SendError::Reset(_) => "UR",
             SendError::Overflow => "UO",
             SendError::PoolOverflow => "UH",
@@ -249,9 +260,22 @@ impl SendError {
     }
 }
 
+/// The reset reason of a response courier could not take: an HTTP/1.1
+/// response it could not parse, or an HTTP/2 one it reset as malformed.
+pub const PROTOCOL_ERROR: &str = "protocol error";
+
 fn from_hyper(e: &hyper::Error) -> SendError {
-    if e.is_parse() {
-        SendError::Reset("protocol error")
+    // h2 resets the stream of a malformed response itself (a stream error;
+    // a connection error ends the connection, seen as its termination).
+    let malformed = || {
+        std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<h2::Error>())
+            .is_some_and(|h| {
+                h.is_reset() && h.is_library() && h.reason() == Some(h2::Reason::PROTOCOL_ERROR)
+            })
+    };
+    if e.is_parse() || malformed() {
+        SendError::Reset(PROTOCOL_ERROR)
     } else if e.is_incomplete_message() || e.is_closed() || e.is_canceled() {
         SendError::Termination
     } else {

@@ -517,3 +517,21 @@ fn upstream_proxy_protocol_socket() {
         [format!("{p}.transport_socket: is required")]
     );
 }
+
+#[test]
+fn upstream_h2_stream_error_override() {
+    let h2 = |v: &str| {
+        hpo(&format!(
+            "      explicit_http_config: {{http2_protocol_options: {{override_stream_error_on_invalid_http_message: {v}}}}}\n"
+        ))
+    };
+    // On: what courier's HTTP/2 client does (a stream reset, the connection kept).
+    assert!(errors(&with_ep(&h2("true"))).is_empty());
+    let p = "static_resources.clusters[0]";
+    assert_eq!(
+        errors(&with_ep(&h2("false"))),
+        [format!(
+            "{p}.typed_extension_protocol_options[\"{HPO}\"].explicit_http_config.http2_protocol_options.override_stream_error_on_invalid_http_message: override_stream_error_on_invalid_http_message false (a malformed response closing its connection) is not supported"
+        )]
+    );
+}
