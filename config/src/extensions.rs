@@ -36,6 +36,9 @@ pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault
 /// The health check HTTP filter.
 pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
+/// The header_mutation HTTP filter.
+pub const HEADER_MUTATION: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation";
 /// The CSRF HTTP filter (also its per-route config).
 pub const CSRF: &str = "type.googleapis.com/envoy.extensions.filters.http.csrf.v3.CsrfPolicy";
 /// The Basic authentication HTTP filter.

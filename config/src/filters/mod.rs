@@ -5,6 +5,7 @@ pub mod api_key_auth;
 pub mod basic_auth;
 pub mod compressor;
 pub mod csrf;
+pub mod header_mutation;
 pub mod ext_authz;
 pub mod fault;
 pub mod grpc;
@@ -30,6 +31,7 @@ use envoy_types::pb::envoy::extensions::filters::http::api_key_auth::v3 as api_k
 use envoy_types::pb::envoy::extensions::filters::http::basic_auth::v3 as basic_auth_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
+use envoy_types::pb::envoy::extensions::filters::http::header_mutation::v3 as header_mutation_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
 use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3 as grpc_stats_pb;
@@ -469,6 +471,8 @@ pub enum HttpFilterConfig {
     RateLimit(Box<RateLimitFilter>),
     /// Cross-site request forgery checks.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// Ordered request and response header mutations.
+    HeaderMutation(Box<header_mutation::HeaderMutationFilter>),
     /// HTTP Basic authentication against an htpasswd user list.
     BasicAuth(Box<basic_auth::BasicAuth>),
     /// API key authentication.
@@ -567,6 +571,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, &tp, ctx)?;
         HttpFilterConfig::Csrf(Box::new(csrf::translate(&m, &tp, ctx)?))
+    } else if url == extensions::HEADER_MUTATION {
+        let m = core::unpack::<header_mutation_pb::HeaderMutation>(any, &tp, ctx)?;
+        HttpFilterConfig::HeaderMutation(Box::new(header_mutation::translate(&m, &tp, ctx)?))
     } else if url == extensions::BASIC_AUTH {
         let m = core::unpack::<basic_auth_pb::BasicAuth>(any, &tp, ctx)?;
         HttpFilterConfig::BasicAuth(Box::new(basic_auth::translate(&m, &tp, ctx)?))

@@ -33,6 +33,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "rds",
             "route_config",
             "http_filters",
+            "early_header_mutation_extensions",
             "access_log",
             "stream_idle_timeout",
             "request_timeout",
@@ -221,6 +222,9 @@ pub struct HttpConnectionManager {
     pub route_specifier: RouteSpecifier,
     /// HTTP filters in config order (the router, when present, is last).
     pub http_filters: Vec<HttpFilter>,
+    /// `early_header_mutation_extensions`: rules applied to the request
+    /// headers before anything else reads them (route selection included).
+    pub early_header_mutations: Vec<crate::filters::header_mutation::MutationRule>,
     /// `http_filters` was empty, so courier routes with the router alone.
     /// (Envoy 1.40 accepts an empty list but then never answers a request:
     /// courier deliberately behaves as if the router were configured.)
@@ -459,6 +463,18 @@ pub fn translate(
         stat_prefix: h.stat_prefix.clone(),
         route_specifier: route_specifier?,
         http_filters,
+        early_header_mutations: h
+            .early_header_mutation_extensions
+            .iter()
+            .enumerate()
+            .flat_map(|(i, e)| {
+                crate::filters::header_mutation::early(
+                    e,
+                    &path.field("early_header_mutation_extensions").index(i),
+                    ctx,
+                )
+            })
+            .collect(),
         implicit_router,
         access_log,
         stream_idle_timeout: core::optional_timeout(

@@ -118,7 +118,7 @@ pub(crate) fn valid_name_chars(s: &str) -> bool {
     !s.bytes().any(|b| matches!(b, 0 | b'\r' | b'\n'))
 }
 
-fn header_to_add(
+pub(crate) fn header_to_add(
     hvo: &core::HeaderValueOption,
     path: &Path<'_>,
     ctx: &mut Ctx,
