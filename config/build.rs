@@ -55,6 +55,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute",
     "envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth",
     "envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute",
+    "envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",
+    "envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute",
     "envoy.extensions.filters.http.health_check.v3.HealthCheck",
     "envoy.extensions.filters.listener.proxy_protocol.v3.ProxyProtocol",
     "envoy.extensions.filters.network.connection_limit.v3.ConnectionLimit",

@@ -391,6 +391,16 @@ pub fn grpc_service_any_cluster(
     grpc_service_checked(g, path, ctx, false, false)
 }
 
+/// [`grpc_service_retrying`] without requiring the `envoy_grpc` cluster to exist: Envoy's
+/// ext_proc filter resolves its processor's cluster when it opens a stream.
+pub fn grpc_service_retrying_any_cluster(
+    g: &pb::GrpcService,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<GrpcService> {
+    grpc_service_checked(g, path, ctx, false, true)
+}
+
 fn grpc_service_checked(
     g: &pb::GrpcService,
     path: &Path<'_>,

@@ -53,6 +53,12 @@ pub const API_KEY_AUTH: &str =
 /// Per-route config of the API key authentication filter.
 pub const API_KEY_AUTH_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute";
+/// The external processing HTTP filter.
+pub const EXT_PROC: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor";
+/// Per-route config of the external processing filter.
+pub const EXT_PROC_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute";
 /// The gRPC-Web HTTP filter.
 pub const GRPC_WEB: &str = "type.googleapis.com/envoy.extensions.filters.http.grpc_web.v3.GrpcWeb";
 /// The gRPC statistics HTTP filter.

@@ -7,6 +7,7 @@ use crate::compressor::{CompressorFilter, CompressorStats};
 use crate::csrf::{CsrfFilter, CsrfStats};
 use crate::ext_authz::cluster_stats::PerCluster;
 use crate::ext_authz::{AuthzTransport, ExtAuthzFilter, ExtAuthzStats};
+use crate::ext_proc::{ExtProcFilter, ExtProcStats};
 use crate::fault::{FaultFilter, FaultStats};
 use crate::grpc::counters::GrpcCounters;
 use crate::grpc::stats::GrpcStatsFilter;
@@ -85,6 +86,13 @@ pub enum FilterStats {
     BasicAuth {
         /// The counters, per worker.
         stats: Arc<PerWorker<BasicAuthStats>>,
+    },
+    /// ext_proc: `http.<hcm prefix>.ext_proc.[<stat_prefix>.]<name>`.
+    ExtProc {
+        /// `stat_prefix` (empty = none).
+        stat_prefix: String,
+        /// The counters, per worker.
+        stats: Arc<PerWorker<ExtProcStats>>,
     },
     /// api_key_auth: `http.<hcm prefix>.api_key_auth.<name>`.
     ApiKeyAuth {
@@ -189,6 +197,14 @@ pub fn build_chain_full(
             HttpFilterConfig::BasicAuth(c) => {
                 let filter = BasicAuthFilter::new(&f.name, Arc::new((**c).clone()));
                 stats.push(FilterStats::BasicAuth {
+                    stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::ExtProc(c) => {
+                let filter = ExtProcFilter::new(Arc::new((**c).clone()));
+                stats.push(FilterStats::ExtProc {
+                    stat_prefix: filter.stat_prefix().to_string(),
                     stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)

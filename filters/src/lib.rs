@@ -10,6 +10,7 @@ pub mod chain;
 pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
+pub mod ext_proc;
 pub mod fault;
 pub mod grpc;
 pub mod health_check;

@@ -7,6 +7,7 @@ pub mod compressor;
 pub mod csrf;
 pub mod header_mutation;
 pub mod ext_authz;
+pub mod ext_proc;
 pub mod fault;
 pub mod grpc;
 pub mod health_check;
@@ -33,6 +34,7 @@ use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compres
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::header_mutation::v3 as header_mutation_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
+use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3 as ext_proc_pb;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
 use envoy_types::pb::envoy::extensions::filters::http::grpc_stats::v3 as grpc_stats_pb;
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3 as health_check_pb;
@@ -477,6 +479,8 @@ pub enum HttpFilterConfig {
     BasicAuth(Box<basic_auth::BasicAuth>),
     /// API key authentication.
     ApiKeyAuth(Box<api_key_auth::ApiKeyAuthConfig>),
+    /// External processing (only modes that never call the processor).
+    ExtProc(Box<ext_proc::ExtProc>),
     /// Fault injection (delays, aborts).
     Fault(Box<fault::Fault>),
     /// Health checks answered (or passed on) by the proxy.
@@ -519,6 +523,8 @@ pub enum PerRouteFilterConfig {
     BasicAuth(basic_auth::BasicAuthPerRoute),
     /// api_key_auth `ApiKeyAuthPerRoute`.
     ApiKeyAuth(Box<api_key_auth::ApiKeyAuthPerRoute>),
+    /// ext_proc `ExtProcPerRoute`.
+    ExtProc(Box<ext_proc::ExtProcPerRoute>),
     /// fault `HTTPFault`.
     Fault(Box<fault::Fault>),
 }
@@ -580,6 +586,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::API_KEY_AUTH {
         let m = core::unpack::<api_key_auth_pb::ApiKeyAuth>(any, &tp, ctx)?;
         HttpFilterConfig::ApiKeyAuth(Box::new(api_key_auth::translate(&m, &tp, ctx)?))
+    } else if url == extensions::EXT_PROC {
+        let m = core::unpack::<ext_proc_pb::ExternalProcessor>(any, &tp, ctx)?;
+        HttpFilterConfig::ExtProc(Box::new(ext_proc::translate(&m, &tp, ctx)?))
     } else if url == extensions::HEALTH_CHECK {
         let m = core::unpack::<health_check_pb::HealthCheck>(any, &tp, ctx)?;
         HttpFilterConfig::HealthCheck(Box::new(health_check::translate(&m, &tp, ctx)?))
@@ -691,6 +700,9 @@ fn per_filter(
     } else if url == extensions::API_KEY_AUTH_PER_ROUTE {
         let m = core::unpack::<api_key_auth_pb::ApiKeyAuthPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::ApiKeyAuth(Box::new(api_key_auth::per_route(&m, path, ctx)?))
+    } else if url == extensions::EXT_PROC_PER_ROUTE {
+        let m = core::unpack::<ext_proc_pb::ExtProcPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::ExtProc(Box::new(ext_proc::per_route(&m, path, ctx)?))
     } else if url == extensions::RATELIMIT_PER_ROUTE {
         let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)

@@ -389,6 +389,16 @@ impl HttpFilters {
                     add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
                     add(format!("{p}denied"), &stats.each(|s| &s.denied));
                 }
+                FilterStats::ExtProc { stat_prefix, stats } => {
+                    let p = if stat_prefix.is_empty() {
+                        format!("http.{hcm}.ext_proc.")
+                    } else {
+                        format!("http.{hcm}.ext_proc.{stat_prefix}.")
+                    };
+                    for (i, name) in courier_filters::ext_proc::COUNTER_NAMES.iter().enumerate() {
+                        add(format!("{p}{name}"), &stats.each(|s| &s.counters[i]));
+                    }
+                }
                 FilterStats::ApiKeyAuth { stats } => {
                     let p = format!("http.{hcm}.api_key_auth.");
                     add(format!("{p}allowed"), &stats.each(|s| &s.allowed));
