@@ -187,6 +187,9 @@ pub fn build_chain_full(
                 });
                 Box::new(filter)
             }
+            HttpFilterConfig::HeaderMutation(c) => Box::new(
+                crate::header_mutation::HeaderMutationHttpFilter::new(Arc::new((**c).clone())),
+            ),
             HttpFilterConfig::Csrf(c) => {
                 let filter = CsrfFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::Csrf {

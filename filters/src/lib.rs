@@ -13,6 +13,7 @@ pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;
 pub mod grpc;
+pub mod header_mutation;
 pub mod health_check;
 pub mod jwt_authn;
 pub mod local_ratelimit;

@@ -1,6 +1,8 @@
 //! A raw HTTP/1.1 upstream for tests that answers `200` with what it received of
 //! each request: the request target and then, for each header name it was asked
-//! to report, every value of that header (`name: value` lines, in arrival order).
+//! to report, every value of that header (`name: value` lines, in the order of
+//! the names asked for, each name's values in arrival order: the order of
+//! different headers is each proxy's own).
 //! Differential tests compare these bodies to see what each proxy forwarded.
 //! Requests are expected without bodies.
 
@@ -29,7 +31,7 @@ fn serve(s: std::net::TcpStream, names: &[&str]) {
             return;
         }
         let target = line.split(' ').nth(1).unwrap_or("").to_string();
-        let mut report = format!("{target}\n");
+        let mut seen: Vec<(usize, String)> = Vec::new();
         let mut ended = false;
         // Bounded: at most 200 header lines.
         for _ in 0..200 {
@@ -43,11 +45,16 @@ fn serve(s: std::net::TcpStream, names: &[&str]) {
             }
             if let Some((k, v)) = h.trim_end().split_once(':') {
                 let k = k.to_ascii_lowercase();
-                if names.contains(&k.as_str()) {
-                    report.push_str(&format!("{k}: {}\n", v.trim()));
+                if let Some(i) = names.iter().position(|n| *n == k) {
+                    seen.push((i, format!("{k}: {}\n", v.trim())));
                 }
             }
         }
+        // Stable: a name's values keep their order.
+        seen.sort_by_key(|(i, _)| *i);
+        let report: String = std::iter::once(format!("{target}\n"))
+            .chain(seen.into_iter().map(|(_, line)| line))
+            .collect();
         if !ended
             || write!(
                 s,

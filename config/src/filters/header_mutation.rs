@@ -142,16 +142,8 @@ pub fn translate(
         }
     }
     Some(HeaderMutationFilter {
-        request: rules(
-            &mu.request_mutations,
-            &mp.field("request_mutations"),
-            ctx,
-        ),
-        response: rules(
-            &mu.response_mutations,
-            &mp.field("response_mutations"),
-            ctx,
-        ),
+        request: rules(&mu.request_mutations, &mp.field("request_mutations"), ctx),
+        response: rules(&mu.response_mutations, &mp.field("response_mutations"), ctx),
     })
 }
 
@@ -175,5 +167,48 @@ pub fn early(
     match core::unpack::<early_pb::HeaderMutation>(any, &tp, ctx) {
         Some(m) => rules(&m.mutations, &tp.field("mutations"), ctx),
         None => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::MutationRule;
+    use crate::filters::HttpFilterConfig;
+    use crate::filters::test_util::{errors, filter};
+
+    fn hm(mutations: &str) -> String {
+        format!(
+            "name: hm\ntyped_config:\n  '@type': type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation\n{mutations}"
+        )
+    }
+
+    #[test]
+    fn rules_keep_their_order_and_kinds() {
+        let f = filter(&hm("  mutations:\n    request_mutations:\n    - remove: X-A\n    - append: {header: {key: X-B, value: v}, append_action: ADD_IF_ABSENT}\n    - remove_on_match: {key_matcher: {prefix: x-}}\n    response_mutations:\n    - remove: x-y\n")).unwrap();
+        let HttpFilterConfig::HeaderMutation(c) = f.config else {
+            panic!("not header_mutation");
+        };
+        assert!(matches!(&c.request[0], MutationRule::Remove(n) if n == "x-a"));
+        assert!(
+            matches!(&c.request[1], MutationRule::Append { name, value, .. } if name == "x-b" && value == "v")
+        );
+        assert!(matches!(&c.request[2], MutationRule::RemoveOnMatch(_)));
+        assert_eq!(c.response.len(), 1);
+    }
+
+    #[test]
+    fn what_courier_does_not_do_is_refused_with_its_path() {
+        assert_eq!(
+            errors(filter(&hm(
+                "  most_specific_header_mutations_wins: true\n  mutations:\n    query_parameter_mutations: [{remove: q}]\n    request_mutations:\n    - append: {header: {key: x, value: '%REQ(y)%'}}\n    - remove: ':path'\n    - {}\n"
+            ))),
+            [
+                "typed_config.most_specific_header_mutations_wins: most_specific_header_mutations_wins is not supported",
+                "typed_config.mutations.query_parameter_mutations: query_parameter_mutations is not supported",
+                "typed_config.mutations.request_mutations[0].append.header.value: format commands in header_mutation values is not supported",
+                "typed_config.mutations.request_mutations[1].remove: removing a pseudo-header is not supported",
+                "typed_config.mutations.request_mutations[2]: one of remove, append or remove_on_match is required",
+            ]
+        );
     }
 }

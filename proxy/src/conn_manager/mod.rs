@@ -94,6 +94,14 @@ pub async fn handle(
                 Ok(asks) => asks.0,
                 Err(refused) => break 'answer refused,
             };
+            // `early_header_mutation_extensions`: before anything reads the
+            // headers, route selection included.
+            if !hcm.early_header_mutations.is_empty() {
+                courier_filters::header_mutation::apply(
+                    &hcm.early_header_mutations,
+                    req.headers_mut(),
+                );
+            }
             if let Some(answered) =
                 crate::conn_manager::sanitize::check(&mut req, hcm, &stats.edge, info.local.port())
             {
