@@ -49,6 +49,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.filters.http.compressor.v3.Compressor",
     "envoy.extensions.filters.http.compressor.v3.CompressorPerRoute",
     "envoy.extensions.filters.http.csrf.v3.CsrfPolicy",
+    "envoy.extensions.filters.http.buffer.v3.Buffer",
+    "envoy.extensions.filters.http.buffer.v3.BufferPerRoute",
     "envoy.extensions.filters.http.header_mutation.v3.HeaderMutation",
     "envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation",
     "envoy.extensions.filters.http.basic_auth.v3.BasicAuth",

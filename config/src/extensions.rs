@@ -36,6 +36,11 @@ pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault
 /// The health check HTTP filter.
 pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
+/// The buffer HTTP filter.
+pub const BUFFER: &str = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer";
+/// The buffer filter's per-route config.
+pub const BUFFER_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.BufferPerRoute";
 /// The header_mutation HTTP filter.
 pub const HEADER_MUTATION: &str =
     "type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation";

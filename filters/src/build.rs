@@ -187,6 +187,7 @@ pub fn build_chain_full(
                 });
                 Box::new(filter)
             }
+            HttpFilterConfig::Buffer(c) => Box::new(crate::buffer::BufferFilter::new(*c)),
             HttpFilterConfig::HeaderMutation(c) => Box::new(
                 crate::header_mutation::HeaderMutationHttpFilter::new(Arc::new((**c).clone())),
             ),

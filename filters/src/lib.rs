@@ -5,6 +5,7 @@
 
 pub mod api_key_auth;
 pub mod basic_auth;
+pub mod buffer;
 pub mod build;
 pub mod chain;
 pub mod compressor;

@@ -3,6 +3,7 @@
 
 pub mod api_key_auth;
 pub mod basic_auth;
+pub mod buffer;
 pub mod compressor;
 pub mod csrf;
 pub mod ext_authz;
@@ -30,6 +31,7 @@ use crate::support::{ALL, Support};
 use envoy_types::pb::envoy::config::route::v3 as route_pb;
 use envoy_types::pb::envoy::extensions::filters::http::api_key_auth::v3 as api_key_auth_pb;
 use envoy_types::pb::envoy::extensions::filters::http::basic_auth::v3 as basic_auth_pb;
+use envoy_types::pb::envoy::extensions::filters::http::buffer::v3 as buffer_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
@@ -473,6 +475,8 @@ pub enum HttpFilterConfig {
     RateLimit(Box<RateLimitFilter>),
     /// Cross-site request forgery checks.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// Whole request bodies read before the request goes on.
+    Buffer(buffer::Buffer),
     /// Ordered request and response header mutations.
     HeaderMutation(Box<header_mutation::HeaderMutationFilter>),
     /// HTTP Basic authentication against an htpasswd user list.
@@ -519,6 +523,8 @@ pub enum PerRouteFilterConfig {
     RateLimit(RateLimitPerRoute),
     /// csrf `CsrfPolicy`.
     Csrf(Box<csrf::CsrfPolicy>),
+    /// buffer `BufferPerRoute`.
+    Buffer(buffer::BufferPerRoute),
     /// basic_auth `BasicAuthPerRoute`.
     BasicAuth(basic_auth::BasicAuthPerRoute),
     /// api_key_auth `ApiKeyAuthPerRoute`.
@@ -577,6 +583,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, &tp, ctx)?;
         HttpFilterConfig::Csrf(Box::new(csrf::translate(&m, &tp, ctx)?))
+    } else if url == extensions::BUFFER {
+        let m = core::unpack::<buffer_pb::Buffer>(any, &tp, ctx)?;
+        HttpFilterConfig::Buffer(buffer::translate(&m, &tp, ctx)?)
     } else if url == extensions::HEADER_MUTATION {
         let m = core::unpack::<header_mutation_pb::HeaderMutation>(any, &tp, ctx)?;
         HttpFilterConfig::HeaderMutation(Box::new(header_mutation::translate(&m, &tp, ctx)?))
@@ -694,6 +703,9 @@ fn per_filter(
     } else if url == extensions::CSRF {
         let m = core::unpack::<csrf_pb::CsrfPolicy>(any, path, ctx)?;
         PerRouteFilterConfig::Csrf(Box::new(csrf::translate(&m, path, ctx)?))
+    } else if url == extensions::BUFFER_PER_ROUTE {
+        let m = core::unpack::<buffer_pb::BufferPerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::Buffer(buffer::per_route(&m, path, ctx)?)
     } else if url == extensions::BASIC_AUTH_PER_ROUTE {
         let m = core::unpack::<basic_auth_pb::BasicAuthPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::BasicAuth(basic_auth::per_route(&m, path, ctx)?)
