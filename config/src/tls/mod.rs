@@ -39,7 +39,13 @@ pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
         // `allow_renegotiation: true` is refused by its absence here (false is unset).
-        &["common_tls_context", "sni", "max_session_keys"],
+        &[
+            "common_tls_context",
+            "sni",
+            "max_session_keys",
+            "auto_host_sni",
+            "auto_sni_san_validation",
+        ],
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.CommonTlsContext",
@@ -212,6 +218,12 @@ pub struct UpstreamTls {
     pub sni: Option<String>,
     /// Session tickets kept per host for resumption (default 1; 0 = no resumption).
     pub max_session_keys: u32,
+    /// `auto_host_sni`: the host's name (a DNS cluster's, or the endpoint's
+    /// `hostname`) as SNI, unless the request sets one.
+    pub auto_host_sni: bool,
+    /// `auto_sni_san_validation`: the server certificate must have the SNI
+    /// sent as a DNS SAN, in place of the configured SAN matchers.
+    pub auto_sni_san_validation: bool,
 }
 
 /// Which side a context is for.
@@ -334,6 +346,8 @@ pub fn upstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Option<
         common: common?,
         sni,
         max_session_keys: crate::core::u32_or(utc.max_session_keys.as_ref(), 1),
+        auto_host_sni: utc.auto_host_sni,
+        auto_sni_san_validation: utc.auto_sni_san_validation,
     })
 }
 

@@ -373,7 +373,7 @@ async fn check(cluster: &UpstreamCluster, hc: &HealthCheck, host: &Host) -> Verd
         Some(tls) => {
             let handshake = match check_alpn(cluster, hc) {
                 Some(alpn) => tls.handshake_offering(tcp, target, alpn).await,
-                None => tls.handshake(tcp, target, None).await,
+                None => tls.handshake(tcp, target, None, host.hostname()).await,
             };
             match handshake {
                 Ok(stream) => probe(cluster, hc, hostname, stream).await,

@@ -808,7 +808,10 @@ pub(crate) async fn connect(
         }
         match cluster.tls_for(host) {
             None => Ok(UpstreamStream::Plain(tcp)),
-            Some(tls) => match tls.handshake(tcp, addr, auto::current().as_ref()).await {
+            Some(tls) => match tls
+                .handshake(tcp, addr, auto::current().as_ref(), host.hostname())
+                .await
+            {
                 Ok(s) => Ok(UpstreamStream::Tls(Box::new(s))),
                 Err(e) => {
                     // Envoy's local reply says only "remote connection failure"

@@ -95,8 +95,13 @@ impl UpstreamTlsContext {
         tcp: TcpStream,
         addr: SocketAddr,
         auto: Option<&AutoName>,
+        hostname: &str,
     ) -> std::io::Result<TlsStream<TcpStream>> {
-        self.built()?.handshake(tcp, addr, auto).await
+        let built = self.built()?;
+        match built.host_name(auto, hostname) {
+            Some(name) => built.handshake(tcp, addr, Some(&name)).await,
+            None => built.handshake(tcp, addr, auto).await,
+        }
     }
 
     /// [`Self::handshake`] offering only `alpn`: a health check of an
@@ -122,6 +127,10 @@ pub struct Built {
     /// The configured SNI; `None` = none sent (the host's IP then names the
     /// session in the resumption cache).
     sni: Option<ServerName<'static>>,
+    /// `auto_host_sni`.
+    auto_host_sni: bool,
+    /// `auto_sni_san_validation`.
+    auto_sni_san_validation: bool,
 }
 
 impl Built {
@@ -172,7 +181,34 @@ impl Built {
             config: Arc::new(config),
             verifier,
             sni,
+            auto_host_sni: tls.auto_host_sni,
+            auto_sni_san_validation: tls.auto_sni_san_validation,
         })
+    }
+
+    /// What `auto_host_sni` and `auto_sni_san_validation` make of a new
+    /// connection to a host named `hostname`, as Envoy's socket factory: the
+    /// request's name (`upstream_http_protocol_options`) wins, else the host's
+    /// name is the SNI (not an IP address), else the configured `sni`; with
+    /// the validation, the SNI sent is the one SAN required. `None`: nothing
+    /// changes.
+    fn host_name(&self, request: Option<&AutoName>, hostname: &str) -> Option<AutoName> {
+        if !self.auto_host_sni && !self.auto_sni_san_validation {
+            return None;
+        }
+        let host_sni = (self.auto_host_sni
+            && !hostname.is_empty()
+            && hostname.parse::<std::net::IpAddr>().is_err())
+        .then_some(hostname);
+        let (name, sni): (Arc<str>, bool) = match (request, host_sni, &self.sni) {
+            (Some(r), _, _) if r.sni => (Arc::clone(&r.name), true),
+            (_, Some(h), _) => (Arc::from(h), true),
+            (_, None, Some(ServerName::DnsName(d))) => (Arc::from(d.as_ref()), false),
+            // Nothing is sent as SNI: the request's own SAN check, if any, stays.
+            _ => return None,
+        };
+        let san = self.auto_sni_san_validation || request.is_some_and(|r| r.san);
+        Some(AutoName { name, sni, san })
     }
 
     async fn handshake(

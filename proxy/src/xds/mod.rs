@@ -301,7 +301,7 @@ impl tonic::codegen::Service<http::Uri> for TlsDial {
         Box::pin(async move {
             let tcp = tokio::net::TcpStream::connect(dial.addr).await?;
             tcp.set_nodelay(true)?;
-            let tls = dial.tls.handshake(tcp, dial.addr, None).await?;
+            let tls = dial.tls.handshake(tcp, dial.addr, None, "").await?;
             Ok(hyper_util::rt::TokioIo::new(tls))
         })
     }
