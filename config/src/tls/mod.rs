@@ -94,6 +94,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "match_typed_subject_alt_names",
             "match_subject_alt_names",
             "allow_expired_certificate",
+            "trust_chain_verification",
         ],
     ),
     (
@@ -159,6 +160,10 @@ pub struct CertificateValidation {
     /// `allow_expired_certificate`: a certificate that has expired (but is
     /// otherwise valid) passes; every other check still applies.
     pub allow_expired_certificate: bool,
+    /// `trust_chain_verification: ACCEPT_UNTRUSTED`: a certificate is asked
+    /// for and any presented one passes (the checks' failures are ignored, as
+    /// Envoy's validator reports success).
+    pub accept_untrusted: bool,
 }
 
 /// Settings shared by both sides.
@@ -195,9 +200,9 @@ pub struct DownstreamTls {
     pub full_scan_certs_on_sni_mismatch: bool,
     /// Validation of client certificates, ALPN, versions.
     pub common: CommonTls,
-    /// Reject clients that present no certificate (`validation` is then set).
-    /// With `validation` set and this false, a presented certificate is verified
-    /// but none is required.
+    /// Reject clients that present no certificate, when `validation` is set
+    /// (without it Envoy asks for no certificate). With `validation` set and
+    /// this false, a presented certificate is verified but none is required.
     pub require_client_certificate: bool,
     /// Resumption by session tickets (TLS 1.3 and 1.2), unless
     /// `disable_stateless_session_resumption`.
@@ -259,17 +264,6 @@ pub fn downstream(ts: &TransportSocket, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     let (certificates, common) = common(ctc, Side::Downstream, &cp, ctx);
     let require_client_certificate =
         crate::core::bool_or(dtc.require_client_certificate.as_ref(), false);
-    if require_client_certificate
-        && common
-            .as_ref()
-            .is_some_and(|c| c.validation.is_none() && !c.has_sds_validation())
-    {
-        // Envoy then asks for any certificate and checks nothing; courier needs a CA.
-        ctx.unsupported(
-            &tp.field("require_client_certificate"),
-            "require_client_certificate without validation_context.trusted_ca",
-        );
-    }
     // Envoy: "No TLS certificates found for server context". (A bad
     // certificate has its own error.)
     if ctc.tls_certificates.is_empty() && ctc.tls_certificate_sds_secret_configs.is_empty() {
@@ -601,6 +595,8 @@ fn validation_fields(
         trusted_ca,
         san_matchers,
         allow_expired_certificate: v.allow_expired_certificate,
+        accept_untrusted: v.trust_chain_verification
+            == pb::certificate_validation_context::TrustChainVerification::AcceptUntrusted as i32,
     })
 }
 
@@ -614,12 +610,14 @@ fn checked_validation(
         trusted_ca,
         san_matchers,
         allow_expired_certificate,
+        accept_untrusted,
     } = fields;
     match trusted_ca {
         Some(trusted_ca) => Ok(Some(CertificateValidation {
             trusted_ca,
             san_matchers,
             allow_expired_certificate,
+            accept_untrusted,
         })),
         None if san_matchers.is_empty() => Ok(None),
         None => {

@@ -64,6 +64,8 @@ pub struct ValidationFields {
     pub san_matchers: Vec<SanMatcher>,
     /// `allow_expired_certificate`.
     pub allow_expired_certificate: bool,
+    /// `trust_chain_verification: ACCEPT_UNTRUSTED`.
+    pub accept_untrusted: bool,
 }
 
 /// A validation context from SDS.
@@ -386,11 +388,13 @@ pub fn resolve_validation(
     // Envoy merges the secret over the default: a flag set in either holds.
     let allow_expired_certificate =
         secret.allow_expired_certificate || default.is_some_and(|d| d.allow_expired_certificate);
+    let accept_untrusted = secret.accept_untrusted || default.is_some_and(|d| d.accept_untrusted);
     match trusted_ca {
         Some(trusted_ca) => Ok(Some(CertificateValidation {
             trusted_ca,
             san_matchers,
             allow_expired_certificate,
+            accept_untrusted,
         })),
         None if san_matchers.is_empty() => Ok(None),
         None => Err(

@@ -90,6 +90,7 @@ fn combined_validation_context_keeps_its_default() {
         trusted_ca: Some(vec![CertificateDer::from(vec![0x30])]),
         san_matchers: Vec::new(),
         allow_expired_certificate: true,
+        accept_untrusted: false,
     };
     let merged = sds::resolve_validation(Some(&default), &secret)
         .unwrap()

@@ -2,6 +2,7 @@
 //! once from the chain's validated `DownstreamTls` (DER certificate and key, ALPN,
 //! versions, client-certificate validation with SAN matchers).
 
+mod any_cert;
 mod cert_select;
 pub mod expiry;
 mod peer;
@@ -198,9 +199,18 @@ fn client_verifier(
     tls: &DownstreamTls,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Option<Arc<dyn ClientCertVerifier>>, String> {
+    // Without a CA Envoy 1.40 asks for no certificate, even with
+    // `require_client_certificate` (checked in tls_validation_fields_differential).
     let Some(validation) = &tls.common.validation else {
         return Ok(None);
     };
+    if validation.accept_untrusted {
+        // `ACCEPT_UNTRUSTED`: a certificate is asked for, and any presented passes.
+        return Ok(Some(Arc::new(any_cert::AnyClientCert::new(
+            provider,
+            tls.require_client_certificate,
+        ))));
+    }
     let mut roots = rustls::RootCertStore::empty();
     for (i, ca) in validation.trusted_ca.iter().enumerate() {
         roots

@@ -303,7 +303,14 @@ impl ServerVerifier {
         provider: &Arc<rustls::crypto::CryptoProvider>,
     ) -> Result<Self, String> {
         let algorithms = provider.signature_verification_algorithms;
-        let Some(validation) = &tls.common.validation else {
+        // `ACCEPT_UNTRUSTED`: Envoy's validator reports success whatever its
+        // checks find, so nothing is checked.
+        let validation = tls
+            .common
+            .validation
+            .as_ref()
+            .filter(|v| !v.accept_untrusted);
+        let Some(validation) = validation else {
             return Ok(Self {
                 roots: None,
                 san_matchers: Vec::new(),
