@@ -60,6 +60,10 @@ pub struct Host {
     /// or Maglev table instead of its address (boxed: most hosts have none).
     #[allow(clippy::box_collection)]
     hash_key: Option<Box<String>>,
+    /// When the host entered slow start (Envoy's `last_hc_pass_time`): when it
+    /// first appeared healthy in a set of a cluster with slow start, or when
+    /// active health checking last turned it healthy. Unset otherwise.
+    slow_start_since: arc_swap::ArcSwapOption<tokio::time::Instant>,
 }
 
 pub use super::host_stats::{HostStats, PendingOn};
@@ -82,6 +86,7 @@ impl Host {
             health: Default::default(),
             pending_removal: std::sync::atomic::AtomicBool::new(false),
             hash_key: None,
+            slow_start_since: arc_swap::ArcSwapOption::empty(),
         }
     }
 
@@ -119,6 +124,17 @@ impl Host {
     /// The endpoint's `envoy.lb` metadata `hash_key`, when it has one.
     pub fn hash_key(&self) -> Option<&str> {
         self.hash_key.as_deref().map(String::as_str)
+    }
+
+    /// When the host entered slow start, if it did.
+    pub fn slow_start_since(&self) -> Option<tokio::time::Instant> {
+        self.slow_start_since.load().as_deref().copied()
+    }
+
+    /// Starts the host's slow start at `at` (main thread: joining a set, or
+    /// an active health check turning it healthy).
+    pub fn set_slow_start_since(&self, at: tokio::time::Instant) {
+        self.slow_start_since.store(Some(Arc::new(at)));
     }
 
     /// Whether the host is kept only until it fails a health check.

@@ -165,6 +165,20 @@ fn pick_at(
     if hosts.is_empty() {
         return None;
     }
+    if let Some(slow) = &lb.slow_start
+        && matches!(
+            lb.policy,
+            LbPolicy::RoundRobin | LbPolicy::LeastRequest { .. }
+        )
+    {
+        let table = std::ptr::from_ref(cursors) as usize;
+        let now = tokio::time::Instant::now();
+        if let Some(i) =
+            super::slow_start::pick(hosts, slow, &lb.policy, (cluster, table, slot), now)
+        {
+            return hosts.get(i).cloned();
+        }
+    }
     let index = match lb.policy {
         LbPolicy::RoundRobin => {
             schedule.slot(next_cursor(cursors, cluster, slot, schedule.len()))?
@@ -274,6 +288,7 @@ mod tests {
             locality_weighted: false,
             zone_aware: Default::default(),
             cluster_hash_policy: Vec::new(),
+            slow_start: None,
         }
     }
 

@@ -1,0 +1,131 @@
+//! Slow start (Envoy's `EdfLoadBalancerBase` slow start mode for ROUND_ROBIN
+//! and LEAST_REQUEST): a host's weight is scaled by
+//! `max(min_weight, (elapsed / window)^(1 / aggression))` while `elapsed`,
+//! the time since it entered slow start, is under the window.
+//!
+//! A host enters slow start when it first appears healthy in a published host
+//! set with no start time yet (joining the cluster: every host present when
+//! the cluster is built, one added by EDS or DNS later), or when active health
+//! checking turns it healthy (Envoy's `last_hc_pass_time`). Weights are
+//! computed at each pick, so the share a host gets rises continuously over
+//! the window, as Envoy re-weighs a host each time its EDF scheduler picks it.
+
+use super::host::{Host, HostSet, usable};
+use courier_config::cluster::{LbPolicy, SlowStart};
+use rustc_hash::FxHashMap;
+use std::cell::RefCell;
+use std::sync::Arc;
+use tokio::time::Instant;
+
+/// A worker's smooth weighted round-robin state for one host list: which list
+/// (its address and length, to notice a new set) and each host's credit.
+type Credits = (usize, usize, Vec<f64>);
+
+thread_local! {
+    /// Per (cluster, cursor table, slot): this worker's credits over the
+    /// list it picks from while some host is in slow start.
+    static CREDITS: RefCell<FxHashMap<(usize, usize, usize), Credits>> =
+        RefCell::new(FxHashMap::default());
+}
+
+/// Starts slow start now for each usable host of `set` that has not started
+/// it (Envoy's `recalculateHostsInSlowStart` on a host set update).
+pub fn mark_joined(set: &HostSet, now: Instant) {
+    for h in set.hosts() {
+        if usable(h) && h.slow_start_since().is_none() {
+            h.set_slow_start_since(now);
+        }
+    }
+}
+
+/// The host of `hosts` to pick at `now` when some of them is in slow start
+/// (`None` when none is: the cluster's usual pick applies). `key` names this
+/// worker's state for the list: (cluster, cursor table, slot).
+///
+/// Weights as Envoy's `hostWeight`: the host's weight (for LEAST_REQUEST
+/// divided by `(active + 1)^active_request_bias`), scaled by the slow start
+/// factor of a healthy host in its window; picked by smooth weighted round
+/// robin over them, which gives each host its current weight's share as
+/// Envoy's EDF scheduler does.
+pub fn pick(
+    hosts: &[Arc<Host>],
+    slow: &SlowStart,
+    policy: &LbPolicy,
+    key: (usize, usize, usize),
+    now: Instant,
+) -> Option<usize> {
+    let mut any = false;
+    let factors: Vec<f64> = hosts
+        .iter()
+        .map(|h| {
+            let f = match h.slow_start_since() {
+                Some(since) if usable(h) => slow.factor(now.saturating_duration_since(since)),
+                _ => 1.0,
+            };
+            any |= f < 1.0;
+            f
+        })
+        .collect();
+    if !any {
+        return None;
+    }
+    let weights: Vec<f64> = hosts
+        .iter()
+        .zip(&factors)
+        .map(|(h, f)| base_weight(h, policy) * f)
+        .collect();
+    CREDITS.with(|c| {
+        let mut c = c.borrow_mut();
+        let entry = c.entry(key).or_insert_with(|| (0, 0, Vec::new()));
+        let id = hosts.as_ptr() as usize;
+        if entry.0 != id || entry.1 != hosts.len() {
+            *entry = (id, hosts.len(), vec![0.0; hosts.len()]);
+        }
+        smooth_pick(&mut entry.2, &weights)
+    })
+}
+
+/// Envoy's weight of `h` before slow start: its `load_balancing_weight`, for
+/// LEAST_REQUEST divided by `(active requests + 1)^active_request_bias`.
+fn base_weight(h: &Host, policy: &LbPolicy) -> f64 {
+    let w = f64::from(h.weight);
+    match policy {
+        LbPolicy::LeastRequest {
+            active_request_bias,
+            ..
+        } if *active_request_bias != 0.0 => {
+            let active = h.active_requests().saturating_add(1) as f64;
+            if *active_request_bias == 1.0 {
+                w / active
+            } else {
+                w / active.powf(*active_request_bias)
+            }
+        }
+        _ => w,
+    }
+}
+
+/// One step of smooth weighted round robin: every entry earns its weight, the
+/// richest is picked and pays the total.
+fn smooth_pick(credits: &mut [f64], weights: &[f64]) -> Option<usize> {
+    let total: f64 = weights.iter().sum();
+    if total <= 0.0 || !total.is_finite() {
+        return None;
+    }
+    let mut best: Option<(usize, f64)> = None;
+    for (i, (c, w)) in credits.iter_mut().zip(weights).enumerate() {
+        *c += w;
+        if best.is_none_or(|(_, b)| *c > b) {
+            best = Some((i, *c));
+        }
+    }
+    let (b, _) = best?;
+    if let Some(c) = credits.get_mut(b) {
+        *c -= total;
+    }
+    Some(b)
+}
+
+#[cfg(test)]
+#[path = "slow_start_tests.rs"]
+mod tests;
