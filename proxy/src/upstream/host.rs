@@ -871,6 +871,7 @@ pub fn static_hosts_reusing(
                         Address::Pipe(p) => Host::pipe(&p.path, hostname, e.weight, healthy),
                         Address::Socket(_) => Host::new(address, hostname, e.weight, healthy),
                     };
+                    carry_slow_start(&host, by_addr.get(&address).copied());
                     Some(Arc::new(
                         host.with_socket(socket)
                             .with_locality(locality)
@@ -950,12 +951,26 @@ pub fn resolved_host(
         return Arc::clone(h);
     }
     sockets.count(socket);
+    let host = Host::new(address, hostname, endpoint.weight, healthy);
+    carry_slow_start(
+        &host,
+        previous.and_then(|p| p.hosts().find(|h| h.address == address)),
+    );
     Arc::new(
-        Host::new(address, hostname, endpoint.weight, healthy)
-            .with_socket(socket)
+        host.with_socket(socket)
             .with_locality(locality)
             .with_hash_key(hash_key),
     )
+}
+
+/// Gives `host`, replacing `previous` at the same address (its weight,
+/// health status or the like changed), the slow start time `previous` had:
+/// Envoy updates such a host in place, keeping its `last_hc_pass_time`, so
+/// it does not start slow start over.
+fn carry_slow_start(host: &Host, previous: Option<&Arc<Host>>) {
+    if let Some(at) = previous.and_then(|p| p.slow_start_since()) {
+        host.set_slow_start_since(at);
+    }
 }
 
 #[cfg(test)]

@@ -174,3 +174,28 @@ async fn hosts_present_at_start_ramp_together_and_the_window_ends() {
     );
     assert_eq!(new_host_picks(&set, &l, 9301, 300), 100);
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_eds_update_adds_a_host_in_slow_start_and_keeps_the_others() {
+    use crate::upstream::host::{static_hosts_reusing, tests::assignment};
+    use crate::upstream::socket::HostSockets;
+    let la = assignment(&[(None, None, &[1, 2])], 140);
+    let first = static_hosts_reusing(&la, None, false, &HostSockets::NONE);
+    mark_joined(&first, Instant::now());
+    let joined = Instant::now();
+    tokio::time::advance(2 * WINDOW).await;
+    // Host 3 joins; host 2's weight changes (a new host object, which keeps
+    // its slow start time as Envoy keeps the host).
+    let mut la = assignment(&[(None, None, &[1, 2, 3])], 140);
+    la.priorities[0].localities[0].endpoints[1].weight = 2;
+    let second = static_hosts_reusing(&la, Some(&first), false, &HostSockets::NONE);
+    mark_joined(&second, Instant::now());
+    let hosts = second.priorities[0].all();
+    assert_eq!(hosts[1].weight, 2);
+    assert_eq!(hosts[0].slow_start_since(), Some(joined));
+    assert_eq!(hosts[1].slow_start_since(), Some(joined));
+    assert_eq!(hosts[2].slow_start_since(), Some(Instant::now()));
+    // Weights 1, 2 and 0.1 x 1: host 3 gets 1 in 31.
+    let l = lb(LbPolicy::RoundRobin, 1.0, 0.1);
+    assert_eq!(new_host_picks(&second, &l, 9400, 310), 10);
+}
