@@ -523,6 +523,10 @@ pub struct HostSet {
     localities: Option<Box<[Localities]>>,
     /// `overprovisioning_factor` the set was built with (a rebuild keeps it).
     overprovisioning_factor: u32,
+    /// Slow start clusters: whether LEAST_REQUEST picks by weight (Envoy's
+    /// EDF schedulers, built when the set was published during a slow start
+    /// window and kept until the next set) rather than by sampling hosts.
+    weighted_picks: std::sync::atomic::AtomicBool,
 }
 
 impl HostSet {
@@ -591,7 +595,19 @@ impl HostSet {
             total_panic,
             localities,
             overprovisioning_factor,
+            weighted_picks: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether LEAST_REQUEST picks by weight in this set (see
+    /// [`super::slow_start::refresh`]).
+    pub fn weighted_picks(&self) -> bool {
+        self.weighted_picks.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Self::weighted_picks`] (main thread, when the set is published).
+    pub fn set_weighted_picks(&self, weighted: bool) {
+        self.weighted_picks.store(weighted, Ordering::Relaxed);
     }
 
     /// Each level's health, as the priority load is built from.

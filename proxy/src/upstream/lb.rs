@@ -173,9 +173,18 @@ fn pick_at(
     {
         let table = std::ptr::from_ref(cursors) as usize;
         let now = tokio::time::Instant::now();
-        if let Some(i) =
-            super::slow_start::pick(hosts, slow, &lb.policy, (cluster, table, slot), now)
-        {
+        // Envoy's LEAST_REQUEST keeps picking by weight while the set it
+        // built its schedulers for lasts; ROUND_ROBIN's schedule gives the
+        // same shares as its EDF once no host is in slow start.
+        let weighted = matches!(lb.policy, LbPolicy::LeastRequest { .. }) && set.weighted_picks();
+        if let Some(i) = super::slow_start::pick(
+            hosts,
+            slow,
+            &lb.policy,
+            (cluster, table, slot),
+            now,
+            weighted,
+        ) {
             return hosts.get(i).cloned();
         }
     }

@@ -103,8 +103,8 @@ impl UpstreamCluster {
     /// work, not the requests').
     pub fn store_hosts(&self, set: HostSet) {
         set.prime_hash(&self.config.lb.policy);
-        if self.config.lb.slow_start.is_some() {
-            slow_start::mark_joined(&set, tokio::time::Instant::now());
+        if let Some(slow) = &self.config.lb.slow_start {
+            slow_start::refresh(&set, slow, tokio::time::Instant::now(), false);
         }
         self.hosts.store(Arc::new(set));
     }
@@ -479,8 +479,8 @@ fn build(
         ))
     });
     hosts.prime_hash(&config.lb.policy);
-    if config.lb.slow_start.is_some() {
-        slow_start::mark_joined(&hosts, tokio::time::Instant::now());
+    if let Some(slow) = &config.lb.slow_start {
+        slow_start::refresh(&hosts, slow, tokio::time::Instant::now(), true);
     }
     Ok(UpstreamCluster {
         index,

@@ -28,19 +28,32 @@ thread_local! {
         RefCell::new(FxHashMap::default());
 }
 
-/// Starts slow start now for each usable host of `set` that has not started
-/// it (Envoy's `recalculateHostsInSlowStart` on a host set update).
-pub fn mark_joined(set: &HostSet, now: Instant) {
+/// Envoy's `EdfLoadBalancerBase::refresh` for a newly published `set` of a
+/// cluster with slow start `slow`: each usable host that has not started slow
+/// start starts it now (`recalculateHostsInSlowStart`), and the set notes
+/// whether LEAST_REQUEST picks by weight in it. Envoy builds its EDF
+/// schedulers when some host, or the balancer itself (`new_balancer`: the
+/// cluster was just built), started within the window, and keeps them until
+/// the next set; otherwise LEAST_REQUEST samples hosts.
+pub fn refresh(set: &HostSet, slow: &SlowStart, now: Instant, new_balancer: bool) {
+    let mut in_window = new_balancer;
     for h in set.hosts() {
-        if usable(h) && h.slow_start_since().is_none() {
-            h.set_slow_start_since(now);
+        if !usable(h) {
+            continue;
         }
+        let since = h.slow_start_since().unwrap_or_else(|| {
+            h.set_slow_start_since(now);
+            now
+        });
+        in_window |= now.saturating_duration_since(since) <= slow.window;
     }
+    set.set_weighted_picks(in_window);
 }
 
-/// The host of `hosts` to pick at `now` when some of them is in slow start
-/// (`None` when none is: the cluster's usual pick applies). `key` names this
-/// worker's state for the list: (cluster, cursor table, slot).
+/// The host of `hosts` to pick at `now` when some of them is in slow start,
+/// or by weight anyway with `weighted` (`None` otherwise: the cluster's usual
+/// pick applies). `key` names this worker's state for the list: (cluster,
+/// cursor table, slot).
 ///
 /// Weights as Envoy's `hostWeight`: the host's weight (for LEAST_REQUEST
 /// divided by `(active + 1)^active_request_bias`), scaled by the slow start
@@ -53,6 +66,7 @@ pub fn pick(
     policy: &LbPolicy,
     key: (usize, usize, usize),
     now: Instant,
+    weighted: bool,
 ) -> Option<usize> {
     let mut any = false;
     let factors: Vec<f64> = hosts
@@ -66,7 +80,7 @@ pub fn pick(
             f
         })
         .collect();
-    if !any {
+    if !any && !weighted {
         return None;
     }
     let weights: Vec<f64> = hosts

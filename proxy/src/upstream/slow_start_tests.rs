@@ -33,6 +33,15 @@ fn lb(policy: LbPolicy, aggression: f64, min_weight: f64) -> LoadBalancer {
     }
 }
 
+/// The defaults with a 10 s window.
+fn slow() -> SlowStart {
+    SlowStart {
+        window: WINDOW,
+        aggression: 1.0,
+        min_weight: 0.1,
+    }
+}
+
 /// Envoy's factor, written out: `max(min_weight, (max(1 ms, t) /
 /// window)^(1 / aggression))` inside the window, else 1.
 fn envoy_factor(t: Duration, aggression: f64, min_weight: f64) -> f64 {
@@ -48,10 +57,10 @@ fn envoy_factor(t: Duration, aggression: f64, min_weight: f64) -> f64 {
 async fn with_new_host() -> HostSet {
     let (a, b) = (host(1), host(2));
     let old = HostSet::new(vec![vec![Arc::clone(&a), Arc::clone(&b)]], 140);
-    mark_joined(&old, Instant::now());
+    refresh(&old, &slow(), Instant::now(), true);
     tokio::time::advance(2 * WINDOW).await;
     let set = HostSet::new(vec![vec![a, b, host(3)]], 140);
-    mark_joined(&set, Instant::now());
+    refresh(&set, &slow(), Instant::now(), false);
     set
 }
 
@@ -139,7 +148,7 @@ async fn hosts_present_at_start_ramp_together_and_the_window_ends() {
     // Every host joins at once: equal factors, an even split (Envoy's hosts
     // at cluster start are all in slow start).
     let set = HostSet::new(vec![vec![host(1), host(2), host(3)]], 140);
-    mark_joined(&set, Instant::now());
+    refresh(&set, &slow(), Instant::now(), false);
     tokio::time::advance(Duration::from_secs(3)).await;
     let l = lb(LbPolicy::RoundRobin, 1.0, 0.1);
     assert_eq!(new_host_picks(&set, &l, 9300, 300), 100);
@@ -152,7 +161,7 @@ async fn hosts_present_at_start_ramp_together_and_the_window_ends() {
         false,
     ));
     let set = HostSet::new(vec![vec![host(1), host(2), Arc::clone(&late)]], 140);
-    mark_joined(&set, Instant::now());
+    refresh(&set, &slow(), Instant::now(), false);
     assert_eq!(late.slow_start_since(), None);
     // Past the window nothing is in slow start: the usual pick.
     let set = with_new_host().await;
@@ -161,14 +170,11 @@ async fn hosts_present_at_start_ramp_together_and_the_window_ends() {
     assert_eq!(
         pick(
             hosts,
-            &SlowStart {
-                window: WINDOW,
-                aggression: 1.0,
-                min_weight: 0.1
-            },
+            &slow(),
             &LbPolicy::RoundRobin,
             (0, 0, 0),
-            Instant::now()
+            Instant::now(),
+            false
         ),
         None
     );
@@ -181,7 +187,7 @@ async fn an_eds_update_adds_a_host_in_slow_start_and_keeps_the_others() {
     use crate::upstream::socket::HostSockets;
     let la = assignment(&[(None, None, &[1, 2])], 140);
     let first = static_hosts_reusing(&la, None, false, &HostSockets::NONE);
-    mark_joined(&first, Instant::now());
+    refresh(&first, &slow(), Instant::now(), true);
     let joined = Instant::now();
     tokio::time::advance(2 * WINDOW).await;
     // Host 3 joins; host 2's weight changes (a new host object, which keeps
@@ -189,7 +195,7 @@ async fn an_eds_update_adds_a_host_in_slow_start_and_keeps_the_others() {
     let mut la = assignment(&[(None, None, &[1, 2, 3])], 140);
     la.priorities[0].localities[0].endpoints[1].weight = 2;
     let second = static_hosts_reusing(&la, Some(&first), false, &HostSockets::NONE);
-    mark_joined(&second, Instant::now());
+    refresh(&second, &slow(), Instant::now(), false);
     let hosts = second.priorities[0].all();
     assert_eq!(hosts[1].weight, 2);
     assert_eq!(hosts[0].slow_start_since(), Some(joined));
@@ -198,4 +204,33 @@ async fn an_eds_update_adds_a_host_in_slow_start_and_keeps_the_others() {
     // Weights 1, 2 and 0.1 x 1: host 3 gets 1 in 31.
     let l = lb(LbPolicy::RoundRobin, 1.0, 0.1);
     assert_eq!(new_host_picks(&second, &l, 9400, 310), 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn least_request_picks_by_weight_until_a_set_is_published_outside_the_window() {
+    let l = lb(
+        LbPolicy::LeastRequest {
+            choice_count: 2,
+            active_request_bias: 1.0,
+        },
+        1.0,
+        0.1,
+    );
+    let set = HostSet::new(vec![vec![host(1), host(2), host(3)]], 140);
+    // A new balancer: Envoy builds its EDF schedulers and keeps them.
+    refresh(&set, &slow(), Instant::now(), true);
+    assert!(set.weighted_picks());
+    tokio::time::advance(2 * WINDOW).await;
+    // Host 3 busy: weights 1, 1 and 1 / 2, so it gets exactly 1 in 5 by
+    // weight (sampling two hosts would give it about 1 in 9).
+    let busy = Arc::clone(&set.priorities[0].all()[2]);
+    let guard = busy.start_request();
+    assert_eq!(new_host_picks(&set, &l, 9500, 500), 100);
+    // The next set, published outside every window: sampling again.
+    let next = HostSet::new(vec![set.priorities[0].all().to_vec()], 140);
+    refresh(&next, &slow(), Instant::now(), false);
+    assert!(!next.weighted_picks());
+    let picks = new_host_picks(&next, &l, 9501, 900);
+    assert!((60..=140).contains(&picks), "{picks}");
+    drop(guard);
 }
