@@ -17,9 +17,17 @@ use std::cell::RefCell;
 use std::sync::Arc;
 use tokio::time::Instant;
 
-/// A worker's smooth weighted round-robin state for one host list: which list
-/// (its address and length, to notice a new set) and each host's credit.
-type Credits = (usize, usize, Vec<f64>);
+/// A worker's smooth weighted round-robin state for one host list.
+#[derive(Default)]
+struct Credits {
+    /// Which list: its address and length, to notice a new set.
+    list: (usize, usize),
+    /// Each host's credit.
+    credits: Vec<f64>,
+    /// Scratch room for the hosts' current weights (kept to save an
+    /// allocation per pick).
+    weights: Vec<f64>,
+}
 
 thread_local! {
     /// Per (cluster, cursor table, slot): this worker's credits over the
@@ -68,34 +76,28 @@ pub fn pick(
     now: Instant,
     weighted: bool,
 ) -> Option<usize> {
-    let mut any = false;
-    let factors: Vec<f64> = hosts
-        .iter()
-        .map(|h| {
-            let f = match h.slow_start_since() {
-                Some(since) if usable(h) => slow.factor(now.saturating_duration_since(since)),
-                _ => 1.0,
-            };
-            any |= f < 1.0;
-            f
-        })
-        .collect();
-    if !any && !weighted {
+    let factor = |h: &Arc<Host>| match h.slow_start_since() {
+        // Envoy scales only a healthy host's weight.
+        Some(since) if usable(h) => slow.factor(now.saturating_duration_since(since)),
+        _ => 1.0,
+    };
+    if !weighted && !hosts.iter().any(|h| factor(h) < 1.0) {
         return None;
     }
-    let weights: Vec<f64> = hosts
-        .iter()
-        .zip(&factors)
-        .map(|(h, f)| base_weight(h, policy) * f)
-        .collect();
     CREDITS.with(|c| {
         let mut c = c.borrow_mut();
-        let entry = c.entry(key).or_insert_with(|| (0, 0, Vec::new()));
-        let id = hosts.as_ptr() as usize;
-        if entry.0 != id || entry.1 != hosts.len() {
-            *entry = (id, hosts.len(), vec![0.0; hosts.len()]);
+        let state = c.entry(key).or_default();
+        let list = (hosts.as_ptr() as usize, hosts.len());
+        if state.list != list {
+            state.list = list;
+            state.credits.clear();
+            state.credits.resize(hosts.len(), 0.0);
         }
-        smooth_pick(&mut entry.2, &weights)
+        state.weights.clear();
+        state
+            .weights
+            .extend(hosts.iter().map(|h| base_weight(h, policy) * factor(h)));
+        smooth_pick(&mut state.credits, &state.weights)
     })
 }
 
