@@ -2,6 +2,7 @@
 //! `common_lb_config`.
 
 use super::hash_lb::{self, Maglev, RingHash};
+use super::slow_start::{self, SlowStart};
 use super::values;
 use super::zone_aware::{self, ZoneAware};
 use crate::core;
@@ -80,11 +81,15 @@ pub struct LoadBalancer {
     /// when set, a consistent-hashing balancer hashes requests by these
     /// instead of their route's.
     pub cluster_hash_policy: Vec<crate::route::hash_policy::HashPolicy>,
+    /// Slow start (`slow_start_config` of ROUND_ROBIN or LEAST_REQUEST, typed
+    /// or legacy): none when not configured or with a window under 1 ms.
+    pub slow_start: Option<SlowStart>,
 }
 
 /// Translates `lb_policy`, `least_request_lb_config`, `load_balancing_policy` and
 /// `common_lb_config`.
 pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> LoadBalancer {
+    let mut slow_start = None;
     let (policy, (locality_weighted, zone_aware)) = match &c.load_balancing_policy {
         Some(lbp) => {
             // The typed policy supersedes lb_policy; refuse a conflicting setting rather
@@ -104,6 +109,15 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
             ) {
                 ctx.error(
                     &path.field("least_request_lb_config"),
+                    "cannot be combined with load_balancing_policy, which supersedes it",
+                );
+            }
+            if matches!(
+                c.lb_config,
+                Some(pb::cluster::LbConfig::RoundRobinLbConfig(_))
+            ) {
+                ctx.error(
+                    &path.field("round_robin_lb_config"),
                     "cannot be combined with load_balancing_policy, which supersedes it",
                 );
             }
@@ -136,7 +150,10 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
                 );
             }
             match typed_policy(lbp, &path.field("load_balancing_policy"), ctx) {
-                Some((policy, locality)) => (Some(policy), locality),
+                Some((policy, locality, slow)) => {
+                    slow_start = slow;
+                    (Some(policy), locality)
+                }
                 None => (None, (false, ZoneAware::default())),
             }
         }
@@ -158,7 +175,9 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
                 ),
                 None => (false, ZoneAware::default()),
             };
-            (lb_policy(c, path, ctx), locality)
+            let policy = lb_policy(c, path, ctx);
+            slow_start = legacy_slow_start(c, policy.as_ref(), path, ctx);
+            (policy, locality)
         }
     };
     let use_hostname = match &policy {
@@ -193,6 +212,43 @@ pub(super) fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Load
         healthy_panic_threshold,
         locality_weighted,
         zone_aware,
+        slow_start,
+    }
+}
+
+/// The legacy `round_robin_lb_config` / `least_request_lb_config`
+/// `slow_start_config`, for the policy they belong to.
+fn legacy_slow_start(
+    c: &pb::Cluster,
+    policy: Option<&LbPolicy>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<SlowStart> {
+    match (&c.lb_config, policy) {
+        (Some(pb::cluster::LbConfig::RoundRobinLbConfig(rr)), Some(LbPolicy::RoundRobin)) => {
+            slow_start::legacy(
+                rr.slow_start_config.as_ref(),
+                &path.field("round_robin_lb_config"),
+                ctx,
+            )
+        }
+        (Some(pb::cluster::LbConfig::RoundRobinLbConfig(_)), Some(_)) => {
+            // Envoy ignores it; say so instead.
+            ctx.error(
+                &path.field("round_robin_lb_config"),
+                "only applies to lb_policy ROUND_ROBIN",
+            );
+            None
+        }
+        (
+            Some(pb::cluster::LbConfig::LeastRequestLbConfig(lr)),
+            Some(LbPolicy::LeastRequest { .. }),
+        ) => slow_start::legacy(
+            lr.slow_start_config.as_ref(),
+            &path.field("least_request_lb_config"),
+            ctx,
+        ),
+        _ => None,
     }
 }
 
@@ -366,13 +422,13 @@ fn locality(
 }
 
 /// The first policy courier implements wins, as in Envoy; the others are not used.
-/// Returns the policy, whether it balances by locality weight and its
-/// zone-aware settings.
+/// Returns the policy, whether it balances by locality weight, its
+/// zone-aware settings and its slow start.
 fn typed_policy(
     lbp: &pb::LoadBalancingPolicy,
     path: &Path<'_>,
     ctx: &mut Ctx,
-) -> Option<(LbPolicy, (bool, ZoneAware))> {
+) -> Option<(LbPolicy, (bool, ZoneAware), Option<SlowStart>)> {
     let pp = path.field("policies");
     if lbp.policies.is_empty() {
         ctx.error(&pp, "must name at least one policy");
@@ -395,12 +451,13 @@ fn typed_policy(
             extensions::LB_ROUND_ROBIN => {
                 let rr: RoundRobin = core::unpack(any, &cp, ctx)?;
                 let locality = locality(rr.locality_lb_config.as_ref(), &cp, ctx);
-                return Some((LbPolicy::RoundRobin, locality));
+                let slow = slow_start::typed(rr.slow_start_config.as_ref(), &cp, ctx);
+                return Some((LbPolicy::RoundRobin, locality, slow));
             }
             extensions::LB_RANDOM => {
                 let r: Random = core::unpack(any, &cp, ctx)?;
                 let locality = locality(r.locality_lb_config.as_ref(), &cp, ctx);
-                return Some((LbPolicy::Random, locality));
+                return Some((LbPolicy::Random, locality, None));
             }
             extensions::LB_LEAST_REQUEST => {
                 let lr: LeastRequest = core::unpack(any, &cp, ctx)?;
@@ -411,19 +468,20 @@ fn typed_policy(
                     ctx,
                 );
                 let locality = locality(lr.locality_lb_config.as_ref(), &cp, ctx);
-                return Some((policy, locality));
+                let slow = slow_start::typed(lr.slow_start_config.as_ref(), &cp, ctx);
+                return Some((policy, locality, slow));
             }
             extensions::LB_RING_HASH => {
                 let r: RingHashProto = core::unpack(any, &cp, ctx)?;
                 let policy = LbPolicy::RingHash(hash_lb::typed_ring_hash(&r, &cp, ctx));
                 let weighted = r.locality_weighted_lb_config.is_some();
-                return Some((policy, (weighted, ZoneAware::default())));
+                return Some((policy, (weighted, ZoneAware::default()), None));
             }
             extensions::LB_MAGLEV => {
                 let m: MaglevProto = core::unpack(any, &cp, ctx)?;
                 let policy = LbPolicy::Maglev(hash_lb::typed_maglev(&m, &cp, ctx));
                 let weighted = m.locality_weighted_lb_config.is_some();
-                return Some((policy, (weighted, ZoneAware::default())));
+                return Some((policy, (weighted, ZoneAware::default()), None));
             }
             url => unknown.push((
                 i,

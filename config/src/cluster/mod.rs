@@ -14,6 +14,7 @@ mod lb;
 mod outlier;
 mod protocol;
 mod proxy_socket;
+mod slow_start;
 mod socket_match;
 mod table;
 mod values;
@@ -33,6 +34,7 @@ pub use lb::{LbPolicy, LoadBalancer};
 pub use outlier::OutlierDetection;
 pub use protocol::{AutoSni, Http2Options, HttpCommonOptions, UpstreamHttp, UpstreamProtocol};
 pub use proxy_socket::{ProxyProtocolVersion, UpstreamSocket};
+pub use slow_start::SlowStart;
 pub use socket_match::{
     DEFAULT_SOCKET, SocketIndex, TransportSocketMatch, resolve as resolve_socket,
 };

@@ -29,6 +29,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "dns_lookup_family",
             "outlier_detection",
             "least_request_lb_config",
+            "round_robin_lb_config",
             "ring_hash_lb_config",
             "maglev_lb_config",
             "common_lb_config",
@@ -81,7 +82,19 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.config.cluster.v3.Cluster.LeastRequestLbConfig",
-        &["choice_count", "active_request_bias"],
+        &["choice_count", "active_request_bias", "slow_start_config"],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.RoundRobinLbConfig",
+        &["slow_start_config"],
+    ),
+    (
+        "envoy.config.cluster.v3.Cluster.SlowStartConfig",
+        &["slow_start_window", "aggression", "min_weight_percent"],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.common.v3.SlowStartConfig",
+        &["slow_start_window", "aggression", "min_weight_percent"],
     ),
     (
         "envoy.config.cluster.v3.Cluster.CommonLbConfig",
@@ -156,7 +169,7 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
-        &["locality_lb_config"],
+        &["locality_lb_config", "slow_start_config"],
     ),
     (
         "envoy.extensions.load_balancing_policies.random.v3.Random",
@@ -164,7 +177,12 @@ pub(crate) const SUPPORT: &[Support] = &[
     ),
     (
         "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
-        &["choice_count", "active_request_bias", "locality_lb_config"],
+        &[
+            "choice_count",
+            "active_request_bias",
+            "locality_lb_config",
+            "slow_start_config",
+        ],
     ),
     (
         "envoy.extensions.load_balancing_policies.common.v3.LocalityLbConfig",

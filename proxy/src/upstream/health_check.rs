@@ -259,6 +259,11 @@ fn update(
             super::outlier::uneject_on_health_check(cluster, host);
             if h.failed() && (first || passes >= hc.healthy_threshold) {
                 h.failed.store(false, Ordering::Relaxed);
+                if cluster.config.lb.slow_start.is_some() {
+                    // Envoy's last_hc_pass_time: turning healthy by active
+                    // health checking (re)starts slow start.
+                    host.set_slow_start_since(tokio::time::Instant::now());
+                }
                 event(What::AddHealthy { first_check: first });
                 return true;
             }

@@ -60,6 +60,10 @@ pub struct Host {
     /// or Maglev table instead of its address (boxed: most hosts have none).
     #[allow(clippy::box_collection)]
     hash_key: Option<Box<String>>,
+    /// When the host entered slow start (Envoy's `last_hc_pass_time`): when it
+    /// first appeared healthy in a set of a cluster with slow start, or when
+    /// active health checking last turned it healthy. Unset otherwise.
+    slow_start_since: arc_swap::ArcSwapOption<tokio::time::Instant>,
 }
 
 pub use super::host_stats::{HostStats, PendingOn};
@@ -82,6 +86,7 @@ impl Host {
             health: Default::default(),
             pending_removal: std::sync::atomic::AtomicBool::new(false),
             hash_key: None,
+            slow_start_since: arc_swap::ArcSwapOption::empty(),
         }
     }
 
@@ -119,6 +124,17 @@ impl Host {
     /// The endpoint's `envoy.lb` metadata `hash_key`, when it has one.
     pub fn hash_key(&self) -> Option<&str> {
         self.hash_key.as_deref().map(String::as_str)
+    }
+
+    /// When the host entered slow start, if it did.
+    pub fn slow_start_since(&self) -> Option<tokio::time::Instant> {
+        self.slow_start_since.load().as_deref().copied()
+    }
+
+    /// Starts the host's slow start at `at` (main thread: joining a set, or
+    /// an active health check turning it healthy).
+    pub fn set_slow_start_since(&self, at: tokio::time::Instant) {
+        self.slow_start_since.store(Some(Arc::new(at)));
     }
 
     /// Whether the host is kept only until it fails a health check.
@@ -507,6 +523,10 @@ pub struct HostSet {
     localities: Option<Box<[Localities]>>,
     /// `overprovisioning_factor` the set was built with (a rebuild keeps it).
     overprovisioning_factor: u32,
+    /// Slow start clusters: whether LEAST_REQUEST picks by weight (Envoy's
+    /// EDF schedulers, built when the set was published during a slow start
+    /// window and kept until the next set) rather than by sampling hosts.
+    weighted_picks: std::sync::atomic::AtomicBool,
 }
 
 impl HostSet {
@@ -575,7 +595,19 @@ impl HostSet {
             total_panic,
             localities,
             overprovisioning_factor,
+            weighted_picks: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Whether LEAST_REQUEST picks by weight in this set (see
+    /// [`super::slow_start::refresh`]).
+    pub fn weighted_picks(&self) -> bool {
+        self.weighted_picks.load(Ordering::Relaxed)
+    }
+
+    /// Sets [`Self::weighted_picks`] (main thread, when the set is published).
+    pub fn set_weighted_picks(&self, weighted: bool) {
+        self.weighted_picks.store(weighted, Ordering::Relaxed);
     }
 
     /// Each level's health, as the priority load is built from.
@@ -855,6 +887,7 @@ pub fn static_hosts_reusing(
                         Address::Pipe(p) => Host::pipe(&p.path, hostname, e.weight, healthy),
                         Address::Socket(_) => Host::new(address, hostname, e.weight, healthy),
                     };
+                    carry_slow_start(&host, by_addr.get(&address).copied());
                     Some(Arc::new(
                         host.with_socket(socket)
                             .with_locality(locality)
@@ -934,12 +967,26 @@ pub fn resolved_host(
         return Arc::clone(h);
     }
     sockets.count(socket);
+    let host = Host::new(address, hostname, endpoint.weight, healthy);
+    carry_slow_start(
+        &host,
+        previous.and_then(|p| p.hosts().find(|h| h.address == address)),
+    );
     Arc::new(
-        Host::new(address, hostname, endpoint.weight, healthy)
-            .with_socket(socket)
+        host.with_socket(socket)
             .with_locality(locality)
             .with_hash_key(hash_key),
     )
+}
+
+/// Gives `host`, replacing `previous` at the same address (its weight,
+/// health status or the like changed), the slow start time `previous` had:
+/// Envoy updates such a host in place, keeping its `last_hc_pass_time`, so
+/// it does not start slow start over.
+fn carry_slow_start(host: &Host, previous: Option<&Arc<Host>>) {
+    if let Some(at) = previous.and_then(|p| p.slow_start_since()) {
+        host.set_slow_start_since(at);
+    }
 }
 
 #[cfg(test)]

@@ -165,6 +165,29 @@ fn pick_at(
     if hosts.is_empty() {
         return None;
     }
+    if let Some(slow) = &lb.slow_start
+        && matches!(
+            lb.policy,
+            LbPolicy::RoundRobin | LbPolicy::LeastRequest { .. }
+        )
+    {
+        let table = std::ptr::from_ref(cursors) as usize;
+        let now = tokio::time::Instant::now();
+        // Envoy's LEAST_REQUEST keeps picking by weight while the set it
+        // built its schedulers for lasts; ROUND_ROBIN's schedule gives the
+        // same shares as its EDF once no host is in slow start.
+        let weighted = matches!(lb.policy, LbPolicy::LeastRequest { .. }) && set.weighted_picks();
+        if let Some(i) = super::slow_start::pick(
+            hosts,
+            slow,
+            &lb.policy,
+            (cluster, table, slot),
+            now,
+            weighted,
+        ) {
+            return hosts.get(i).cloned();
+        }
+    }
     let index = match lb.policy {
         LbPolicy::RoundRobin => {
             schedule.slot(next_cursor(cursors, cluster, slot, schedule.len()))?
@@ -274,6 +297,7 @@ mod tests {
             locality_weighted: false,
             zone_aware: Default::default(),
             cluster_hash_policy: Vec::new(),
+            slow_start: None,
         }
     }
 

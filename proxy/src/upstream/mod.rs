@@ -20,6 +20,7 @@ pub mod outlier;
 mod pending;
 pub mod pool;
 pub mod proxy_header;
+pub mod slow_start;
 pub mod socket;
 pub mod stream;
 pub mod tls;
@@ -102,6 +103,9 @@ impl UpstreamCluster {
     /// work, not the requests').
     pub fn store_hosts(&self, set: HostSet) {
         set.prime_hash(&self.config.lb.policy);
+        if let Some(slow) = &self.config.lb.slow_start {
+            slow_start::refresh(&set, slow, tokio::time::Instant::now(), false);
+        }
         self.hosts.store(Arc::new(set));
     }
 
@@ -475,6 +479,9 @@ fn build(
         ))
     });
     hosts.prime_hash(&config.lb.policy);
+    if let Some(slow) = &config.lb.slow_start {
+        slow_start::refresh(&hosts, slow, tokio::time::Instant::now(), true);
+    }
     Ok(UpstreamCluster {
         index,
         lb_slot: index,

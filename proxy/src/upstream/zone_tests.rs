@@ -53,6 +53,7 @@ fn lb(zone_aware: ZoneAware) -> LoadBalancer {
         locality_weighted: false,
         zone_aware,
         cluster_hash_policy: Vec::new(),
+        slow_start: None,
     }
 }
 

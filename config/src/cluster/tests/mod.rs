@@ -5,6 +5,7 @@ use crate::load::Format;
 
 mod endpoints;
 mod policies;
+mod slow_start;
 mod socket_match;
 mod upstream;
 

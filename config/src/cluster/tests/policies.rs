@@ -275,16 +275,6 @@ fn typed_policies_take_locality_weighted_lb_config() {
             "static_resources.clusters[0].common_lb_config.locality_weighted_lb_config: cannot be combined with load_balancing_policy (set locality_lb_config in the policy)"
         ]
     );
-    // Other fields of the typed policies stay refused.
-    assert_eq!(
-        errors(&with_ep(&typed(
-            crate::extensions::LB_ROUND_ROBIN,
-            ", slow_start_config: {}"
-        ))),
-        [
-            "static_resources.clusters[0].load_balancing_policy.policies[0].typed_extension_config.typed_config.slow_start_config: slow_start_config is not supported"
-        ]
-    );
 }
 
 #[test]
