@@ -7,10 +7,9 @@
 // A test that cannot proceed should stop loudly.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use courier_tests::differential::{bootstrap, hcm_listener_filters};
+use courier_tests::differential::{bootstrap, hcm_listener_filters, same_lines};
 use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::raw_http1::exchange;
-use courier_tests::{courier_bin, envoy_bin};
 use http_body_util::BodyExt;
 use std::net::SocketAddr;
 
@@ -149,16 +148,9 @@ fn observe(kind: Kind, bin: &std::path::Path) -> Vec<String> {
 
 #[test]
 fn buffer_filter_matches_envoy() {
-    let Some(envoy) = envoy_bin() else {
-        eprintln!("SKIPPED: no Envoy (set COURIER_ENVOY)");
+    let Some(courier_lines) = same_lines(observe) else {
         return;
     };
-    let envoy_lines = observe(Kind::Envoy, &envoy);
-    let courier_lines = observe(Kind::Courier, &courier_bin());
-    for (e, c) in envoy_lines.iter().zip(&courier_lines) {
-        println!("envoy:   {e}\ncourier: {c}");
-    }
-    assert_eq!(courier_lines, envoy_lines);
     // What Envoy does, spelled out, so the comparison cannot pass on two wrong answers.
     let line = |prefix: &str| {
         courier_lines

@@ -43,24 +43,30 @@ pub fn apply(rules: &[MutationRule], headers: &mut HeaderMap) {
                 ) else {
                     continue;
                 };
-                match action {
-                    AppendAction::AppendIfExistsOrAdd => {
-                        headers.append(name, value);
-                    }
-                    AppendAction::AddIfAbsent => {
-                        if !headers.contains_key(&name) {
-                            headers.insert(name, value);
-                        }
-                    }
-                    AppendAction::OverwriteIfExistsOrAdd => {
-                        headers.insert(name, value);
-                    }
-                    AppendAction::OverwriteIfExists => {
-                        if headers.contains_key(&name) {
-                            headers.insert(name, value);
-                        }
-                    }
-                }
+                add(headers, name, value, *action);
+            }
+        }
+    }
+}
+
+/// Adds `value` under `name` as `action` says (Envoy's `HeaderValueOption`),
+/// for route-level header mutations and these rules alike.
+pub fn add(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue, action: AppendAction) {
+    match action {
+        AppendAction::AppendIfExistsOrAdd => {
+            headers.append(name, value);
+        }
+        AppendAction::AddIfAbsent => {
+            if !headers.contains_key(&name) {
+                headers.insert(name, value);
+            }
+        }
+        AppendAction::OverwriteIfExistsOrAdd => {
+            headers.insert(name, value);
+        }
+        AppendAction::OverwriteIfExists => {
+            if headers.contains_key(&name) {
+                headers.insert(name, value);
             }
         }
     }

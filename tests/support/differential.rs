@@ -334,3 +334,21 @@ pub fn hcm_listener_filters(
         vhosts = indent(virtual_hosts, 10),
     )
 }
+
+/// Runs `observe` (one proxy's view of a scenario, one line per observation)
+/// on real Envoy and on courier, prints both side by side, and asserts they
+/// agree; returns courier's lines for the test's own checks of what Envoy
+/// does. `None` (the test is skipped) when there is no Envoy binary.
+pub fn same_lines(observe: impl Fn(Kind, &Path) -> Vec<String>) -> Option<Vec<String>> {
+    let Some(envoy) = crate::envoy_bin() else {
+        eprintln!("SKIPPED: no Envoy (set COURIER_ENVOY)");
+        return None;
+    };
+    let envoy_lines = observe(Kind::Envoy, &envoy);
+    let courier_lines = observe(Kind::Courier, &crate::courier_bin());
+    for (e, c) in envoy_lines.iter().zip(&courier_lines) {
+        println!("envoy:   {e}\ncourier: {c}");
+    }
+    assert_eq!(courier_lines, envoy_lines);
+    Some(courier_lines)
+}

@@ -4,7 +4,7 @@
 
 use crate::request::conn::ConnInfo;
 use courier_config::format::{Command, FormatString, HeaderLookup, Part};
-use courier_config::route::{AppendAction, HeaderMutations};
+use courier_config::route::HeaderMutations;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 
 /// What a header value's `%COMMAND%`s can refer to.
@@ -204,24 +204,7 @@ pub fn apply(
             })
             .collect();
         for (name, value, action) in adds {
-            match action {
-                AppendAction::AppendIfExistsOrAdd => {
-                    headers.append(name, value);
-                }
-                AppendAction::AddIfAbsent => {
-                    if !headers.contains_key(&name) {
-                        headers.insert(name, value);
-                    }
-                }
-                AppendAction::OverwriteIfExistsOrAdd => {
-                    headers.insert(name, value);
-                }
-                AppendAction::OverwriteIfExists => {
-                    if headers.contains_key(&name) {
-                        headers.insert(name, value);
-                    }
-                }
-            }
+            courier_filters::header_mutation::add(headers, name, value, action);
         }
     }
 }
