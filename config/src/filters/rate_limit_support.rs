@@ -36,8 +36,15 @@ pub(crate) const SUPPORT: &[Support] = &[
     // Rate-limit actions (filters/rate_limit_actions.rs).
     (
         "envoy.config.route.v3.RateLimit",
-        &["actions", "stage", "disable_key"],
+        &[
+            "actions",
+            "stage",
+            "disable_key",
+            "hits_addend",
+            "apply_on_stream_done",
+        ],
     ),
+    ("envoy.config.route.v3.RateLimit.HitsAddend", ALL),
     (
         "envoy.config.route.v3.RateLimit.Action",
         &[

@@ -6,7 +6,9 @@
 //! `envoy_grpc` cluster, which need not exist yet, as Envoy's rate limit client skips that
 //! check; transport API v3 or unset), `enable_x_ratelimit_headers`,
 //! `disable_x_envoy_ratelimited_header`, `rate_limited_status` and the filter's own
-//! `rate_limits`; per route `domain` and `rate_limits`; else the route's and (when it has
+//! `rate_limits` (with `hits_addend`; `apply_on_stream_done` refused there, as Envoy does
+//! not split the filter's own list by it); per route `domain` and `rate_limits` (with
+//! `hits_addend` and `apply_on_stream_done`); else the route's and (when it has
 //! none, or with `include_vh_rate_limits`) the virtual host's `rate_limits` of the
 //! filter's `stage`. Refused by the
 //! support table: `response_headers_to_add`, `status_on_error`, `stat_prefix`,
@@ -14,7 +16,7 @@
 //! `enable_retry_after_header`; per route `vh_rate_limits` and `override_option`; a
 //! `google_grpc` service is refused here.
 
-use super::rate_limit_actions::{self, RateLimitPolicy};
+use super::rate_limit_actions::{self, RateLimitPolicy, StreamFields};
 use crate::config_source::{self, GrpcService, GrpcTarget};
 use crate::core;
 use crate::ctx::Ctx;
@@ -150,7 +152,13 @@ pub fn translate(m: &pb::RateLimit, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ra
         Some(c) if c < 400 => 429,
         Some(c) => c as u16,
     };
-    let rate_limits = rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), ctx);
+    // Envoy's filter-level `rate_limits` are not split by `apply_on_stream_done`: refused.
+    let served = StreamFields {
+        hits_addend: true,
+        apply_on_stream_done: false,
+    };
+    let rate_limits =
+        rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), served, ctx);
     use pb::rate_limit::XRateLimitHeadersRfcVersion as X;
     let service = service?;
     let rate_limits = rate_limits?;
@@ -175,8 +183,12 @@ pub fn per_route(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<RateLimitPerRoute> {
+    let served = StreamFields {
+        hits_addend: true,
+        apply_on_stream_done: true,
+    };
     let rate_limits =
-        rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), ctx)?;
+        rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), served, ctx)?;
     Some(RateLimitPerRoute {
         domain: (!m.domain.is_empty()).then(|| m.domain.clone()),
         rate_limits,

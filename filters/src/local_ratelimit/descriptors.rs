@@ -53,17 +53,18 @@ fn populate_each<'p>(
     policies: impl Iterator<Item = &'p RateLimitPolicy>,
     req: &RequestState<'_>,
 ) -> Vec<Entries> {
-    policies
-        .filter_map(|p| {
-            let mut entries = Vec::with_capacity(p.actions.len());
-            for a in &p.actions {
-                if !apply(a, req, &mut entries) {
-                    return None;
-                }
-            }
-            (!entries.is_empty()).then_some(entries)
-        })
-        .collect()
+    policies.filter_map(|p| entries(p, req)).collect()
+}
+
+/// The descriptor `p` makes of `req`, if its actions produce one.
+pub fn entries(p: &RateLimitPolicy, req: &RequestState<'_>) -> Option<Entries> {
+    let mut entries = Vec::with_capacity(p.actions.len());
+    for a in &p.actions {
+        if !apply(a, req, &mut entries) {
+            return None;
+        }
+    }
+    (!entries.is_empty()).then_some(entries)
 }
 
 /// The trusted client address as Envoy prints it (an IPv4-mapped IPv6 address as IPv4).

@@ -13,28 +13,32 @@
 //! timeout, a non-OK gRPC status, an UNKNOWN code): with `failure_mode_deny` a 500 with the
 //! `RLSE` flag, else the request goes on (`failure_mode_allowed`). The outcomes are counted
 //! under `cluster.<route's target cluster>.ratelimit.{ok,over_limit,error,failure_mode_allowed}`,
-//! as Envoy counts them, each created on first use.
+//! as Envoy counts them, each created on first use. A descriptor carries its
+//! `hits_addend`; `apply_on_stream_done` descriptors go out when the stream is done
+//! ([`stream_done`]).
 
 pub mod headers;
+pub mod stream_done;
 
-use crate::chain::{Decision, HttpFilter, LocalReply, Verdict};
+use crate::chain::{BodyEncoder, Decision, HttpFilter, LocalReply, ResponseHead, Verdict};
 use crate::ext_authz::cluster_stats::{ClusterAuthzStats, PerCluster};
 use crate::local_ratelimit::descriptors;
 use crate::request::RequestState;
 use courier_config::config_source::GrpcService;
 use courier_config::filters::local_ratelimit::VhRateLimits;
+use courier_config::filters::rate_limit_actions::RateLimitPolicy;
 use courier_config::filters::ratelimit::RequestType;
 use courier_config::filters::{PerRouteFilterConfig, RateLimitFilter};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use stream_done::{Armed, ArmedCall, OnStreamDone};
 
 /// A call's answer (`Err`: the call failed).
 pub type RlsFuture<'a> =
@@ -57,7 +61,12 @@ pub struct RateLimitHttpFilter {
     config: Arc<RateLimitFilter>,
     transport: Arc<dyn RateLimitTransport>,
     clusters: Arc<PerCluster>,
+    /// Names this instance's stream-done calls in a request's filter state.
+    id: u64,
 }
+
+/// Ids of filter instances.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// The outcomes per route cluster: `ok`, `denied` (rendered `over_limit`), `error`,
 /// `failure_mode_allowed`.
@@ -70,6 +79,7 @@ impl RateLimitHttpFilter {
             config,
             transport,
             clusters: Arc::default(),
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -104,30 +114,29 @@ impl HttpFilter for RateLimitHttpFilter {
         let Some(cluster) = req.route.and_then(|r| r.cluster) else {
             return Decision::Continue;
         };
+        let domain = per_route
+            .and_then(|p| p.domain.clone())
+            .unwrap_or_else(|| cfg.domain.clone());
         let descriptors = match per_route {
-            Some(p) if !p.rate_limits.is_empty() => descriptors::populate(&p.rate_limits, req),
-            _ if !cfg.rate_limits.is_empty() => descriptors::populate(&cfg.rate_limits, req),
-            // Per-route `vh_rate_limits` is refused: its default, OVERRIDE.
-            _ => descriptors::from_route(req, cfg.stage, VhRateLimits::Override, false),
+            Some(p) if !p.rate_limits.is_empty() => {
+                self.arm_stream_done(&p.rate_limits, &domain, req);
+                request_descriptors(&p.rate_limits, req)
+            }
+            _ if !cfg.rate_limits.is_empty() => request_descriptors(&cfg.rate_limits, req),
+            // Per-route `vh_rate_limits` is refused: its default, OVERRIDE. Route and
+            // virtual host policies have neither `hits_addend` nor `apply_on_stream_done`
+            // (refused).
+            _ => descriptors::from_route(req, cfg.stage, VhRateLimits::Override, false)
+                .into_iter()
+                .map(|e| stream_done::descriptor(e, None))
+                .collect(),
         };
         if descriptors.is_empty() {
             return Decision::Continue;
         }
-        let domain = per_route
-            .and_then(|p| p.domain.clone())
-            .unwrap_or_else(|| cfg.domain.clone());
         let request = RateLimitRequest {
             domain,
-            descriptors: descriptors
-                .into_iter()
-                .map(|entries| RateLimitDescriptor {
-                    entries: entries
-                        .into_iter()
-                        .map(|(key, value)| Entry { key, value })
-                        .collect(),
-                    ..Default::default()
-                })
-                .collect(),
+            descriptors,
             hits_addend: 0,
         };
         Decision::Pending(Box::pin(async move {
@@ -143,9 +152,100 @@ impl HttpFilter for RateLimitHttpFilter {
             self.complete(req, cluster, answer)
         }))
     }
+
+    // The stream-done call rides on the response body: it goes out when the body is
+    // done with.
+    fn encodes_body(&self) -> bool {
+        true
+    }
+
+    fn encode_response(
+        &self,
+        req: &mut RequestState<'_>,
+        _per_route: Option<&PerRouteFilterConfig>,
+        _head: &mut ResponseHead<'_>,
+    ) -> Option<Box<dyn BodyEncoder>> {
+        let armed = req.filter_state.get_mut::<Armed>()?;
+        let at = armed.0.iter().position(|c| c.filter == self.id)?;
+        let call = armed.0.swap_remove(at);
+        let descriptors: Vec<_> = call
+            .descriptors
+            .into_iter()
+            .filter_map(|(entries, h)| {
+                let hits = match &h {
+                    Some(h) => Some(stream_done::hits(h, &req.metadata)?),
+                    None => None,
+                };
+                Some(stream_done::descriptor(entries, hits))
+            })
+            .collect();
+        if descriptors.is_empty() {
+            return None;
+        }
+        let request = RateLimitRequest {
+            domain: call.domain,
+            descriptors,
+            hits_addend: 0,
+        };
+        Some(Box::new(OnStreamDone {
+            call: Some((
+                Arc::clone(&self.transport),
+                Arc::clone(&self.config),
+                request,
+            )),
+        }))
+    }
+}
+
+/// The request-time descriptors of `policies` (those without `apply_on_stream_done`).
+fn request_descriptors(
+    policies: &[RateLimitPolicy],
+    req: &RequestState<'_>,
+) -> Vec<RateLimitDescriptor> {
+    policies
+        .iter()
+        .filter(|p| !p.apply_on_stream_done)
+        .filter_map(|p| {
+            let entries = descriptors::entries(p, req)?;
+            let hits = match &p.hits_addend {
+                Some(h) => Some(stream_done::hits(h, &req.metadata)?),
+                None => None,
+            };
+            Some(stream_done::descriptor(entries, hits))
+        })
+        .collect()
 }
 
 impl RateLimitHttpFilter {
+    /// Takes the entries of the `apply_on_stream_done` policies for the call when the
+    /// stream is done.
+    fn arm_stream_done(
+        &self,
+        policies: &[RateLimitPolicy],
+        domain: &str,
+        req: &mut RequestState<'_>,
+    ) {
+        let descriptors: Vec<_> = policies
+            .iter()
+            .filter(|p| p.apply_on_stream_done)
+            .filter_map(|p| Some((descriptors::entries(p, req)?, p.hits_addend.clone())))
+            .collect();
+        if descriptors.is_empty() {
+            return;
+        }
+        let call = ArmedCall {
+            filter: self.id,
+            domain: domain.to_string(),
+            descriptors,
+        };
+        match req.filter_state.get_mut::<Armed>() {
+            Some(armed) => armed.0.push(call),
+            None => {
+                req.filter_state.insert(Armed(vec![call]));
+            }
+        }
+    }
+
     fn complete(
         &self,
         req: &mut RequestState<'_>,

@@ -262,7 +262,12 @@ pub fn translate(
             shadow_mode: d.shadow_mode,
         });
     }
-    let rate_limits = rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), ctx);
+    let rate_limits = rate_limit_actions::policies(
+        &m.rate_limits,
+        &path.field("rate_limits"),
+        rate_limit_actions::StreamFields::default(),
+        ctx,
+    );
     ok &= rate_limits.is_some();
     let max_dynamic_descriptors = m
         .max_dynamic_descriptors
