@@ -69,12 +69,25 @@ pub enum HitsAddendFormat {
 pub const MAX_HITS_ADDEND: u64 = 1_000_000_000;
 
 /// Which of `hits_addend` and `apply_on_stream_done` a `rate_limits` list may use.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct StreamFields {
     /// `hits_addend` is served.
     pub hits_addend: bool,
     /// `apply_on_stream_done` is served.
     pub apply_on_stream_done: bool,
+    /// Where the list is, for refusals ("a route's rate_limits").
+    pub place: &'static str,
+}
+
+impl StreamFields {
+    /// Neither field served, in the list at `place`.
+    pub const fn none(place: &'static str) -> Self {
+        Self {
+            hits_addend: false,
+            apply_on_stream_done: false,
+            place,
+        }
+    }
 }
 
 /// One descriptor-entry producer.
@@ -195,7 +208,8 @@ pub fn route_policies(
     path: &Path<'_>,
     ctx: &mut Ctx,
 ) -> Option<Vec<RateLimitPolicy>> {
-    translate(list, path, StreamFields::default(), ctx)
+    let served = StreamFields::none("a route's or virtual host's rate_limits");
+    translate(list, path, served, ctx)
 }
 
 fn translate(
@@ -229,7 +243,10 @@ fn translate(
         let hits_addend = match rl.hits_addend.as_ref() {
             None => None,
             Some(_) if !served.hits_addend => {
-                ctx.unsupported(&p.field("hits_addend"), "hits_addend here");
+                ctx.unsupported(
+                    &p.field("hits_addend"),
+                    format!("hits_addend in {}", served.place),
+                );
                 ok = false;
                 None
             }
@@ -244,7 +261,7 @@ fn translate(
         if rl.apply_on_stream_done && !served.apply_on_stream_done {
             ctx.unsupported(
                 &p.field("apply_on_stream_done"),
-                "apply_on_stream_done here",
+                format!("apply_on_stream_done in {}", served.place),
             );
             ok = false;
         }

@@ -156,6 +156,7 @@ pub fn translate(m: &pb::RateLimit, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ra
     let served = StreamFields {
         hits_addend: true,
         apply_on_stream_done: false,
+        place: "the rate limit filter's own rate_limits",
     };
     let rate_limits =
         rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), served, ctx);
@@ -186,6 +187,7 @@ pub fn per_route(
     let served = StreamFields {
         hits_addend: true,
         apply_on_stream_done: true,
+        place: "RateLimitPerRoute.rate_limits",
     };
     let rate_limits =
         rate_limit_actions::policies(&m.rate_limits, &path.field("rate_limits"), served, ctx)?;

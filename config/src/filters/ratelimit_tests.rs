@@ -176,9 +176,11 @@ fn local_filter_and_routes_refuse_the_stream_fields() {
     let e = errors(filter(
         "name: l\ntyped_config:\n  \"@type\": type.googleapis.com/envoy.extensions.filters.http.local_ratelimit.v3.LocalRateLimit\n  stat_prefix: s\n  rate_limits: [{actions: [{generic_key: {descriptor_value: v}}], hits_addend: {number: 2}}]\n",
     ));
-    assert!(
-        e[0].starts_with("typed_config.rate_limits[0].hits_addend"),
-        "{e:?}"
+    assert_eq!(
+        e,
+        [
+            "typed_config.rate_limits[0].hits_addend: hits_addend in the local rate limit filter's rate_limits is not supported"
+        ]
     );
     let mut ctx = Ctx::new();
     let rl: pb_route::RateLimit = pb_route::RateLimit {
@@ -193,5 +195,12 @@ fn local_filter_and_routes_refuse_the_stream_fields() {
     assert!(
         rate_limit_actions::route_policies(&[rl], &Path::ROOT.field("rate_limits"), &mut ctx)
             .is_none()
+    );
+    let e = errors(ctx.finish(()));
+    assert_eq!(
+        e,
+        [
+            "rate_limits[0].apply_on_stream_done: apply_on_stream_done in a route's or virtual host's rate_limits is not supported"
+        ]
     );
 }

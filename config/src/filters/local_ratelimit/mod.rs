@@ -265,7 +265,7 @@ pub fn translate(
     let rate_limits = rate_limit_actions::policies(
         &m.rate_limits,
         &path.field("rate_limits"),
-        rate_limit_actions::StreamFields::default(),
+        rate_limit_actions::StreamFields::none("the local rate limit filter's rate_limits"),
         ctx,
     );
     ok &= rate_limits.is_some();
