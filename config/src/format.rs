@@ -16,6 +16,17 @@ impl FormatString {
     pub fn is_literal(&self) -> bool {
         self.parts.iter().all(|p| matches!(p, Part::Literal(_)))
     }
+
+    /// The text, when the string has no commands.
+    pub fn literal(&self) -> Option<String> {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Literal(s) => Some(s.as_str()),
+                Part::Command(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// One piece of a format string.

@@ -65,23 +65,14 @@ pub fn rules(list: &[mr::HeaderMutation], path: &Path<'_>, ctx: &mut Ctx) -> Vec
                 };
                 // The format commands need the request's context, which the
                 // filter does not have: only literal values are served.
-                if !h.value.is_literal() {
+                let Some(value) = h.value.literal() else {
                     let hp = ap.field("header");
                     ctx.unsupported(
                         &hp.field("value"),
                         "format commands in header_mutation values",
                     );
                     continue;
-                }
-                let value = h
-                    .value
-                    .parts
-                    .iter()
-                    .map(|part| match part {
-                        crate::format::Part::Literal(s) => s.as_str(),
-                        crate::format::Part::Command(_) => "",
-                    })
-                    .collect();
+                };
                 out.push(MutationRule::Append {
                     name: h.name,
                     value,

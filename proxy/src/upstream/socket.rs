@@ -17,6 +17,8 @@ pub struct Sockets {
     tls: Box<[Option<UpstreamTlsContext>]>,
     /// `upstream_proxy_protocol` of each socket, by the same index.
     proxy_protocol: Box<[Option<ProxyProtocolVersion>]>,
+    /// Whether any socket writes a PROXY header (read per request: kept).
+    any_proxy_protocol: bool,
     /// Hosts built with each socket (`total_match_count`), by the same index.
     counts: Box<[Counter]>,
 }
@@ -37,7 +39,7 @@ impl Sockets {
             );
         }
         let counts = tls.iter().map(|_| Counter::default()).collect();
-        let proxy_protocol = std::iter::once(config.proxy_protocol)
+        let proxy_protocol: Box<[_]> = std::iter::once(config.proxy_protocol)
             .chain(
                 config
                     .transport_socket_matches
@@ -47,6 +49,7 @@ impl Sockets {
             .collect();
         Ok(Self {
             tls: tls.into_boxed_slice(),
+            any_proxy_protocol: proxy_protocol.iter().any(Option::is_some),
             proxy_protocol,
             counts,
         })
@@ -65,7 +68,7 @@ impl Sockets {
     /// Whether any of the sockets writes a PROXY protocol header (requests
     /// then carry their downstream connection's addresses to the pool).
     pub fn any_proxy_protocol(&self) -> bool {
-        self.proxy_protocol.iter().any(Option::is_some)
+        self.any_proxy_protocol
     }
 
     /// `cluster.<name>.<match>.total_match_count` and
