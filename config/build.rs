@@ -103,6 +103,9 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.http.header_formatters.preserve_case.v3.PreserveCaseFormatterConfig",
     "envoy.extensions.http.original_ip_detection.xff.v3.XffConfig",
     "envoy.extensions.http.original_ip_detection.custom_header.v3.CustomHeaderConfig",
+    "envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+    "xds.type.matcher.v3.CelMatcher",
+    "xds.type.matcher.v3.HttpAttributesCelMatchInput",
     "envoy.config.trace.v3.OpenTelemetryConfig",
     "envoy.config.trace.v3.ZipkinConfig",
     "envoy.config.trace.v3.DatadogConfig",
@@ -147,10 +150,66 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for file in &mut set.file {
         file.source_code_info = None;
     }
+    add_cel_matcher(&mut set);
     let set = prune(set)?;
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("envoy_descriptors.bin");
     std::fs::write(out, set.encode_to_vec())?;
     Ok(())
+}
+
+/// Adds cncf/xds's CEL matcher messages (`xds/type/matcher/v3/cel.proto`,
+/// `http_inputs.proto`), which `envoy-types` does not carry, unless a newer
+/// set does: their shape is two fields and an empty message, written here as
+/// the proto declares them.
+fn add_cel_matcher(set: &mut FileDescriptorSet) {
+    use prost_types::{
+        FieldDescriptorProto, field_descriptor_proto::Label, field_descriptor_proto::Type,
+    };
+    let have = set.file.iter().any(|f| {
+        f.package() == "xds.type.matcher.v3"
+            && f.message_type.iter().any(|m| m.name() == "CelMatcher")
+    });
+    if have {
+        return;
+    }
+    let field = |name: &str, json: &str, number: i32, ty: Type, type_name: Option<&str>| {
+        FieldDescriptorProto {
+            name: Some(name.into()),
+            json_name: Some(json.into()),
+            number: Some(number),
+            label: Some(Label::Optional as i32),
+            r#type: Some(ty as i32),
+            type_name: type_name.map(str::to_string),
+            ..Default::default()
+        }
+    };
+    set.file.push(FileDescriptorProto {
+        name: Some("courier/xds/type/matcher/v3/cel.proto".into()),
+        package: Some("xds.type.matcher.v3".into()),
+        dependency: vec!["xds/type/v3/cel.proto".into()],
+        message_type: vec![
+            DescriptorProto {
+                name: Some("CelMatcher".into()),
+                field: vec![
+                    field(
+                        "expr_match",
+                        "exprMatch",
+                        1,
+                        Type::Message,
+                        Some(".xds.type.v3.CelExpression"),
+                    ),
+                    field("description", "description", 2, Type::String, None),
+                ],
+                ..Default::default()
+            },
+            DescriptorProto {
+                name: Some("HttpAttributesCelMatchInput".into()),
+                ..Default::default()
+            },
+        ],
+        syntax: Some("proto3".into()),
+        ..Default::default()
+    });
 }
 
 /// Keeps the files [`ROOTS`] reach (through message fields and file imports);

@@ -12,6 +12,7 @@
 #![allow(deprecated)]
 
 pub mod bootstrap;
+pub mod cel;
 pub mod cluster;
 pub mod config_source;
 pub mod core;

@@ -31,6 +31,7 @@ pub(crate) const ALL: &[&str] = &["*"];
 static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new(|| {
     let tables: &[&[Support]] = &[
         crate::bootstrap::SUPPORT,
+        crate::cel::SUPPORT,
         crate::config_source::SUPPORT,
         crate::core::SUPPORT,
         crate::matcher::SUPPORT,

@@ -7,6 +7,7 @@ pub mod api_key_auth;
 pub mod basic_auth;
 pub mod buffer;
 pub mod build;
+pub mod cel_attributes;
 pub mod chain;
 pub mod compressor;
 pub mod csrf;

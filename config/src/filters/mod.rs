@@ -346,7 +346,12 @@ pub(crate) const SUPPORT: &[Support] = &[
     ("envoy.config.rbac.v3.RBAC", &["action", "policies"]),
     (
         "envoy.config.rbac.v3.Policy",
-        &["permissions", "principals"],
+        &[
+            "permissions",
+            "principals",
+            "condition",
+            "checked_condition",
+        ],
     ),
     (
         "envoy.config.rbac.v3.Permission",

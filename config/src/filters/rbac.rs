@@ -3,9 +3,10 @@
 //!
 //! Implemented: `rules` and `shadow_rules` with every Permission and Principal kind of
 //! envoy-reference 4.1 except the extension-typed ones, and their unified-matcher form
-//! `matcher` / `shadow_matcher` ([`super::rbac_matcher`]). Refused through the support
-//! table (so reported at their own path): CEL
-//! `condition` / `checked_condition` / `cel_config`, `audit_logging_options`, and the
+//! `matcher` / `shadow_matcher` ([`super::rbac_matcher`]), and a policy's CEL
+//! `condition` / `checked_condition` (AND-ed with its permissions and principals).
+//! Refused through the support table (so reported at their own path):
+//! `cel_config`, `audit_logging_options`, and the
 //! Permission kinds `matcher`, `uri_template` and Principal kinds `filter_state`, `custom`.
 
 use crate::ctx::Ctx;
@@ -73,6 +74,9 @@ pub struct RbacPolicy {
     pub permissions: Vec<Permission>,
     /// OR-ed principals (at least one).
     pub principals: Vec<Principal>,
+    /// A CEL condition that must also hold (`checked_condition`'s expression,
+    /// else `condition`).
+    pub condition: Option<crate::cel::Expr>,
 }
 
 /// Where a metadata matcher reads from.
@@ -125,6 +129,9 @@ pub enum Permission {
     RequestedServerName(StringMatcher),
     /// The local port as text (the unified matcher's `DestinationPortInput`).
     DestinationPortText(StringMatcher),
+    /// A CEL expression over the request's attributes (the unified matcher's
+    /// `CelMatcher`): matches when it evaluates to `true`.
+    Cel(crate::cel::Expr),
 }
 
 /// A compiled `Principal` (who sends the request).
@@ -265,10 +272,26 @@ fn policy(name: &str, p: &pb::Policy, path: &Path<'_>, ctx: &mut Ctx) -> Option<
         .enumerate()
         .filter_map(|(i, x)| principal(x, &prinp.index(i), ctx))
         .collect();
+    // Envoy: `checked_condition` when set, else `condition`.
+    let condition = match (&p.checked_condition, &p.condition) {
+        (Some(c), _) => {
+            let cp = path.field("checked_condition");
+            match &c.expr {
+                Some(e) => crate::cel::Expr::from_legacy(e, &cp.field("expr"), ctx),
+                None => {
+                    ctx.error(&cp.field("expr"), "is required");
+                    None
+                }
+            }
+        }
+        (None, Some(e)) => crate::cel::Expr::from_legacy(e, &path.field("condition"), ctx),
+        (None, None) => None,
+    };
     (ctx.error_count() == before).then(|| RbacPolicy {
         name: name.to_string(),
         permissions,
         principals,
+        condition,
     })
 }
 

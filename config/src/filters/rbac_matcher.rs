@@ -10,8 +10,9 @@
 //! `DestinationIPInput` / `DestinationPortInput` the local address,
 //! `HttpRequestHeaderMatchInput` a request header (repeated ones joined with
 //! `,`), `DynamicMetadataInput` with a `Metadata` input matcher a metadata
-//! test. Refused with their path: `matcher_tree`, nested matchers,
-//! `keep_matching`, CEL and every other input or input matcher.
+//! test, `HttpAttributesCelMatchInput` with a `CelMatcher` a CEL expression
+//! over the request's attributes. Refused with their path: `matcher_tree`,
+//! nested matchers, `keep_matching` and every other input or input matcher.
 
 use super::rbac::{Permission, Principal, RbacAction, SourcedMetadata};
 use crate::core;
@@ -207,6 +208,7 @@ enum Input {
     DestinationPort,
     Header(String),
     DynamicMetadata(String, Vec<String>),
+    HttpAttributes,
 }
 
 fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Option<Predicate> {
@@ -246,6 +248,7 @@ fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Opt
                 .collect();
             Input::DynamicMetadata(d.filter, keys)
         }
+        "xds.type.matcher.v3.HttpAttributesCelMatchInput" => Input::HttpAttributes,
         other => {
             ctx.unsupported(&itp, format!("matcher input {other}"));
             return None;
@@ -335,6 +338,16 @@ fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Opt
                             matcher: mm,
                         },
                     )))
+                }
+                ("xds.type.matcher.v3.CelMatcher", Input::HttpAttributes) => {
+                    let m = core::unpack::<crate::cel::matcher_pb::CelMatcher>(any, &ctp, ctx)?;
+                    let ep = ctp.field("expr_match");
+                    let Some(e) = &m.expr_match else {
+                        ctx.error(&ep, "is required");
+                        return None;
+                    };
+                    let e = crate::cel::Expr::from_xds(e, &ep, ctx)?;
+                    Some(Predicate::Permission(Permission::Cel(e)))
                 }
                 (other, _) => {
                     ctx.unsupported(&ctp, format!("input matcher {other} on this input"));

@@ -122,7 +122,7 @@ rules:
     p:
       permissions: [{any: true}]
       principals: [{any: true}]
-      condition: {const_expr: {bool_value: true}}
+      cel_config: {enable_string_conversion: true}
     q:
       permissions: [{any: true}]
       principals: [{filter_state: {key: k, string_match: {exact: v}}}]
@@ -132,7 +132,7 @@ rules:
     assert_eq!(
         e,
         [
-            "typed_config.rules.policies[\"p\"].condition: condition is not supported",
+            "typed_config.rules.policies[\"p\"].cel_config: cel_config is not supported",
             "typed_config.rules.policies[\"q\"].principals[0].filter_state: filter_state is not supported",
         ]
     );
@@ -286,4 +286,48 @@ matcher:
         (fallback.name.as_str(), fallback.action),
         ("fallback", RbacAction::Deny)
     );
+}
+
+#[test]
+fn a_policy_condition_compiles_and_a_malformed_one_is_refused_at_its_path() {
+    let f = rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions: [{any: true}]
+      principals: [{any: true}]
+      checked_condition: {expr: {const_expr: {bool_value: true}}}
+      condition: {const_expr: {bool_value: false}}
+"#,
+    );
+    let cond = f.expect("valid").rules.expect("rules").policies[0]
+        .condition
+        .clone()
+        .expect("a condition");
+    // `checked_condition` wins, as in Envoy.
+    assert_eq!(cond.source(), "<condition>");
+    assert!(cond.matches(&NoAttributes));
+    let e = errors(rbac(
+        r#"
+rules:
+  policies:
+    p:
+      permissions: [{any: true}]
+      principals: [{any: true}]
+      condition: {select_expr: {field: path}}
+"#,
+    ));
+    assert_eq!(
+        e,
+        ["typed_config.rules.policies[\"p\"].condition.select_expr.operand: is required"]
+    );
+}
+
+struct NoAttributes;
+
+impl crate::cel::Attributes for NoAttributes {
+    fn root(&self, _: &str) -> Option<crate::cel::Value> {
+        None
+    }
 }

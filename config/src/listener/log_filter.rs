@@ -2,7 +2,10 @@
 //! writes a line for.
 //!
 //! Built: `response_flag_filter`, `header_filter`, `not_health_check_filter`,
-//! `and_filter` and `or_filter`. The comparison filters (`status_code_filter`,
+//! `and_filter`, `or_filter` and the `extension_filter`
+//! `envoy.access_loggers.extension_filters.cel` (a CEL expression over the
+//! finished request's attributes; one that does not evaluate to `true`, an
+//! error included, writes no line, as Envoy's). The comparison filters (`status_code_filter`,
 //! `duration_filter`) always name a runtime key, and courier has no runtime
 //! layer behind one, so they are refused with the rest by the support table.
 
@@ -22,6 +25,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "not_health_check_filter",
             "and_filter",
             "or_filter",
+            "extension_filter",
         ],
     ),
     ("envoy.config.accesslog.v3.ResponseFlagFilter", &["flags"]),
@@ -29,6 +33,14 @@ pub(crate) const SUPPORT: &[Support] = &[
     ("envoy.config.accesslog.v3.NotHealthCheckFilter", &[]),
     ("envoy.config.accesslog.v3.AndFilter", &["filters"]),
     ("envoy.config.accesslog.v3.OrFilter", &["filters"]),
+    (
+        "envoy.config.accesslog.v3.ExtensionFilter",
+        &["name", "typed_config"],
+    ),
+    (
+        "envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter",
+        &["expression"],
+    ),
 ];
 
 /// The short response flags `response_flag_filter` may name (Envoy's list).
@@ -52,6 +64,8 @@ pub enum LogFilter {
     And(Vec<LogFilter>),
     /// Passes when any filter passes.
     Or(Vec<LogFilter>),
+    /// Passes when the CEL expression evaluates to `true`.
+    Cel(crate::cel::Expr),
 }
 
 // A header matcher (its regex) has no `PartialEq`; the debug form shows the
@@ -62,7 +76,8 @@ impl PartialEq for LogFilter {
     }
 }
 
-/// What a filter reads of a finished request or connection.
+/// What a filter reads of a finished request or connection (a CEL filter:
+/// its attributes).
 pub trait Subject {
     /// The response flags set, as `%RESPONSE_FLAGS%` prints them (`UF,URX`).
     fn flags(&self) -> Option<&str>;
@@ -72,6 +87,21 @@ pub trait Subject {
     /// Whether the request was a health check (the health check filter took it).
     fn health_check(&self) -> bool {
         false
+    }
+    /// The value of a CEL attribute root (`request`, `response`, ...);
+    /// `None`: not known for this entry.
+    fn attribute(&self, root: &str) -> Option<crate::cel::Value> {
+        let _ = root;
+        None
+    }
+}
+
+/// A [`Subject`] as the attributes a CEL filter reads.
+struct SubjectAttributes<'a>(&'a dyn Subject);
+
+impl crate::cel::Attributes for SubjectAttributes<'_> {
+    fn root(&self, root: &str) -> Option<crate::cel::Value> {
+        self.0.attribute(root)
     }
 }
 
@@ -86,6 +116,7 @@ impl LogFilter {
             LogFilter::NotHealthCheck => !s.health_check(),
             LogFilter::And(fs) => fs.iter().all(|f| f.passes(s)),
             LogFilter::Or(fs) => fs.iter().any(|f| f.passes(s)),
+            LogFilter::Cel(e) => e.matches(&SubjectAttributes(s)),
         }
     }
 }
@@ -128,6 +159,7 @@ pub fn translate(f: &pb::AccessLogFilter, path: &Path<'_>, ctx: &mut Ctx) -> Opt
             &path.field("or_filter"),
             ctx,
         )?)),
+        Some(F::ExtensionFilter(e)) => extension(e, &path.field("extension_filter"), ctx),
         // Refused by the support table at their field.
         Some(_) => None,
         None => {
@@ -135,6 +167,23 @@ pub fn translate(f: &pb::AccessLogFilter, path: &Path<'_>, ctx: &mut Ctx) -> Opt
             None
         }
     }
+}
+
+/// An `extension_filter`: Envoy's only one is the CEL filter.
+fn extension(e: &pb::ExtensionFilter, path: &Path<'_>, ctx: &mut Ctx) -> Option<LogFilter> {
+    use envoy_types::pb::envoy::extensions::access_loggers::filters::cel::v3::ExpressionFilter;
+    let tp = path.field("typed_config");
+    use pb::extension_filter::ConfigType;
+    let Some(ConfigType::TypedConfig(any)) = &e.config_type else {
+        ctx.error(&tp, "is required");
+        return None;
+    };
+    if any.type_url != <ExpressionFilter as prost::Name>::type_url() {
+        ctx.unsupported(&tp, format!("access log filter {}", any.type_url));
+        return None;
+    }
+    let f = crate::core::unpack::<ExpressionFilter>(any, &tp, ctx)?;
+    crate::cel::Expr::parse(&f.expression, &tp.field("expression"), ctx).map(LogFilter::Cel)
 }
 
 fn list(fs: &[pb::AccessLogFilter], path: &Path<'_>, ctx: &mut Ctx) -> Option<Vec<LogFilter>> {

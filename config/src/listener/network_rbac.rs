@@ -159,6 +159,10 @@ fn engine(e: &RbacEngine, path: &Path<'_>, ctx: &mut Ctx) {
         {
             ctx.unsupported(&pp, "url_path on a connection");
         }
+        if p.condition.is_some() {
+            // courier's CEL attributes are a request's; a connection's are not built.
+            ctx.unsupported(&pp, "a CEL condition on a connection");
+        }
     }
 }
 
@@ -170,7 +174,7 @@ fn matcher(m: &RbacMatcher, path: &Path<'_>, ctx: &mut Ctx) {
     if m.rules.iter().any(|(p, _)| pred_http(p)) {
         ctx.unsupported(
             &path.field("matcher_list"),
-            "a request header or dynamic metadata input on a connection",
+            "a request header, dynamic metadata or CEL input on a connection",
         );
     }
 }
@@ -182,6 +186,8 @@ fn perm_http(p: &Permission, headers: bool) -> bool {
     match p {
         Permission::UrlPath(_) => true,
         Permission::Header(_) | Permission::Metadata(_) => headers,
+        // Request attributes: there is no request on a connection.
+        Permission::Cel(_) => true,
         Permission::And(v) | Permission::Or(v) => v.iter().any(|x| perm_http(x, headers)),
         Permission::Not(x) => perm_http(x, headers),
         _ => false,

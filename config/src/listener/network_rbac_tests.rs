@@ -137,7 +137,7 @@ fn http_inputs_of_the_matcher_are_refused() {
     assert_eq!(
         e,
         [format!(
-            "{P}.matcher.matcher_list: a request header or dynamic metadata input on a connection is not supported"
+            "{P}.matcher.matcher_list: a request header, dynamic metadata or CEL input on a connection is not supported"
         )]
     );
 }

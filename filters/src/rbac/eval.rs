@@ -146,6 +146,9 @@ impl Walk<'_, '_, '_> {
 fn policy_matches(p: &RbacPolicy, req: &RequestState<'_>) -> bool {
     p.permissions.iter().any(|x| permission(x, req))
         && p.principals.iter().any(|x| principal(x, req))
+        && p.condition
+            .as_ref()
+            .is_none_or(|c| c.matches(&crate::cel_attributes::Deciding(req)))
 }
 
 fn permission(p: &Permission, req: &RequestState<'_>) -> bool {
@@ -164,6 +167,7 @@ fn permission(p: &Permission, req: &RequestState<'_>) -> bool {
         }
         Permission::Metadata(m) => metadata(m, req),
         Permission::DestinationPortText(sm) => sm.matches(&req.conn.local.port().to_string()),
+        Permission::Cel(e) => e.matches(&crate::cel_attributes::Deciding(req)),
         Permission::RequestedServerName(sm) => {
             let sni = req
                 .conn

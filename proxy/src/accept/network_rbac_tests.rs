@@ -10,6 +10,7 @@ fn deny(name: &str, principal: Principal, prefix: &str) -> Arc<Judge> {
         name: name.into(),
         permissions: vec![Permission::Any],
         principals: vec![principal],
+        condition: None,
     }];
     let rules = RbacEngine {
         action: RbacAction::Deny,

@@ -6,6 +6,7 @@
 //! lines are rendered when the body ends and appended to this thread's buffer
 //! ([`writer`]), which a timer flushes — nothing on the request path locks.
 
+mod attributes;
 pub mod body;
 pub mod conn;
 pub mod otel;
@@ -265,6 +266,10 @@ impl courier_config::listener::log_filter::Subject for Entry<'_> {
             joined.push_str(v.to_str().ok()?);
         }
         Some(joined)
+    }
+
+    fn attribute(&self, root: &str) -> Option<courier_config::cel::Value> {
+        attributes::root(self, root)
     }
 }
 

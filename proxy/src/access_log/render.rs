@@ -223,17 +223,7 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
             .local_reply_body
             .map(|b| Value::Text(String::from_utf8_lossy(b))),
         Command::ResponseCode => Some(Value::Number(u64::from(resp.status))),
-        Command::ResponseCodeDetails => text(match (resp.flag, &resp.upstream) {
-            _ if resp.details.is_some() => resp.details.as_deref()?,
-            (Some("NR"), _) => "route_not_found",
-            (Some("NC"), _) => "cluster_not_found",
-            (Some("UH"), _) => "no_healthy_upstream",
-            (Some("UT"), _) => "upstream_response_timeout",
-            // Fault injection's delay leaves the answer the upstream's.
-            (None | Some("DI"), Some(u)) if u.host.is_some() => "via_upstream",
-            (None, None) if resp.direct => "direct_response",
-            _ => return None,
-        }),
+        Command::ResponseCodeDetails => text(code_details(resp)?),
         // Envoy prints `-` for no flags in both forms (a string in JSON, not null).
         Command::ResponseFlags => text(resp.flag.unwrap_or("-")),
         Command::ResponseFlagsLong => Some(Value::Text(Cow::Owned(long_flags(resp.flag)))),
@@ -382,6 +372,22 @@ fn header<'a>(h: &HeaderLookup, get: impl Fn(&str) -> Option<&'a str>) -> Option
         _ => v,
     };
     Some(Cow::Borrowed(v))
+}
+
+/// `%RESPONSE_CODE_DETAILS%` (and CEL's `response.code_details`): what the
+/// router set, else what the response flag or the route's answer implies.
+pub(crate) fn code_details(resp: &super::ResponseSide) -> Option<&str> {
+    Some(match (resp.flag, &resp.upstream) {
+        _ if resp.details.is_some() => resp.details.as_deref()?,
+        (Some("NR"), _) => "route_not_found",
+        (Some("NC"), _) => "cluster_not_found",
+        (Some("UH"), _) => "no_healthy_upstream",
+        (Some("UT"), _) => "upstream_response_timeout",
+        // Fault injection's delay leaves the answer the upstream's.
+        (None | Some("DI"), Some(u)) if u.host.is_some() => "via_upstream",
+        (None, None) if resp.direct => "direct_response",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]

@@ -120,3 +120,68 @@ fn filter_errors_name_their_field() {
         ]
     );
 }
+
+const CEL: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter";
+
+/// An entry whose CEL attributes are a response code only.
+struct Coded(i64);
+
+impl Subject for Coded {
+    fn flags(&self) -> Option<&str> {
+        None
+    }
+    fn request_header(&self, _: &str) -> Option<String> {
+        None
+    }
+    fn attribute(&self, root: &str) -> Option<crate::cel::Value> {
+        (root == "response").then(|| crate::cel::map([("code", crate::cel::Value::Int(self.0))]))
+    }
+}
+
+#[test]
+fn cel_extension_filter_passes_what_its_expression_selects() {
+    let b = load(&listener(
+        json!({"access_log": [log_with(json!({"extension_filter": {
+            "name": "envoy.access_loggers.extension_filters.cel",
+            "typed_config": {"@type": CEL, "expression": "response.code >= 400"}
+        }}))]}),
+    ))
+    .unwrap();
+    let f = listener_filter(&b);
+    assert!(f.passes(&Coded(503)));
+    assert!(!f.passes(&Coded(200)));
+    // No attributes (a subject that has none): an error, no line.
+    let none = Seen {
+        flags: None,
+        headers: vec![],
+    };
+    assert!(!f.passes(&none));
+}
+
+#[test]
+fn cel_extension_filter_errors_name_their_field() {
+    let p = "static_resources.listeners[0].access_log";
+    let e = errors(&listener(json!({"access_log": [
+        log_with(json!({"extension_filter": {"name": "cel", "typed_config": {"@type": CEL, "expression": "response.code >="}}})),
+        log_with(json!({"extension_filter": {"name": "x", "typed_config": {"@type": FILE, "path": "/dev/null"}}})),
+        log_with(json!({"extension_filter": {"name": "x"}})),
+    ]})));
+    assert_eq!(e.len(), 3, "{e:?}");
+    assert!(
+        e[0].starts_with(&format!(
+            "{p}[0].filter.extension_filter.typed_config.expression: invalid CEL expression"
+        )),
+        "{e:?}"
+    );
+    assert_eq!(
+        e[1],
+        format!(
+            "{p}[1].filter.extension_filter.typed_config: access log filter {FILE} is not supported"
+        )
+    );
+    assert_eq!(
+        e[2],
+        format!("{p}[2].filter.extension_filter.typed_config: is required")
+    );
+}
