@@ -36,6 +36,9 @@ pub const FAULT: &str = "type.googleapis.com/envoy.extensions.filters.http.fault
 /// The health check HTTP filter.
 pub const HEALTH_CHECK: &str =
     "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck";
+/// The custom_response HTTP filter (also its per-route config).
+pub const CUSTOM_RESPONSE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.custom_response.v3.CustomResponse";
 /// The buffer HTTP filter.
 pub const BUFFER: &str = "type.googleapis.com/envoy.extensions.filters.http.buffer.v3.Buffer";
 /// The buffer filter's per-route config.

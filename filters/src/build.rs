@@ -188,6 +188,9 @@ pub fn build_chain_full(
                 Box::new(filter)
             }
             HttpFilterConfig::Buffer(c) => Box::new(crate::buffer::BufferFilter::new(*c)),
+            HttpFilterConfig::CustomResponse(c) => Box::new(
+                crate::custom_response::CustomResponseFilter::new(Arc::clone(c)),
+            ),
             HttpFilterConfig::HeaderMutation(c) => Box::new(
                 crate::header_mutation::HeaderMutationHttpFilter::new(Arc::new((**c).clone())),
             ),

@@ -114,6 +114,15 @@ pub struct ResponseHead<'h> {
     /// makes it the `grpc-message` of a non-gRPC reply); `None` for a body that streams
     /// from upstream.
     pub local_body: Option<Bytes>,
+    /// The response is courier's own (a local reply, a direct response), not an
+    /// upstream's.
+    pub local: bool,
+    /// Set by a filter that replaces the response with a local one (Envoy's
+    /// `sendLocalReply` from `encodeHeaders`, which goes straight to the codec):
+    /// the filters after it do not see the response, and the connection
+    /// manager sends this instead: its status, body and, as the whole header
+    /// set, its `headers` (`details`, flag and gRPC status are not used).
+    pub replacement: Option<LocalReply>,
 }
 
 /// A response body transform failed (a compression library's error): the stream is reset,
@@ -536,6 +545,10 @@ impl FilterChain {
                 && let Some(e) = entry.filter.encode_response(req, per_route, head)
             {
                 encoders.0.push(e);
+            }
+            if head.replacement.is_some() {
+                // The replacement is sent as it is: no other filter sees it.
+                return BodyEncoders::default();
             }
         }
         encoders

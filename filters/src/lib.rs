@@ -11,6 +11,7 @@ pub mod cel_attributes;
 pub mod chain;
 pub mod compressor;
 pub mod csrf;
+pub mod custom_response;
 pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;

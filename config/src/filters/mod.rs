@@ -6,6 +6,7 @@ pub mod basic_auth;
 pub mod buffer;
 pub mod compressor;
 pub mod csrf;
+pub mod custom_response;
 pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;
@@ -34,6 +35,7 @@ use envoy_types::pb::envoy::extensions::filters::http::basic_auth::v3 as basic_a
 use envoy_types::pb::envoy::extensions::filters::http::buffer::v3 as buffer_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
+use envoy_types::pb::envoy::extensions::filters::http::custom_response::v3 as custom_response_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3 as ext_proc_pb;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
@@ -47,6 +49,7 @@ use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3 as hcm;
 use envoy_types::pb::google::protobuf::Any;
+use std::sync::Arc;
 
 pub use compressor::{Compressor, CompressorPerRoute};
 pub use ext_authz::{ExtAuthz, ExtAuthzPerRoute};
@@ -484,6 +487,8 @@ pub enum HttpFilterConfig {
     Buffer(buffer::Buffer),
     /// Ordered request and response header mutations.
     HeaderMutation(Box<header_mutation::HeaderMutationFilter>),
+    /// Responses replaced by local ones where a matcher says so.
+    CustomResponse(Arc<custom_response::CustomResponse>),
     /// HTTP Basic authentication against an htpasswd user list.
     BasicAuth(Box<basic_auth::BasicAuth>),
     /// API key authentication.
@@ -538,6 +543,8 @@ pub enum PerRouteFilterConfig {
     ExtProc(Box<ext_proc::ExtProcPerRoute>),
     /// fault `HTTPFault`.
     Fault(Box<fault::Fault>),
+    /// custom_response `CustomResponse` (the route's matcher).
+    CustomResponse(Arc<custom_response::CustomResponse>),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -594,6 +601,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::HEADER_MUTATION {
         let m = core::unpack::<header_mutation_pb::HeaderMutation>(any, &tp, ctx)?;
         HttpFilterConfig::HeaderMutation(Box::new(header_mutation::translate(&m, &tp, ctx)?))
+    } else if url == extensions::CUSTOM_RESPONSE {
+        let m = core::unpack::<custom_response_pb::CustomResponse>(any, &tp, ctx)?;
+        HttpFilterConfig::CustomResponse(Arc::new(custom_response::translate(&m, &tp, ctx)?))
     } else if url == extensions::BASIC_AUTH {
         let m = core::unpack::<basic_auth_pb::BasicAuth>(any, &tp, ctx)?;
         HttpFilterConfig::BasicAuth(Box::new(basic_auth::translate(&m, &tp, ctx)?))
@@ -711,6 +721,9 @@ fn per_filter(
     } else if url == extensions::BUFFER_PER_ROUTE {
         let m = core::unpack::<buffer_pb::BufferPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::Buffer(buffer::per_route(&m, path, ctx)?)
+    } else if url == extensions::CUSTOM_RESPONSE {
+        let m = core::unpack::<custom_response_pb::CustomResponse>(any, path, ctx)?;
+        PerRouteFilterConfig::CustomResponse(Arc::new(custom_response::translate(&m, path, ctx)?))
     } else if url == extensions::BASIC_AUTH_PER_ROUTE {
         let m = core::unpack::<basic_auth_pb::BasicAuthPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::BasicAuth(basic_auth::per_route(&m, path, ctx)?)

@@ -124,7 +124,7 @@ fn on_match(om: &xpb::matcher::OnMatch, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     }
 }
 
-fn typed<'a>(
+pub(crate) fn typed<'a>(
     t: &'a TypedExtensionConfig,
     path: &Path<'_>,
     ctx: &mut Ctx,
@@ -364,7 +364,7 @@ fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Opt
 
 /// An `xds.type.matcher.v3.StringMatcher` as the `envoy.type.matcher.v3` one
 /// (the same fields); `custom` is refused.
-fn envoy_string_matcher(
+pub(crate) fn envoy_string_matcher(
     sm: &xpb::StringMatcher,
     path: &Path<'_>,
     ctx: &mut Ctx,

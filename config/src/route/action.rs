@@ -604,7 +604,7 @@ pub(crate) fn direct_response(
 }
 
 /// Translates a direct response's `body_format`.
-fn body_format(
+pub(crate) fn body_format(
     f: &envoy_types::pb::envoy::config::core::v3::SubstitutionFormatString,
     path: &Path<'_>,
     ctx: &mut Ctx,

@@ -163,6 +163,8 @@ mod body_path {
             headers: &mut headers,
             end_stream: false,
             local_body: None,
+            local: false,
+            replacement: None,
         };
         let mut encoders = chain.encode_response(&mut req, &mut h);
         assert!(!encoders.is_empty());
@@ -202,6 +204,8 @@ mod body_path {
             headers: &mut headers,
             end_stream: true,
             local_body: None,
+            local: false,
+            replacement: None,
         };
         assert!(chain.encode_response(&mut req, &mut h).is_empty());
         // Compressible, so a cache must still vary on it; the length stays.

@@ -148,6 +148,8 @@ mod filters {
             headers: &mut headers,
             end_stream: false,
             local_body: None,
+            local: false,
+            replacement: None,
         };
         let mut resp = chain.encode_response(&mut req, &mut head);
         assert_eq!(headers["content-type"], "application/grpc-web-text+proto");
@@ -199,6 +201,8 @@ mod filters {
             headers: &mut headers,
             end_stream: false,
             local_body: Some(Bytes::from_static(b"no healthy upstream")),
+            local: true,
+            replacement: None,
         };
         let mut body = chain.encode_response(&mut req, &mut head);
         assert!(!body.holds_headers());
@@ -218,6 +222,8 @@ mod filters {
             headers: &mut headers,
             end_stream: false,
             local_body: None,
+            local: false,
+            replacement: None,
         };
         let mut body = chain.encode_response(&mut req, &mut head);
         assert!(body.holds_headers());
@@ -238,6 +244,8 @@ mod filters {
             headers: &mut headers,
             end_stream: true,
             local_body: None,
+            local: false,
+            replacement: None,
         };
         assert!(chain.encode_response(&mut req, &mut head).is_empty());
         assert_eq!(headers["grpc-status"], "7");
@@ -291,6 +299,8 @@ mod filters {
                 headers: &mut headers,
                 end_stream: false,
                 local_body: None,
+                local: false,
+                replacement: None,
             };
             assert!(chain.encode_response(&mut req, &mut head).is_empty());
             assert!(headers.is_empty());

@@ -648,13 +648,24 @@ fn encode_body(
         *resp.body_mut() = ResponseBody::Local(http_body_util::Full::new(b.clone()));
     }
     let status = resp.status();
+    let local = matches!(resp.body(), ResponseBody::Local(_));
     let mut head = courier_filters::ResponseHead {
         status,
         headers: resp.headers_mut(),
         end_stream,
         local_body,
+        local,
+        replacement: None,
     };
     let encoders = chain.encode_response(state, &mut head);
+    if let Some(r) = head.replacement.take() {
+        // A filter's local reply in place of this response (custom_response): its
+        // status, whole header set and body; the original body is dropped.
+        *resp.status_mut() = r.status;
+        *resp.headers_mut() = r.headers;
+        *resp.body_mut() = ResponseBody::Local(http_body_util::Full::new(r.body));
+        return None;
+    }
     if encoders.holds_headers() {
         return Some(encoders);
     }
