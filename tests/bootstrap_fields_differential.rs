@@ -3,7 +3,10 @@
 //! `layered_runtime` (a static layer with the corpus's keys and values, an admin
 //! layer: `/runtime` and `/runtime_modify`), `admin.profile_path` (the profiler
 //! endpoints), `deferred_stat_options` (a cluster's traffic stats appear at its
-//! first use), `default_regex_engine`, `cluster_manager.enable_deferred_cluster_creation`
+//! first use), `default_regex_engine`, `cluster_manager.enable_deferred_cluster_creation`,
+//! `envoy.reloadable_features.google_grpc_disable_tls_13`, Istio's
+//! `cluster_manager.load_stats_config` with nowhere to report (valid, but both
+//! stop at start-up)
 //! and `envoy.reloadable_features.http_reject_path_with_fragment: false` (a
 //! path's `#fragment` is dropped before forwarding).
 
@@ -90,6 +93,7 @@ layered_runtime:
       envoy.reloadable_features.coalesce_lb_rebuilds_on_batch_update: false
       envoy.reloadable_features.http_reject_path_with_fragment: false
       envoy.reloadable_features.explicit_internal_address_config: true
+      envoy.reloadable_features.google_grpc_disable_tls_13: true
       re2.max_program_size.error_level: 4294967295
       overload:
         global_downstream_max_connections: \"5000\"
@@ -238,6 +242,10 @@ fn bootstrap_fields_behave_as_envoy() {
         entry("false")
     );
     assert_eq!(
+        e.runtime["entries"]["envoy.reloadable_features.google_grpc_disable_tls_13"],
+        entry("true")
+    );
+    assert_eq!(
         e.runtime["layers"],
         serde_json::json!(["global config", "admin"])
     );
@@ -275,6 +283,57 @@ fn bootstrap_fields_behave_as_envoy() {
         vec!["cluster.up.upstream_rq_total: 2".to_string()]
     );
     assert_eq!(e, c);
+}
+
+/// Istio's `load_stats_config` without a service (its `lrs` bootstrap): valid
+/// for both, and serving it both log why and exit with status 0.
+#[test]
+fn load_stats_config_without_a_service_stops_as_envoy_stops() {
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED: no Envoy (set COURIER_ENVOY)");
+        return;
+    };
+    let yaml = format!(
+        "{}cluster_manager:\n  load_stats_config: {{api_type: GRPC, transport_api_version: V3}}\n",
+        bootstrap(&[hcm_listener("in", "", VHOSTS)])
+            + "  clusters:\n  - name: up\n    load_assignment: {cluster_name: up}\n"
+    );
+    for (kind, bin) in [(Kind::Envoy, envoy), (Kind::Courier, courier_bin())] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("bootstrap.yaml");
+        std::fs::write(&config, &yaml).unwrap();
+        let validate = std::process::Command::new(&bin)
+            .args(["--mode", "validate", "-c"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(validate.status.success(), "{kind} validate: {validate:?}");
+        let mut cmd = std::process::Command::new(&bin);
+        cmd.arg("-c").arg(&config).args(["--concurrency", "1"]);
+        if kind == Kind::Envoy {
+            cmd.arg("--use-dynamic-base-id");
+        }
+        let mut child = cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Bounded: 10 s to stop.
+        let status = (0..500).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            child.try_wait().unwrap()
+        });
+        if status.is_none() {
+            let _ = child.kill();
+        }
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(status.map(|s| s.code()), Some(Some(0)), "{kind}: {err}");
+        assert!(
+            err.contains("Skipping initialization of secondary cluster: API configs must have either a gRPC service or a cluster name defined"),
+            "{kind}: {err}"
+        );
+    }
 }
 
 // ---- application_log_config and the log flags ----

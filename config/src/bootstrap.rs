@@ -58,6 +58,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "outlier_detection",
             "enable_deferred_cluster_creation",
             "local_cluster_name",
+            "load_stats_config",
         ],
     ),
     (
@@ -138,6 +139,11 @@ pub struct Bootstrap {
     /// `cluster_manager.outlier_detection.event_log_path`: where outlier
     /// ejection and unejection events are appended as JSON lines.
     pub outlier_event_log_path: Option<String>,
+    /// `cluster_manager.load_stats_config` is set without a gRPC service or
+    /// cluster to report to: valid (`--mode validate` accepts it, as Envoy's),
+    /// but serving stops at start-up with Envoy's warning and exit status 0, as
+    /// Envoy 1.40 does when it cannot create the load reporter.
+    pub load_stats_skipped: bool,
     /// `cluster_manager.local_cluster_name`: the static cluster of the proxy's
     /// own fleet, by whose zones the other clusters route (zone-aware routing).
     pub local_cluster_name: Option<String>,
@@ -267,6 +273,11 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
     if let Some(name) = &local_cluster_name {
         local_cluster(name, statics, &root, ctx);
     }
+    let load_stats_skipped = bs
+        .cluster_manager
+        .as_ref()
+        .and_then(|cm| cm.load_stats_config.as_ref())
+        .is_some_and(|l| load_stats(l, &root.field("cluster_manager.load_stats_config"), ctx));
     if let Some(e) = &bs.default_regex_engine {
         default_regex_engine(e, &root.field("default_regex_engine"), ctx);
     }
@@ -311,6 +322,7 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
         overload_manager,
         runtime,
         outlier_event_log_path,
+        load_stats_skipped,
         local_cluster_name,
         deferred_cluster_stats: bs
             .deferred_stat_options
@@ -318,6 +330,23 @@ pub fn translate(bs: &pb::Bootstrap, ctx: &mut Ctx) -> Bootstrap {
             .is_some_and(|d| d.enable_deferred_creation_stats),
         application_log_format,
     }
+}
+
+/// `cluster_manager.load_stats_config`: whether it has nowhere to report (no
+/// gRPC service, no cluster), which Envoy validates but cannot serve with (it
+/// warns "API configs must have either a gRPC service or a cluster name
+/// defined" and shuts down). A reporter with somewhere to report is refused:
+/// courier has no LRS client.
+fn load_stats(
+    l: &envoy_types::pb::envoy::config::core::v3::ApiConfigSource,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> bool {
+    if l.grpc_services.is_empty() && l.cluster_names.is_empty() {
+        return true;
+    }
+    ctx.unsupported(path, "load reporting (LRS) to a server");
+    false
 }
 
 /// `cluster_manager.local_cluster_name` must name a static cluster (Envoy's

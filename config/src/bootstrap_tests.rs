@@ -115,3 +115,20 @@ fn local_cluster_name_names_a_static_cluster() {
         "{err}"
     );
 }
+
+#[test]
+fn load_stats_config_with_nowhere_to_report_loads_and_a_reporter_is_refused() {
+    let lrs = json!({"api_type": "GRPC", "transport_api_version": "V3"});
+    let b = load(json!({"cluster_manager": {"load_stats_config": lrs}})).unwrap();
+    assert!(b.load_stats_skipped);
+    assert!(!load(json!({})).unwrap().load_stats_skipped);
+    let err = load(json!({"cluster_manager": {"load_stats_config": {
+        "api_type": "GRPC", "transport_api_version": "V3",
+        "grpc_services": [{"envoy_grpc": {"cluster_name": "lrs"}}]}}}))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("cluster_manager.load_stats_config: load reporting (LRS) to a server is not supported"),
+        "{err}"
+    );
+}

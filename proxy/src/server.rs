@@ -161,6 +161,16 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
         ))
     });
     let mut clusters = ClusterManager::with_zone(&snapshot.load(), zone)?;
+    if bootstrap.load_stats_skipped {
+        // Envoy 1.40 fails to create the load reporter once the primary
+        // clusters are up, logs this, and shuts down cleanly (exit 0); its
+        // validate mode accepts the config. courier does the same.
+        tracing::warn!(
+            "Skipping initialization of secondary cluster: API configs must have either a gRPC service or a cluster name defined (load_stats_config)"
+        );
+        tracing::info!("shutting down server instance");
+        return Ok(());
+    }
     if let Some(path) = &bootstrap.outlier_event_log_path {
         clusters.set_outlier_event_log(crate::upstream::outlier::EventLog::open(path)?);
     }

@@ -139,6 +139,12 @@ pub fn check(key: &str, value: &str) -> Result<Meaning, KeyError> {
     if key == "envoy.reloadable_features.fixed_heap_use_allocated" {
         return boolean(value).map(Meaning::FixedHeapUseAllocated);
     }
+    if key == "envoy.reloadable_features.google_grpc_disable_tls_13" {
+        // Limits the TLS version of Google gRPC channels with TLS credentials.
+        // courier's `google_grpc` channels run plaintext (their channel
+        // credentials are refused), so either value leaves them as they are.
+        return boolean(value).map(|_| Meaning::Kept);
+    }
     if key == "envoy.reloadable_features.http_reject_path_with_fragment" {
         return boolean(value).map(Meaning::RejectPathWithFragment);
     }

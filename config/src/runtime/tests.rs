@@ -127,6 +127,17 @@ fn check_is_what_runtime_modify_asks() {
         Err(KeyError::NotABoolean("yes".into()))
     );
     assert_eq!(check("a.b", "1"), Err(KeyError::Unsupported("a.b".into())));
+    // courier's Google gRPC channels are plaintext: no TLS version to limit.
+    for v in ["true", "false"] {
+        assert_eq!(
+            check("envoy.reloadable_features.google_grpc_disable_tls_13", v),
+            Ok(Meaning::Kept)
+        );
+    }
+    assert_eq!(
+        check("envoy.reloadable_features.google_grpc_disable_tls_13", "1x"),
+        Err(KeyError::NotABoolean("1x".into()))
+    );
 }
 
 #[test]
