@@ -88,6 +88,7 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.access_loggers.stream.v3.StdoutAccessLog",
     "envoy.extensions.access_loggers.stream.v3.StderrAccessLog",
     "envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig",
+    "envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig",
     "envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin",
     "envoy.extensions.load_balancing_policies.least_request.v3.LeastRequest",
     "envoy.extensions.load_balancing_policies.random.v3.Random",

@@ -128,7 +128,9 @@ fn load_stats_config_with_nowhere_to_report_loads_and_a_reporter_is_refused() {
     .unwrap_err()
     .to_string();
     assert!(
-        err.contains("cluster_manager.load_stats_config: load reporting (LRS) to a server is not supported"),
+        err.contains(
+            "cluster_manager.load_stats_config: load reporting (LRS) to a server is not supported"
+        ),
         "{err}"
     );
 }

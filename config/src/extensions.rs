@@ -121,6 +121,9 @@ pub const STDOUT_ACCESS_LOG: &str =
 /// Stderr access logger.
 pub const STDERR_ACCESS_LOG: &str =
     "type.googleapis.com/envoy.extensions.access_loggers.stream.v3.StderrAccessLog";
+/// The HTTP gRPC access logger (Envoy's access log service client).
+pub const HTTP_GRPC_ACCESS_LOG: &str =
+    "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig";
 /// OpenTelemetry (OTLP logs over gRPC) access logger.
 pub const OTEL_ACCESS_LOG: &str = "type.googleapis.com/envoy.extensions.access_loggers.open_telemetry.v3.OpenTelemetryAccessLogConfig";
 /// The DNS cluster extension (`cluster_type`), Envoy's form of STRICT_DNS and

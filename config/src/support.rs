@@ -37,6 +37,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::matcher::SUPPORT,
         crate::listener::SUPPORT,
         crate::listener::otel_access_log::SUPPORT,
+        crate::listener::grpc_access_log::SUPPORT,
         crate::tls::SUPPORT,
         crate::route::SUPPORT,
         crate::cluster::SUPPORT,

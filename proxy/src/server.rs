@@ -115,6 +115,7 @@ pub fn run(bootstrap: Bootstrap, opts: &ServeOptions) -> Result<(), String> {
             .as_ref()
             .map_or("", |l| l.1.as_str()),
     );
+    crate::access_log::grpc_als::set_node(courier_node(&bootstrap));
     courier_filters::health_check::set_local_cluster(&bootstrap.node.cluster);
     crate::trace::zipkin_export::set_runtime(bootstrap.runtime.zipkin);
     // A tracer's stats exist once a connection manager uses it, as Envoy creates

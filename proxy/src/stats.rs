@@ -18,6 +18,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Counter(AtomicU64);
 
 impl Counter {
+    /// A counter at zero (for statics).
+    pub const fn new() -> Self {
+        Counter(AtomicU64::new(0))
+    }
+
     /// Adds one.
     pub fn inc(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);

@@ -225,6 +225,13 @@ async fn serve(setup: WorkerSetup) {
     let client = crate::upstream::client::ClusterClient::new(Arc::clone(&setup.clusters));
     crate::trace::export::start(client.clone());
     crate::access_log::otel::start(client.clone());
+    crate::access_log::grpc_als::start(Arc::clone(&setup.clusters), |clusters, cluster| {
+        Box::pin(async move {
+            crate::xds::grpc_channel(&clusters, &cluster)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    });
     crate::trace::zipkin_export::start(client.clone());
     crate::trace::datadog_export::start(client);
 
@@ -275,7 +282,8 @@ async fn serve(setup: WorkerSetup) {
     // Lines of requests that finished while draining.
     crate::access_log::writer::flush_at_exit();
     // Spans too: their export calls get a moment before the runtime stops.
-    let logs = crate::access_log::otel::flush_at_exit();
+    let logs =
+        crate::access_log::otel::flush_at_exit() | crate::access_log::grpc_als::flush_at_exit();
     let otel = crate::trace::export::flush_at_exit() || logs;
     let datadog = crate::trace::datadog_export::flush_at_exit();
     if crate::trace::zipkin_export::flush_at_exit() || otel || datadog {

@@ -1,7 +1,9 @@
 //! Access logs: file and stdout/stderr sinks in Envoy's format-string and JSON forms.
 
 use crate::ctx::Ctx;
-use crate::extensions::{FILE_ACCESS_LOG, OTEL_ACCESS_LOG, STDERR_ACCESS_LOG, STDOUT_ACCESS_LOG};
+use crate::extensions::{
+    FILE_ACCESS_LOG, HTTP_GRPC_ACCESS_LOG, OTEL_ACCESS_LOG, STDERR_ACCESS_LOG, STDOUT_ACCESS_LOG,
+};
 use crate::format::{self, FormatString};
 use crate::listener::log_filter::{self, LogFilter};
 use crate::listener::otel_access_log::{self, OtelAccessLog};
@@ -59,6 +61,8 @@ pub enum Sink {
     /// OTLP log records to a collector (`envoy.access_loggers.open_telemetry`);
     /// the record's `body` and `attributes` are its format.
     OpenTelemetry(Arc<OtelAccessLog>),
+    /// `HTTPAccessLogEntry`s to an access log service (`envoy.access_loggers.http_grpc`).
+    HttpGrpc(Arc<super::grpc_access_log::HttpGrpcAccessLog>),
 }
 
 /// A value of a JSON log line.
@@ -223,6 +227,17 @@ fn sink(l: &pb::AccessLog, path: &Path<'_>, ctx: &mut Ctx) -> Option<AccessLog> 
             Some(AccessLog {
                 path: String::new(),
                 sink: Sink::OpenTelemetry(Arc::new(o)),
+                format: default_format(),
+                omit_empty_values: false,
+                filter: None,
+            })
+        }
+        HTTP_GRPC_ACCESS_LOG => {
+            let m = decode(any, &tp, ctx)?;
+            let g = super::grpc_access_log::translate(&m, &tp, ctx)?;
+            Some(AccessLog {
+                path: String::new(),
+                sink: Sink::HttpGrpc(Arc::new(g)),
                 format: default_format(),
                 omit_empty_values: false,
                 filter: None,

@@ -3,6 +3,7 @@
 pub mod access_log;
 pub mod connection_limit;
 pub mod filter_chain;
+pub mod grpc_access_log;
 pub mod hcm;
 pub mod http_options;
 pub mod ip_detection;

@@ -9,6 +9,7 @@
 mod attributes;
 pub mod body;
 pub mod conn;
+pub mod grpc_als;
 pub mod otel;
 pub mod render;
 pub mod writer;
@@ -238,6 +239,7 @@ impl Pending {
                 Sink::OpenTelemetry(o) => {
                     otel::record(o, &entry, span.as_deref().map(crate::trace::Span::ids));
                 }
+                Sink::HttpGrpc(g) => grpc_als::record(g, &entry),
                 sink => writer::append(sink, |buf| render::line_into(log, &entry, buf)),
             }
         }

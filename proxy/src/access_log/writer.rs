@@ -48,7 +48,7 @@ impl Out {
             Sink::Stdout => Out::Stdout,
             Sink::Stderr => Out::Stderr,
             // Records go to their collector (`otel`), never here.
-            Sink::OpenTelemetry(_) => Out::Broken,
+            Sink::OpenTelemetry(_) | Sink::HttpGrpc(_) => Out::Broken,
             Sink::File(path) => match open(path) {
                 Ok(f) => Out::File(f),
                 Err(e) => {

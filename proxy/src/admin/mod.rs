@@ -269,6 +269,7 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             crate::accept::network_rbac::reset_counters();
             crate::udp::stats::reset_counters();
             crate::access_log::otel::reset_counters();
+            crate::access_log::grpc_als::reset_counters();
             crate::stats::vhost::reset_counters();
             for c in shared.clusters.clusters() {
                 for (_, counter) in c.zone_stats.values() {
@@ -350,6 +351,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     crate::accept::network_rbac::samples(&mut samples);
     crate::udp::stats::samples(&mut samples);
     crate::access_log::otel::samples(&mut samples);
+    crate::access_log::grpc_als::samples(&mut samples);
     vhost_samples(shared, &mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);

@@ -204,6 +204,7 @@ pub async fn handle(
         s.apply(resp.headers_mut());
     }
     stats.response(resp.status().as_u16());
+    crate::request::reason::envoy_phrase(&mut resp);
     let Some(pending) = guard.0.take() else {
         return (resp.map(LoggedBody::plain), streaming);
     };

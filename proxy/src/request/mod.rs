@@ -14,6 +14,7 @@ pub mod headers;
 pub mod local_reply;
 pub mod phase;
 pub mod progress;
+pub mod reason;
 pub mod snapshot;
 pub mod tee;
 pub mod termination;
