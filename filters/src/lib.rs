@@ -10,6 +10,7 @@ pub mod build;
 pub mod chain;
 pub mod compressor;
 pub mod csrf;
+pub mod dynamic_forward_proxy;
 pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;
