@@ -241,8 +241,11 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
             health_check::translate(h, &http, &transport_socket_matches, &hp.index(i), ctx)
         })
         .collect();
-    let dynamic = matches!(discovery, Some(Discovery::DynamicForwardProxy(_)));
-    check_cluster_provided(c, &lb, dynamic, path, ctx);
+    // Unknown when the type was refused (ORIGINAL_DST provides one too).
+    if let Some(d) = &discovery {
+        let dynamic = matches!(d, Discovery::DynamicForwardProxy(_));
+        check_cluster_provided(c, &lb, dynamic, path, ctx);
+    }
     let mut cluster = Cluster {
         name: c.name.clone(),
         alt_stat_name: (!c.alt_stat_name.is_empty()).then(|| c.alt_stat_name.clone()),
