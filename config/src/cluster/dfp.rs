@@ -65,7 +65,8 @@ pub(super) fn finish(c: &pb::Cluster, cluster: &mut Cluster, path: &Path<'_>, ct
         cluster.http.auto_sni.sni = true;
         cluster.http.auto_sni.san_validation = true;
     }
-    if !allow_insecure && !(cluster.http.auto_sni.sni && cluster.http.auto_sni.san_validation) {
+    let secure = cluster.http.auto_sni.sni && cluster.http.auto_sni.san_validation;
+    if !(allow_insecure || secure) {
         ctx.error(
             path,
             "dynamic_forward_proxy cluster must have auto_sni and auto_san_validation true unless allow_insecure_cluster_options is set.",

@@ -15,9 +15,9 @@ use courier_config::dns_cache::DnsCacheConfig;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
-use std::time::Instant;
+use std::sync::{Arc, LazyLock};
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// A host's resolution state.
 #[derive(Debug, Clone)]
@@ -66,37 +66,44 @@ pub enum LookupError {
 #[derive(Debug)]
 pub struct DnsCache {
     config: DnsCacheConfig,
-    hosts: ArcSwap<HashMap<String, Arc<HostEntry>>>,
-    /// Serializes changes of `hosts` (a new host, an expired one): rare, and
+    /// Changed (a new host, an expired one) by read-copy-update: rare, and
     /// never on a lookup of a cached host.
-    writer: Mutex<()>,
+    hosts: ArcSwap<HashMap<String, Arc<HostEntry>>>,
     pending: AtomicU32,
     epoch: Instant,
 }
 
 /// The caches by name.
-static CACHES: LazyLock<Mutex<HashMap<String, Arc<DnsCache>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
+static CACHES: LazyLock<ArcSwap<HashMap<String, Arc<DnsCache>>>> =
+    LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
 
 impl DnsCache {
     /// The process's cache named by `config` (made on first use). A config of
     /// the same name with other settings gets a cache of its own (the
     /// translation refuses two in one config, as Envoy does).
     pub fn get(config: &DnsCacheConfig) -> Arc<DnsCache> {
-        let mut caches = CACHES.lock().unwrap_or_else(|e| e.into_inner());
-        match caches.get(&config.name) {
-            Some(c) if c.config == *config => Arc::clone(c),
-            _ => {
-                let c = Arc::new(DnsCache {
-                    config: config.clone(),
-                    hosts: ArcSwap::from_pointee(HashMap::new()),
-                    writer: Mutex::new(()),
-                    pending: AtomicU32::new(0),
-                    epoch: Instant::now(),
-                });
-                caches.insert(config.name.clone(), Arc::clone(&c));
-                c
+        let same = |c: &Arc<DnsCache>| c.config == *config;
+        if let Some(c) = CACHES.load().get(&config.name).filter(|c| same(c)) {
+            return Arc::clone(c);
+        }
+        let fresh = Arc::new(DnsCache {
+            config: config.clone(),
+            hosts: ArcSwap::from_pointee(HashMap::new()),
+            pending: AtomicU32::new(0),
+            epoch: Instant::now(),
+        });
+        // Another thread may have made it meanwhile: its cache is the one.
+        let caches = CACHES.rcu(|caches| {
+            if caches.get(&config.name).is_some_and(same) {
+                return Arc::clone(caches);
             }
+            let mut next = HashMap::clone(caches);
+            next.insert(config.name.clone(), Arc::clone(&fresh));
+            Arc::new(next)
+        });
+        match caches.get(&config.name).filter(|c| same(c)) {
+            Some(c) => Arc::clone(c),
+            None => fresh,
         }
     }
 
@@ -154,14 +161,6 @@ impl DnsCache {
 
     /// Adds `key` and starts its resolution (or finds it added meanwhile).
     fn insert(self: &Arc<Self>, key: &str) -> Result<Arc<HostEntry>, LookupError> {
-        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let hosts = self.hosts.load();
-        if let Some(e) = hosts.get(key) {
-            return Ok(Arc::clone(e));
-        }
-        if hosts.len() >= self.config.max_hosts as usize {
-            return Err(LookupError::Overflow);
-        }
         let (host, port) = split(key).ok_or(LookupError::Overflow)?;
         let entry = Arc::new(HostEntry {
             host: host.to_string(),
@@ -170,9 +169,23 @@ impl DnsCache {
             resolved: Notify::new(),
             last_used: AtomicU64::new(self.now_ms()),
         });
-        let mut next = HashMap::clone(&hosts);
-        next.insert(key.to_string(), Arc::clone(&entry));
-        self.hosts.store(Arc::new(next));
+        let max = self.config.max_hosts as usize;
+        let before = self.hosts.rcu(|hosts| {
+            if hosts.contains_key(key) || hosts.len() >= max {
+                return Arc::clone(hosts);
+            }
+            let mut next = HashMap::clone(hosts);
+            next.insert(key.to_string(), Arc::clone(&entry));
+            Arc::new(next)
+        });
+        // `rcu` gives the table it replaced: the key there means another
+        // request added it first; a full table without it, an overflow.
+        if let Some(e) = before.get(key) {
+            return Ok(Arc::clone(e));
+        }
+        if before.len() >= max {
+            return Err(LookupError::Overflow);
+        }
         tokio::spawn(Self::keep(
             Arc::clone(self),
             key.to_string(),
@@ -198,10 +211,11 @@ impl DnsCache {
                 .now_ms()
                 .saturating_sub(entry.last_used.load(Ordering::Relaxed));
             if u128::from(idle) >= cache.config.host_ttl.as_millis() {
-                let _w = cache.writer.lock().unwrap_or_else(|e| e.into_inner());
-                let mut next = HashMap::clone(&cache.hosts.load());
-                next.remove(&key);
-                cache.hosts.store(Arc::new(next));
+                cache.hosts.rcu(|hosts| {
+                    let mut next = HashMap::clone(hosts);
+                    next.remove(&key);
+                    next
+                });
                 return;
             }
         }

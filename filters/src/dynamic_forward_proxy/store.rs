@@ -5,7 +5,7 @@
 use super::cache::DnsCache;
 use arc_swap::ArcSwap;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 /// What the HTTP filter needs of a dynamic forward proxy cluster.
 #[derive(Debug, Clone)]
@@ -19,24 +19,25 @@ pub struct DynamicCluster {
 
 static CLUSTERS: LazyLock<ArcSwap<HashMap<String, DynamicCluster>>> =
     LazyLock::new(|| ArcSwap::from_pointee(HashMap::new()));
-static WRITER: Mutex<()> = Mutex::new(());
 
 /// Puts cluster `name` in force (replacing an earlier version).
 pub fn register(name: &str, cluster: DynamicCluster) {
-    let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
-    let mut next = HashMap::clone(&CLUSTERS.load());
-    next.insert(name.to_string(), cluster);
-    CLUSTERS.store(Arc::new(next));
+    CLUSTERS.rcu(|clusters| {
+        let mut next = HashMap::clone(clusters);
+        next.insert(name.to_string(), cluster.clone());
+        next
+    });
 }
 
 /// Takes cluster `name` out of force (it was removed, or is no longer a
 /// dynamic forward proxy cluster).
 pub fn unregister(name: &str) {
-    let _w = WRITER.lock().unwrap_or_else(|e| e.into_inner());
     if CLUSTERS.load().contains_key(name) {
-        let mut next = HashMap::clone(&CLUSTERS.load());
-        next.remove(name);
-        CLUSTERS.store(Arc::new(next));
+        CLUSTERS.rcu(|clusters| {
+            let mut next = HashMap::clone(clusters);
+            next.remove(name);
+            next
+        });
     }
 }
 

@@ -11,7 +11,7 @@ use courier_config::cluster::DynamicForwardProxy;
 use courier_filters::dynamic_forward_proxy::cache::{self, Answer, DnsCache};
 use courier_filters::dynamic_forward_proxy::store::{self, DynamicCluster};
 use rustc_hash::FxHashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// A dynamic forward proxy cluster's hosts.
 #[derive(Debug)]
@@ -21,7 +21,6 @@ pub struct DynamicHosts {
     default_port: u16,
     /// Host objects by `name:port`, each for the address it was made for.
     hosts: ArcSwap<FxHashMap<String, Arc<Host>>>,
-    writer: Mutex<()>,
 }
 
 impl DynamicHosts {
@@ -40,7 +39,6 @@ impl DynamicHosts {
             cache,
             default_port,
             hosts: ArcSwap::default(),
-            writer: Mutex::new(()),
         }
     }
 
@@ -63,15 +61,16 @@ impl DynamicHosts {
         {
             return Some(Arc::clone(h));
         }
-        // A new name, or a new address for it: rare, so under a lock.
-        let _w = self.writer.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = FxHashMap::clone(&self.hosts.load());
-        // Names the cache let go of leave with the next new one.
-        next.retain(|k, _| self.cache.cached(k, default_port).is_some() || *k == key);
+        // A new name, or a new address for it: rare, so a new table.
         // Envoy's logical host is named `name:port`.
         let host = Arc::new(Host::new(addr, key.clone(), 1, true));
-        next.insert(key, Arc::clone(&host));
-        self.hosts.store(Arc::new(next));
+        self.hosts.rcu(|hosts| {
+            let mut next = FxHashMap::clone(hosts);
+            // Names the cache let go of leave with the next new one.
+            next.retain(|k, _| self.cache.cached(k, default_port).is_some() || *k == key);
+            next.insert(key.clone(), Arc::clone(&host));
+            next
+        });
         Some(host)
     }
 
