@@ -37,7 +37,7 @@ fn access_log(file: &str) -> String {
 const CACHE: &str =
     "dns_cache_config: {name: dfp-cache, dns_lookup_family: V4_ONLY, dns_refresh_rate: 30s}";
 
-fn config(up: u16, tls_up: u16) -> String {
+fn config(up: u16, tls_up: u16, ca: &str) -> String {
     format!(
         r#"admin:
   address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
@@ -61,6 +61,8 @@ static_resources:
             - name: all
               domains: ["*"]
               routes:
+              - match: {{prefix: /tls}}
+                route: {{cluster: dfp-tls}}
               - match: {{prefix: /route-literal}}
                 route: {{cluster: dfp, host_rewrite_literal: "localhost:{up}"}}
               - match: {{prefix: /}}
@@ -128,6 +130,21 @@ static_resources:
       typed_config:
         "@type": type.googleapis.com/envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig
         {CACHE}
+  - name: dfp-tls
+    connect_timeout: 2s
+    lb_policy: CLUSTER_PROVIDED
+    cluster_type:
+      name: envoy.clusters.dynamic_forward_proxy
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig
+        {CACHE}
+    transport_socket:
+      name: envoy.transport_sockets.tls
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext
+        common_tls_context:
+          validation_context:
+            trusted_ca: {{inline_string: {ca}}}
   - name: dfp-passthrough
     connect_timeout: 2s
     load_balancing_policy:
@@ -224,12 +241,12 @@ fn tls(proxy: &Proxy, sni: &str) -> String {
     )
 }
 
-fn log_lines(proxy: &Proxy, file: &str) -> Vec<String> {
+fn log_lines(proxy: &Proxy, file: &str, count: usize) -> Vec<String> {
     // The access log is written as each stream ends; wait until it has all.
     let path = proxy.dir().join(file);
     let text = courier_tests::proxies::poll(1000, || {
         let t = std::fs::read_to_string(&path).ok()?;
-        (t.lines().count() >= 4).then_some(t)
+        (t.lines().count() >= count).then_some(t)
     })
     .unwrap_or_default();
     text.lines()
@@ -245,8 +262,24 @@ fn log_lines(proxy: &Proxy, file: &str) -> Vec<String> {
         .collect()
 }
 
-fn observe(kind: Kind, bin: &Path, up: &RawUpstream, tls_up: u16) -> Vec<String> {
-    let yaml = config(up.addr.port(), tls_up);
+/// A request through the TLS dynamic forward proxy cluster: the status and
+/// the SNI the TLS upstream saw (`auto_sni`, on by default for the cluster).
+fn tls_cluster(proxy: &Proxy, host: &str) -> String {
+    let a = exchange(
+        proxy.listener("cluster-only").unwrap(),
+        &format!("GET /tls HTTP/1.1\r\nhost: {host}\r\nconnection: close\r\n\r\n"),
+    );
+    let sni = a
+        .headers
+        .iter()
+        .find_map(|h| h.strip_prefix("x-sni: "))
+        .unwrap_or("none")
+        .to_string();
+    format!("tls cluster {host}: {} upstream sni {sni}", a.status_line)
+}
+
+fn observe(kind: Kind, bin: &Path, up: &RawUpstream, tls_up: u16, ca: &str) -> Vec<String> {
+    let yaml = config(up.addr.port(), tls_up, ca);
     let proxy = Proxy::start(kind, bin, &yaml, &["cluster-only", "with-filter", "sni"])
         .unwrap_or_else(|e| panic!("{kind}: {e}"));
     let local = format!("host: localhost:{}\r\n", up.addr.port());
@@ -295,9 +328,10 @@ fn observe(kind: Kind, bin: &Path, up: &RawUpstream, tls_up: u16) -> Vec<String>
         ),
         tls(&proxy, "localhost"),
         tls(&proxy, "nonexistent.invalid"),
+        tls_cluster(&proxy, &format!("localhost:{tls_up}")),
     ];
-    lines.extend(log_lines(&proxy, "cluster-only.log"));
-    lines.extend(log_lines(&proxy, "with-filter.log"));
+    lines.extend(log_lines(&proxy, "cluster-only.log", 5));
+    lines.extend(log_lines(&proxy, "with-filter.log", 4));
     lines
 }
 
@@ -306,7 +340,8 @@ fn dynamic_forward_proxy_matches_envoy() {
     let up = RawUpstream::start(reply);
     let ca = TestCa::new("dfp CA");
     let tls_up = tls_upstream::start(&ca.leaf(&["localhost"]));
-    let Some(c) = same_lines(|kind, bin| observe(kind, bin, &up, tls_up.port())) else {
+    let ca_pem = serde_json::to_string(&ca.pem.cert).unwrap();
+    let Some(c) = same_lines(|kind, bin| observe(kind, bin, &up, tls_up.port(), &ca_pem)) else {
         return;
     };
     let port = up.addr.port();
@@ -337,6 +372,13 @@ fn dynamic_forward_proxy_matches_envoy() {
     );
     assert!(c[9].starts_with("sni nonexistent.invalid: "), "{}", c[9]);
     assert!(c[9].ends_with("upstream sni none"), "{}", c[9]);
+    assert_eq!(
+        c[10],
+        format!(
+            "tls cluster localhost:{}: HTTP/1.1 200 OK upstream sni localhost",
+            tls_up.port()
+        )
+    );
     // The filter's failure is Envoy's DF; the cluster's alone, UH.
     assert!(c.contains(&"cluster-only.log: 503 UH".to_string()), "{c:?}");
     assert!(c.contains(&"with-filter.log: 503 DF".to_string()), "{c:?}");
