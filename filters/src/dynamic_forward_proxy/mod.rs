@@ -150,3 +150,116 @@ fn set_authority(head: &mut http::request::Parts, host: &str) {
         head.headers.insert(header::HOST, value);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request::SelectedRoute;
+    use crate::test_support::{head, plain_conn, state};
+    use courier_config::cluster::DnsLookupFamily;
+    use courier_config::dns_cache::DnsCacheConfig;
+    use std::time::Duration;
+
+    fn filter(name: &str) -> (DynamicForwardProxyFilter, Arc<cache::DnsCache>) {
+        let config = DynamicForwardProxy {
+            cache: DnsCacheConfig {
+                name: name.to_string(),
+                lookup_family: DnsLookupFamily::V4Only,
+                refresh_rate: Duration::from_secs(60),
+                host_ttl: Duration::from_secs(300),
+                max_hosts: 16,
+                max_pending_requests: 16,
+            },
+        };
+        let f = DynamicForwardProxyFilter::new(&config);
+        (f, cache::DnsCache::get(&config.cache))
+    }
+
+    async fn decide(
+        f: &DynamicForwardProxyFilter,
+        req: &mut RequestState<'_>,
+        per_route: Option<&PerRouteFilterConfig>,
+    ) -> Option<LocalReply> {
+        match f.decode_headers(req, per_route) {
+            Decision::Continue => None,
+            Decision::Respond(r) => Some(r),
+            Decision::Pending(p) => match p.await {
+                Verdict::Continue => None,
+                Verdict::Respond(r) => Some(r),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn resolves_for_dynamic_clusters_only_and_rewrites_first() {
+        let (f, cache) = filter("filter-test");
+        store::register(
+            "dfp-filter-test",
+            store::DynamicCluster {
+                cache: Arc::clone(&cache),
+                default_port: 80,
+            },
+        );
+        let conn = plain_conn();
+        // Another cluster: nothing to resolve, even an unresolvable host.
+        let mut req = state(&conn, head("GET", "/", &[("host", "nonexistent.invalid")]));
+        req.route = Some(SelectedRoute {
+            cluster: Some("static-filter-test"),
+            ..Default::default()
+        });
+        assert!(matches!(
+            f.decode_headers(&mut req, None),
+            Decision::Continue
+        ));
+        assert!(cache.is_empty());
+        // The dynamic cluster: Envoy's DNS failure reply.
+        req.route = Some(SelectedRoute {
+            cluster: Some("dfp-filter-test"),
+            ..Default::default()
+        });
+        let r = decide(&f, &mut req, None).await.expect("a reply");
+        assert_eq!(
+            (r.status, &r.body[..]),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                &b"DNS resolution failure"[..]
+            )
+        );
+        assert!(
+            r.details.starts_with("dns_resolution_failure{"),
+            "{}",
+            r.details
+        );
+        assert_eq!(r.response_flag, Some("DF"));
+        // The cached failure answers at once, without a future.
+        assert!(matches!(
+            f.decode_headers(&mut req, None),
+            Decision::Respond(_)
+        ));
+        // A literal rewrite first: the new host resolves, the request goes on with it.
+        let rewrite = PerRouteFilterConfig::DynamicForwardProxy(Some(HostRewrite::Literal(
+            "localhost:9".into(),
+        )));
+        assert!(decide(&f, &mut req, Some(&rewrite)).await.is_none());
+        assert_eq!(req.authority(), "localhost:9");
+        assert!(cache.cached("localhost:9", 80).is_some());
+        // A header rewrite takes the header's first value; absent, no rewrite.
+        let by_header =
+            PerRouteFilterConfig::DynamicForwardProxy(Some(HostRewrite::Header("x-host".into())));
+        let mut req = state(
+            &conn,
+            head(
+                "GET",
+                "/",
+                &[("host", "a.invalid"), ("x-host", "localhost:10")],
+            ),
+        );
+        req.route = Some(SelectedRoute {
+            cluster: Some("dfp-filter-test"),
+            ..Default::default()
+        });
+        assert!(decide(&f, &mut req, Some(&by_header)).await.is_none());
+        assert_eq!(req.authority(), "localhost:10");
+        store::unregister("dfp-filter-test");
+    }
+}
