@@ -125,6 +125,11 @@ impl DnsCache {
         Some(e)
     }
 
+    /// Whether it holds host `key` (`name:port`), without marking it used.
+    pub fn contains(&self, key: &str) -> bool {
+        self.hosts.load().contains_key(key)
+    }
+
     /// Looks `authority` up, resolving it first when it is new (waiting
     /// without blocking the worker); `Ok(None)` for an authority that names
     /// no host (empty, or a bad port).
@@ -373,5 +378,23 @@ mod tests {
         );
         // The same name and settings share the cache.
         assert!(Arc::ptr_eq(&cache, &DnsCache::get(&config("cache-test"))));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn unused_hosts_leave_after_their_ttl() {
+        let mut c = config("ttl-test");
+        c.refresh_rate = Duration::from_millis(100);
+        c.host_ttl = Duration::from_secs(1);
+        let cache = DnsCache::get(&c);
+        cache.resolve("localhost:7", 80).await.unwrap().unwrap();
+        assert!(cache.contains("localhost:7"));
+        // Used now and then within the TTL, it stays.
+        for _ in 0..3 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            assert!(cache.cached("localhost", 7).is_some());
+        }
+        // Then left alone for longer than the TTL, it goes.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(!cache.contains("localhost:7"));
     }
 }

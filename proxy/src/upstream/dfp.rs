@@ -67,7 +67,8 @@ impl DynamicHosts {
         self.hosts.rcu(|hosts| {
             let mut next = FxHashMap::clone(hosts);
             // Names the cache let go of leave with the next new one.
-            next.retain(|k, _| self.cache.cached(k, default_port).is_some() || *k == key);
+            // (Looked at without marking them used, which would keep them.)
+            next.retain(|k, _| self.cache.contains(k) || *k == key);
             next.insert(key.clone(), Arc::clone(&host));
             next
         });
