@@ -556,8 +556,6 @@ pub async fn forward(
     resp
 }
 
-/// An upstream response on its way downstream.
-#[allow(clippy::too_many_arguments)]
 /// The `:authority` a request to a dynamic forward proxy cluster names its
 /// host by: the route's host rewrite, else the request's own.
 fn dynamic_authority<B>(
@@ -573,6 +571,8 @@ fn dynamic_authority<B>(
     })
 }
 
+/// An upstream response on its way downstream.
+#[allow(clippy::too_many_arguments)]
 fn proxied(
     resp: Response<hyper::body::Incoming>,
     lease: Option<pool::Lease>,
