@@ -64,3 +64,65 @@ pub(super) async fn peek_hello(stream: &TcpStream) -> Result<Hello, Refused> {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A ClientHello for `sni`, as a rustls client writes it.
+    fn client_hello(sni: &str) -> Vec<u8> {
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let roots = rustls::RootCertStore::empty();
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("versions")
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from(sni.to_string()).expect("name");
+        let mut conn = rustls::ClientConnection::new(Arc::new(config), name).expect("client");
+        let mut out = Vec::new();
+        conn.write_tls(&mut out).expect("hello");
+        out
+    }
+
+    #[tokio::test]
+    async fn the_hello_is_read_and_left_on_the_socket() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hello = client_hello("Backend.Example");
+        // Sent in two pieces: the peek waits for the whole hello.
+        let (first, rest) = hello.split_at(10);
+        let (first, rest) = (first.to_vec(), rest.to_vec());
+        let client = tokio::spawn(async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(&first).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            c.write_all(&rest).await.unwrap();
+            c
+        });
+        let (mut s, _) = listener.accept().await.unwrap();
+        let h = peek_hello(&s).await.unwrap();
+        assert_eq!(h.server_name.as_deref(), Some("backend.example"));
+        // Every byte is still there for the upstream.
+        let mut got = vec![0u8; hello.len()];
+        s.read_exact(&mut got).await.unwrap();
+        assert_eq!(got, hello);
+        drop(client.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn bytes_that_are_not_a_hello_are_refused() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client = tokio::spawn(async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"\x16\x03\x01\x00\x05hello").await.unwrap();
+            c
+        });
+        let (s, _) = listener.accept().await.unwrap();
+        assert!(peek_hello(&s).await.is_err());
+        drop(client.await.unwrap());
+    }
+}
