@@ -25,6 +25,7 @@ pub(super) struct Hello {
 pub(super) async fn peek_hello(stream: &TcpStream) -> Result<Hello, Refused> {
     let mut buf = vec![0u8; MAX_HELLO];
     let mut seen = 0;
+    let mut wait = Duration::from_millis(1);
     loop {
         let n = stream.peek(&mut buf).await.map_err(Refused::Io)?;
         if n == 0 {
@@ -60,8 +61,11 @@ pub(super) async fn peek_hello(stream: &TcpStream) -> Result<Hello, Refused> {
             }
         }
         // Peeking again returns at once with the same bytes: wait a little
-        // for the rest of the hello (it rarely comes in more than one segment).
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // for the rest of the hello (it rarely comes in more than one
+        // segment), longer each time, so a client that stalls mid-hello
+        // costs few wake-ups before the accept timeout ends it.
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_millis(50));
     }
 }
 
