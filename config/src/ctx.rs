@@ -13,6 +13,8 @@ pub struct Ctx {
     node_complete: Option<bool>,
     /// `--service-node` / `--service-cluster` given (they fill the node later).
     node_overrides: (bool, bool),
+    /// The DNS caches named so far, to refuse one name with two settings.
+    dns_caches: std::collections::HashMap<String, crate::dns_cache::DnsCacheConfig>,
 }
 
 impl Default for Ctx {
@@ -24,6 +26,7 @@ impl Default for Ctx {
             static_secrets: None,
             node_complete: None,
             node_overrides: (false, false),
+            dns_caches: std::collections::HashMap::new(),
         }
     }
 }
@@ -109,6 +112,18 @@ impl Ctx {
     /// `Some(true/false)` when the cluster set is known, `None` when it cannot be told.
     pub fn cluster_known(&self, name: &str) -> Option<bool> {
         self.static_clusters.as_ref().map(|s| s.contains(name))
+    }
+
+    /// Records a DNS cache's settings; `false` when a cache of the same name
+    /// was given other settings earlier in this translation.
+    pub(crate) fn remember_dns_cache(&mut self, c: &crate::dns_cache::DnsCacheConfig) -> bool {
+        match self.dns_caches.get(&c.name) {
+            Some(seen) => seen == c,
+            None => {
+                self.dns_caches.insert(c.name.clone(), c.clone());
+                true
+            }
+        }
     }
 
     /// Whether any error was recorded.

@@ -134,6 +134,19 @@ pub const INTERNAL_LISTENER: &str =
     "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener";
 /// The Google RE2 regex engine (`default_regex_engine`).
 pub const GOOGLE_RE2: &str = "type.googleapis.com/envoy.extensions.regex_engines.v3.GoogleRE2";
+/// The dynamic forward proxy cluster's config.
+pub const DFP_CLUSTER: &str =
+    "type.googleapis.com/envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig";
+/// The dynamic forward proxy HTTP filter.
+pub const DFP_FILTER: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.dynamic_forward_proxy.v3.FilterConfig";
+/// The dynamic forward proxy HTTP filter's per-route config.
+pub const DFP_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.dynamic_forward_proxy.v3.PerRouteConfig";
+/// The SNI dynamic forward proxy network filter.
+pub const SNI_DFP: &str = "type.googleapis.com/envoy.extensions.filters.network.sni_dynamic_forward_proxy.v3.FilterConfig";
+/// The cluster-provided typed load-balancing policy.
+pub const LB_CLUSTER_PROVIDED: &str = "type.googleapis.com/envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided";
 /// Typed load-balancing policies that map onto courier's built-in balancers.
 pub const LB_ROUND_ROBIN: &str =
     "type.googleapis.com/envoy.extensions.load_balancing_policies.round_robin.v3.RoundRobin";

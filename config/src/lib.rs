@@ -18,6 +18,7 @@ pub mod config_source;
 pub mod core;
 mod ctx;
 pub mod descriptors;
+pub mod dns_cache;
 mod error;
 pub mod extensions;
 pub mod filters;

@@ -187,6 +187,10 @@ pub fn build_chain_full(
                 });
                 Box::new(filter)
             }
+            // No stats yet (Envoy's are the DNS cache's).
+            HttpFilterConfig::DynamicForwardProxy(c) => {
+                Box::new(crate::dynamic_forward_proxy::DynamicForwardProxyFilter::new(c))
+            }
             HttpFilterConfig::Buffer(c) => Box::new(crate::buffer::BufferFilter::new(*c)),
             HttpFilterConfig::CustomResponse(c) => Box::new(
                 crate::custom_response::CustomResponseFilter::new(Arc::clone(c)),

@@ -12,6 +12,7 @@ pub mod chain;
 pub mod compressor;
 pub mod csrf;
 pub mod custom_response;
+pub mod dynamic_forward_proxy;
 pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;

@@ -562,8 +562,16 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
                 )
             });
             if let Some(tcp) = chain.and_then(|fc| fc.tcp_proxy()) {
+                // Envoy's SNI filter sets the port only for a client with an SNI.
+                let dynamic_port = chain
+                    .and_then(|fc| fc.sni_dfp.as_ref())
+                    .filter(|_| server_name.as_deref().is_some_and(|n| !n.is_empty()))
+                    .map(|d| d.port)
+                    // Envoy's balancer ignores a port of 0 (the default's then).
+                    .filter(|p| *p != 0);
                 // Raw bytes to a cluster, on a task that holds the guards.
                 let mut session = crate::l4::Session {
+                    dynamic_port,
                     config: Arc::clone(tcp),
                     stats: active
                         .tcp_stats

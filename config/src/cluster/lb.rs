@@ -49,6 +49,9 @@ pub enum LbPolicy {
     /// MAGLEV: a Maglev table of the level's hosts, looked up by the
     /// request's hash (random without one).
     Maglev(Maglev),
+    /// CLUSTER_PROVIDED (or the typed `ClusterProvided`): the cluster type
+    /// picks the host itself (the dynamic forward proxy: the request's host).
+    ClusterProvided,
 }
 
 impl LbPolicy {
@@ -322,10 +325,8 @@ fn lb_policy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<LbPolicy
             path,
             ctx,
         )),
-        Ok(other @ P::ClusterProvided) => {
-            ctx.unsupported(&pp, other.as_str_name());
-            return None;
-        }
+        // Whether the cluster type provides one is checked with the cluster.
+        Ok(P::ClusterProvided) => LbPolicy::ClusterProvided,
         Err(_) => {
             ctx.error(&pp, format!("unknown lb_policy {}", c.lb_policy));
             return None;
@@ -476,6 +477,13 @@ fn typed_policy(
                 let policy = LbPolicy::RingHash(hash_lb::typed_ring_hash(&r, &cp, ctx));
                 let weighted = r.locality_weighted_lb_config.is_some();
                 return Some((policy, (weighted, ZoneAware::default()), None));
+            }
+            extensions::LB_CLUSTER_PROVIDED => {
+                return Some((
+                    LbPolicy::ClusterProvided,
+                    (false, ZoneAware::default()),
+                    None,
+                ));
             }
             extensions::LB_MAGLEV => {
                 let m: MaglevProto = core::unpack(any, &cp, ctx)?;

@@ -6,6 +6,7 @@
 //! at a proto. Each part lives in its own submodule.
 
 mod circuit_breaker;
+mod dfp;
 mod endpoint;
 mod hash_lb;
 mod health_check;
@@ -21,6 +22,7 @@ mod values;
 mod zone_aware;
 
 pub use circuit_breaker::{CircuitBreakers, RetryBudget, Thresholds};
+pub use dfp::DynamicForwardProxy;
 pub use endpoint::{
     Endpoint, HealthStatus, LoadAssignment, Locality, LocalityEndpoints, Priority, load_assignment,
 };
@@ -142,6 +144,9 @@ pub enum Discovery {
         /// The resource name to ask for (`service_name`, default the cluster name).
         service_name: String,
     },
+    /// `envoy.clusters.dynamic_forward_proxy`: each request's host, resolved
+    /// through the named DNS cache (boxed: rare, and large).
+    DynamicForwardProxy(Box<DynamicForwardProxy>),
 }
 
 /// DNS settings of STRICT_DNS and LOGICAL_DNS clusters.
@@ -168,6 +173,22 @@ pub enum DnsLookupFamily {
     V4Preferred,
     /// Both families, all addresses.
     All,
+}
+
+impl DnsLookupFamily {
+    /// Keeps the addresses the family asks for, in Envoy's preference.
+    pub fn filter(self, addrs: Vec<std::net::SocketAddr>) -> Vec<std::net::SocketAddr> {
+        let (v4, v6): (Vec<_>, Vec<_>) = addrs.into_iter().partition(|a| a.is_ipv4());
+        match self {
+            Self::V4Only => v4,
+            Self::V6Only => v6,
+            Self::Auto if v6.is_empty() => v4,
+            Self::Auto => v6,
+            Self::V4Preferred if v4.is_empty() => v6,
+            Self::V4Preferred => v4,
+            Self::All => v4.into_iter().chain(v6).collect(),
+        }
+    }
 }
 
 /// Translates a `Cluster`.
@@ -220,7 +241,12 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
             health_check::translate(h, &http, &transport_socket_matches, &hp.index(i), ctx)
         })
         .collect();
-    Some(Cluster {
+    // Unknown when the type was refused (ORIGINAL_DST provides one too).
+    if let Some(d) = &discovery {
+        let dynamic = matches!(d, Discovery::DynamicForwardProxy(_));
+        check_cluster_provided(c, &lb, dynamic, path, ctx);
+    }
+    let mut cluster = Cluster {
         name: c.name.clone(),
         alt_stat_name: (!c.alt_stat_name.is_empty()).then(|| c.alt_stat_name.clone()),
         discovery: discovery?,
@@ -259,7 +285,44 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
             .track_cluster_stats
             .as_ref()
             .is_some_and(|t| t.per_endpoint_stats),
-    })
+    };
+    dfp::finish(c, &mut cluster, path, ctx);
+    Some(cluster)
+}
+
+/// Envoy's cluster manager check: a cluster-provided balancer for exactly the
+/// cluster types that provide one (here, the dynamic forward proxy).
+fn check_cluster_provided(
+    c: &pb::Cluster,
+    lb: &LoadBalancer,
+    dynamic: bool,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) {
+    let provided = lb.policy == LbPolicy::ClusterProvided;
+    let at = if c.load_balancing_policy.is_some() {
+        path.field("load_balancing_policy")
+    } else {
+        path.field("lb_policy")
+    };
+    // Envoy's wording.
+    if provided && !dynamic {
+        ctx.error(
+            &at,
+            format!(
+                "cluster provided LB specified but cluster '{}' did not provide one. Check cluster documentation.",
+                c.name
+            ),
+        );
+    } else if dynamic && !provided {
+        ctx.error(
+            &at,
+            format!(
+                "cluster provided LB not specified but cluster '{}' provided one. Check cluster documentation.",
+                c.name
+            ),
+        );
+    }
 }
 
 fn discovery(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Discovery> {
@@ -329,6 +392,11 @@ fn custom_type(
 ) -> Option<Discovery> {
     let cp = path.field("cluster_type");
     let any = ct.typed_config.as_ref();
+    if let Some(a) = any
+        && a.type_url == crate::extensions::DFP_CLUSTER
+    {
+        return dfp::translate(a, &cp.field("typed_config"), ctx);
+    }
     if any.map(|a| a.type_url.as_str()) != Some(crate::extensions::DNS_CLUSTER) {
         ctx.unsupported(&cp, format!("cluster type {}", ct.name));
         return None;
@@ -399,7 +467,7 @@ fn dns_cluster(
 }
 
 /// `dns_refresh_rate` (PGV: more than 1 ms; default 5 s).
-fn refresh_rate(
+pub(crate) fn refresh_rate(
     d: Option<&envoy_types::pb::google::protobuf::Duration>,
     path: &Path<'_>,
     ctx: &mut Ctx,
@@ -420,7 +488,7 @@ fn refresh_rate(
 /// A `dns_lookup_family` by its enum name (the cluster's enum and the DNS
 /// extension's share them); `value` is the number, for the error when the
 /// name is unknown.
-fn lookup_family(
+pub(crate) fn lookup_family(
     name: Option<&str>,
     value: i32,
     path: &Path<'_>,
@@ -480,6 +548,10 @@ fn inline_endpoints(
                 );
             }
             None
+        }
+        // Refused by `dfp::finish`, which names the cluster's other checks.
+        Discovery::DynamicForwardProxy(_) => {
+            endpoint::translate(cla?, endpoint::Hosts::Names, &lp, ctx)
         }
         Discovery::Static => {
             endpoint::translate(cla?, endpoint::Hosts::IpOnly("a STATIC cluster"), &lp, ctx)

@@ -77,6 +77,16 @@ pub(crate) const SUPPORT: &[Support] = &[
         ],
     ),
     (
+        // `allow_coalesced_connections` and `sub_clusters_config` are refused
+        // by their absence.
+        "envoy.extensions.clusters.dynamic_forward_proxy.v3.ClusterConfig",
+        &["dns_cache_config", "allow_insecure_cluster_options"],
+    ),
+    (
+        "envoy.extensions.load_balancing_policies.cluster_provided.v3.ClusterProvided",
+        crate::support::ALL,
+    ),
+    (
         "envoy.config.cluster.v3.Cluster.EdsClusterConfig",
         &["eds_config", "service_name"],
     ),

@@ -7,6 +7,7 @@ pub mod buffer;
 pub mod compressor;
 pub mod csrf;
 pub mod custom_response;
+pub mod dynamic_forward_proxy;
 pub mod ext_authz;
 pub mod ext_proc;
 pub mod fault;
@@ -36,6 +37,7 @@ use envoy_types::pb::envoy::extensions::filters::http::buffer::v3 as buffer_pb;
 use envoy_types::pb::envoy::extensions::filters::http::compressor::v3 as compressor_pb;
 use envoy_types::pb::envoy::extensions::filters::http::csrf::v3 as csrf_pb;
 use envoy_types::pb::envoy::extensions::filters::http::custom_response::v3 as custom_response_pb;
+use envoy_types::pb::envoy::extensions::filters::http::dynamic_forward_proxy::v3 as dfp_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_authz::v3 as ext_authz_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ext_proc::v3 as ext_proc_pb;
 use envoy_types::pb::envoy::extensions::filters::http::fault::v3 as fault_pb;
@@ -503,6 +505,8 @@ pub enum HttpFilterConfig {
     GrpcWeb,
     /// gRPC statistics.
     GrpcStats(Box<grpc::GrpcStats>),
+    /// Dynamic forward proxy: the host resolved before the router goes on.
+    DynamicForwardProxy(Box<dynamic_forward_proxy::DynamicForwardProxy>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -545,6 +549,8 @@ pub enum PerRouteFilterConfig {
     Fault(Box<fault::Fault>),
     /// custom_response `CustomResponse` (the route's matcher).
     CustomResponse(Arc<custom_response::CustomResponse>),
+    /// dynamic_forward_proxy `PerRouteConfig` (`None`: no rewrite).
+    DynamicForwardProxy(Option<dynamic_forward_proxy::HostRewrite>),
 }
 
 /// The message name of a type URL (`type.googleapis.com/<name>`).
@@ -621,6 +627,11 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::GRPC_STATS {
         let m = core::unpack::<grpc_stats_pb::FilterConfig>(any, &tp, ctx)?;
         HttpFilterConfig::GrpcStats(Box::new(grpc::translate_stats(&m, &tp, ctx)?))
+    } else if url == extensions::DFP_FILTER {
+        let m = core::unpack::<dfp_pb::FilterConfig>(any, &tp, ctx)?;
+        HttpFilterConfig::DynamicForwardProxy(Box::new(dynamic_forward_proxy::translate(
+            &m, &tp, ctx,
+        )?))
     } else if url == extensions::RATELIMIT {
         let m = core::unpack::<rl_pb::RateLimit>(any, &tp, ctx)?;
         HttpFilterConfig::RateLimit(Box::new(ratelimit::translate(&m, &tp, ctx)?))
@@ -733,6 +744,9 @@ fn per_filter(
     } else if url == extensions::EXT_PROC_PER_ROUTE {
         let m = core::unpack::<ext_proc_pb::ExtProcPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::ExtProc(Box::new(ext_proc::per_route(&m, path, ctx)?))
+    } else if url == extensions::DFP_PER_ROUTE {
+        let m = core::unpack::<dfp_pb::PerRouteConfig>(any, path, ctx)?;
+        PerRouteFilterConfig::DynamicForwardProxy(dynamic_forward_proxy::per_route(&m, path, ctx)?)
     } else if url == extensions::RATELIMIT_PER_ROUTE {
         let m = core::unpack::<rl_pb::RateLimitPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::RateLimit(ratelimit::per_route(&m, path, ctx)?)

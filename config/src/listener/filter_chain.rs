@@ -6,13 +6,16 @@ use super::hcm::{self, HttpConnectionManager};
 use super::tcp_proxy::{self, TcpProxy};
 use crate::core;
 use crate::ctx::Ctx;
-use crate::extensions::{CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, NETWORK_RBAC, TCP_PROXY};
+use crate::extensions::{
+    CONNECTION_LIMIT, HTTP_CONNECTION_MANAGER, NETWORK_RBAC, SNI_DFP, TCP_PROXY,
+};
 use crate::path::Path;
 use crate::tls::{self, DownstreamTls};
 use envoy_types::pb::envoy::config::listener::v3 as pb;
 use envoy_types::pb::envoy::extensions::filters::network::connection_limit::v3::ConnectionLimit as ConnectionLimitProto;
 use envoy_types::pb::envoy::extensions::filters::network::http_connection_manager::v3::HttpConnectionManager as HcmProto;
 use envoy_types::pb::envoy::extensions::filters::network::rbac::v3::Rbac as RbacProto;
+use envoy_types::pb::envoy::extensions::filters::network::sni_dynamic_forward_proxy::v3::FilterConfig as SniDfpProto;
 use envoy_types::pb::envoy::extensions::filters::network::tcp_proxy::v3::TcpProxy as TcpProxyProto;
 use std::sync::Arc;
 
@@ -54,6 +57,10 @@ pub struct FilterChain {
     pub connection_limits: Vec<Arc<super::connection_limit::ConnectionLimit>>,
     /// `rbac` network filters before the terminal one, in config order.
     pub network_rbacs: Vec<Arc<super::network_rbac::NetworkRbac>>,
+    /// `envoy.filters.network.sni_dynamic_forward_proxy` before the TCP proxy:
+    /// the SNI resolved (after the RBAC and connection-limit filters) before
+    /// the TCP proxy connects.
+    pub sni_dfp: Option<Arc<super::sni_dfp::SniDynamicForwardProxy>>,
     /// The chain's terminal network filter.
     pub network: NetworkFilter,
     /// Where the network filter's config sits in its listener
@@ -124,6 +131,7 @@ pub(crate) fn translate(
     let mut found = None;
     let mut connection_limits = Vec::new();
     let mut network_rbacs = Vec::new();
+    let mut sni_dfp = None;
     for (k, f) in fc.filters.iter().enumerate() {
         let p = fp.index(k);
         let Some(decoded) = network_filter(f, &p, ctx) else {
@@ -151,12 +159,29 @@ pub(crate) fn translate(
             }
             continue;
         }
+        if let Decoded::SniDfp(m) = &decoded {
+            let tp = p.field("typed_config");
+            let before_tcp = k != last
+                && matches!(
+                    fc.filters[last].config_type.as_ref(),
+                    Some(pb::filter::ConfigType::TypedConfig(a)) if a.type_url == TCP_PROXY
+                );
+            if found.is_some() || !before_tcp || sni_dfp.is_some() {
+                ctx.unsupported(
+                    &p,
+                    "an sni_dynamic_forward_proxy filter that is not once before a terminal tcp_proxy",
+                );
+            } else if let Some(d) = super::sni_dfp::translate(m, &tp, ctx) {
+                sni_dfp = Some(Arc::new(d));
+            }
+            continue;
+        }
         if k != last {
             let kind = match decoded {
                 Decoded::Http(_) => "envoy.filters.network.http_connection_manager",
                 Decoded::Tcp(_) => "envoy.filters.network.tcp_proxy",
                 // Taken above (not terminal).
-                Decoded::ConnectionLimit(_) | Decoded::Rbac(_) => continue,
+                Decoded::ConnectionLimit(_) | Decoded::Rbac(_) | Decoded::SniDfp(_) => continue,
             };
             ctx.error(
                 &p,
@@ -174,7 +199,7 @@ pub(crate) fn translate(
             Decoded::Tcp(t) => {
                 tcp_proxy::translate(&t, &tp, ctx).map(|t| (k, NetworkFilter::Tcp(Arc::new(t))))
             }
-            Decoded::ConnectionLimit(_) | Decoded::Rbac(_) => None,
+            Decoded::ConnectionLimit(_) | Decoded::Rbac(_) | Decoded::SniDfp(_) => None,
         };
     }
     let (k, network) = found?;
@@ -185,6 +210,7 @@ pub(crate) fn translate(
         transport_socket_connect_timeout,
         connection_limits,
         network_rbacs,
+        sni_dfp,
         network,
         hcm_config_path: format!("{rel}.filters[{k}].typed_config"),
     })
@@ -196,6 +222,7 @@ enum Decoded {
     Tcp(Box<TcpProxyProto>),
     ConnectionLimit(Box<ConnectionLimitProto>),
     Rbac(Box<RbacProto>),
+    SniDfp(Box<SniDfpProto>),
 }
 
 /// Decodes a network filter if it is a connection manager or a TCP proxy;
@@ -218,6 +245,10 @@ fn network_filter(f: &pb::Filter, path: &Path<'_>, ctx: &mut Ctx) -> Option<Deco
         Some(ConfigType::TypedConfig(any)) if any.type_url == NETWORK_RBAC => {
             core::unpack::<RbacProto>(any, &path.field("typed_config"), ctx)
                 .map(|r| Decoded::Rbac(Box::new(r)))
+        }
+        Some(ConfigType::TypedConfig(any)) if any.type_url == SNI_DFP => {
+            core::unpack::<SniDfpProto>(any, &path.field("typed_config"), ctx)
+                .map(|r| Decoded::SniDfp(Box::new(r)))
         }
         Some(ConfigType::TypedConfig(any)) => {
             let name = if f.name.is_empty() {

@@ -11,6 +11,7 @@ pub mod log_filter;
 pub mod network_rbac;
 pub mod otel_access_log;
 pub mod proxy_protocol;
+pub mod sni_dfp;
 pub mod socket_options;
 pub mod tcp_proxy;
 pub mod udp_proxy;

@@ -47,7 +47,18 @@ fn needs_inspection(listener: &Listener) -> bool {
     listener
         .filter_chains
         .iter()
-        .any(|fc| fc.filter_chain_match != Default::default())
+        // The SNI dynamic forward proxy needs the SNI whatever the match.
+        .any(|fc| fc.filter_chain_match != Default::default() || fc.sni_dfp.is_some())
+}
+
+/// Whether a TLS client may be passed through (a chain that proxies TCP
+/// without terminating TLS).
+fn may_pass_through(listener: &Listener) -> bool {
+    listener
+        .filter_chains
+        .iter()
+        .chain(listener.default_filter_chain.as_deref())
+        .any(|fc| fc.tls.is_none() && fc.tcp_proxy().is_some())
 }
 
 /// The index (in [`chain_at`] order) of the chain that takes a connection with
@@ -251,6 +262,26 @@ async fn accept_inner(
             }),
             None => Err(Refused::NoFilterChainMatch(None)),
         };
+    }
+    if inspect && may_pass_through(listener) {
+        let hello = super::passthrough::peek_hello(&stream).await?;
+        let facts = ConnectionFacts {
+            tls: true,
+            server_name: hello.server_name.as_deref(),
+            alpn: &hello.alpn,
+        };
+        let index = select(listener, &facts)
+            .ok_or_else(|| Refused::NoFilterChainMatch(hello.server_name.clone()))?;
+        if chain_at(listener, index).is_some_and(|fc| fc.tls.is_none() && fc.tcp_proxy().is_some())
+        {
+            // The handshake is the upstream's: the bytes stay on the socket.
+            return Ok(Accepted {
+                stream: DownstreamStream::Plain(stream),
+                filter_chain_index: index,
+                alpn: None,
+                server_name: hello.server_name,
+            });
+        }
     }
     let start = until(
         deadline,

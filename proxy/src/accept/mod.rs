@@ -8,5 +8,6 @@ pub mod chain;
 pub mod connection_limit;
 pub mod listeners;
 pub mod network_rbac;
+mod passthrough;
 pub mod proxy_protocol;
 pub mod socket;

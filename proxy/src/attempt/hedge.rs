@@ -94,7 +94,11 @@ pub(super) async fn run(
         if let Some(n) = next.take_if(|n| n.at <= now) {
             let host = match next_host.take() {
                 Some(h) => Some(h),
-                None => retry.as_mut().and_then(|r| pick(cluster, r, &tried)),
+                None => retry
+                    .as_mut()
+                    .and_then(|r| pick(cluster, r, &tried))
+                    // A dynamic forward proxy cluster's one host for the name.
+                    .or_else(|| cluster.dynamic.is_some().then(|| Arc::clone(&last_host))),
             };
             match (host, cluster.circuit.try_request(high)) {
                 (None, _) => fallback = fallback.or(Some(Final::NoHost)),

@@ -348,6 +348,8 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         }
         host = match pick(cluster, r, &tried) {
             Some(h) => h,
+            // A dynamic forward proxy cluster's one host for the name.
+            None if cluster.dynamic.is_some() => host,
             None => return done(Final::NoHost, host, false),
         };
         attempt += 1;

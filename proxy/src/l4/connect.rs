@@ -64,7 +64,16 @@ pub async fn connect(s: &Session, rec: &mut Record) -> Option<Connected> {
             .then(|| s.peer.ip())
             .flatten()
             .map(|ip| crate::upstream::hashing::xxhash64(ip.to_string().as_bytes(), 0));
-        let Some(host) = cluster.choose_hashed(hash) else {
+        let host = match &cluster.dynamic {
+            // A dynamic forward proxy cluster connects to the client's SNI
+            // (resolved first, as the SNI filter has Envoy do).
+            Some(d) => match s.server_name.as_deref().filter(|n| !n.is_empty()) {
+                Some(sni) => d.host(sni, s.dynamic_port).await,
+                None => None,
+            },
+            None => cluster.choose_hashed(hash),
+        };
+        let Some(host) = host else {
             stats.cx_none_healthy.inc();
             rec.flags.set(Flag::NoHealthyUpstream);
             return None;

@@ -53,6 +53,10 @@ pub struct Session {
     pub local: crate::request::conn::Peer,
     /// The SNI of a TLS client.
     pub server_name: Option<String>,
+    /// `sni_dynamic_forward_proxy.port_value`, when the chain has that filter
+    /// and the client sent an SNI: the port of a dynamic forward proxy
+    /// cluster's host (else 80, or 443 for a TLS cluster).
+    pub dynamic_port: Option<u16>,
     /// The listener's `per_connection_buffer_limit_bytes`.
     pub buffer_limit: u32,
     /// The clusters.

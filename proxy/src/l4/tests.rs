@@ -61,6 +61,7 @@ async fn start(
     let client = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
     let (server, peer) = l.accept().await.unwrap();
     let session = Session {
+        dynamic_port: None,
         config,
         stats,
         peer: crate::request::conn::Peer::Ip(peer),

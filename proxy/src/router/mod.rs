@@ -252,7 +252,14 @@ pub async fn forward(
     let request_hash = (lb.policy.uses_hash() && !policies.is_empty())
         .then(|| hash::compute(policies, &req, conn, true));
     let hash_value = request_hash.as_ref().and_then(|h| h.hash);
-    let host = cluster.choose_hashed(hash_value);
+    let host = match &cluster.dynamic {
+        // The name the upstream request will carry, after the route's rewrite.
+        Some(d) => {
+            d.host(&dynamic_authority(&req, action, weighted), None)
+                .await
+        }
+        None => cluster.choose_hashed(hash_value),
+    };
     let Some(host) = host else {
         stats.cx_none_healthy.inc();
         stats.settled(503);
@@ -547,6 +554,21 @@ pub async fn forward(
             });
     }
     resp
+}
+
+/// The `:authority` a request to a dynamic forward proxy cluster names its
+/// host by: the route's host rewrite, else the request's own.
+fn dynamic_authority<B>(
+    req: &Request<B>,
+    action: &RouteAction,
+    weighted: Option<&ClusterWeight>,
+) -> String {
+    let path = req.uri().path_and_query().map_or("/", |p| p.as_str());
+    rewrite::new_host(req.headers(), path, action, weighted, "").unwrap_or_else(|| {
+        crate::request::conn::authority(req)
+            .unwrap_or("")
+            .to_string()
+    })
 }
 
 /// An upstream response on its way downstream.

@@ -36,6 +36,37 @@ pub struct Plan<'a> {
     pub protocol: UpstreamProtocol,
 }
 
+/// The host the route's rewrite sets, if any: the weighted cluster's
+/// literal, else the action's literal, `auto_host_rewrite` (`hostname`, the
+/// picked host's name), path regex or header.
+pub fn new_host(
+    headers: &http::HeaderMap,
+    full_path: &str,
+    action: &RouteAction,
+    weighted: Option<&ClusterWeight>,
+    hostname: &str,
+) -> Option<String> {
+    match (
+        weighted.and_then(|w| w.host_rewrite_literal.as_deref()),
+        &action.host_rewrite,
+    ) {
+        (Some(h), _) => Some(h.to_string()),
+        (None, Some(HostRewrite::Literal(h))) => Some(h.clone()),
+        (None, Some(HostRewrite::Auto)) => (!hostname.is_empty()).then(|| hostname.to_string()),
+        (None, Some(HostRewrite::PathRegex(r))) => {
+            // As Envoy: on the path as received, its query and fragment left out.
+            let just_path = full_path.split(['?', '#']).next().unwrap_or("");
+            Some(r.apply(just_path).into_owned())
+        }
+        (None, Some(HostRewrite::Header(h))) => headers
+            .get(h.as_str())
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| !v.is_empty())
+            .map(str::to_string),
+        (None, None) => None,
+    }
+}
+
 /// Rewrites `parts` in place into the upstream request head.
 pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
     headers::strip_hop_by_hop(&mut parts.headers);
@@ -81,29 +112,13 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         });
     }
 
-    let new_host = match (
-        plan.weighted
-            .and_then(|w| w.host_rewrite_literal.as_deref()),
-        &plan.action.host_rewrite,
-    ) {
-        (Some(h), _) => Some(h.to_string()),
-        (None, Some(HostRewrite::Literal(h))) => Some(h.clone()),
-        (None, Some(HostRewrite::Auto)) => {
-            (!plan.host.hostname().is_empty()).then(|| plan.host.hostname().to_string())
-        }
-        (None, Some(HostRewrite::PathRegex(r))) => {
-            // As Envoy: on the path as received, its query and fragment left out.
-            let just_path = full_path.split(['?', '#']).next().unwrap_or("");
-            Some(r.apply(just_path).into_owned())
-        }
-        (None, Some(HostRewrite::Header(h))) => parts
-            .headers
-            .get(h.as_str())
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
-            .map(str::to_string),
-        (None, None) => None,
-    };
+    let new_host = new_host(
+        &parts.headers,
+        &full_path,
+        plan.action,
+        plan.weighted,
+        plan.host.hostname(),
+    );
     if let Some(h) = new_host {
         if plan.action.append_x_forwarded_host && !authority.is_empty() {
             let value = match parts

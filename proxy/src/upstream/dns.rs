@@ -20,26 +20,7 @@ pub fn dns_kind(discovery: &Discovery) -> Option<(&courier_config::cluster::Dns,
 
 /// Keeps the addresses `family` asks for, in Envoy's preference.
 pub fn filter_family(addrs: Vec<SocketAddr>, family: DnsLookupFamily) -> Vec<SocketAddr> {
-    let (v4, v6): (Vec<SocketAddr>, Vec<SocketAddr>) = addrs.into_iter().partition(|a| a.is_ipv4());
-    match family {
-        DnsLookupFamily::V4Only => v4,
-        DnsLookupFamily::V6Only => v6,
-        DnsLookupFamily::Auto => {
-            if v6.is_empty() {
-                v4
-            } else {
-                v6
-            }
-        }
-        DnsLookupFamily::V4Preferred => {
-            if v4.is_empty() {
-                v6
-            } else {
-                v4
-            }
-        }
-        DnsLookupFamily::All => v4.into_iter().chain(v6).collect(),
-    }
+    family.filter(addrs)
 }
 
 /// Builds a host set from per-endpoint answers (`answers[p][i]` for endpoint `i` of

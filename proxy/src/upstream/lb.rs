@@ -189,7 +189,9 @@ fn pick_at(
         }
     }
     let index = match lb.policy {
-        LbPolicy::RoundRobin => {
+        // A cluster-provided balancer's cluster (the dynamic forward proxy)
+        // has no host set to pick from; were one there, rotate.
+        LbPolicy::RoundRobin | LbPolicy::ClusterProvided => {
             schedule.slot(next_cursor(cursors, cluster, slot, schedule.len()))?
         }
         LbPolicy::Random => schedule.slot(fastrand::usize(..))?,

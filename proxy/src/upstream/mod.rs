@@ -7,6 +7,7 @@
 
 pub mod circuit;
 pub mod client;
+pub mod dfp;
 pub mod dns;
 pub mod hashing;
 pub mod health_check;
@@ -79,6 +80,8 @@ pub struct UpstreamCluster {
     /// Set when CDS removed or replaced it: its background tasks (DNS refresh,
     /// outlier sweeps, health checks) stop at their next tick.
     retired: AtomicBool,
+    /// A dynamic forward proxy cluster's hosts (its host set stays empty).
+    pub dynamic: Option<Box<dfp::DynamicHosts>>,
 }
 
 impl UpstreamCluster {
@@ -333,8 +336,15 @@ impl ClusterManager {
                 z.set_local(c);
             }
         }
-        for (old, _) in &retired {
+        for c in publish.iter().filter(|c| c.dynamic.is_none()) {
+            // No longer a dynamic forward proxy cluster, if it was one.
+            dfp::DynamicHosts::unregister(&c.config.name);
+        }
+        for (old, removed) in &retired {
             old.retired.store(true, Ordering::Relaxed);
+            if *removed && old.dynamic.is_some() {
+                dfp::DynamicHosts::unregister(&old.config.name);
+            }
         }
         retired.iter().filter(|(_, removed)| *removed).count()
     }
@@ -482,6 +492,16 @@ fn build(
     if let Some(slow) = &config.lb.slow_start {
         slow_start::refresh(&hosts, slow, tokio::time::Instant::now(), true);
     }
+    let dynamic = match &config.discovery {
+        Discovery::DynamicForwardProxy(d) => Some(Box::new(dfp::DynamicHosts::new(
+            &config.name,
+            d,
+            sockets
+                .tls(courier_config::cluster::DEFAULT_SOCKET)
+                .is_some(),
+        ))),
+        _ => None,
+    };
     Ok(UpstreamCluster {
         index,
         lb_slot: index,
@@ -498,6 +518,7 @@ fn build(
         zone: None,
         zone_stats: Arc::default(),
         retired: AtomicBool::new(false),
+        dynamic,
     })
 }
 
@@ -518,6 +539,8 @@ fn initial_hosts(c: &Cluster, sockets: &socket::HostSockets<'_>) -> HostSet {
         }
         // Hosts arrive with the first ClusterLoadAssignment (crate::xds).
         Discovery::Eds { .. } => HostSet::default(),
+        // Hosts are requests' names (`dfp`), never in the set.
+        Discovery::DynamicForwardProxy(_) => HostSet::default(),
     }
 }
 

@@ -85,9 +85,9 @@ fn discovery_type_errors() {
         ["static_resources.clusters[0].type: ORIGINAL_DST is not supported"]
     );
     assert_eq!(
-        errors("- name: a\n  cluster_type: {name: envoy.clusters.dynamic_forward_proxy}\n"),
+        errors("- name: a\n  cluster_type: {name: envoy.clusters.aggregate}\n"),
         [
-            "static_resources.clusters[0].cluster_type: cluster type envoy.clusters.dynamic_forward_proxy is not supported"
+            "static_resources.clusters[0].cluster_type: cluster type envoy.clusters.aggregate is not supported"
         ]
     );
     assert_eq!(

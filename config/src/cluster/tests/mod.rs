@@ -3,6 +3,7 @@
 use super::*;
 use crate::load::Format;
 
+mod dfp;
 mod endpoints;
 mod policies;
 mod slow_start;

@@ -66,7 +66,9 @@ fn lb_policies() {
     );
     assert_eq!(
         errors(&with_ep("  lb_policy: CLUSTER_PROVIDED\n")),
-        ["static_resources.clusters[0].lb_policy: CLUSTER_PROVIDED is not supported"]
+        [
+            "static_resources.clusters[0].lb_policy: cluster provided LB specified but cluster 'a' did not provide one. Check cluster documentation."
+        ]
     );
     assert_eq!(
         errors(&with_ep(
