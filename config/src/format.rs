@@ -106,6 +106,10 @@ pub enum Command {
     DownstreamLocalPort,
     /// `%REQUESTED_SERVER_NAME%` (SNI).
     RequestedServerName,
+    /// `%TLS_JA3_FINGERPRINT%`: the ClientHello's JA3 hash (`tls_inspector`).
+    TlsJa3Fingerprint,
+    /// `%TLS_JA4_FINGERPRINT%`: its JA4 fingerprint.
+    TlsJa4Fingerprint,
     /// `%ROUTE_NAME%`.
     RouteName,
     /// `%HOSTNAME%`: the machine's host name.
@@ -258,6 +262,8 @@ fn command(s: &str) -> Result<(Command, usize), String> {
         }
         "DOWNSTREAM_LOCAL_PORT" => simple(Command::DownstreamLocalPort)?,
         "REQUESTED_SERVER_NAME" => simple(Command::RequestedServerName)?,
+        "TLS_JA3_FINGERPRINT" => simple(Command::TlsJa3Fingerprint)?,
+        "TLS_JA4_FINGERPRINT" => simple(Command::TlsJa4Fingerprint)?,
         "ROUTE_NAME" => simple(Command::RouteName)?,
         "HOSTNAME" => simple(Command::Hostname)?,
         "CONNECTION_ID" => simple(Command::ConnectionId)?,

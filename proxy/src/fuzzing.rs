@@ -106,6 +106,7 @@ impl Http1Harness {
                 .first()
                 .map_or(1 << 20, |l| u64::from(l.per_connection_buffer_limit_bytes)),
             server_name: None,
+            fingerprints: None,
             id: next_connection_id(),
             wire: None,
         });

@@ -88,10 +88,11 @@ const OWN: &[Support] = &[
         &["name", "typed_config"],
     ),
     // The filter chain code always peeks at the ClientHello (Envoy adds the
-    // inspector itself when a chain needs it); no option is implemented.
+    // inspector itself when a chain needs it); the fingerprints are computed
+    // only when asked for.
     (
         "envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector",
-        &[],
+        &["enable_ja3_fingerprinting", "enable_ja4_fingerprinting"],
     ),
 ];
 
@@ -140,6 +141,9 @@ const fn concat<const N: usize>(parts: [&[Support]; 10]) -> [Support; N] {
 
 /// The TLS inspector listener filter: TLS detection, SNI and ALPN for chain matching.
 pub const TLS_INSPECTOR: &str = "envoy.filters.listener.tls_inspector";
+/// The TLS inspector's config type.
+const TLS_INSPECTOR_TYPE: &str =
+    "type.googleapis.com/envoy.extensions.filters.listener.tls_inspector.v3.TlsInspector";
 
 /// The PROXY protocol listener filter's type URL.
 pub const PROXY_PROTOCOL_TYPE: &str =
@@ -198,6 +202,11 @@ pub struct Listener {
     /// The PROXY protocol listener filter, when the listener has one: the
     /// client's addresses come from the header each connection starts with.
     pub proxy_protocol: Option<proxy_protocol::ProxyProtocol>,
+    /// `tls_inspector`'s `enable_ja3_fingerprinting`: the ClientHello's JA3
+    /// hash (`%TLS_JA3_FINGERPRINT%`).
+    pub ja3: bool,
+    /// `tls_inspector`'s `enable_ja4_fingerprinting` (`%TLS_JA4_FINGERPRINT%`).
+    pub ja4: bool,
     /// Set for a UDP listener (`protocol: UDP`): its UDP proxy. Such a
     /// listener has no filter chains.
     pub udp: Option<UdpListener>,
@@ -255,6 +264,7 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
     }
     let lfp = path.field("listener_filters");
     let mut proxy_protocol = None;
+    let (mut ja3, mut ja4) = (false, false);
     for (i, f) in l.listener_filters.iter().enumerate() {
         use envoy_types::pb::envoy::extensions::filters::listener::proxy_protocol::v3 as pp;
         use pb::listener_filter::ConfigType;
@@ -272,6 +282,15 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             }
         } else if f.name != TLS_INSPECTOR {
             ctx.unsupported(&lfp.index(i), format!("listener filter {}", f.name));
+        } else if let Some(ConfigType::TypedConfig(any)) = &f.config_type
+            && any.type_url == TLS_INSPECTOR_TYPE
+        {
+            use envoy_types::pb::envoy::extensions::filters::listener::tls_inspector::v3 as ti;
+            let tp = lfp.index(i);
+            if let Some(m) = core::unpack::<ti::TlsInspector>(any, &tp.field("typed_config"), ctx) {
+                ja3 |= m.enable_ja3_fingerprinting.is_some_and(|b| b.value);
+                ja4 |= m.enable_ja4_fingerprinting.is_some_and(|b| b.value);
+            }
         }
     }
     let cp = path.field("filter_chains");
@@ -333,6 +352,8 @@ pub fn translate(l: &pb::Listener, path: &Path<'_>, ctx: &mut Ctx) -> Option<Lis
             ctx,
         ),
         proxy_protocol,
+        ja3,
+        ja4,
         ..common(l, address, path, ctx)
     })
 }
@@ -371,6 +392,8 @@ fn common(l: &pb::Listener, address: Address, path: &Path<'_>, ctx: &mut Ctx) ->
         // log (its UDP proxy's `access_log` logs sessions).
         access_log: access_log::translate_all(&l.access_log, &path.field("access_log"), ctx),
         proxy_protocol: None,
+        ja3: false,
+        ja4: false,
         udp: None,
     }
 }

@@ -128,6 +128,9 @@ pub struct Accepted {
     pub alpn: Option<Vec<u8>>,
     /// The SNI the TLS client sent, lower-cased (`%REQUESTED_SERVER_NAME%`).
     pub server_name: Option<String>,
+    /// The ClientHello's JA3 / JA4 fingerprints, when the listener's
+    /// `tls_inspector` asks for them.
+    pub fingerprints: Option<std::sync::Arc<crate::tls::fingerprint::Fingerprints>>,
 }
 
 /// Why a connection was closed before HTTP.
@@ -195,6 +198,7 @@ pub fn accept_unix(
             filter_chain_index: index,
             alpn: None,
             server_name: None,
+            fingerprints: None,
         }),
         None => Err(Refused::NoFilterChainMatch(None)),
     }
@@ -259,12 +263,16 @@ async fn accept_inner(
                 filter_chain_index: index,
                 alpn: None,
                 server_name: None,
+                fingerprints: None,
             }),
             None => Err(Refused::NoFilterChainMatch(None)),
         };
     }
-    if inspect && may_pass_through(listener) {
-        let hello = super::passthrough::peek_hello(&stream).await?;
+    let wants = (listener.ja3, listener.ja4);
+    let mut fingerprints = None;
+    if (inspect && may_pass_through(listener)) || wants.0 || wants.1 {
+        let hello = super::passthrough::peek_hello(&stream, wants).await?;
+        fingerprints = hello.fingerprints.map(std::sync::Arc::new);
         let facts = ConnectionFacts {
             tls: true,
             server_name: hello.server_name.as_deref(),
@@ -280,6 +288,7 @@ async fn accept_inner(
                 filter_chain_index: index,
                 alpn: None,
                 server_name: hello.server_name,
+                fingerprints,
             });
         }
     }
@@ -319,6 +328,7 @@ async fn accept_inner(
         filter_chain_index: index,
         alpn: negotiated,
         server_name,
+        fingerprints,
     })
 }
 

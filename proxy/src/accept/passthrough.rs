@@ -18,11 +18,17 @@ pub(super) struct Hello {
     pub server_name: Option<String>,
     /// The ALPN protocols offered.
     pub alpn: Vec<Vec<u8>>,
+    /// The JA3 / JA4 fingerprints asked for (none asked: `None`).
+    pub fingerprints: Option<crate::tls::fingerprint::Fingerprints>,
 }
 
-/// Peeks at the socket until a whole ClientHello is there, and parses it.
-/// Bounded by the caller's accept timeout.
-pub(super) async fn peek_hello(stream: &TcpStream) -> Result<Hello, Refused> {
+/// Peeks at the socket until a whole ClientHello is there, and parses it,
+/// with the (JA3, JA4) fingerprints `fingerprint` asks for. Bounded by the
+/// caller's accept timeout.
+pub(super) async fn peek_hello(
+    stream: &TcpStream,
+    fingerprint: (bool, bool),
+) -> Result<Hello, Refused> {
     let mut buf = vec![0u8; MAX_HELLO];
     let mut seen = 0;
     let mut wait = Duration::from_millis(1);
@@ -51,6 +57,15 @@ pub(super) async fn peek_hello(stream: &TcpStream) -> Result<Hello, Refused> {
                             .alpn()
                             .map(|ps| ps.map(<[u8]>::to_vec).collect())
                             .unwrap_or_default(),
+                        fingerprints: (fingerprint.0 || fingerprint.1)
+                            .then(|| {
+                                crate::tls::fingerprint::Fingerprints::of(
+                                    &buf[..n],
+                                    fingerprint.0,
+                                    fingerprint.1,
+                                )
+                            })
+                            .flatten(),
                     });
                 }
                 Ok(None) if n < MAX_HELLO => {}
@@ -107,7 +122,7 @@ mod tests {
             c
         });
         let (mut s, _) = listener.accept().await.unwrap();
-        let h = peek_hello(&s).await.unwrap();
+        let h = peek_hello(&s, (false, false)).await.unwrap();
         assert_eq!(h.server_name.as_deref(), Some("backend.example"));
         // Every byte is still there for the upstream.
         let mut got = vec![0u8; hello.len()];
@@ -126,7 +141,7 @@ mod tests {
             c
         });
         let (s, _) = listener.accept().await.unwrap();
-        assert!(peek_hello(&s).await.is_err());
+        assert!(peek_hello(&s, (false, false)).await.is_err());
         drop(client.await.unwrap());
     }
 }

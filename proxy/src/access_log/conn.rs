@@ -74,6 +74,7 @@ impl ConnFacts {
             remote: None,
             local: self.local.clone(),
             server_name: self.server_name.clone(),
+            fingerprints: None,
             connection_id: self.connection_id,
             request: Arc::new(RequestProgress {
                 received: AtomicU64::new(bytes.0),

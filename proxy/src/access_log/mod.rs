@@ -145,6 +145,9 @@ pub struct Pending {
     pub local: crate::request::conn::Peer,
     /// The TLS client's SNI.
     pub server_name: Option<String>,
+    /// The ClientHello's JA3 / JA4 fingerprints, when the listener's
+    /// `tls_inspector` computes them.
+    pub fingerprints: Option<Arc<crate::tls::fingerprint::Fingerprints>>,
     /// The downstream connection's id.
     pub connection_id: u64,
     /// How far the request body has been read.

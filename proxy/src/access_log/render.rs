@@ -268,6 +268,8 @@ fn value<'a>(c: &Command, e: &'a Entry<'_>) -> Option<Value<'a>> {
         // Not recorded in this build: Envoy prints `-` for them when unknown too.
         Command::RequestDuration => e.request_duration.map(Value::Number),
         Command::RequestedServerName => text(req.server_name.as_deref()?),
+        Command::TlsJa3Fingerprint => text(req.fingerprints.as_ref()?.ja3.as_deref()?),
+        Command::TlsJa4Fingerprint => text(req.fingerprints.as_ref()?.ja4.as_deref()?),
         Command::ConnectionId => Some(Value::Number(req.connection_id)),
         Command::DynamicMetadata {
             namespace,
@@ -416,6 +418,7 @@ mod tests {
             remote: None,
             local: crate::request::conn::Peer::Ip("127.0.0.1:80".parse().unwrap()),
             server_name: None,
+            fingerprints: None,
             connection_id: 7,
             request: Arc::new(RequestProgress::new(true)),
             span: None,

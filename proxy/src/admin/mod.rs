@@ -117,6 +117,7 @@ fn logged(
         remote: None,
         local,
         server_name: None,
+        fingerprints: None,
         connection_id: 0,
         request: Arc::new(RequestProgress::new(true)),
         span: None,

@@ -96,6 +96,7 @@ fn serve(codec: &str, extra: &str) -> Served {
         buffer_limit: 1 << 20,
         wire: None,
         server_name: None,
+        fingerprints: None,
         id: next_connection_id(),
     });
     let (phase, shutdown) = watch::channel(Phase::Serving);

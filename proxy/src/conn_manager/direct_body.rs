@@ -42,6 +42,7 @@ pub fn render<B>(
         remote: req.extensions().get::<ClientAddress>().map(|c| c.0),
         local: info.local.clone(),
         server_name: info.server_name.clone(),
+        fingerprints: None,
         connection_id: info.id,
         request: Arc::new(RequestProgress::new(false)),
         span: None,

@@ -80,6 +80,7 @@ fn get(path: &str, host: &str, headers: &[(&str, &str)], method: &str) -> Respon
                     mtls: false,
                     client_cert: None,
                     server_name: None,
+                    fingerprints: None,
                     id: 0,
                     facts: crate::filter_chain::conn_facts(
                         "127.0.0.1:1000".parse().unwrap(),

@@ -248,6 +248,7 @@ fn pending(req: &Request<Incoming>, info: &ConnInfo) -> Pending {
         remote: req.extensions().get::<ClientAddress>().map(|c| c.0),
         local: info.local.clone(),
         server_name: info.server_name.clone(),
+        fingerprints: info.fingerprints.clone(),
         connection_id: info.id,
         request: Arc::new(RequestProgress::new(req.body().is_end_stream())),
         span: None,

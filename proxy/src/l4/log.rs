@@ -82,6 +82,8 @@ pub struct Record {
     pub local: crate::request::conn::Peer,
     /// The TLS client's SNI.
     pub server_name: Option<String>,
+    /// The ClientHello's fingerprints, when the listener computes them.
+    pub fingerprints: Option<Arc<crate::tls::fingerprint::Fingerprints>>,
     /// The downstream connection's id.
     pub connection_id: u64,
     /// The flags so far.
@@ -141,6 +143,7 @@ impl Record {
             remote: None,
             local: self.local.clone(),
             server_name: self.server_name.clone(),
+            fingerprints: self.fingerprints.clone(),
             connection_id: self.connection_id,
             request: Arc::new(progress),
             span: None,

@@ -53,6 +53,8 @@ pub struct Session {
     pub local: crate::request::conn::Peer,
     /// The SNI of a TLS client.
     pub server_name: Option<String>,
+    /// The ClientHello's fingerprints, when the listener computes them.
+    pub fingerprints: Option<Arc<crate::tls::fingerprint::Fingerprints>>,
     /// `sni_dynamic_forward_proxy.port_value`, when the chain has that filter
     /// and the client sent an SNI: the port of a dynamic forward proxy
     /// cluster's host (else 80, or 443 for a TLS cluster).
@@ -124,6 +126,7 @@ where
         peer: s.peer.clone(),
         local: s.local.clone(),
         server_name: s.server_name.clone(),
+        fingerprints: s.fingerprints.clone(),
         connection_id: s.connection_id,
         flags: Default::default(),
         upstream: None,

@@ -67,6 +67,7 @@ async fn start(
         peer: crate::request::conn::Peer::Ip(peer),
         local: crate::request::conn::Peer::Ip(server.local_addr().unwrap()),
         server_name: None,
+        fingerprints: None,
         buffer_limit: 1024 * 1024,
         clusters,
         worker_stats: Arc::default(),

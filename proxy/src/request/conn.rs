@@ -95,6 +95,9 @@ pub struct ConnInfo {
     pub filter_chain_index: usize,
     /// The TLS client's SNI, if any.
     pub server_name: Option<String>,
+    /// The ClientHello's JA3 / JA4 fingerprints, when the listener's
+    /// `tls_inspector` computes them.
+    pub fingerprints: Option<std::sync::Arc<crate::tls::fingerprint::Fingerprints>>,
     /// The connection's id (`%CONNECTION_ID%`), unique in the process.
     pub id: u64,
     /// What HTTP filters see of the connection.

@@ -5,6 +5,7 @@
 mod any_cert;
 mod cert_select;
 pub mod expiry;
+pub mod fingerprint;
 mod peer;
 pub(crate) mod san;
 pub mod sds;

@@ -77,6 +77,7 @@ impl Record {
             remote: None,
             local: Peer::Ip(self.local),
             server_name: None,
+            fingerprints: None,
             connection_id: self.id,
             request: Arc::new(progress),
             span: None,
@@ -166,6 +167,7 @@ impl Drop for ProxyRecord {
             remote: None,
             local: unspecified,
             server_name: None,
+            fingerprints: None,
             connection_id: 0,
             request: Arc::new(RequestProgress {
                 received: AtomicU64::new(self.rx_bytes),
