@@ -381,6 +381,11 @@ fn entry(c: &HttpGrpcAccessLog, e: &Entry<'_>) -> data::HttpAccessLogEntry {
         downstream_direct_remote_address: peer(&req.peer),
         tls_properties: req.server_name.as_ref().map(|sni| data::TlsProperties {
             tls_sni_hostname: sni.clone(),
+            ja3_fingerprint: req
+                .fingerprints
+                .as_ref()
+                .and_then(|f| f.ja3.clone())
+                .unwrap_or_default(),
             ..Default::default()
         }),
         start_time: Some(envoy_types::pb::google::protobuf::Timestamp {
