@@ -181,7 +181,7 @@ fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// A cluster courier refuses (`CLUSTER_PROVIDED` is not implemented).
+/// A cluster courier refuses, as Envoy does (`CLUSTER_PROVIDED` on a cluster type that provides no balancer).
 fn unserved(name: &str) -> Cluster {
     Cluster {
         lb_policy: cluster::LbPolicy::ClusterProvided as i32,
@@ -256,7 +256,7 @@ async fn scenarios(api_type: &str) {
         }
     }
     assert!(nack.contains("Cluster 'bad'"), "{nack}");
-    assert!(nack.contains("CLUSTER_PROVIDED"), "{nack}");
+    assert!(nack.contains("cluster provided LB specified"), "{nack}");
     cp.set(&[("routes", &routes(to("dyn2")))]).await;
     until(ingress, |r| r.header("x-upstream") == Some("b")).await;
 
