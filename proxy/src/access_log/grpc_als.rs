@@ -55,16 +55,11 @@ pub fn reset_counters() {
     DROPPED.reset();
 }
 
-/// Entries waiting for one logger config, and its stream.
-struct Batch {
-    config: Arc<HttpGrpcAccessLog>,
-    entries: Vec<data::HttpAccessLogEntry>,
-    /// Their encoded size, against `buffer_size_bytes`.
-    bytes: usize,
-    /// A flush timer is running for the batch.
-    timer: bool,
-    stream: Option<mpsc::Sender<svc::StreamAccessLogsMessage>>,
-}
+/// The stream a batch's entries go on.
+type Stream = Option<mpsc::Sender<svc::StreamAccessLogsMessage>>;
+
+/// This worker's batches: per config, its entries and its stream.
+type Batch = super::batch::Batch<HttpGrpcAccessLog, data::HttpAccessLogEntry, Stream>;
 
 /// Dials a gRPC channel to a cluster (the xDS streams' dialer, handed in by
 /// the worker's wiring: the access log sits below xDS on the request path).
@@ -85,7 +80,7 @@ struct Dialer {
 #[derive(Default)]
 struct Loggers {
     clusters: Option<Dialer>,
-    batches: Vec<Batch>,
+    batches: super::batch::Batches<HttpGrpcAccessLog, data::HttpAccessLogEntry, Stream>,
 }
 
 thread_local! {
@@ -102,45 +97,28 @@ pub fn start(clusters: Arc<crate::upstream::ClusterManager>, dial: Dial) {
 pub fn record(config: &Arc<HttpGrpcAccessLog>, e: &Entry<'_>) {
     let entry = entry(config, e);
     let size = prost::Message::encoded_len(&entry);
+    let limit = config.buffer_size_bytes as usize;
     let arm = LOGGERS.with_borrow_mut(|l| {
         let Loggers { clusters, batches } = l;
-        let i = match batches.iter().position(|b| Arc::ptr_eq(&b.config, config)) {
-            Some(i) => i,
-            None => {
-                batches.push(Batch {
-                    config: Arc::clone(config),
-                    entries: Vec::new(),
-                    bytes: 0,
-                    timer: false,
-                    stream: None,
-                });
-                batches.len() - 1
-            }
-        };
-        let b = batches.get_mut(i)?;
-        b.entries.push(entry);
-        b.bytes += size;
-        if b.bytes >= b.config.buffer_size_bytes as usize {
+        let (b, pushed) = batches.push(config, entry, size, limit, || None)?;
+        if pushed.full {
             send(clusters.as_ref(), b);
         }
-        (!b.entries.is_empty() && !std::mem::replace(&mut b.timer, true))
-            .then(|| Arc::clone(&b.config))
+        Some(super::batch::needs_timer(b))
     });
-    if let Some(config) = arm
-        && let Ok(rt) = tokio::runtime::Handle::try_current()
-    {
-        // On the worker's current-thread runtime: the task sees this thread's batches.
-        rt.spawn(async move {
-            tokio::time::sleep(config.buffer_flush_interval).await;
-            LOGGERS.with_borrow_mut(|l| {
-                let Loggers { clusters, batches } = l;
-                if let Some(b) = batches.iter_mut().find(|b| Arc::ptr_eq(&b.config, &config)) {
-                    b.timer = false;
-                    send(clusters.as_ref(), b);
-                }
-            });
-        });
+    if arm == Some(true) {
+        super::batch::arm(config.buffer_flush_interval, Arc::clone(config), flush);
     }
+}
+
+/// The flush timer of `config`'s batch fired.
+fn flush(config: &Arc<HttpGrpcAccessLog>) {
+    LOGGERS.with_borrow_mut(|l| {
+        let Loggers { clusters, batches } = l;
+        if let Some(b) = batches.fired(config) {
+            send(clusters.as_ref(), b);
+        }
+    });
 }
 
 /// Sends every batch now (a worker's last act when it stops); whether any
@@ -150,7 +128,7 @@ pub fn flush_at_exit() -> bool {
         let Loggers { clusters, batches } = l;
         let mut sent = false;
         for b in batches.iter_mut() {
-            sent |= !b.entries.is_empty();
+            sent |= !b.items.is_empty();
             send(clusters.as_ref(), b);
         }
         sent
@@ -159,16 +137,15 @@ pub fn flush_at_exit() -> bool {
 
 /// Sends `b`'s entries (if any) on its stream, opening one if it has none.
 fn send(clusters: Option<&Dialer>, b: &mut Batch) {
-    if b.entries.is_empty() {
+    if b.items.is_empty() {
         return;
     }
-    let entries = std::mem::take(&mut b.entries);
-    b.bytes = 0;
+    let entries = b.take();
     let n = entries.len() as u64;
     let logs = Some(svc::stream_access_logs_message::LogEntries::HttpLogs(
         svc::stream_access_logs_message::HttpAccessLogEntries { log_entry: entries },
     ));
-    if let Some(tx) = b.stream.as_ref().filter(|tx| !tx.is_closed()) {
+    if let Some(tx) = b.state.as_ref().filter(|tx| !tx.is_closed()) {
         let msg = svc::StreamAccessLogsMessage {
             identifier: None,
             log_entries: logs,
@@ -177,7 +154,7 @@ fn send(clusters: Option<&Dialer>, b: &mut Batch) {
             Ok(()) => WRITTEN.add(n),
             Err(_) => {
                 DROPPED.add(n);
-                b.stream = None;
+                b.state = None;
             }
         }
         return;
@@ -189,8 +166,8 @@ fn send(clusters: Option<&Dialer>, b: &mut Batch) {
         }),
         log_entries: logs,
     };
-    b.stream = clusters.and_then(|c| open(c, &b.config, first));
-    if b.stream.is_some() {
+    b.state = clusters.and_then(|c| open(c, &b.config, first));
+    if b.state.is_some() {
         WRITTEN.add(n);
     } else {
         DROPPED.add(n);

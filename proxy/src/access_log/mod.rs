@@ -7,6 +7,7 @@
 //! ([`writer`]), which a timer flushes — nothing on the request path locks.
 
 mod attributes;
+mod batch;
 pub mod body;
 pub mod conn;
 pub mod grpc_als;

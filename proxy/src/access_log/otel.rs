@@ -103,21 +103,13 @@ pub fn reset_counters() {
     }
 }
 
-/// Records waiting for one logger config.
-struct Batch {
-    config: Arc<OtelAccessLog>,
-    stats: Arc<Stats>,
-    records: Vec<LogRecord>,
-    /// Their encoded size, against `buffer_size_bytes`.
-    bytes: usize,
-    /// A flush timer is running for the batch.
-    timer: bool,
-}
+/// This worker's batches: per config, its records and its counters.
+type Batch = super::batch::Batch<OtelAccessLog, LogRecord, Arc<Stats>>;
 
 #[derive(Default)]
 struct Loggers {
     client: Option<ClusterClient>,
-    batches: Vec<Batch>,
+    batches: super::batch::Batches<OtelAccessLog, LogRecord, Arc<Stats>>,
 }
 
 thread_local! {
@@ -134,45 +126,29 @@ pub fn start(client: ClusterClient) {
 pub fn record(config: &Arc<OtelAccessLog>, e: &Entry<'_>, ids: Option<(Vec<u8>, Vec<u8>)>) {
     let record = log_record(config, e, ids);
     let size = prost::Message::encoded_len(&record);
+    let limit = config.buffer_size_bytes as usize;
     let arm = LOGGERS.with_borrow_mut(|l| {
         let Loggers { client, batches } = l;
-        let i = match batches.iter().position(|b| Arc::ptr_eq(&b.config, config)) {
-            Some(i) => i,
-            None => {
-                batches.push(Batch {
-                    config: Arc::clone(config),
-                    stats: stats(&config.stat_prefix),
-                    records: Vec::new(),
-                    bytes: 0,
-                    timer: false,
-                });
-                batches.len() - 1
-            }
-        };
-        let b = batches.get_mut(i)?;
-        b.records.push(record);
-        b.bytes += size;
-        if b.bytes >= b.config.buffer_size_bytes as usize {
+        let (b, pushed) =
+            batches.push(config, record, size, limit, || stats(&config.stat_prefix))?;
+        if pushed.full {
             send(client.as_ref(), b);
         }
-        (!b.records.is_empty() && !std::mem::replace(&mut b.timer, true))
-            .then(|| Arc::clone(&b.config))
+        Some(super::batch::needs_timer(b))
     });
-    if let Some(config) = arm
-        && let Ok(rt) = tokio::runtime::Handle::try_current()
-    {
-        // On the worker's current-thread runtime: the task sees this thread's batches.
-        rt.spawn(async move {
-            tokio::time::sleep(config.buffer_flush_interval).await;
-            LOGGERS.with_borrow_mut(|l| {
-                let Loggers { client, batches } = l;
-                if let Some(b) = batches.iter_mut().find(|b| Arc::ptr_eq(&b.config, &config)) {
-                    b.timer = false;
-                    send(client.as_ref(), b);
-                }
-            });
-        });
+    if arm == Some(true) {
+        super::batch::arm(config.buffer_flush_interval, Arc::clone(config), flush);
     }
+}
+
+/// The flush timer of `config`'s batch fired.
+fn flush(config: &Arc<OtelAccessLog>) {
+    LOGGERS.with_borrow_mut(|l| {
+        let Loggers { client, batches } = l;
+        if let Some(b) = batches.fired(config) {
+            send(client.as_ref(), b);
+        }
+    });
 }
 
 /// Sends every batch now (a worker's last act when it stops); whether any
@@ -182,7 +158,7 @@ pub fn flush_at_exit() -> bool {
         let Loggers { client, batches } = l;
         let mut sent = false;
         for b in batches.iter_mut() {
-            sent |= !b.records.is_empty();
+            sent |= !b.items.is_empty();
             send(client.as_ref(), b);
         }
         sent
@@ -191,17 +167,16 @@ pub fn flush_at_exit() -> bool {
 
 /// Sends `b`'s records (if any) on a task of their own.
 fn send(client: Option<&ClusterClient>, b: &mut Batch) {
-    if b.records.is_empty() {
+    if b.items.is_empty() {
         return;
     }
-    let records = std::mem::take(&mut b.records);
-    b.bytes = 0;
+    let records = b.take();
     let n = records.len() as u64;
     let (Some(client), Ok(rt)) = (client.cloned(), tokio::runtime::Handle::try_current()) else {
-        b.stats.dropped.add(n);
+        b.state.dropped.add(n);
         return;
     };
-    b.stats.written.add(n);
+    b.state.written.add(n);
     let config = Arc::clone(&b.config);
     let body = grpc_frame(&request(&config, records));
     rt.spawn(async move {
