@@ -1,0 +1,672 @@
+//! The OAuth2 HTTP filter (`envoy.extensions.filters.http.oauth2.v3.OAuth2`) and its
+//! per-route config (`OAuth2PerRoute`): an authorization-code flow (with PKCE, as Envoy
+//! 1.40 always uses) against an authorization server, whose token endpoint is reached
+//! through a cluster, and HMAC-signed cookies that let later requests through.
+//!
+//! The client secret and the HMAC key are static generic secrets
+//! (`static_resources.secrets`), read once here. The filter-level `OAuth2` may have no
+//! `config`: the filter then runs only on routes whose `OAuth2PerRoute` supplies one,
+//! as Envoy 1.40 does.
+//!
+//! Not implemented, refused by the support table: `end_session_endpoint`,
+//! `post_logout_redirect_uri`, `allow_failed_matcher`, `original_request_uri`,
+//! `allowed_redirect_domains`, `use_access_token_expiry_for_id_token_cookie`,
+//! `private_key_jwt_config`; in code: `auth_type: PRIVATE_KEY_JWT`, a `redirect_uri`
+//! with command operators, secrets from SDS.
+
+use super::http_uri::{self, CallRetryPolicy, HttpUri};
+use crate::core;
+use crate::ctx::Ctx;
+use crate::matcher::{self, HeaderMatcher, StringMatcher};
+use crate::path::Path;
+use crate::support::{ALL, Support};
+use envoy_types::pb::envoy::extensions::filters::http::oauth2::v3 as pb;
+use envoy_types::pb::envoy::r#type::matcher::v3 as mpb;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Fields of the oauth2 messages courier implements.
+pub(crate) const SUPPORT: &[Support] = &[
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2",
+        &["config"],
+    ),
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2PerRoute",
+        &["config"],
+    ),
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2Config",
+        &[
+            "token_endpoint",
+            "retry_policy",
+            "authorization_endpoint",
+            "credentials",
+            "redirect_uri",
+            "redirect_path_matcher",
+            "signout_path",
+            "forward_bearer_token",
+            "forward_id_token",
+            "preserve_authorization_header",
+            "pass_through_matcher",
+            "auth_scopes",
+            "resources",
+            "auth_type",
+            "use_refresh_token",
+            "default_expires_in",
+            "deny_redirect_matcher",
+            "default_refresh_token_expires_in",
+            "disable_id_token_set_cookie",
+            "disable_access_token_set_cookie",
+            "disable_refresh_token_set_cookie",
+            "cookie_configs",
+            "stat_prefix",
+            "csrf_token_expires_in",
+            "code_verifier_token_expires_in",
+            "disable_token_encryption",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2Credentials",
+        &[
+            "client_id",
+            "token_secret",
+            "hmac_secret",
+            "cookie_names",
+            "cookie_domain",
+        ],
+    ),
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2Credentials.CookieNames",
+        ALL,
+    ),
+    ("envoy.extensions.filters.http.oauth2.v3.CookieConfigs", ALL),
+    ("envoy.extensions.filters.http.oauth2.v3.CookieConfig", ALL),
+    (
+        "envoy.extensions.filters.http.oauth2.v3.OAuth2TokenForwarding",
+        ALL,
+    ),
+];
+
+/// How the client authenticates to the token endpoint (`auth_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthType {
+    /// `client_id` and `client_secret` in the form body.
+    UrlEncodedBody,
+    /// `Authorization: Basic base64(client_id:client_secret)`.
+    BasicAuth,
+    /// mTLS with the cluster's client certificate: only `client_id` in the body.
+    TlsClientAuth,
+}
+
+/// The cookie names (`credentials.cookie_names`, Envoy's defaults where empty).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookieNames {
+    /// The access token (`BearerToken`).
+    pub bearer_token: String,
+    /// The HMAC over the other cookies (`OauthHMAC`).
+    pub oauth_hmac: String,
+    /// The expiry time, seconds since the epoch (`OauthExpires`).
+    pub oauth_expires: String,
+    /// The ID token (`IdToken`).
+    pub id_token: String,
+    /// The refresh token (`RefreshToken`).
+    pub refresh_token: String,
+    /// The CSRF token of a flow (`OauthNonce`).
+    pub oauth_nonce: String,
+    /// The encrypted PKCE code verifier of a flow (`CodeVerifier`).
+    pub code_verifier: String,
+}
+
+/// `SameSite` of a cookie (`CookieConfig.same_site`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SameSite {
+    /// No attribute.
+    Disabled,
+    /// `SameSite=Strict`.
+    Strict,
+    /// `SameSite=Lax`.
+    Lax,
+    /// `SameSite=None`.
+    None,
+}
+
+/// One cookie's attributes (`CookieConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CookieSettings {
+    /// `same_site`.
+    pub same_site: SameSite,
+    /// `path` (`/` when empty).
+    pub path: String,
+    /// `partitioned`.
+    pub partitioned: bool,
+}
+
+impl Default for CookieSettings {
+    fn default() -> Self {
+        Self {
+            same_site: SameSite::Disabled,
+            path: "/".into(),
+            partitioned: false,
+        }
+    }
+}
+
+/// Each cookie's attributes (`cookie_configs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CookieConfigs {
+    /// The access token cookie.
+    pub bearer_token: CookieSettings,
+    /// The HMAC cookie.
+    pub oauth_hmac: CookieSettings,
+    /// The expiry cookie.
+    pub oauth_expires: CookieSettings,
+    /// The ID token cookie.
+    pub id_token: CookieSettings,
+    /// The refresh token cookie.
+    pub refresh_token: CookieSettings,
+    /// The CSRF (nonce) cookie.
+    pub oauth_nonce: CookieSettings,
+    /// The code verifier cookie.
+    pub code_verifier: CookieSettings,
+}
+
+/// A validated `OAuth2Config`.
+#[derive(Debug, Clone)]
+pub struct OAuth2Config {
+    /// `token_endpoint`: where codes (and refresh tokens) are exchanged.
+    pub token_endpoint: HttpUri,
+    /// `retry_policy` of the token request.
+    pub retry_policy: Option<CallRetryPolicy>,
+    /// `authorization_endpoint`, as written.
+    pub authorization_endpoint: String,
+    /// `credentials.client_id`.
+    pub client_id: String,
+    /// The bytes of the `credentials.token_secret` generic secret.
+    pub client_secret: Vec<u8>,
+    /// The bytes of the `credentials.hmac_secret` generic secret.
+    pub hmac_secret: Vec<u8>,
+    /// `credentials.cookie_names`.
+    pub cookie_names: CookieNames,
+    /// `credentials.cookie_domain` (empty: none; the HMAC then covers the host).
+    pub cookie_domain: String,
+    /// `redirect_uri` (a literal: command operators are refused).
+    pub redirect_uri: String,
+    /// `redirect_path_matcher`: the callback path (query and fragment not matched).
+    pub redirect_path_matcher: StringMatcher,
+    /// `signout_path`.
+    pub signout_path: StringMatcher,
+    /// `forward_bearer_token`.
+    pub forward_bearer_token: bool,
+    /// `forward_id_token.header`, lower-cased.
+    pub forward_id_token: Option<String>,
+    /// `preserve_authorization_header`.
+    pub preserve_authorization_header: bool,
+    /// `pass_through_matcher`.
+    pub pass_through_matcher: Vec<HeaderMatcher>,
+    /// `deny_redirect_matcher`.
+    pub deny_redirect_matcher: Vec<HeaderMatcher>,
+    /// `auth_scopes` (`["user"]` when empty).
+    pub auth_scopes: Vec<String>,
+    /// `resources`.
+    pub resources: Vec<String>,
+    /// `auth_type`.
+    pub auth_type: AuthType,
+    /// `use_refresh_token` (default true).
+    pub use_refresh_token: bool,
+    /// `default_expires_in` (zero: none).
+    pub default_expires_in: Duration,
+    /// `default_refresh_token_expires_in` (default 604800 s).
+    pub default_refresh_token_expires_in: Duration,
+    /// `disable_id_token_set_cookie`.
+    pub disable_id_token_set_cookie: bool,
+    /// `disable_access_token_set_cookie`.
+    pub disable_access_token_set_cookie: bool,
+    /// `disable_refresh_token_set_cookie`.
+    pub disable_refresh_token_set_cookie: bool,
+    /// `cookie_configs`.
+    pub cookie_configs: CookieConfigs,
+    /// `stat_prefix`.
+    pub stat_prefix: String,
+    /// `csrf_token_expires_in` (default 600 s).
+    pub csrf_token_expires_in: Duration,
+    /// `code_verifier_token_expires_in` (default 600 s).
+    pub code_verifier_token_expires_in: Duration,
+    /// `disable_token_encryption`.
+    pub disable_token_encryption: bool,
+}
+
+/// A validated `OAuth2`: `None` when it has no `config` (per-route configs supply it).
+#[derive(Debug, Clone)]
+pub struct OAuth2 {
+    /// `config`.
+    pub config: Option<Arc<OAuth2Config>>,
+}
+
+/// A validated `OAuth2PerRoute`.
+#[derive(Debug, Clone)]
+pub struct OAuth2PerRoute {
+    /// `config` (required).
+    pub config: Arc<OAuth2Config>,
+}
+
+/// Envoy's retry conditions for a token request whose `retry_on` is empty.
+const DEFAULT_RETRY_ON: &str = "5xx,gateway-error,connect-failure,reset";
+
+/// Translates an `OAuth2`.
+pub fn translate(m: &pb::OAuth2, path: &Path<'_>, ctx: &mut Ctx) -> Option<OAuth2> {
+    let config = match &m.config {
+        None => None,
+        Some(c) => Some(Arc::new(config(c, &path.field("config"), ctx)?)),
+    };
+    Some(OAuth2 { config })
+}
+
+/// Translates an `OAuth2PerRoute`; its `config` is required.
+pub fn per_route(m: &pb::OAuth2PerRoute, path: &Path<'_>, ctx: &mut Ctx) -> Option<OAuth2PerRoute> {
+    let p = path.field("config");
+    let Some(c) = &m.config else {
+        ctx.error(&p, "is required");
+        return None;
+    };
+    Some(OAuth2PerRoute {
+        config: Arc::new(config(c, &p, ctx)?),
+    })
+}
+
+fn path_matcher(
+    m: Option<&mpb::PathMatcher>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<StringMatcher> {
+    let Some(m) = m else {
+        ctx.error(path, "is required");
+        return None;
+    };
+    match &m.rule {
+        Some(mpb::path_matcher::Rule::Path(sm)) => {
+            matcher::string_matcher(sm, &path.field("path"), ctx)
+        }
+        None => {
+            ctx.error(&path.field("path"), "is required");
+            None
+        }
+    }
+}
+
+fn header_matchers(
+    list: &[envoy_types::pb::envoy::config::route::v3::HeaderMatcher],
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Vec<HeaderMatcher>> {
+    let before = ctx.error_count();
+    let out: Vec<_> = list
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| matcher::header_matcher(h, &path.index(i), ctx))
+        .collect();
+    (ctx.error_count() == before).then_some(out)
+}
+
+fn secs_or(
+    d: Option<&envoy_types::pb::google::protobuf::Duration>,
+    default: u64,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Duration> {
+    match d {
+        None => Some(Duration::from_secs(default)),
+        Some(d) => core::duration(d, path, ctx),
+    }
+}
+
+fn or_default(s: &str, default: &str) -> String {
+    if s.is_empty() {
+        default.into()
+    } else {
+        s.into()
+    }
+}
+
+fn cookie_settings(
+    c: Option<&pb::CookieConfig>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<CookieSettings> {
+    let Some(c) = c else {
+        return Some(CookieSettings::default());
+    };
+    use pb::cookie_config::SameSite as S;
+    let same_site = match S::try_from(c.same_site) {
+        Ok(S::Disabled) => SameSite::Disabled,
+        Ok(S::Strict) => SameSite::Strict,
+        Ok(S::Lax) => SameSite::Lax,
+        Ok(S::None) => SameSite::None,
+        Err(_) => {
+            ctx.error(
+                &path.field("same_site"),
+                format!("{} is not a defined value", c.same_site),
+            );
+            return None;
+        }
+    };
+    if c.path.bytes().any(|b| b == b';' || b.is_ascii_control()) {
+        ctx.error(
+            &path.field("path"),
+            "must not hold ';' or control characters",
+        );
+        return None;
+    }
+    Some(CookieSettings {
+        same_site,
+        path: or_default(&c.path, "/"),
+        partitioned: c.partitioned,
+    })
+}
+
+fn cookie_configs(
+    c: Option<&pb::CookieConfigs>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<CookieConfigs> {
+    let Some(c) = c else {
+        return Some(CookieConfigs::default());
+    };
+    let mut one =
+        |v: &Option<pb::CookieConfig>, f: &str| cookie_settings(v.as_ref(), &path.field(f), ctx);
+    Some(CookieConfigs {
+        bearer_token: one(&c.bearer_token_cookie_config, "bearer_token_cookie_config")?,
+        oauth_hmac: one(&c.oauth_hmac_cookie_config, "oauth_hmac_cookie_config")?,
+        oauth_expires: one(
+            &c.oauth_expires_cookie_config,
+            "oauth_expires_cookie_config",
+        )?,
+        id_token: one(&c.id_token_cookie_config, "id_token_cookie_config")?,
+        refresh_token: one(
+            &c.refresh_token_cookie_config,
+            "refresh_token_cookie_config",
+        )?,
+        oauth_nonce: one(&c.oauth_nonce_cookie_config, "oauth_nonce_cookie_config")?,
+        code_verifier: one(
+            &c.code_verifier_cookie_config,
+            "code_verifier_cookie_config",
+        )?,
+    })
+}
+
+/// Whether `s` can be a cookie name (an HTTP token) as courier must write it.
+fn is_token(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(super::ext_authz::is_header_name_byte)
+}
+
+fn cookie_names(
+    c: Option<&pb::o_auth2_credentials::CookieNames>,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<CookieNames> {
+    let d = pb::o_auth2_credentials::CookieNames::default();
+    let c = c.unwrap_or(&d);
+    let mut ok = true;
+    let mut one = |v: &str, default: &str, f: &str| {
+        let name = or_default(v, default);
+        // PGV: `well_known_regex: HTTP_HEADER_NAME, strict: false`; courier needs a
+        // token to write it in Set-Cookie.
+        if !is_token(&name) {
+            ctx.error(
+                &path.field(f),
+                format!("\"{name}\" is not a valid cookie name"),
+            );
+            ok = false;
+        }
+        name
+    };
+    let names = CookieNames {
+        bearer_token: one(&c.bearer_token, "BearerToken", "bearer_token"),
+        oauth_hmac: one(&c.oauth_hmac, "OauthHMAC", "oauth_hmac"),
+        oauth_expires: one(&c.oauth_expires, "OauthExpires", "oauth_expires"),
+        id_token: one(&c.id_token, "IdToken", "id_token"),
+        refresh_token: one(&c.refresh_token, "RefreshToken", "refresh_token"),
+        oauth_nonce: one(&c.oauth_nonce, "OauthNonce", "oauth_nonce"),
+        code_verifier: one(&c.code_verifier, "CodeVerifier", "code_verifier"),
+    };
+    ok.then_some(names)
+}
+
+/// Envoy's `Http::Utility::Url::initialize` for the authorization endpoint: an absolute
+/// `http`/`https` URL with a host.
+fn valid_url(u: &str) -> bool {
+    let Some((scheme, rest)) = u.split_once("://") else {
+        return false;
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !host.is_empty()
+        && !u.bytes().any(|b| b.is_ascii_control() || b == b' ')
+}
+
+fn config(c: &pb::OAuth2Config, path: &Path<'_>, ctx: &mut Ctx) -> Option<OAuth2Config> {
+    let before = ctx.error_count();
+    let token_endpoint = http_uri::http_uri(
+        c.token_endpoint.as_ref(),
+        &path.field("token_endpoint"),
+        ctx,
+    );
+    let retry_policy = match &c.retry_policy {
+        None => None,
+        Some(r) => {
+            let rp = path.field("retry_policy");
+            let mut r = r.clone();
+            if r.retry_on.is_empty() {
+                r.retry_on = DEFAULT_RETRY_ON.into();
+            }
+            http_uri::call_retry_policy(&r, &rp, ctx)
+        }
+    };
+    if c.authorization_endpoint.is_empty() {
+        ctx.error(&path.field("authorization_endpoint"), "must not be empty");
+    } else if !valid_url(&c.authorization_endpoint) {
+        // Envoy's wording.
+        ctx.error(
+            &path.field("authorization_endpoint"),
+            format!(
+                "OAuth2 filter: invalid authorization endpoint URL '{}' in config.",
+                c.authorization_endpoint
+            ),
+        );
+    }
+    let cp = path.field("credentials");
+    let (client_id, client_secret, hmac_secret, names, cookie_domain) = match &c.credentials {
+        None => {
+            ctx.error(&cp, "is required");
+            (String::new(), None, None, None, String::new())
+        }
+        Some(cr) => {
+            if cr.client_id.is_empty() {
+                ctx.error(&cp.field("client_id"), "must not be empty");
+            }
+            let secret = match &cr.token_secret {
+                Some(s) => crate::tls::secrets::generic(s, &cp.field("token_secret"), ctx),
+                None if c.auth_type == pb::o_auth2_config::AuthType::TlsClientAuth as i32 => {
+                    Some(Vec::new())
+                }
+                None => {
+                    // Envoy's wording.
+                    ctx.error(
+                        &cp.field("token_secret"),
+                        "token_secret is required for auth_type other than TLS_CLIENT_AUTH",
+                    );
+                    None
+                }
+            };
+            use pb::o_auth2_credentials::TokenFormation;
+            let hmac = match &cr.token_formation {
+                Some(TokenFormation::HmacSecret(s)) => {
+                    crate::tls::secrets::generic(s, &cp.field("hmac_secret"), ctx)
+                }
+                None => {
+                    ctx.error(&cp.field("hmac_secret"), "is required");
+                    None
+                }
+            };
+            if cr
+                .cookie_domain
+                .bytes()
+                .any(|b| b == b';' || b.is_ascii_control() || b == b' ')
+            {
+                ctx.error(
+                    &cp.field("cookie_domain"),
+                    "must not hold ';', spaces or control characters",
+                );
+            }
+            let names = cookie_names(cr.cookie_names.as_ref(), &cp.field("cookie_names"), ctx);
+            (
+                cr.client_id.clone(),
+                secret,
+                hmac,
+                names,
+                cr.cookie_domain.clone(),
+            )
+        }
+    };
+    if c.redirect_uri.is_empty() {
+        ctx.error(&path.field("redirect_uri"), "must not be empty");
+    } else if c.redirect_uri.contains('%') {
+        ctx.unsupported(
+            &path.field("redirect_uri"),
+            "a redirect_uri with command operators (%...%)",
+        );
+    }
+    let redirect = path_matcher(
+        c.redirect_path_matcher.as_ref(),
+        &path.field("redirect_path_matcher"),
+        ctx,
+    );
+    let signout = path_matcher(c.signout_path.as_ref(), &path.field("signout_path"), ctx);
+    let forward_id_token = match &c.forward_id_token {
+        None => None,
+        Some(f) => {
+            let fwd = path.field("forward_id_token");
+            let fp = fwd.field("header");
+            let h = f.header.to_ascii_lowercase();
+            if !is_token(&h) || h == "host" {
+                ctx.error(
+                    &fp,
+                    format!(
+                        "\"{}\" is not a header the ID token can be forwarded in",
+                        f.header
+                    ),
+                );
+            } else if h == "authorization"
+                && (c.forward_bearer_token || c.preserve_authorization_header)
+            {
+                ctx.error(&fp, "forward_id_token in Authorization cannot be combined with forward_bearer_token or preserve_authorization_header");
+            }
+            Some(h)
+        }
+    };
+    if c.forward_bearer_token && c.preserve_authorization_header {
+        ctx.error(
+            &path.field("preserve_authorization_header"),
+            "cannot be true together with forward_bearer_token",
+        );
+    }
+    let pass = header_matchers(
+        &c.pass_through_matcher,
+        &path.field("pass_through_matcher"),
+        ctx,
+    );
+    let deny = header_matchers(
+        &c.deny_redirect_matcher,
+        &path.field("deny_redirect_matcher"),
+        ctx,
+    );
+    use pb::o_auth2_config::AuthType as A;
+    let auth_type = match A::try_from(c.auth_type) {
+        Ok(A::UrlEncodedBody) => Some(AuthType::UrlEncodedBody),
+        Ok(A::BasicAuth) => Some(AuthType::BasicAuth),
+        Ok(A::TlsClientAuth) => Some(AuthType::TlsClientAuth),
+        Ok(A::PrivateKeyJwt) => {
+            ctx.unsupported(&path.field("auth_type"), "auth_type PRIVATE_KEY_JWT");
+            None
+        }
+        Err(_) => {
+            ctx.error(
+                &path.field("auth_type"),
+                format!("{} is not a defined value", c.auth_type),
+            );
+            None
+        }
+    };
+    let default_expires_in = secs_or(
+        c.default_expires_in.as_ref(),
+        0,
+        &path.field("default_expires_in"),
+        ctx,
+    );
+    let refresh_in = secs_or(
+        c.default_refresh_token_expires_in.as_ref(),
+        604_800,
+        &path.field("default_refresh_token_expires_in"),
+        ctx,
+    );
+    let csrf_in = secs_or(
+        c.csrf_token_expires_in.as_ref(),
+        600,
+        &path.field("csrf_token_expires_in"),
+        ctx,
+    );
+    let verifier_in = secs_or(
+        c.code_verifier_token_expires_in.as_ref(),
+        600,
+        &path.field("code_verifier_token_expires_in"),
+        ctx,
+    );
+    let cookies = cookie_configs(
+        c.cookie_configs.as_ref(),
+        &path.field("cookie_configs"),
+        ctx,
+    );
+    if ctx.error_count() != before {
+        return None;
+    }
+    Some(OAuth2Config {
+        token_endpoint: token_endpoint?,
+        retry_policy,
+        authorization_endpoint: c.authorization_endpoint.clone(),
+        client_id,
+        client_secret: client_secret?,
+        hmac_secret: hmac_secret?,
+        cookie_names: names?,
+        cookie_domain,
+        redirect_uri: c.redirect_uri.clone(),
+        redirect_path_matcher: redirect?,
+        signout_path: signout?,
+        forward_bearer_token: c.forward_bearer_token,
+        forward_id_token,
+        preserve_authorization_header: c.preserve_authorization_header,
+        pass_through_matcher: pass?,
+        deny_redirect_matcher: deny?,
+        auth_scopes: if c.auth_scopes.is_empty() {
+            vec!["user".into()]
+        } else {
+            c.auth_scopes.clone()
+        },
+        resources: c.resources.clone(),
+        auth_type: auth_type?,
+        use_refresh_token: core::bool_or(c.use_refresh_token.as_ref(), true),
+        default_expires_in: default_expires_in?,
+        default_refresh_token_expires_in: refresh_in?,
+        disable_id_token_set_cookie: c.disable_id_token_set_cookie,
+        disable_access_token_set_cookie: c.disable_access_token_set_cookie,
+        disable_refresh_token_set_cookie: c.disable_refresh_token_set_cookie,
+        cookie_configs: cookies?,
+        stat_prefix: c.stat_prefix.clone(),
+        csrf_token_expires_in: csrf_in?,
+        code_verifier_token_expires_in: verifier_in?,
+        disable_token_encryption: c.disable_token_encryption,
+    })
+}
+
+#[cfg(test)]
+#[path = "oauth2_tests.rs"]
+mod tests;
