@@ -150,6 +150,7 @@ const OB_VHOSTS: &str = r#"- name: all
           redirect_path_matcher: { path: { exact: /cb } }
           signout_path: { path: { prefix: /signout } }
           forward_bearer_token: true
+          forward_id_token: { header: X-ID-Token }
           use_refresh_token: false
           default_expires_in: 600s
           disable_token_encryption: true
@@ -285,7 +286,12 @@ fn aws_lc_rs_sha256(data: &[u8]) -> Vec<u8> {
 }
 
 fn observe(kind: Kind, bin: &Path) -> Vec<String> {
-    let up = echo_upstream::start(&["authorization", "cookie", "x-envoy-oauth-status"]);
+    let up = echo_upstream::start(&[
+        "authorization",
+        "x-id-token",
+        "cookie",
+        "x-envoy-oauth-status",
+    ]);
     let (tx, rx) = mpsc::channel();
     let idp = token_server(tx);
     let p = Proxy::start(kind, bin, &yaml(up, idp), &["oa", "ob"]).unwrap();
@@ -563,7 +569,7 @@ fn check_courier(lines: &[String]) {
         "{lines:#?}"
     );
     assert!(
-        has("ob session 200 [\"/page?x=1\", \"authorization: Bearer at-1\"]"),
+        has("ob session 200 [\"/page?x=1\", \"authorization: Bearer at-1\", \"x-id-token: id-1\"]"),
         "{lines:#?}"
     );
     assert!(has("stat http.oa.oa.oauth_success: 3"), "{lines:#?}");

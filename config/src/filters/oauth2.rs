@@ -368,29 +368,33 @@ fn config(c: &pb::OAuth2Config, path: &Path<'_>, ctx: &mut Ctx) -> Option<OAuth2
         None => None,
         Some(f) => {
             let fwd = path.field("forward_id_token");
-            let fp = fwd.field("header");
             let h = f.header.to_ascii_lowercase();
-            if !is_token(&h) || h == "host" {
+            if h.starts_with(':') || h == "host" {
+                // Envoy's wording.
                 ctx.error(
-                    &fp,
+                    &fwd.field("header"),
+                    format!("invalid forward_id_token configuration: header '{}' can not be used to forward the ID token; pseudo-headers and the Host header are not allowed", f.header),
+                );
+            } else if !is_token(&h) {
+                ctx.error(
+                    &fwd.field("header"),
                     format!(
-                        "\"{}\" is not a header the ID token can be forwarded in",
+                        "\"{}\" is not a valid header name (courier cannot send it)",
                         f.header
                     ),
                 );
-            } else if h == "authorization"
-                && (c.forward_bearer_token || c.preserve_authorization_header)
-            {
-                ctx.error(&fp, "forward_id_token in Authorization cannot be combined with forward_bearer_token or preserve_authorization_header");
             }
             Some(h)
         }
     };
-    if c.forward_bearer_token && c.preserve_authorization_header {
-        ctx.error(
-            &path.field("preserve_authorization_header"),
-            "cannot be true together with forward_bearer_token",
-        );
+    let on_authorization = [
+        c.forward_bearer_token,
+        c.preserve_authorization_header,
+        forward_id_token.as_deref() == Some("authorization"),
+    ];
+    if on_authorization.iter().filter(|b| **b).count() > 1 {
+        // Envoy's wording.
+        ctx.error(path, "invalid OAuth2 configuration: at most one of forward_bearer_token, preserve_authorization_header, or forward_id_token (when forwarding the ID token on the Authorization header) may be set, as they all use the Authorization header");
     }
     let pass = header_matchers(
         &c.pass_through_matcher,

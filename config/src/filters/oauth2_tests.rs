@@ -162,6 +162,21 @@ fn refusals_name_the_field() {
         json!({"credentials": {"client_id": "c", "token_secret": {"name": "client-secret"}, "hmac_secret": sds}}),
     ));
     assert!(e.contains(&format!("{FILTER}.credentials.hmac_secret.sds_config: a generic secret from SDS (sds_config) is not supported")), "{e}");
+    let e = err(&with(
+        json!({"forward_bearer_token": true, "preserve_authorization_header": true}),
+    ));
+    assert!(
+        e.contains(&format!(
+            "{FILTER}: invalid OAuth2 configuration: at most one of forward_bearer_token"
+        )),
+        "{e}"
+    );
+    let e = err(&with(
+        json!({"forward_bearer_token": true, "forward_id_token": {"header": "Authorization"}}),
+    ));
+    assert!(e.contains("at most one of forward_bearer_token"), "{e}");
+    let e = err(&with(json!({"forward_id_token": {"header": "Host"}})));
+    assert!(e.contains(&format!("{FILTER}.forward_id_token.header: invalid forward_id_token configuration: header 'Host' can not be used")), "{e}");
     let e = err(&with(json!({"authorization_endpoint": "not a url"})));
     assert!(e.contains("invalid authorization endpoint URL"), "{e}");
     let e = err(&bootstrap(
