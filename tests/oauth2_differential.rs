@@ -83,9 +83,12 @@ fn token_server(tx: mpsc::Sender<String>) -> SocketAddr {
                                 h("authorization"),
                                 String::from_utf8_lossy(&body)
                             ));
+                            // `code=BAD`: the token endpoint fails.
+                            let bad = body.starts_with(b"grant_type=authorization_code&code=BAD");
                             let r = hyper::Response::builder()
+                                .status(if bad { 500 } else { 200 })
                                 .header("content-type", "application/json")
-                                .body(Full::new(Bytes::from(TOKENS)))
+                                .body(Full::new(Bytes::from(if bad { "{}" } else { TOKENS })))
                                 .unwrap();
                             Ok::<_, std::convert::Infallible>(r)
                         }
@@ -390,6 +393,28 @@ fn observe(kind: Kind, bin: &Path) -> Vec<String> {
             String::from_utf8_lossy(&r.body),
             set_cookies(&r)
         ));
+        // The token endpoint fails: 401, the flow's cookies deleted.
+        let r = get(
+            addr,
+            &format!("{cb}?code=BAD&state={state}"),
+            &[("cookie", &flow_cookies.join("; "))],
+        );
+        out.push(format!(
+            "{listener} token-failure {} {:?}",
+            r.status,
+            String::from_utf8_lossy(&r.body)
+        ));
+        for c in set_cookies(&r) {
+            out.push(format!(
+                "{listener} token-failure set-cookie {}",
+                masked_cookie(c, &flow, false)
+            ));
+        }
+        out.extend(
+            token_requests(&rx, &challenge)
+                .into_iter()
+                .map(|l| format!("{listener} token-endpoint {l}")),
+        );
         let r = get(
             addr,
             &format!("{cb}?code=CODE1&state={state}"),
@@ -519,6 +544,16 @@ fn check_courier(lines: &[String]) {
     );
     assert!(
         find("oa forged 401").contains("OAuth flow failed."),
+        "{lines:#?}"
+    );
+    assert!(
+        has("oa token-failure 401 \"OAuth flow failed.\""),
+        "{lines:#?}"
+    );
+    assert!(
+        has(
+            "oa token-failure set-cookie OauthNonce.<flow>=deleted; path=/; expires=Thu, 01 Jan 1970 00:00:00 GMT"
+        ),
         "{lines:#?}"
     );
     assert!(
