@@ -339,6 +339,33 @@ fn observe(kind: Kind, bin: &Path) -> Vec<String> {
                 masked_cookie(c, &flow, false)
             ));
         }
+        // The same over h2c (`:scheme` http).
+        let r = client::send(
+            addr,
+            Protocol::H2c,
+            &Request {
+                method: "GET".into(),
+                path: "/h2?y=2".into(),
+                authority: "app.test".into(),
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+        )
+        .unwrap();
+        let h2_loc = r.header("location").unwrap_or_default();
+        let h2_state: serde_json::Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(query_param(&h2_loc, "state"))
+                .unwrap_or_default(),
+        )
+        .unwrap_or_default();
+        out.push(format!(
+            "{listener} h2c redirect {} {} url={} set-cookies={}",
+            r.status,
+            masked_location(&h2_loc),
+            h2_state["url"],
+            set_cookies(&r).len()
+        ));
         // 2. deny_redirect_matcher, 3. pass_through_matcher.
         let r = get(addr, "/api", &[("x-api", "1")]);
         out.push(format!(
@@ -531,6 +558,11 @@ fn check_courier(lines: &[String]) {
         has("oa redirect set-cookie CodeVerifier=<v>;path=/;Max-Age=600;secure;HttpOnly"),
         "{lines:#?}"
     );
+    assert!(
+        find("oa h2c redirect 302 https://auth.test/oauth2/auth?")
+            .ends_with("url=\"http://app.test/h2?y=2\" set-cookies=4"),
+        "{lines:#?}"
+    );
     assert!(has("oa deny 401 \"OAuth flow failed.\""), "{lines:#?}");
     assert!(
         has("oa pass 200 \"/p\\nauthorization: Bearer keep\\n\""),
@@ -608,5 +640,5 @@ fn check_courier(lines: &[String]) {
         "{lines:#?}"
     );
     assert!(has("stat http.oa.oa.oauth_success: 3"), "{lines:#?}");
-    assert!(has("stat ob.oauth_unauthorized_rq: 3"), "{lines:#?}");
+    assert!(has("stat ob.oauth_unauthorized_rq: 4"), "{lines:#?}");
 }
