@@ -55,6 +55,8 @@ const ROOTS: &[&str] = &[
     "envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation",
     "envoy.extensions.filters.http.basic_auth.v3.BasicAuth",
     "envoy.extensions.filters.http.basic_auth.v3.BasicAuthPerRoute",
+    "envoy.extensions.filters.http.oauth2.v3.OAuth2",
+    "envoy.extensions.filters.http.oauth2.v3.OAuth2PerRoute",
     "envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuth",
     "envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute",
     "envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor",

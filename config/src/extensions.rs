@@ -61,6 +61,11 @@ pub const API_KEY_AUTH: &str =
 /// Per-route config of the API key authentication filter.
 pub const API_KEY_AUTH_PER_ROUTE: &str =
     "type.googleapis.com/envoy.extensions.filters.http.api_key_auth.v3.ApiKeyAuthPerRoute";
+/// The OAuth2 HTTP filter.
+pub const OAUTH2: &str = "type.googleapis.com/envoy.extensions.filters.http.oauth2.v3.OAuth2";
+/// Per-route config of the OAuth2 filter.
+pub const OAUTH2_PER_ROUTE: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.oauth2.v3.OAuth2PerRoute";
 /// The external processing HTTP filter.
 pub const EXT_PROC: &str =
     "type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor";

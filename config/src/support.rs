@@ -48,6 +48,7 @@ static TABLE: LazyLock<HashMap<&'static str, Vec<&'static str>>> = LazyLock::new
         crate::filters::csrf::SUPPORT,
         crate::filters::dynamic_forward_proxy::SUPPORT,
         crate::filters::basic_auth::SUPPORT,
+        crate::filters::oauth2::SUPPORT,
         crate::filters::ext_proc::SUPPORT,
         crate::filters::api_key_auth::SUPPORT,
         crate::filters::health_check::SUPPORT,

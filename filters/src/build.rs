@@ -104,6 +104,11 @@ pub enum FilterStats {
         /// The counters by name prefix.
         counters: Arc<GrpcCounters>,
     },
+    /// oauth2: `<hcm stat prefix><stat_prefix>.<name>` per stat prefix in use.
+    OAuth2 {
+        /// The counters by `stat_prefix`.
+        stats: Arc<crate::oauth2::StatsByPrefix>,
+    },
     /// ratelimit: `cluster.<route cluster>.ratelimit.<name>` (`denied` is `over_limit`).
     RateLimit {
         /// The outcomes per route cluster.
@@ -255,6 +260,19 @@ pub fn build_chain_full(
                 let filter = RateLimitHttpFilter::new(Arc::new((**c).clone()), transport);
                 stats.push(FilterStats::RateLimit {
                     clusters: Arc::clone(filter.cluster_stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::OAuth2(c) => {
+                let Some(transport) = authz.clone() else {
+                    return Err(format!(
+                        "HTTP filter {} (oauth2) needs a cluster transport",
+                        f.name
+                    ));
+                };
+                let filter = crate::oauth2::OAuth2Filter::new(c, transport);
+                stats.push(FilterStats::OAuth2 {
+                    stats: Arc::clone(filter.stats()),
                 });
                 Box::new(filter)
             }

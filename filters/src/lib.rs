@@ -21,6 +21,7 @@ pub mod header_mutation;
 pub mod health_check;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod oauth2;
 pub mod per_worker;
 pub mod ratelimit;
 pub mod rbac;

@@ -121,13 +121,8 @@ pub(crate) fn cluster(c: &Cluster, at: &str, problems: &mut Vec<String>) {
     {
         refuse("transport_socket", "TLS to a pipe (unix socket) endpoint");
     }
-    // `max_requests_per_connection` is served (crate::upstream::pool).
-    if c.http.common.max_connection_duration.is_some() {
-        refuse(
-            "typed_extension_protocol_options",
-            "upstream max_connection_duration",
-        );
-    }
+    // `max_requests_per_connection` and `max_connection_duration` are served
+    // (crate::upstream::pool).
 }
 
 pub(crate) fn listener(l: &Listener, at: &str, problems: &mut Vec<String>) {

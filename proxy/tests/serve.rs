@@ -179,11 +179,17 @@ fn sigterm_drains_and_exits_zero() {
 #[test]
 fn serve_refuses_what_it_does_not_serve_yet() {
     // The sidecar example is served whole now (JWT, RBAC, retries, circuit
-    // breakers and connection-pool limits, outlier detection); with a
-    // upstream connection lifetime added, serve mode refuses it, by path.
+    // breakers and connection-pool limits, outlier detection, upstream
+    // connection lifetimes); with 100-continue proxying added, serve mode
+    // refuses it, by path.
     let example = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/sidecar.yaml");
     let text = std::fs::read_to_string(example).unwrap();
-    assert!(text.contains("  - name: local_service\n"));
+    assert!(text.contains("          stat_prefix: inbound\n"));
+    let text = text.replacen(
+        "          stat_prefix: inbound\n",
+        "          stat_prefix: inbound\n          proxy_100_continue: true\n",
+        1,
+    );
     let text = text.replacen(
         "  - name: local_service\n",
         "  - name: local_service\n    typed_extension_protocol_options:\n      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n        \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n        common_http_protocol_options: {max_connection_duration: 10s}\n        explicit_http_config: {http_protocol_options: {}}\n",
@@ -200,9 +206,10 @@ fn serve_refuses_what_it_does_not_serve_yet() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("static_resources.clusters[0].typed_extension_protocol_options: upstream max_connection_duration is not served yet"),
+        err.contains(".proxy_100_continue: 100-continue proxying is not served yet"),
         "{err}"
     );
+    assert!(!err.contains("max_connection_duration"), "{err}");
     assert!(!err.contains("retry_policy"), "{err}");
     assert!(!err.contains("outlier_detection"), "{err}");
     assert!(!err.contains("max_connections"), "{err}");

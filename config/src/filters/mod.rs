@@ -17,6 +17,7 @@ pub mod health_check;
 pub mod http_uri;
 pub mod jwt_authn;
 pub mod local_ratelimit;
+pub mod oauth2;
 pub mod rate_limit_actions;
 pub(crate) mod rate_limit_support;
 pub mod ratelimit;
@@ -46,6 +47,7 @@ use envoy_types::pb::envoy::extensions::filters::http::header_mutation::v3 as he
 use envoy_types::pb::envoy::extensions::filters::http::health_check::v3 as health_check_pb;
 use envoy_types::pb::envoy::extensions::filters::http::jwt_authn::v3 as jwt_pb;
 use envoy_types::pb::envoy::extensions::filters::http::local_ratelimit::v3 as local_rl_pb;
+use envoy_types::pb::envoy::extensions::filters::http::oauth2::v3 as oauth2_pb;
 use envoy_types::pb::envoy::extensions::filters::http::ratelimit::v3 as rl_pb;
 use envoy_types::pb::envoy::extensions::filters::http::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::filters::http::router::v3 as router_pb;
@@ -493,6 +495,8 @@ pub enum HttpFilterConfig {
     CustomResponse(Arc<custom_response::CustomResponse>),
     /// HTTP Basic authentication against an htpasswd user list.
     BasicAuth(Box<basic_auth::BasicAuth>),
+    /// OAuth2 authorization-code flow with cookie sessions.
+    OAuth2(Box<oauth2::OAuth2>),
     /// API key authentication.
     ApiKeyAuth(Box<api_key_auth::ApiKeyAuthConfig>),
     /// External processing (only modes that never call the processor).
@@ -541,6 +545,8 @@ pub enum PerRouteFilterConfig {
     Buffer(buffer::BufferPerRoute),
     /// basic_auth `BasicAuthPerRoute`.
     BasicAuth(basic_auth::BasicAuthPerRoute),
+    /// oauth2 `OAuth2PerRoute`.
+    OAuth2(oauth2::OAuth2PerRoute),
     /// api_key_auth `ApiKeyAuthPerRoute`.
     ApiKeyAuth(Box<api_key_auth::ApiKeyAuthPerRoute>),
     /// ext_proc `ExtProcPerRoute`.
@@ -613,6 +619,9 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::BASIC_AUTH {
         let m = core::unpack::<basic_auth_pb::BasicAuth>(any, &tp, ctx)?;
         HttpFilterConfig::BasicAuth(Box::new(basic_auth::translate(&m, &tp, ctx)?))
+    } else if url == extensions::OAUTH2 {
+        let m = core::unpack::<oauth2_pb::OAuth2>(any, &tp, ctx)?;
+        HttpFilterConfig::OAuth2(Box::new(oauth2::translate(&m, &tp, ctx)?))
     } else if url == extensions::API_KEY_AUTH {
         let m = core::unpack::<api_key_auth_pb::ApiKeyAuth>(any, &tp, ctx)?;
         HttpFilterConfig::ApiKeyAuth(Box::new(api_key_auth::translate(&m, &tp, ctx)?))
@@ -738,6 +747,9 @@ fn per_filter(
     } else if url == extensions::BASIC_AUTH_PER_ROUTE {
         let m = core::unpack::<basic_auth_pb::BasicAuthPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::BasicAuth(basic_auth::per_route(&m, path, ctx)?)
+    } else if url == extensions::OAUTH2_PER_ROUTE {
+        let m = core::unpack::<oauth2_pb::OAuth2PerRoute>(any, path, ctx)?;
+        PerRouteFilterConfig::OAuth2(oauth2::per_route(&m, path, ctx)?)
     } else if url == extensions::API_KEY_AUTH_PER_ROUTE {
         let m = core::unpack::<api_key_auth_pb::ApiKeyAuthPerRoute>(any, path, ctx)?;
         PerRouteFilterConfig::ApiKeyAuth(Box::new(api_key_auth::per_route(&m, path, ctx)?))

@@ -72,9 +72,20 @@ pub(crate) const SUPPORT: &[Support] = &[
         &["name", "sds_config"],
     ),
     (
-        // Session ticket keys and generic secrets are refused by their absence.
+        // Session ticket keys are refused by their absence; a generic secret
+        // from SDS is refused in code (secrets::generic).
         "envoy.extensions.transport_sockets.tls.v3.Secret",
-        &["name", "tls_certificate", "validation_context"],
+        &[
+            "name",
+            "tls_certificate",
+            "validation_context",
+            "generic_secret",
+        ],
+    ),
+    // `secrets` (the named map) is refused by its absence.
+    (
+        "envoy.extensions.transport_sockets.tls.v3.GenericSecret",
+        &["secret"],
     ),
     (
         "envoy.extensions.transport_sockets.tls.v3.TlsParameters",

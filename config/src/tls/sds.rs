@@ -168,8 +168,17 @@ pub fn secret_resource(s: &pb::Secret, path: &Path<'_>, ctx: &mut Ctx) -> Option
                 super::validation_fields(v, &path.field("validation_context"), ctx).ok()?,
             )
         }
-        // Session ticket keys and generic secrets are refused by the support table.
-        Some(Type::SessionTicketKeys(_) | Type::GenericSecret(_)) => return None,
+        // Session ticket keys are refused by the support table.
+        Some(Type::SessionTicketKeys(_)) => return None,
+        // The support table lets it through for `static_resources.secrets`; no
+        // SDS consumer of generic secrets exists yet.
+        Some(Type::GenericSecret(_)) => {
+            ctx.unsupported(
+                &path.field("generic_secret"),
+                "a generic secret delivered by SDS",
+            );
+            return None;
+        }
         None => {
             ctx.error(
                 path,

@@ -20,6 +20,8 @@ pub struct StaticSecrets {
     /// until a context uses it (the error it then gives).
     certificates: HashMap<String, Result<TlsCertificate, &'static str>>,
     validations: HashMap<String, Option<CertificateValidation>>,
+    /// `generic_secret.secret`, read (the OAuth2 filter's client and HMAC secrets).
+    generics: HashMap<String, Vec<u8>>,
 }
 
 impl StaticSecrets {
@@ -31,6 +33,11 @@ impl StaticSecrets {
     /// The validation-context secret `name` (`None` inside: nothing to verify).
     pub(crate) fn validation(&self, name: &str) -> Option<&Option<CertificateValidation>> {
         self.validations.get(name)
+    }
+
+    /// The generic secret `name`'s bytes.
+    pub(crate) fn generic(&self, name: &str) -> Option<&Vec<u8>> {
+        self.generics.get(name)
     }
 }
 
@@ -79,9 +86,30 @@ pub(crate) fn translate(list: &[pb::Secret], path: &Path<'_>, ctx: &mut Ctx) -> 
                     out.validations.insert(s.name.clone(), v);
                 }
             }
-            // Session ticket keys and generic secrets are refused by the
-            // support table; a secret of no kind is Envoy's error too.
-            Some(Type::SessionTicketKeys(_) | Type::GenericSecret(_)) => {}
+            Some(Type::GenericSecret(g)) => {
+                if out.generics.contains_key(&s.name) {
+                    // Envoy's wording.
+                    ctx.error(
+                        &p.field("name"),
+                        format!("Duplicate static GenericSecret secret name {}", s.name),
+                    );
+                    continue;
+                }
+                let gs = p.field("generic_secret");
+                let gp = gs.field("secret");
+                // Envoy reads the data source when the secret is added; an empty
+                // one is allowed (an empty HMAC key is still a key).
+                let data = match &g.secret {
+                    None => Some(Vec::new()),
+                    Some(ds) => crate::core::data_source(Some(ds), &gp, ctx),
+                };
+                if let Some(data) = data {
+                    out.generics.insert(s.name.clone(), data);
+                }
+            }
+            // Session ticket keys are refused by the support table; a secret of
+            // no kind is Envoy's error too.
+            Some(Type::SessionTicketKeys(_)) => {}
             None => ctx.error(
                 &p,
                 "a secret needs one of tls_certificate or validation_context",
@@ -148,6 +176,42 @@ pub(super) fn validation(
                 ),
             );
             Err(())
+        }
+    }
+}
+
+/// The bytes of the generic secret an `SdsSecretConfig` (at `path`) names: a
+/// static secret (no `sds_config`). A generic secret from SDS is refused: only
+/// TLS secrets are delivered by courier's SDS client.
+pub(crate) fn generic(
+    sds: &pb::SdsSecretConfig,
+    path: &Path<'_>,
+    ctx: &mut Ctx,
+) -> Option<Vec<u8>> {
+    if sds.sds_config.is_some() {
+        ctx.unsupported(
+            &path.field("sds_config"),
+            "a generic secret from SDS (sds_config)",
+        );
+        return None;
+    }
+    if sds.name.is_empty() {
+        ctx.error(&path.field("name"), "must not be empty");
+        return None;
+    }
+    let Some(secrets) = ctx.static_secrets() else {
+        ctx.unsupported(path, "a static secret named in an xDS resource");
+        return None;
+    };
+    match secrets.generic(&sds.name).cloned() {
+        Some(v) => Some(v),
+        None => {
+            // Envoy's wording (`secret_provider == nullptr`).
+            ctx.error(
+                &path.field("name"),
+                format!("Unknown static secret: {}", sds.name),
+            );
+            None
         }
     }
 }

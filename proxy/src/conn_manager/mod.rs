@@ -598,9 +598,15 @@ fn encode(
     } else {
         chain.encode_headers(state, resp.headers_mut());
     }
+    // `HeaderMap::into_iter` names only the first value of each name: the
+    // following ones (`None`) belong to the last name seen.
+    let mut last = None;
     for (name, value) in std::mem::take(&mut state.response_headers) {
-        if let Some(name) = name {
-            resp.headers_mut().append(name, value);
+        if name.is_some() {
+            last = name;
+        }
+        if let Some(name) = &last {
+            resp.headers_mut().append(name.clone(), value);
         }
     }
     if logging && !state.metadata.is_empty() {

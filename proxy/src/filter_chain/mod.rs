@@ -384,6 +384,23 @@ impl HttpFilters {
                         &stats.each(|s| &s.request_valid),
                     );
                 }
+                FilterStats::OAuth2 { stats } => {
+                    for ((under_hcm, prefix), s) in stats.all() {
+                        let mut p = if under_hcm {
+                            format!("http.{hcm}.")
+                        } else {
+                            String::new()
+                        };
+                        if !prefix.is_empty() {
+                            p.push_str(&prefix);
+                            p.push('.');
+                        }
+                        for (name, c) in courier_filters::oauth2::COUNTER_NAMES.iter().zip(s.all())
+                        {
+                            add(format!("{p}{name}"), &[c]);
+                        }
+                    }
+                }
                 FilterStats::BasicAuth { stats } => {
                     let p = format!("http.{hcm}.basic_auth.");
                     add(format!("{p}allowed"), &stats.each(|s| &s.allowed));

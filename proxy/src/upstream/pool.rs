@@ -48,8 +48,9 @@ pub(super) type Key = (usize, SocketAddr, bool, u64, SocketIndex, u64);
 /// connection (open or opening), as Envoy's pools are deleted once idle; it
 /// holds its cluster's `max_connection_pools` slot that long.
 struct HostPool {
-    /// Idle HTTP/1.1 connections and the requests each has carried.
-    idle_h1: Vec<(http1::SendRequest<UpstreamBody>, u32)>,
+    /// Idle HTTP/1.1 connections, the requests each has carried and when its
+    /// `max_connection_duration` ends.
+    idle_h1: Vec<(http1::SendRequest<UpstreamBody>, u32, Deadline)>,
     h2: Vec<H2Conn>,
     /// Connections open or opening ([`PoolConn`]s alive).
     conns: u32,
@@ -124,6 +125,29 @@ impl Drop for PoolConn {
 struct H2Conn {
     send: http2::SendRequest<UpstreamBody>,
     streams: Arc<H2Streams>,
+    /// When its `max_connection_duration` ends: it then takes no new stream and
+    /// goes once its last one ends.
+    deadline: Deadline,
+}
+
+/// When a connection's `max_connection_duration` (the cluster's
+/// `common_http_protocol_options`) ends; `None`: never. Envoy drains such a
+/// connection: no new request goes on it, and it closes once idle.
+type Deadline = Option<tokio::time::Instant>;
+
+/// The deadline of a connection opened now.
+fn deadline(cluster: &UpstreamCluster) -> Deadline {
+    cluster
+        .config
+        .http
+        .common
+        .max_connection_duration
+        .map(|d| tokio::time::Instant::now() + d)
+}
+
+/// Whether `d` has passed.
+fn expired(d: Deadline) -> bool {
+    d.is_some_and(|d| tokio::time::Instant::now() >= d)
 }
 
 /// An HTTP/2 connection's streams in flight, and the counts of the requests
@@ -163,6 +187,12 @@ pub fn sweep(clusters: &super::ClusterManager) {
                     (c.index, hosts)
                 })
             });
+            // Connections past their `max_connection_duration` close once
+            // idle: an idle HTTP/1.1 one now (its sender dropped), an HTTP/2
+            // one when its last stream has ended.
+            pool.idle_h1.retain(|(_, _, d)| !expired(*d));
+            pool.h2
+                .retain(|c| !expired(c.deadline) || c.streams.open.load(Ordering::Relaxed) > 0);
             // A replaced or removed cluster's pools go at once; a missing
             // host's after a few sweeps.
             match cluster {
@@ -289,8 +319,9 @@ fn from_hyper(e: &hyper::Error) -> SendError {
 pub struct Lease {
     key: Key,
     /// An HTTP/1.1 connection, the requests it has carried (this one
-    /// included) and its cluster's `max_requests_per_connection`.
-    sender: Option<(http1::SendRequest<UpstreamBody>, u32, u32)>,
+    /// included), its cluster's `max_requests_per_connection` and the end of
+    /// its `max_connection_duration`.
+    sender: Option<(http1::SendRequest<UpstreamBody>, u32, u32, Deadline)>,
     _stream: Option<StreamGuard>,
     _active: ActiveRequest,
     /// The circuit-breaker request slot, held until the response ends.
@@ -311,16 +342,18 @@ impl Lease {
 
     /// The response is complete: an HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
-        if let Some((s, used, max)) = self.sender.take()
+        if let Some((s, used, max, deadline)) = self.sender.take()
             && !s.is_closed()
-            // At `max_requests_per_connection` the connection closes (its
-            // sender dropped) rather than going back.
+            // At `max_requests_per_connection`, or past its
+            // `max_connection_duration`, the connection closes (its sender
+            // dropped) rather than going back.
             && used < max
+            && !expired(deadline)
         {
             // No pool: the connection closed meanwhile; the sender is dropped.
             POOLS.with(|p| {
                 if let Some(pool) = p.borrow_mut().get_mut(&self.key) {
-                    pool.idle_h1.push((s, used));
+                    pool.idle_h1.push((s, used, deadline));
                     pool.slot.counts().wake_local();
                 }
             });
@@ -456,9 +489,9 @@ async fn send_h1(
         .common
         .max_requests_per_connection
         .unwrap_or(u32::MAX);
-    let lease = |sender: Option<(http1::SendRequest<UpstreamBody>, u32)>| Lease {
+    let lease = |sender: Option<(http1::SendRequest<UpstreamBody>, u32, Deadline)>| Lease {
         key,
-        sender: sender.map(|(s, used)| (s, used, max)),
+        sender: sender.map(|(s, used, d)| (s, used, max, d)),
         _stream: None,
         _active: active,
         _held: None,
@@ -476,13 +509,15 @@ async fn send_h1(
         let armed = pending.as_ref().map(Pending::arm);
         // Reuse the most recently returned connection first (LIFO: warm, least
         // likely to have been closed by the upstream's idle timeout).
-        while let Some((mut s, used)) = POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop())
+        while let Some((mut s, used, d)) =
+            POOLS.with(|p| p.borrow_mut().get_mut(&key)?.idle_h1.pop())
         {
-            if s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
+            // Past `max_connection_duration`: it closes (dropped) unused.
+            if expired(d) || s.is_closed() || (!s.is_ready() && s.ready().await.is_err()) {
                 continue;
             }
             match s.try_send_request(req).await {
-                Ok(resp) => return Ok((resp, lease(Some((s, used + 1))))),
+                Ok(resp) => return Ok((resp, lease(Some((s, used + 1, d))))),
                 Err(mut e) => match e.take_message() {
                     // Never written: the connection died while idle; try another.
                     Some(r) => req = r,
@@ -541,8 +576,9 @@ async fn send_h1(
         .await
         .map_err(|e| (from_hyper(&e), None))?;
     OpenConn::new(host, slot, Some(member)).drive(conn);
+    let d = deadline(cluster);
     match s.send_request(req).await {
-        Ok(resp) => Ok((resp, lease(Some((s, 1))))),
+        Ok(resp) => Ok((resp, lease(Some((s, 1, d))))),
         Err(e) => Err((from_hyper(&e), None)),
     }
 }
@@ -591,9 +627,10 @@ fn h2_find(cluster: &UpstreamCluster, key: Key) -> Option<H2Stream> {
         let pool = p.get_mut(&key)?;
         // A connection that has carried `max_requests_per_connection` streams
         // leaves the pool once idle (its last sender dropped, it closes).
+        // So does one past its `max_connection_duration`.
         pool.h2.retain(|c| {
             !c.send.is_closed()
-                && (c.streams.created.load(Ordering::Relaxed) < lifetime
+                && ((c.streams.created.load(Ordering::Relaxed) < lifetime && !expired(c.deadline))
                     || c.streams.open.load(Ordering::Relaxed) > 0)
         });
         pool.h2
@@ -601,6 +638,7 @@ fn h2_find(cluster: &UpstreamCluster, key: Key) -> Option<H2Stream> {
             .find(|c| {
                 c.streams.open.load(Ordering::Relaxed) < max
                     && c.streams.created.load(Ordering::Relaxed) < lifetime
+                    && !expired(c.deadline)
             })
             .map(|c| (c.send.clone(), Arc::clone(&c.streams)))
     })
@@ -679,6 +717,7 @@ async fn h2_join(
             pool.h2.push(H2Conn {
                 send: send.clone(),
                 streams: Arc::clone(&streams),
+                deadline: deadline(cluster),
             });
         }
     });
