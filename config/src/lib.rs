@@ -26,6 +26,7 @@ pub mod format;
 pub mod listener;
 pub mod load;
 pub mod matcher;
+mod matcher_list;
 mod normalize;
 pub mod overload;
 mod path;

@@ -12,10 +12,10 @@
 //! inputs other than the response status (and its class), response and request
 //! headers, the local-reply flag and CEL.
 
-use super::rbac_matcher::{envoy_string_matcher, typed};
 use crate::core;
 use crate::ctx::Ctx;
 use crate::matcher::{self, StringMatcher};
+use crate::matcher_list::{self, envoy_string_matcher, typed};
 use crate::path::Path;
 use crate::route::AppendAction;
 use envoy_types::pb::envoy::extensions::filters::http::custom_response::v3 as pb;
@@ -90,64 +90,22 @@ pub fn translate(c: &pb::CustomResponse, path: &Path<'_>, ctx: &mut Ctx) -> Opti
         return Some(CustomResponse::default());
     };
     let mp = path.field("custom_response_matcher");
-    let mut out = CustomResponse::default();
-    match &m.matcher_type {
-        Some(xpb::matcher::MatcherType::MatcherList(list)) => {
-            let lp = mp.field("matcher_list.matchers");
-            if list.matchers.is_empty() {
-                ctx.error(&lp, "needs at least one matcher");
-            }
-            for (i, fm) in list.matchers.iter().enumerate() {
-                let fp = lp.index(i);
-                let pred = match &fm.predicate {
-                    Some(p) => predicate(p, &fp.field("predicate"), ctx),
-                    None => {
-                        ctx.error(&fp.field("predicate"), "is required");
-                        None
-                    }
-                };
-                let action = match &fm.on_match {
-                    Some(om) => on_match(om, &fp.field("on_match"), ctx),
-                    None => {
-                        ctx.error(&fp.field("on_match"), "is required");
-                        None
-                    }
-                };
-                if let (Some(p), Some(a)) = (pred, action) {
-                    out.rules.push((p, a));
-                }
-            }
-        }
-        Some(xpb::matcher::MatcherType::MatcherTree(_)) => {
-            ctx.unsupported(&mp.field("matcher_tree"), "matcher_tree");
-        }
-        None => {}
-    }
-    if let Some(om) = &m.on_no_match {
-        out.on_no_match = on_match(om, &mp.field("on_no_match"), ctx);
-    }
-    (ctx.error_count() == before).then_some(out)
+    let r = matcher_list::translate(m, &mp, ctx, single, action)?;
+    (ctx.error_count() == before).then_some(CustomResponse {
+        rules: r.rules,
+        on_no_match: r.on_no_match,
+    })
 }
 
-fn on_match(
-    om: &xpb::matcher::OnMatch,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<Arc<LocalResponse>> {
-    if om.keep_matching {
-        ctx.unsupported(&path.field("keep_matching"), "keep_matching");
-        return None;
+impl matcher_list::Tree for Predicate {
+    fn all(v: Vec<Self>) -> Self {
+        Predicate::And(v)
     }
-    match &om.on_match {
-        Some(xpb::matcher::on_match::OnMatch::Action(a)) => action(a, &path.field("action"), ctx),
-        Some(xpb::matcher::on_match::OnMatch::Matcher(_)) => {
-            ctx.unsupported(&path.field("matcher"), "nested matcher");
-            None
-        }
-        None => {
-            ctx.error(path, "needs an action");
-            None
-        }
+    fn any(v: Vec<Self>) -> Self {
+        Predicate::Or(v)
+    }
+    fn not(p: Self) -> Self {
+        Predicate::Not(Box::new(p))
     }
 }
 
@@ -242,34 +200,6 @@ fn local_response(
         body,
         headers,
     })
-}
-
-fn predicate(
-    p: &xpb::matcher::matcher_list::Predicate,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<Predicate> {
-    use predicate::MatchType as M;
-    let list = |ps: &[xpb::matcher::matcher_list::Predicate], field: &str, ctx: &mut Ctx| {
-        let fp = path.field(field);
-        let lp = fp.field("predicate");
-        ps.iter()
-            .enumerate()
-            .map(|(i, p)| predicate(p, &lp.index(i), ctx))
-            .collect::<Option<Vec<_>>>()
-    };
-    match &p.match_type {
-        Some(M::SinglePredicate(s)) => single(s, &path.field("single_predicate"), ctx),
-        Some(M::OrMatcher(l)) => list(&l.predicate, "or_matcher", ctx).map(Predicate::Or),
-        Some(M::AndMatcher(l)) => list(&l.predicate, "and_matcher", ctx).map(Predicate::And),
-        Some(M::NotMatcher(n)) => {
-            predicate(n, &path.field("not_matcher"), ctx).map(|p| Predicate::Not(Box::new(p)))
-        }
-        None => {
-            ctx.error(path, "needs a match type");
-            None
-        }
-    }
 }
 
 fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Option<Predicate> {

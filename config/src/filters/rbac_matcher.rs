@@ -18,6 +18,7 @@ use super::rbac::{Permission, Principal, RbacAction, SourcedMetadata};
 use crate::core;
 use crate::ctx::Ctx;
 use crate::matcher;
+use crate::matcher_list::{self, envoy_string_matcher, typed};
 use crate::path::Path;
 use envoy_types::pb::envoy::config::rbac::v3 as rbac_pb;
 use envoy_types::pb::envoy::extensions::matching::common_inputs::network::v3 as inputs;
@@ -64,77 +65,22 @@ pub enum Predicate {
 
 /// Translates `matcher` (or `shadow_matcher`) of the RBAC filter.
 pub fn translate(m: &xpb::Matcher, path: &Path<'_>, ctx: &mut Ctx) -> Option<RbacMatcher> {
-    let before = ctx.error_count();
-    let mut rules = Vec::new();
-    match &m.matcher_type {
-        Some(xpb::matcher::MatcherType::MatcherList(list)) => {
-            let list_path = path.field("matcher_list");
-            let lp = list_path.field("matchers");
-            if list.matchers.is_empty() {
-                ctx.error(&lp, "needs at least one matcher");
-            }
-            for (i, fm) in list.matchers.iter().enumerate() {
-                let fp = lp.index(i);
-                let pred = match &fm.predicate {
-                    Some(p) => predicate(p, &fp.field("predicate"), ctx),
-                    None => {
-                        ctx.error(&fp.field("predicate"), "is required");
-                        None
-                    }
-                };
-                let action = match &fm.on_match {
-                    Some(om) => on_match(om, &fp.field("on_match"), ctx),
-                    None => {
-                        ctx.error(&fp.field("on_match"), "is required");
-                        None
-                    }
-                };
-                if let (Some(p), Some(a)) = (pred, action) {
-                    rules.push((p, a));
-                }
-            }
-        }
-        Some(xpb::matcher::MatcherType::MatcherTree(_)) => {
-            ctx.unsupported(&path.field("matcher_tree"), "matcher_tree");
-        }
-        None => {}
-    }
-    let on_no_match = m
-        .on_no_match
-        .as_ref()
-        .and_then(|om| on_match(om, &path.field("on_no_match"), ctx));
-    (ctx.error_count() == before).then_some(RbacMatcher { rules, on_no_match })
+    let r = matcher_list::translate(m, path, ctx, single, action)?;
+    Some(RbacMatcher {
+        rules: r.rules,
+        on_no_match: r.on_no_match,
+    })
 }
 
-fn on_match(om: &xpb::matcher::OnMatch, path: &Path<'_>, ctx: &mut Ctx) -> Option<MatchedAction> {
-    if om.keep_matching {
-        ctx.unsupported(&path.field("keep_matching"), "keep_matching");
-        return None;
+impl matcher_list::Tree for Predicate {
+    fn all(v: Vec<Self>) -> Self {
+        Predicate::And(v)
     }
-    match &om.on_match {
-        Some(xpb::matcher::on_match::OnMatch::Action(a)) => action(a, &path.field("action"), ctx),
-        Some(xpb::matcher::on_match::OnMatch::Matcher(_)) => {
-            ctx.unsupported(&path.field("matcher"), "nested matcher");
-            None
-        }
-        None => {
-            ctx.error(path, "needs an action");
-            None
-        }
+    fn any(v: Vec<Self>) -> Self {
+        Predicate::Or(v)
     }
-}
-
-pub(crate) fn typed<'a>(
-    t: &'a TypedExtensionConfig,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<(&'a envoy_types::pb::google::protobuf::Any, String)> {
-    match &t.typed_config {
-        Some(any) => Some((any, any.type_url.clone())),
-        None => {
-            ctx.error(&path.field("typed_config"), "is required");
-            None
-        }
+    fn not(p: Self) -> Self {
+        Predicate::Not(Box::new(p))
     }
 }
 
@@ -163,41 +109,6 @@ fn action(a: &TypedExtensionConfig, path: &Path<'_>, ctx: &mut Ctx) -> Option<Ma
         name: act.name,
         action,
     })
-}
-
-fn predicate(
-    p: &xpb::matcher::matcher_list::Predicate,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<Predicate> {
-    let list = |l: &predicate::PredicateList, path: &Path<'_>, ctx: &mut Ctx| {
-        let lp = path.field("predicate");
-        let out: Vec<Predicate> = l
-            .predicate
-            .iter()
-            .enumerate()
-            .filter_map(|(i, p)| predicate(p, &lp.index(i), ctx))
-            .collect();
-        (out.len() == l.predicate.len()).then_some(out)
-    };
-    match &p.match_type {
-        Some(predicate::MatchType::SinglePredicate(s)) => {
-            single(s, &path.field("single_predicate"), ctx)
-        }
-        Some(predicate::MatchType::OrMatcher(l)) => {
-            list(l, &path.field("or_matcher"), ctx).map(Predicate::Or)
-        }
-        Some(predicate::MatchType::AndMatcher(l)) => {
-            list(l, &path.field("and_matcher"), ctx).map(Predicate::And)
-        }
-        Some(predicate::MatchType::NotMatcher(inner)) => {
-            predicate(inner, &path.field("not_matcher"), ctx).map(|p| Predicate::Not(Box::new(p)))
-        }
-        None => {
-            ctx.error(path, "needs a match type");
-            None
-        }
-    }
 }
 
 /// What a single predicate reads.
@@ -360,37 +271,4 @@ fn single(s: &predicate::SinglePredicate, path: &Path<'_>, ctx: &mut Ctx) -> Opt
             None
         }
     }
-}
-
-/// An `xds.type.matcher.v3.StringMatcher` as the `envoy.type.matcher.v3` one
-/// (the same fields); `custom` is refused.
-pub(crate) fn envoy_string_matcher(
-    sm: &xpb::StringMatcher,
-    path: &Path<'_>,
-    ctx: &mut Ctx,
-) -> Option<mpb::StringMatcher> {
-    use mpb::string_matcher::MatchPattern as E;
-    use xpb::string_matcher::MatchPattern as X;
-    let pattern = match &sm.match_pattern {
-        Some(X::Exact(s)) => E::Exact(s.clone()),
-        Some(X::Prefix(s)) => E::Prefix(s.clone()),
-        Some(X::Suffix(s)) => E::Suffix(s.clone()),
-        Some(X::Contains(s)) => E::Contains(s.clone()),
-        Some(X::SafeRegex(r)) => E::SafeRegex(mpb::RegexMatcher {
-            regex: r.regex.clone(),
-            ..Default::default()
-        }),
-        Some(X::Custom(_)) => {
-            ctx.unsupported(&path.field("custom"), "custom");
-            return None;
-        }
-        None => {
-            ctx.error(path, "needs a match pattern");
-            return None;
-        }
-    };
-    Some(mpb::StringMatcher {
-        ignore_case: sm.ignore_case,
-        match_pattern: Some(pattern),
-    })
 }

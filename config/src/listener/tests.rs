@@ -490,8 +490,8 @@ fn access_logs() {
 fn access_log_errors() {
     let file = "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog";
     let e = errors(&hcm(json!({"access_log": [
-        {"name": "envoy.access_loggers.http_grpc", "typed_config": {
-            "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig"}},
+        {"name": "envoy.access_loggers.tcp_grpc", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.TcpGrpcAccessLogConfig"}},
         {"name": "f", "typed_config": {"@type": file, "path": ""}},
         {"name": "f", "typed_config": {"@type": file, "path": "/x", "log_format": {"text_format": "%NOPE%"}}},
         {"name": "f", "filter": {"status_code_filter": {"comparison": {"op": "GE", "value": {"default_value": 400, "runtime_key": "k"}}}},
@@ -505,7 +505,7 @@ fn access_log_errors() {
         e,
         [
             format!("{p}[3].filter.status_code_filter: status_code_filter is not supported"),
-            format!("{p}[0]: access logger envoy.access_loggers.http_grpc is not supported"),
+            format!("{p}[0]: access logger envoy.access_loggers.tcp_grpc is not supported"),
             format!("{p}[1].typed_config.path: must not be empty"),
             format!(
                 "{p}[2].typed_config.log_format.text_format: unsupported format command %NOPE%"
