@@ -196,17 +196,7 @@ fn open(
             }
         };
         let mut client = svc::access_log_service_client::AccessLogServiceClient::new(channel);
-        let mut req = tonic::Request::new(
-            tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(rx),
-        );
-        for (k, v) in &metadata {
-            if let (Ok(k), Ok(v)) = (
-                tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                v.parse(),
-            ) {
-                req.metadata_mut().insert(k, v);
-            }
-        }
+        let req = crate::upstream::client::grpc_stream(rx, &metadata);
         // The stream lives until the service ends it or the worker drops the sender.
         if let Err(e) = client.stream_access_logs(req).await {
             tracing::debug!(%cluster, error = %e, "access log service stream ended");

@@ -266,17 +266,7 @@ fn open(
             }
         };
         let mut client = pb::metrics_service_client::MetricsServiceClient::new(channel);
-        let mut req = tonic::Request::new(
-            tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(rx),
-        );
-        for (k, v) in &metadata {
-            if let (Ok(k), Ok(v)) = (
-                tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
-                v.parse(),
-            ) {
-                req.metadata_mut().insert(k, v);
-            }
-        }
+        let req = crate::upstream::client::grpc_stream(rx, &metadata);
         // The stream lives until the service ends it or the sender is dropped.
         if let Err(e) = client.stream_metrics(req).await {
             tracing::debug!(%cluster, error = %e, "metrics service stream ended");

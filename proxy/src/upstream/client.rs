@@ -240,6 +240,27 @@ pub fn grpc_head(
     Ok(r)
 }
 
+/// A client-streaming call's request: the messages `rx` yields, with the
+/// service's `initial_metadata` (entries that are not valid metadata left out,
+/// as they are refused when the config loads).
+pub fn grpc_stream<T>(
+    rx: tokio::sync::mpsc::Receiver<T>,
+    metadata: &[(String, String)],
+) -> tonic::Request<tonic::codegen::tokio_stream::wrappers::ReceiverStream<T>> {
+    let mut req = tonic::Request::new(tonic::codegen::tokio_stream::wrappers::ReceiverStream::new(
+        rx,
+    ));
+    for (k, v) in metadata {
+        if let (Ok(k), Ok(v)) = (
+            tonic::metadata::MetadataKey::from_bytes(k.as_bytes()),
+            v.parse(),
+        ) {
+            req.metadata_mut().insert(k, v);
+        }
+    }
+    req
+}
+
 /// The gRPC message frame of `m` (uncompressed), for [`ClusterClient::unary`].
 pub fn grpc_frame(m: &impl prost::Message) -> Bytes {
     use bytes::BufMut;
