@@ -13,7 +13,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use courier_tests::differential::same_lines;
+use courier_tests::differential::{
+    bootstrap, hcm_listener_filters, loopback_cluster, same_lines, with_clusters,
+};
 use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::raw_http1;
 use std::path::Path;
@@ -51,23 +53,23 @@ const LOGS: &[(&str, &str)] = &[
     ("never.log", "request.headers['missing'] == 'x'"),
 ];
 
-fn bootstrap(echo: u16) -> String {
+fn config(echo: u16) -> String {
     let logs: String = LOGS
         .iter()
         .map(|(file, expr)| {
             format!(
                 r#"
-          - name: envoy.access_loggers.file
-            filter:
-              extension_filter:
-                name: envoy.access_loggers.extension_filters.cel
-                typed_config:
-                  "@type": type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter
-                  expression: "{expr}"
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
-              path: {file}
-              log_format: {{text_format_source: {{inline_string: "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%\n"}}}}"#
+- name: envoy.access_loggers.file
+  filter:
+    extension_filter:
+      name: envoy.access_loggers.extension_filters.cel
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.access_loggers.filters.cel.v3.ExpressionFilter
+        expression: "{expr}"
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: {file}
+    log_format: {{text_format_source: {{inline_string: "%REQ(:METHOD)% %REQ(:PATH)% %RESPONSE_CODE%\n"}}}}"#
             )
         })
         .collect();
@@ -84,86 +86,58 @@ fn bootstrap(echo: u16) -> String {
     let deny_admin = cel(&format!("{{cel_expr_parsed: {{expr: {ADMIN_PREFIX}}}}}"));
     // The deprecated `parsed_expr` (google.api.expr.v1alpha1): the same AST.
     let deny_prod = cel(&format!("{{parsed_expr: {{expr: {PROD_FROM_LOOPBACK}}}}}"));
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: http
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          access_log:{logs}
-          http_filters:
-          - name: envoy.filters.http.rbac
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
-              matcher:
-                matcher_list:
-                  matchers:
-                  - {{predicate: {deny_admin}, on_match: {deny_admin_action}}}
-                  - {{predicate: {deny_prod}, on_match: {deny_prod_action}}}
-                on_no_match: {allow}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: /direct}}
-                direct_response: {{status: 404, body: {{inline_string: "no\n"}}}}
-                response_headers_to_add: [{{header: {{key: x-direct, value: "yes"}}}}]
-              - match: {{prefix: /post}}
-                direct_response: {{status: 200, body: {{inline_string: "posted\n"}}}}
-              - match: {{prefix: /}}
-                route: {{cluster: echo}}
-  - name: rules
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: rules
-          http_filters:
-          - name: envoy.filters.http.rbac
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
-              rules:
-                action: DENY
-                policies:
-                  blocked:
-                    permissions: [{{any: true}}]
-                    principals: [{{any: true}}]
-                    condition: {BLOCKED}
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{prefix: /}}
-                direct_response: {{status: 200, body: {{inline_string: "ok\n"}}}}
-  clusters:
-  - name: echo
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: echo
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {echo}}}}}}}
-"#,
-        deny_admin_action = action("deny-admin", "DENY"),
-        deny_prod_action = action("deny-prod", "DENY"),
-        allow = action("allow", "ALLOW"),
+    let matcher_rbac = format!(
+        r#"- name: envoy.filters.http.rbac
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+    matcher:
+      matcher_list:
+        matchers:
+        - {{predicate: {deny_admin}, on_match: {}}}
+        - {{predicate: {deny_prod}, on_match: {}}}
+      on_no_match: {}"#,
+        action("deny-admin", "DENY"),
+        action("deny-prod", "DENY"),
+        action("allow", "ALLOW"),
+    );
+    let condition_rbac = format!(
+        r#"- name: envoy.filters.http.rbac
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.rbac.v3.RBAC
+    rules:
+      action: DENY
+      policies:
+        blocked:
+          permissions: [{{any: true}}]
+          principals: [{{any: true}}]
+          condition: {BLOCKED}"#
+    );
+    let http_routes = r#"- name: all
+  domains: ["*"]
+  routes:
+  - match: {prefix: /direct}
+    direct_response: {status: 404, body: {inline_string: "no\n"}}
+    response_headers_to_add: [{header: {key: x-direct, value: "yes"}}]
+  - match: {prefix: /post}
+    direct_response: {status: 200, body: {inline_string: "posted\n"}}
+  - match: {prefix: /}
+    route: {cluster: echo}"#;
+    let rules_routes = r#"- name: all
+  domains: ["*"]
+  routes:
+  - match: {prefix: /}
+    direct_response: {status: 200, body: {inline_string: "ok\n"}}"#;
+    with_clusters(
+        &bootstrap(&[
+            hcm_listener_filters(
+                "http",
+                &format!("access_log:{logs}"),
+                &matcher_rbac,
+                http_routes,
+            ),
+            hcm_listener_filters("rules", "", &condition_rbac, rules_routes),
+        ]),
+        &[loopback_cluster("echo", echo, "")],
     )
 }
 
@@ -179,7 +153,7 @@ const REQUESTS: &[(&str, &str, &str, &str, &str)] = &[
 ];
 
 fn observe(kind: Kind, bin: &Path, echo: u16) -> Vec<String> {
-    let p = Proxy::start(kind, bin, &bootstrap(echo), &["http", "rules"])
+    let p = Proxy::start(kind, bin, &config(echo), &["http", "rules"])
         .unwrap_or_else(|e| panic!("{e}"));
     let mut out = Vec::new();
     for (listener, method, target, extra, body) in REQUESTS {

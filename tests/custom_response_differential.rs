@@ -18,7 +18,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use courier_tests::differential::same_lines;
+use courier_tests::differential::{
+    bootstrap, hcm_listener_filters, loopback_cluster, same_lines, with_clusters,
+};
 use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::raw_http1::{self, RawUpstream, Received};
 use std::path::Path;
@@ -61,12 +63,12 @@ fn custom_response(name: &str, disabled: bool, rules: &[(String, String)]) -> St
         .map(|(p, a)| format!("{{predicate: {p}, on_match: {a}}}"))
         .collect();
     format!(
-        r#"
-          - name: envoy.filters.http.custom_response/{name}
-            disabled: {disabled}
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.custom_response.v3.CustomResponse
-              custom_response_matcher: {{matcher_list: {{matchers: [{}]}}}}"#,
+        r#"- name: envoy.filters.http.custom_response/{name}
+  disabled: {disabled}
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.custom_response.v3.CustomResponse
+    custom_response_matcher: {{matcher_list: {{matchers: [{}]}}}}
+"#,
         matchers.join(", ")
     )
 }
@@ -133,69 +135,43 @@ fn filters() -> String {
             local(r#"body_format: {text_format: "{\"error\": \"Unauthorized\"}"}"#),
         )],
     );
-    format!(
-        "{gateway}{route}{everywhere}
-          - name: envoy.filters.http.router
-            typed_config:
-              \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"
-    )
+    format!("{gateway}{route}{everywhere}")
 }
 
-fn bootstrap(upstream: u16) -> String {
+fn config(upstream: u16) -> String {
     let enable = |name: &str| {
         format!(
             r#"
-                typed_per_filter_config:
-                  envoy.filters.http.custom_response/{name}:
-                    "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
-                    config: {{}}"#
+    typed_per_filter_config:
+      envoy.filters.http.custom_response/{name}:
+        "@type": type.googleapis.com/envoy.config.route.v3.FilterConfig
+        config: {{}}"#
         )
     };
     let (gw, rt) = (enable("gateway"), enable("route"));
-    format!(
-        r#"admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: http
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          http_filters:{filters}
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - match: {{path: /gw/direct404}}
-                direct_response: {{status: 404, body: {{inline_string: "direct"}}}}{gw}
-              - match: {{path: /gw/nohost}}
-                route: {{cluster: empty}}{gw}
-              - match: {{prefix: /gw/}}
-                route: {{cluster: up}}{gw}
-              - match: {{prefix: /route/}}
-                route: {{cluster: up}}{rt}
-              - match: {{path: /direct401}}
-                direct_response: {{status: 401, body: {{inline_string: "denied"}}}}
-              - match: {{prefix: /}}
-                route: {{cluster: up}}
-  clusters:
-  - name: up
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: up
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}
-  - name: empty
-    connect_timeout: 1s
-    load_assignment: {{cluster_name: empty}}
-"#,
-        filters = filters(),
+    let vhosts = format!(
+        r#"- name: all
+  domains: ["*"]
+  routes:
+  - match: {{path: /gw/direct404}}
+    direct_response: {{status: 404, body: {{inline_string: "direct"}}}}{gw}
+  - match: {{path: /gw/nohost}}
+    route: {{cluster: empty}}{gw}
+  - match: {{prefix: /gw/}}
+    route: {{cluster: up}}{gw}
+  - match: {{prefix: /route/}}
+    route: {{cluster: up}}{rt}
+  - match: {{path: /direct401}}
+    direct_response: {{status: 401, body: {{inline_string: "denied"}}}}
+  - match: {{prefix: /}}
+    route: {{cluster: up}}"#
+    );
+    with_clusters(
+        &bootstrap(&[hcm_listener_filters("http", "", &filters(), &vhosts)]),
+        &[
+            loopback_cluster("up", upstream, ""),
+            "- name: empty\n  connect_timeout: 1s\n  load_assignment: {cluster_name: empty}".into(),
+        ],
     )
 }
 
@@ -243,8 +219,7 @@ const PATHS: &[&str] = &[
 ];
 
 fn observe(kind: Kind, bin: &Path, upstream: u16) -> Vec<String> {
-    let p =
-        Proxy::start(kind, bin, &bootstrap(upstream), &["http"]).unwrap_or_else(|e| panic!("{e}"));
+    let p = Proxy::start(kind, bin, &config(upstream), &["http"]).unwrap_or_else(|e| panic!("{e}"));
     let addr = p.listener("http").unwrap();
     PATHS
         .iter()

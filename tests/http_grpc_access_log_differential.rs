@@ -30,7 +30,9 @@
 #[allow(dead_code)]
 mod otlp;
 
-use courier_tests::differential::same_lines;
+use courier_tests::differential::{
+    HTTP2_CLUSTER, bootstrap, hcm_listener, loopback_cluster, same_lines, with_clusters,
+};
 use courier_tests::proxies::{Kind, Proxy};
 use courier_tests::raw_http1::{self, RawUpstream, Received};
 use envoy_types::pb::envoy::data::accesslog::v3::HttpAccessLogEntry;
@@ -93,69 +95,36 @@ fn access_log_service() -> (SocketAddr, mpsc::Receiver<StreamAccessLogsMessage>)
     (addr, rx)
 }
 
-fn bootstrap(als: u16, upstream: u16) -> String {
-    format!(
-        r#"node: {{id: node-1, cluster: fleet}}
-admin:
-  address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-static_resources:
-  listeners:
-  - name: http
-    address: {{socket_address: {{address: 127.0.0.1, port_value: 0}}}}
-    filter_chains:
-    - filters:
-      - name: envoy.filters.network.http_connection_manager
-        typed_config:
-          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
-          stat_prefix: http
-          access_log:
-          - name: envoy.access_loggers.http_grpc
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig
-              common_config:
-                log_name: als
-                transport_api_version: V3
-                buffer_flush_interval: 0.2s
-                grpc_service: {{envoy_grpc: {{cluster_name: als}}}}
-              additional_request_headers_to_log: [x-client-ip-address]
-              additional_response_headers_to_log: [cache-control]
-              additional_response_trailers_to_log: [expires]
-          http_filters:
-          - name: envoy.filters.http.router
-            typed_config:
-              "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router
-          route_config:
-            virtual_hosts:
-            - name: all
-              domains: ["*"]
-              routes:
-              - name: direct
-                match: {{prefix: /direct}}
-                direct_response: {{status: 418, body: {{inline_string: "teapot"}}}}
-              - name: up
-                match: {{prefix: /up}}
-                route: {{cluster: up}}
-  clusters:
+fn config(als: u16, upstream: u16) -> String {
+    let access_log = r#"access_log:
+- name: envoy.access_loggers.http_grpc
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.grpc.v3.HttpGrpcAccessLogConfig
+    common_config:
+      log_name: als
+      transport_api_version: V3
+      buffer_flush_interval: 0.2s
+      grpc_service: {envoy_grpc: {cluster_name: als}}
+    additional_request_headers_to_log: [x-client-ip-address]
+    additional_response_headers_to_log: [cache-control]
+    additional_response_trailers_to_log: [expires]"#;
+    let vhosts = r#"- name: all
+  domains: ["*"]
+  routes:
+  - name: direct
+    match: {prefix: /direct}
+    direct_response: {status: 418, body: {inline_string: "teapot"}}
   - name: up
-    connect_timeout: 1s
-    load_assignment:
-      cluster_name: up
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {upstream}}}}}}}
-  - name: als
-    connect_timeout: 1s
-    typed_extension_protocol_options:
-      envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-        "@type": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-        explicit_http_config: {{http2_protocol_options: {{}}}}
-    load_assignment:
-      cluster_name: als
-      endpoints:
-      - lb_endpoints:
-        - endpoint: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {als}}}}}}}
-"#
-    )
+    match: {prefix: /up}
+    route: {cluster: up}"#;
+    let yaml = with_clusters(
+        &bootstrap(&[hcm_listener("http", access_log, vhosts)]),
+        &[
+            loopback_cluster("up", upstream, ""),
+            loopback_cluster("als", als, HTTP2_CLUSTER),
+        ],
+    );
+    format!("node: {{id: node-1, cluster: fleet}}\n{yaml}")
 }
 
 fn reply(r: &Received) -> String {
@@ -229,7 +198,7 @@ fn observe(
     als: (u16, &mpsc::Receiver<StreamAccessLogsMessage>),
     upstream: u16,
 ) -> Vec<String> {
-    let p = Proxy::start(kind, bin, &bootstrap(als.0, upstream), &["http"])
+    let p = Proxy::start(kind, bin, &config(als.0, upstream), &["http"])
         .unwrap_or_else(|e| panic!("{e}"));
     let addr = p.listener("http").unwrap();
     let mut out = Vec::new();

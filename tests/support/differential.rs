@@ -292,6 +292,30 @@ pub fn bootstrap(listeners: &[String]) -> String {
     )
 }
 
+/// `yaml` (a [`bootstrap`]) with `clusters` (YAML list items) as its static clusters.
+pub fn with_clusters(yaml: &str, clusters: &[String]) -> String {
+    format!(
+        "{yaml}  clusters:\n{}\n",
+        clusters
+            .iter()
+            .map(|c| indent(c, 2))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+/// A static cluster `name` of one endpoint, 127.0.0.1:`port` (`extra`: more of
+/// the cluster's fields, YAML at its indentation, e.g. HTTP/2 protocol options).
+pub fn loopback_cluster(name: &str, port: u16, extra: &str) -> String {
+    format!(
+        "- name: {name}\n  connect_timeout: 1s\n{extra}  load_assignment:\n    cluster_name: {name}\n    endpoints:\n    - lb_endpoints:\n      - endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }}"
+    )
+}
+
+/// The `typed_extension_protocol_options` that make a cluster speak HTTP/2
+/// (for [`loopback_cluster`]'s `extra`).
+pub const HTTP2_CLUSTER: &str = "  typed_extension_protocol_options:\n    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n      \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n      explicit_http_config: { http2_protocol_options: {} }\n";
+
 /// A listener on 127.0.0.1:0 named `name` with one HTTP connection manager (stat
 /// prefix `name`, router only): `hcm_extra` is added to the manager's fields and
 /// `virtual_hosts` (a YAML list) becomes its inline route configuration's hosts.
