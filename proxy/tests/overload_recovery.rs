@@ -169,8 +169,11 @@ async fn sheds_requests_over_the_heap_limit_and_recovers_when_load_drops() {
                 "POST / HTTP/1.1\r\nhost: edge\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
                 body.len()
             );
+            // A request that comes after the limit is passed is shed: courier
+            // answers 503 and closes without reading the body, so the body's
+            // write may fail (a broken pipe) before the reply is read.
             s.write_all(head.as_bytes()).await.unwrap();
-            s.write_all(&body).await.unwrap();
+            let _ = s.write_all(&body).await;
             let mut out = Vec::new();
             let _ = tokio::time::timeout(Duration::from_secs(60), s.read_to_end(&mut out)).await;
             String::from_utf8_lossy(&out).into_owned()
@@ -204,7 +207,9 @@ async fn sheds_requests_over_the_heap_limit_and_recovers_when_load_drops() {
         if r.starts_with("HTTP/1.1 200") {
             answered += 1;
         } else {
-            assert!(r.ends_with("envoy overloaded"), "{r}");
+            // Shed: the 503, or nothing when the reset that follows the close
+            // of a connection with unread body bytes came before it was read.
+            assert!(r.is_empty() || r.ends_with("envoy overloaded"), "{r}");
         }
     }
     assert!(answered > 0);

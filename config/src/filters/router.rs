@@ -1,6 +1,7 @@
 //! The router filter's own config (`envoy.extensions.filters.http.router.v3.Router`).
 //!
-//! Accepted: `dynamic_stats`, `suppress_envoy_headers`. Refused (left out of the support
+//! Accepted: `dynamic_stats`, `suppress_envoy_headers` (the connection manager
+//! keeps it: the router then adds none of its own `x-envoy-*` headers). Refused (left out of the support
 //! table, so reported at their path): `start_child_span` (tracing), `upstream_log` and
 //! `upstream_log_options` (upstream access logs), `strict_check_headers`,
 //! `respect_expected_rq_timeout` (x-envoy-expected-rq-timeout-ms), and

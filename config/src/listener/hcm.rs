@@ -229,6 +229,11 @@ pub struct HttpConnectionManager {
     /// (Envoy 1.40 accepts an empty list but then never answers a request:
     /// courier deliberately behaves as if the router were configured.)
     pub implicit_router: bool,
+    /// The router's `suppress_envoy_headers`: it adds none of its own
+    /// `x-envoy-*` headers (`x-envoy-upstream-service-time`,
+    /// `x-envoy-expected-rq-timeout-ms`, `x-envoy-original-path`,
+    /// `x-envoy-overloaded`).
+    pub suppress_envoy_headers: bool,
     /// Access logs of this connection manager.
     pub access_log: Vec<AccessLog>,
     /// Idle time per stream (default 5 min; `None` = off).
@@ -381,6 +386,9 @@ pub fn translate(
     let route_specifier = route_specifier(h, path, ctx);
     let (http_filters, implicit_router) =
         http_filters(&h.http_filters, &path.field("http_filters"), ctx);
+    let suppress_envoy_headers = http_filters.iter().any(|f| {
+        matches!(&f.config, crate::filters::HttpFilterConfig::Router(r) if r.suppress_envoy_headers)
+    });
     let access_log = access_log::translate_all(&h.access_log, &path.field("access_log"), ctx);
     let max_request_headers_kb = core::u32_or(
         h.max_request_headers_kb.as_ref(),
@@ -476,6 +484,7 @@ pub fn translate(
             })
             .collect(),
         implicit_router,
+        suppress_envoy_headers,
         access_log,
         stream_idle_timeout: core::optional_timeout(
             h.stream_idle_timeout.as_ref(),

@@ -133,6 +133,8 @@ struct Out<'a> {
     h1_trailers: bool,
     /// The cluster's `header_key_format`.
     header_case: HeaderCase,
+    /// The router's `suppress_envoy_headers`.
+    suppress: bool,
 }
 
 impl Out<'_> {
@@ -213,6 +215,9 @@ pub async fn forward(
         // Set once the cluster is found.
         h1_trailers: false,
         header_case: HeaderCase::Lower,
+        suppress: crate::request::conn::chain_at(&conn.listener, conn.filter_chain_index)
+            .and_then(|fc| fc.hcm())
+            .is_some_and(|h| h.suppress_envoy_headers),
     };
     let Some(cluster) = up.clusters.get(&name) else {
         let status = StatusCode::from_u16(action.cluster_not_found_response_code)
@@ -305,6 +310,7 @@ pub async fn forward(
             conn,
             cluster: &name,
             protocol: cluster.config.http.protocol.for_request(downstream_h2),
+            original_path: !out.suppress,
         },
     );
     if let Some(u) = &upgrade {
@@ -325,7 +331,7 @@ pub async fn forward(
     if let Some(r) = &mut retry {
         r.hash = hash_value;
     }
-    if let Some(t) = timeouts.expected() {
+    if let Some(t) = timeouts.expected().filter(|_| !out.suppress) {
         parts
             .headers
             .insert(EXPECTED_TIMEOUT, headers::number(t.as_millis() as u64));
@@ -439,8 +445,10 @@ pub async fn forward(
                 "UO",
                 host_text,
             );
-            resp.headers_mut()
-                .insert(OVERLOADED, HeaderValue::from_static("true"));
+            if !out.suppress {
+                resp.headers_mut()
+                    .insert(OVERLOADED, HeaderValue::from_static("true"));
+            }
             resp
         }
         attempt::Final::NoHost => {
@@ -602,7 +610,7 @@ fn proxied(
     if let Some(u) = switched {
         // Envoy 1.40 sends no upstream service time on a 101.
         upgrade::restore_headers(&mut rp.headers, u);
-    } else {
+    } else if !out.suppress {
         rp.headers.insert(
             SERVICE_TIME,
             headers::number(started.elapsed().as_millis() as u64),

@@ -34,6 +34,9 @@ pub struct Plan<'a> {
     pub cluster: &'a str,
     /// The protocol spoken upstream.
     pub protocol: UpstreamProtocol,
+    /// A rewritten path leaves `x-envoy-original-path` (not under the router's
+    /// `suppress_envoy_headers`).
+    pub original_path: bool,
 }
 
 /// The host the route's rewrite sets, if any: the weighted cluster's
@@ -143,7 +146,9 @@ pub fn prepare(parts: &mut Parts, plan: &Plan<'_>) {
         .map(|rw| rewrite_path(&full_path, &plan.route.route_match.path, rw));
     let path = match new_path {
         Some(p) if p != full_path => {
-            if let Ok(v) = HeaderValue::from_str(&full_path) {
+            if plan.original_path
+                && let Ok(v) = HeaderValue::from_str(&full_path)
+            {
                 parts.headers.insert(ORIGINAL_PATH, v);
             }
             p
