@@ -184,7 +184,7 @@ async fn sotw_nack_names_the_bad_cluster_and_applies_its_siblings() {
     assert!(
         detail
             .message
-            .contains("Cluster 'bad': lb_policy: CLUSTER_PROVIDED is not supported"),
+            .contains("Cluster 'bad': lb_policy: cluster provided LB specified but cluster 'bad' did not provide one"),
         "{}",
         detail.message
     );

@@ -121,7 +121,7 @@ async fn sotw_against_grpcio() {
     let nack = server.cds().await;
     assert!(
         nack.contains(
-            "version=- nonce=n1 node=- error=Cluster 'bad': lb_policy: CLUSTER_PROVIDED is not supported"
+            "version=- nonce=n1 node=- error=Cluster 'bad': lb_policy: cluster provided LB specified but cluster 'bad' did not provide one"
         ),
         "{nack}"
     );
