@@ -119,6 +119,9 @@ pub struct ClusterStats {
     pub rq_per_try_timeout: Counter,
     /// `upstream_rq_per_try_idle_timeout`.
     pub rq_per_try_idle_timeout: Counter,
+    /// `upstream_rq_max_duration_reached`: streams the cluster's
+    /// `max_stream_duration` ended.
+    pub rq_max_duration_reached: Counter,
     /// `upstream_rq_retry`: retries started.
     pub rq_retry: Counter,
     /// `upstream_rq_retry_success`: requests that succeeded after a retry.
@@ -157,6 +160,7 @@ impl Default for ClusterStats {
             rq_timeout: Counter::default(),
             rq_per_try_timeout: Counter::default(),
             rq_per_try_idle_timeout: Counter::default(),
+            rq_max_duration_reached: Counter::default(),
             rq_retry: Counter::default(),
             rq_retry_success: Counter::default(),
             rq_retry_overflow: Counter::default(),
@@ -172,10 +176,11 @@ impl Default for ClusterStats {
 }
 
 impl ClusterStats {
-    fn resilience_counters(&self) -> [&Counter; 11] {
+    fn resilience_counters(&self) -> [&Counter; 12] {
         [
             &self.rq_per_try_timeout,
             &self.rq_per_try_idle_timeout,
+            &self.rq_max_duration_reached,
             &self.rq_retry,
             &self.rq_retry_success,
             &self.rq_retry_overflow,
@@ -189,12 +194,16 @@ impl ClusterStats {
     }
 
     /// Retry and circuit-breaker counters by Envoy name.
-    fn resilience(&self) -> [(&'static str, u64); 11] {
+    fn resilience(&self) -> [(&'static str, u64); 12] {
         [
             ("upstream_rq_per_try_timeout", self.rq_per_try_timeout.get()),
             (
                 "upstream_rq_per_try_idle_timeout",
                 self.rq_per_try_idle_timeout.get(),
+            ),
+            (
+                "upstream_rq_max_duration_reached",
+                self.rq_max_duration_reached.get(),
             ),
             ("upstream_rq_retry", self.rq_retry.get()),
             ("upstream_rq_retry_success", self.rq_retry_success.get()),

@@ -151,6 +151,10 @@ pub struct HttpCommonOptions {
     pub max_connection_duration: Option<Duration>,
     /// Requests per connection; `None` = unlimited (the default).
     pub max_requests_per_connection: Option<u32>,
+    /// `max_stream_duration`: how long an upstream stream may last, from when
+    /// its connection is ready until its response ends; `None` = no limit
+    /// (the default; `0s` too, as Envoy).
+    pub max_stream_duration: Option<Duration>,
 }
 
 impl Default for HttpCommonOptions {
@@ -159,6 +163,7 @@ impl Default for HttpCommonOptions {
             idle_timeout: Some(DEFAULT_IDLE_TIMEOUT),
             max_connection_duration: None,
             max_requests_per_connection: None,
+            max_stream_duration: None,
         }
     }
 }
@@ -449,7 +454,6 @@ fn common(
     // which implements them downstream; upstream they are not implemented.
     for (set, field) in [
         (o.max_headers_count.is_some(), "max_headers_count"),
-        (o.max_stream_duration.is_some(), "max_stream_duration"),
         (
             o.headers_with_underscores_action != 0,
             "headers_with_underscores_action",
@@ -479,6 +483,12 @@ fn common(
             .max_requests_per_connection
             .as_ref()
             .and_then(|m| (m.value != 0).then_some(m.value)),
+        max_stream_duration: core::optional_timeout(
+            o.max_stream_duration.as_ref(),
+            None,
+            &path.field("max_stream_duration"),
+            ctx,
+        ),
     }
 }
 

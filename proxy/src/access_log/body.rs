@@ -51,7 +51,30 @@ impl<B> Drop for LoggedBody<B> {
     }
 }
 
-impl<B: Body<Data = Bytes> + Unpin> Body for LoggedBody<B> {
+/// What a response body's error tells the access log: Envoy's response flag
+/// and details when the proxy itself reset the stream mid-body.
+pub trait EndedBy {
+    /// The flag and details, for an error the proxy raised.
+    fn flag_and_details(&self) -> Option<(&'static str, &'static str)>;
+}
+
+impl EndedBy for std::convert::Infallible {
+    fn flag_and_details(&self) -> Option<(&'static str, &'static str)> {
+        match *self {}
+    }
+}
+
+impl EndedBy for crate::router::body::BodyError {
+    fn flag_and_details(&self) -> Option<(&'static str, &'static str)> {
+        self.downcast_ref::<crate::router::body::MaxStreamDurationReached>()
+            .map(|_| ("UMSDR", "upstream_max_stream_duration_reached"))
+    }
+}
+
+impl<B: Body<Data = Bytes> + Unpin> Body for LoggedBody<B>
+where
+    B::Error: EndedBy,
+{
     type Data = Bytes;
     type Error = B::Error;
 
@@ -71,7 +94,14 @@ impl<B: Body<Data = Bytes> + Unpin> Body for LoggedBody<B> {
                     }
                 }
                 Poll::Ready(None) => {}
-                _ => return polled,
+                Poll::Ready(Some(Err(e))) => {
+                    if let Some((flag, details)) = e.flag_and_details() {
+                        log.1.flag = Some(flag);
+                        log.1.details = Some(details.to_string());
+                    }
+                    return polled;
+                }
+                Poll::Pending => return polled,
             }
             if matches!(polled, Poll::Ready(None)) || this.inner.is_end_stream() {
                 this.finish();

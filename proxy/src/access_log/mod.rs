@@ -302,6 +302,7 @@ pub fn long_flag(short: &str) -> &'static str {
         "UAEX" => "UnauthorizedExternalService",
         "RLSE" => "RateLimitServiceError",
         "LH" => "FailedLocalHealthCheck",
+        "UMSDR" => "UpstreamMaxStreamDurationReached",
         _ => "-",
     }
 }

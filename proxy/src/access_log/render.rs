@@ -385,6 +385,7 @@ pub(crate) fn code_details(resp: &super::ResponseSide) -> Option<&str> {
         (Some("NC"), _) => "cluster_not_found",
         (Some("UH"), _) => "no_healthy_upstream",
         (Some("UT"), _) => "upstream_response_timeout",
+        (Some("UMSDR"), _) => "upstream_max_stream_duration_reached",
         // Fault injection's delay leaves the answer the upstream's.
         (None | Some("DI"), Some(u)) if u.host.is_some() => "via_upstream",
         (None, None) if resp.direct => "direct_response",

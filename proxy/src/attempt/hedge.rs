@@ -38,6 +38,8 @@ struct Flight<'a> {
     soft: Option<Instant>,
     /// A retry was started (or refused) for it: it is not retried again.
     hedged: bool,
+    /// When the cluster's `max_stream_duration` ends it.
+    max_at: Option<Instant>,
 }
 
 /// A retry waiting for its back-off.
@@ -72,6 +74,7 @@ pub(super) async fn run(
         count_upstream,
         started,
         progress,
+        max_stream,
         ..
     } = a;
     let deadline = timeouts.global.map(|t| started + t);
@@ -88,6 +91,8 @@ pub(super) async fn run(
     let mut limit_exceeded = false;
     // The best answer so far when every attempt has ended without a winner.
     let mut fallback: Option<Final> = None;
+    // The `max_stream_duration` end of the attempt whose response is the fallback.
+    let mut fallback_deadline: Option<Instant> = None;
     // Bounded: each pass starts an attempt, ends one, or fires a timer.
     for _ in 0..10_000 {
         let now = Instant::now();
@@ -127,6 +132,7 @@ pub(super) async fn run(
                         slots: (slot, n.slot),
                         soft: per_try.map(|p| now + p),
                         hedged: false,
+                        max_at: max_stream.map(|d| now + d),
                     });
                 }
             }
@@ -136,7 +142,8 @@ pub(super) async fn run(
         }
         let wake = flights
             .iter()
-            .filter_map(|f| f.soft)
+            .flat_map(|f| [f.soft, f.max_at])
+            .flatten()
             .chain(next.as_ref().map(|n| n.at))
             .chain(deadline)
             .min();
@@ -214,6 +221,29 @@ pub(super) async fn run(
                     }
                     return done_with(Final::Timeout, last_host, attempt, limit_exceeded);
                 }
+                // Envoy's onStreamMaxDurationReached: that attempt is reset,
+                // retriable as a local reset.
+                let mut i = 0;
+                while i < flights.len() {
+                    if flights[i].max_at.is_some_and(|m| m <= now) {
+                        let f = flights.swap_remove(i);
+                        stats.rq_max_duration_reached.inc();
+                        if !f.hedged {
+                            schedule(
+                                &mut retry,
+                                Outcome::Failed(&super::LOCAL_RESET),
+                                &mut body,
+                                &mut next,
+                            );
+                        }
+                        if !matches!(fallback, Some(Final::Response(..))) {
+                            fallback = Some(Final::MaxStreamDuration);
+                            last_host = f.host;
+                        }
+                    } else {
+                        i += 1;
+                    }
+                }
                 for f in flights.iter_mut() {
                     if f.soft.is_some_and(|s| s <= now) {
                         // Counted for outlier detection though it may still answer.
@@ -250,6 +280,7 @@ pub(super) async fn run(
                         if retriable && !(flights.is_empty() && next.is_none()) {
                             // Others may still answer better.
                             fallback = Some(Final::Response(resp, lease));
+                            fallback_deadline = f.max_at;
                             last_host = f.host;
                             continue;
                         }
@@ -258,12 +289,14 @@ pub(super) async fn run(
                         }
                         // The first good response wins: the others are reset.
                         drop(flights);
-                        return done_with(
+                        let mut done = done_with(
                             Final::Response(resp, lease),
                             f.host,
                             attempt,
                             limit_exceeded,
                         );
+                        done.stream_deadline = f.max_at;
+                        return done;
                     }
                     Ended::Overflow => fallback = fallback.or(Some(Final::Overflow)),
                     Ended::PoolOverflow => fallback = fallback.or(Some(Final::PoolOverflow)),
@@ -281,7 +314,9 @@ pub(super) async fn run(
         }
     }
     let last = fallback.unwrap_or(Final::Failed(SendError::Termination));
-    done_with(last, last_host, attempt, limit_exceeded)
+    let mut done = done_with(last, last_host, attempt, limit_exceeded);
+    done.stream_deadline = fallback_deadline;
+    done
 }
 
 fn done_with(last: Final, host: Arc<Host>, attempts: u32, limit_exceeded: bool) -> Done {
@@ -290,5 +325,6 @@ fn done_with(last: Final, host: Arc<Host>, attempts: u32, limit_exceeded: bool) 
         host,
         attempts: attempts.max(1),
         limit_exceeded,
+        stream_deadline: None,
     }
 }

@@ -55,6 +55,11 @@ pub struct Attempts<'a> {
     /// `hedge_on_per_try_timeout`: a per-try timeout starts a retry without
     /// cancelling the attempt.
     pub hedge: bool,
+    /// The cluster's `common_http_protocol_options.max_stream_duration`: an
+    /// attempt still without response headers this long after it started is
+    /// reset (retriable as a reset) and, when not retried, answered with 408
+    /// or 504 `upstream max stream duration reached`.
+    pub max_stream: Option<std::time::Duration>,
 }
 
 /// How the last attempt ended.
@@ -67,6 +72,9 @@ pub enum Final {
     Failed(SendError),
     /// The route timeout or the last per-try timeout fired.
     Timeout,
+    /// The cluster's `max_stream_duration` ended the last attempt before its
+    /// response headers.
+    MaxStreamDuration,
     /// A circuit breaker refused the request.
     Overflow,
     /// No host to send a retry to.
@@ -85,6 +93,9 @@ pub struct Done {
     pub attempts: u32,
     /// The last outcome was retriable but no retry was left.
     pub limit_exceeded: bool,
+    /// When the last attempt's `max_stream_duration` ends: its response body
+    /// is cut short then.
+    pub stream_deadline: Option<Instant>,
 }
 
 pub(super) enum HeldBody {
@@ -181,6 +192,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         started,
         progress,
         hedge,
+        max_stream,
     } = a;
     let mut teed: Option<oneshot::Receiver<Teed>> = None;
     // Without a retry policy the request goes once, as it came.
@@ -213,6 +225,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
             started,
             progress,
             hedge,
+            max_stream,
         };
         return match parts {
             // Boxed: hedging is rare, and its state would otherwise sit in
@@ -223,6 +236,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 host,
                 attempts: 1,
                 limit_exceeded: false,
+                stream_deadline: None,
             },
         };
     }
@@ -233,11 +247,13 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
     let mut retried = false;
     // Bounded: each pass either returns or uses one of the retries left.
     loop {
+        let max_at = max_stream.map(|d| Instant::now() + d);
         let done = |last, host, limit_exceeded| Done {
             last,
             host,
             attempts: attempt,
             limit_exceeded,
+            stream_deadline: max_at,
         };
         let Some(slot) = cluster.circuit.try_request(high) else {
             stats.rq_pending_overflow.inc();
@@ -265,7 +281,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         // per request.
         let (try_deadline, result) = {
             let sent = std::pin::pin!(pool::send_attempt_at(cluster, &host, req, stats, high));
-            timed(sent, &timeouts, progress).await
+            timed(sent, &timeouts, max_at, progress).await
         };
         // The retry slot is held until the retried attempt ends (Envoy's
         // retries().inc() .. resetRetry()).
@@ -282,7 +298,17 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         let per_try = try_deadline.is_some_and(|d| d.per_try);
         let idle_first = try_deadline.is_some_and(|d| d.idle);
         let (last, replayable) = match result {
-            None => {
+            Waited::MaxStreamDuration => {
+                // Envoy's onStreamMaxDurationReached: the stream is reset and
+                // may be retried as a local reset; nothing is charged as the
+                // upstream's response.
+                stats.rq_max_duration_reached.inc();
+                (
+                    Final::MaxStreamDuration,
+                    matches!(body, HeldBody::Whole(..)),
+                )
+            }
+            Waited::TimedOut => {
                 stats.attached();
                 stats.response(504);
                 host.stats.attached();
@@ -300,16 +326,18 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 }
                 (Final::Timeout, matches!(body, HeldBody::Whole(..)))
             }
-            Some(result) => match one::record(cluster, stats, &host, result, &mut body, true) {
-                Ended::Overflow => return done(Final::Overflow, host, false),
-                Ended::PoolOverflow => return done(Final::PoolOverflow, host, false),
-                Ended::Failed(e, replayable) => (Final::Failed(e), replayable),
-                Ended::Response(resp, mut lease) => {
-                    lease.hold(slot);
-                    let whole = matches!(body, HeldBody::Whole(..));
-                    (Final::Response(resp, lease), whole)
+            Waited::Done(result) => {
+                match one::record(cluster, stats, &host, result, &mut body, true) {
+                    Ended::Overflow => return done(Final::Overflow, host, false),
+                    Ended::PoolOverflow => return done(Final::PoolOverflow, host, false),
+                    Ended::Failed(e, replayable) => (Final::Failed(e), replayable),
+                    Ended::Response(resp, mut lease) => {
+                        lease.hold(slot);
+                        let whole = matches!(body, HeldBody::Whole(..));
+                        (Final::Response(resp, lease), whole)
+                    }
                 }
-            },
+            }
         };
         let Some(r) = retry.as_mut() else {
             return done(last, host, false);
@@ -317,6 +345,7 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         let outcome = match &last {
             Final::Response(resp, _) => Outcome::Response(resp.status().as_u16(), resp.headers()),
             Final::Failed(e) => Outcome::Failed(e),
+            Final::MaxStreamDuration => Outcome::Failed(&LOCAL_RESET),
             _ => Outcome::PerTryTimeout,
         };
         let wait = match one::next(
@@ -357,19 +386,37 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
     }
 }
 
+/// The reset a `max_stream_duration` is retried as (Envoy's `LocalReset`).
+const LOCAL_RESET: SendError = SendError::Reset("local reset");
+
+/// How waiting for an attempt ended.
+enum Waited<T> {
+    /// It ended (response headers or a failure).
+    Done(T),
+    /// A timeout fired (which one: the [`Deadline`] returned beside).
+    TimedOut,
+    /// The cluster's `max_stream_duration` passed first.
+    MaxStreamDuration,
+}
+
 /// Waits for an attempt under its deadlines: the per-try timeout and the
 /// per-try idle timer (which, before the response starts, nothing resets) end
-/// it alike, retriably; `None` is a timeout.
+/// it alike, retriably; the cluster's `max_stream_duration` (ending at
+/// `max_at`) runs whether or not the request is complete. Envoy arms that at
+/// pool ready; courier at the attempt's start, so it also covers the
+/// connection's set-up.
 async fn timed<F: Future>(
     mut sent: std::pin::Pin<&mut F>,
     timeouts: &Timeouts,
+    max_at: Option<Instant>,
     progress: &crate::request::progress::Progress,
-) -> (Option<Deadline>, Option<F::Output>) {
+) -> (Option<Deadline>, Waited<F::Output>) {
     let attempt_start = Instant::now();
+    let far = || attempt_start + std::time::Duration::from_secs(86_400 * 365);
     loop {
         // A filter answers instead (its request body encoder failed): `run` sees it.
         if progress.filter_reply().is_some() {
-            return (None, None);
+            return (None, Waited::TimedOut);
         }
         let done_at = progress.done_at();
         let try_deadline = deadlines(timeouts, attempt_start, done_at);
@@ -380,23 +427,41 @@ async fn timed<F: Future>(
             let idle_at = try_deadline.map_or(attempt_start, |d| d.at);
             tokio::select! {
                 biased;
-                r = sent.as_mut() => return (try_deadline, Some(r)),
+                r = sent.as_mut() => return (try_deadline, Waited::Done(r)),
                 _ = progress.completed() => continue,
+                () = tokio::time::sleep_until(max_at.unwrap_or_else(far)), if max_at.is_some() => {
+                    return (try_deadline, Waited::MaxStreamDuration);
+                }
                 () = tokio::time::sleep_until(idle_at), if try_deadline.is_some() => {
-                    return (try_deadline, None);
+                    return (try_deadline, Waited::TimedOut);
                 }
             }
         }
-        return match try_deadline {
-            Some(d) => {
+        let timeout_at = try_deadline.map(|d| d.at);
+        let at = match (timeout_at, max_at) {
+            (Some(t), Some(m)) => Some(t.min(m)),
+            (t, m) => t.or(m),
+        };
+        return match at {
+            Some(at) => {
                 // This timer wakes the task by `at`: the connection manager's
                 // request timers need none of their own before.
-                progress.set_router_wake(Some(d.at));
-                let r = tokio::time::timeout_at(d.at, sent.as_mut()).await.ok();
+                progress.set_router_wake(Some(at));
+                let r = tokio::time::timeout_at(at, sent.as_mut()).await.ok();
                 progress.set_router_wake(None);
-                (try_deadline, r)
+                let waited = match r {
+                    Some(r) => Waited::Done(r),
+                    // The timeout first when both are due (Envoy's timers
+                    // fire in the order they were armed; the route's is
+                    // armed at the request's end, later than this one).
+                    None if max_at.is_some_and(|m| timeout_at.is_none_or(|t| m < t)) => {
+                        Waited::MaxStreamDuration
+                    }
+                    None => Waited::TimedOut,
+                };
+                (try_deadline, waited)
             }
-            None => (try_deadline, Some(sent.await)),
+            None => (try_deadline, Waited::Done(sent.await)),
         };
     }
 }

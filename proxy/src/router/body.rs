@@ -26,6 +26,9 @@ pub enum ResponseBody {
         /// The route's `per_try_idle_timeout`: the stream is reset when the
         /// upstream sends nothing for this long.
         idle: Option<Idle>,
+        /// The cluster's `max_stream_duration`: the stream is reset when the
+        /// body has not ended by then.
+        end: Option<StreamEnd>,
         /// Whether its trailers go on: not from an HTTP/1.1 connection of a
         /// cluster without `enable_trailers` (Envoy's codec drops them).
         keep_trailers: bool,
@@ -40,6 +43,34 @@ pub struct Idle {
     every: std::time::Duration,
     sleep: Pin<Box<tokio::time::Sleep>>,
 }
+
+/// When an upstream stream's `max_stream_duration` ends, and the cluster
+/// stats that count it (`upstream_rq_max_duration_reached`).
+#[derive(Debug)]
+pub struct StreamEnd {
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    stats: std::sync::Arc<crate::stats::ClusterStats>,
+}
+
+impl StreamEnd {
+    /// Ends the stream at `at`, counting it in `stats`.
+    pub fn new(
+        at: tokio::time::Instant,
+        stats: std::sync::Arc<crate::stats::ClusterStats>,
+    ) -> Self {
+        Self {
+            sleep: Box::pin(tokio::time::sleep_until(at)),
+            stats,
+        }
+    }
+}
+
+/// The cluster's `max_stream_duration` passed while the response streamed:
+/// the downstream stream is reset, as Envoy resets it once the response has
+/// started.
+#[derive(Debug, thiserror::Error)]
+#[error("upstream max stream duration reached")]
+pub struct MaxStreamDurationReached;
 
 /// The upstream sent nothing for `per_try_idle_timeout`: the downstream stream
 /// is reset, as Envoy resets it once the response has started.
@@ -56,6 +87,7 @@ impl ResponseBody {
         body: Incoming,
         lease: Lease,
         idle: Option<std::time::Duration>,
+        end: Option<StreamEnd>,
         keep_trailers: bool,
     ) -> Self {
         if body.is_end_stream() {
@@ -64,6 +96,7 @@ impl ResponseBody {
                 body,
                 lease: None,
                 idle: None,
+                end: None,
                 keep_trailers,
             };
         }
@@ -74,6 +107,7 @@ impl ResponseBody {
                 every,
                 sleep: Box::pin(tokio::time::sleep(every)),
             }),
+            end,
             keep_trailers,
         }
     }
@@ -123,6 +157,7 @@ impl Body for ResponseBody {
                 body,
                 lease,
                 idle,
+                end,
                 keep_trailers,
             } => {
                 let mut polled = Pin::new(&mut *body)
@@ -130,6 +165,16 @@ impl Body for ResponseBody {
                     .map(|f| f.map(|r| r.map_err(BodyError::from)));
                 if !*keep_trailers {
                     polled = crate::request::body::end_at_trailers(polled);
+                }
+                if polled.is_pending()
+                    && let Some(e) = end
+                    && e.sleep.as_mut().poll(cx).is_ready()
+                {
+                    e.stats.rq_max_duration_reached.inc();
+                    // Dropping the lease closes an HTTP/1.1 connection mid-body.
+                    lease.take();
+                    *end = None;
+                    return Poll::Ready(Some(Err(Box::new(MaxStreamDurationReached))));
                 }
                 if let Some(i) = idle {
                     if polled.is_pending() {

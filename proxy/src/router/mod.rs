@@ -227,10 +227,12 @@ pub async fn forward(
     out.h1_trailers = cluster.config.http.enable_trailers;
     out.header_case = cluster.config.http.header_case;
     // Clusters added over CDS count in their own (shared) stats.
-    let stats: &ClusterStats = match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
-        Some((_, s)) => s,
-        None => &cluster.stats,
-    };
+    let shared_stats: &std::sync::Arc<ClusterStats> =
+        match cluster.stat_slot.and_then(|i| up.stats.clusters.get(i)) {
+            Some((_, s)) => s,
+            None => &cluster.stats,
+        };
+    let stats: &ClusterStats = shared_stats;
     // The route's and virtual cluster's counters, for those that have them.
     let vhost = &m.vhost.name;
     let route_stats = m
@@ -373,6 +375,7 @@ pub async fn forward(
             host: std::sync::Arc::clone(&host),
             attempts: 1,
             limit_exceeded: false,
+            stream_deadline: None,
         }
     } else {
         let buffer_limit = m
@@ -407,6 +410,7 @@ pub async fn forward(
                 .as_ref()
                 .or(m.vhost.hedge_policy.as_ref())
                 .is_some_and(|h| h.hedge_on_per_try_timeout),
+            max_stream: cluster.config.http.common.max_stream_duration,
         };
         attempt::run(a, parts, body, std::sync::Arc::clone(&host)).await
     };
@@ -416,6 +420,8 @@ pub async fn forward(
     // the upstream's).
     let settled = match &done.last {
         attempt::Final::Timeout => Some(504),
+        // Envoy charges no response code for it (no `chargeUpstreamAbort`).
+        attempt::Final::MaxStreamDuration => None,
         attempt::Final::Response(r, _) | attempt::Final::Upgraded(r) => Some(r.status().as_u16()),
         attempt::Final::Failed(_)
             if m.progress.filter_reply().is_some() || m.progress.has_body_failed() =>
@@ -436,6 +442,28 @@ pub async fn forward(
             if urx { "UT,URX" } else { "UT" },
             host_text,
         ),
+        // Envoy's `onStreamMaxDurationReached`: 504 once the downstream
+        // request is whole, else 408 (`maybeRequestTimeoutCode`).
+        attempt::Final::MaxStreamDuration => {
+            let status = if m.progress.done_at().is_some() {
+                StatusCode::GATEWAY_TIMEOUT
+            } else {
+                StatusCode::REQUEST_TIMEOUT
+            };
+            let mut resp = out.local(
+                seen.as_ref(),
+                status,
+                "upstream max stream duration reached",
+                if urx { "UMSDR,URX" } else { "UMSDR" },
+                host_text,
+            );
+            if logging {
+                resp.extensions_mut().insert(crate::router::facts::Details(
+                    "upstream_max_stream_duration_reached".to_string(),
+                ));
+            }
+            resp
+        }
         attempt::Final::Overflow => {
             stats.response(503);
             let mut resp = out.local(
@@ -524,13 +552,26 @@ pub async fn forward(
             stats.response(resp.status().as_u16());
             done.host.stats.attached();
             done.host.stats.charge(resp.status().as_u16());
-            proxied(resp, None, None, &out, started, seen.as_ref(), host_text)
+            proxied(
+                resp,
+                None,
+                None,
+                None,
+                &out,
+                started,
+                seen.as_ref(),
+                host_text,
+            )
         }
         attempt::Final::Response(resp, lease) => {
+            let stream_end = done
+                .stream_deadline
+                .map(|at| body::StreamEnd::new(at, std::sync::Arc::clone(shared_stats)));
             let mut r = proxied(
                 resp,
                 Some(lease),
                 timeouts.per_try_idle,
+                stream_end,
                 &out,
                 started,
                 seen.as_ref(),
@@ -585,6 +626,7 @@ fn proxied(
     resp: Response<hyper::body::Incoming>,
     lease: Option<pool::Lease>,
     idle: Option<std::time::Duration>,
+    stream_end: Option<body::StreamEnd>,
     out: &Out<'_>,
     started: Instant,
     seen: Option<&Request<()>>,
@@ -617,7 +659,7 @@ fn proxied(
         );
     }
     let body = match lease {
-        Some(lease) => ResponseBody::upstream(rb, lease, idle, keep_trailers),
+        Some(lease) => ResponseBody::upstream(rb, lease, idle, stream_end, keep_trailers),
         None => upgrade::body(rb),
     };
     let mut resp = Response::from_parts(rp, body);

@@ -87,6 +87,7 @@ pub fn body(b: Incoming) -> ResponseBody {
         body: b,
         lease: None,
         idle: None,
+        end: None,
         keep_trailers: true,
     }
 }

@@ -163,7 +163,7 @@ fn hpo(body: &str) -> String {
 #[test]
 fn upstream_http_protocol() {
     let c = cluster(&with_ep(&hpo(
-        "      explicit_http_config: {http2_protocol_options: {max_concurrent_streams: 100, initial_stream_window_size: 65536}}\n      common_http_protocol_options: {idle_timeout: 0s, max_requests_per_connection: 10, max_connection_duration: 60s}\n",
+        "      explicit_http_config: {http2_protocol_options: {max_concurrent_streams: 100, initial_stream_window_size: 65536}}\n      common_http_protocol_options: {idle_timeout: 0s, max_requests_per_connection: 10, max_connection_duration: 60s, max_stream_duration: 1.5s}\n",
     )));
     assert_eq!(c.http.protocol, UpstreamProtocol::Http2);
     assert_eq!(c.http.http2.max_concurrent_streams, 100);
@@ -178,6 +178,15 @@ fn upstream_http_protocol() {
         c.http.common.max_connection_duration,
         Some(Duration::from_secs(60))
     );
+    assert_eq!(
+        c.http.common.max_stream_duration,
+        Some(Duration::from_millis(1500))
+    );
+    // `0s` sets no limit, as Envoy's zero duration.
+    let c = cluster(&with_ep(&hpo(
+        "      explicit_http_config: {http_protocol_options: {}}\n      common_http_protocol_options: {max_stream_duration: 0s}\n",
+    )));
+    assert_eq!(c.http.common.max_stream_duration, None);
     let c = cluster(&with_ep(&hpo("      use_downstream_protocol_config: {}\n")));
     let p = c.http.protocol;
     assert_eq!(p, UpstreamProtocol::UseDownstream);
