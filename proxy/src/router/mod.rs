@@ -349,11 +349,23 @@ pub async fn forward(
     let started = Instant::now();
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
+        let max_at = cluster
+            .config
+            .http
+            .common
+            .max_stream_duration
+            .map(|d| Instant::now() + d);
+        let stream_end = max_at.map(|at| (at, std::sync::Arc::clone(shared_stats)));
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats));
-        let last = match action.timeout {
-            Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
+        let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats, stream_end));
+        let route_at = action.timeout.map(|t| Instant::now() + t);
+        let last = match route_at.into_iter().chain(max_at).min() {
+            Some(at) => match tokio::time::timeout_at(at, sent.as_mut()).await {
                 Ok(r) => Ok(r),
+                Err(_) if route_at.is_none_or(|r| max_at.is_some_and(|m| m < r)) => {
+                    stats.rq_max_duration_reached.inc();
+                    Err(attempt::Final::MaxStreamDuration)
+                }
                 Err(_) => Err(attempt::Final::Timeout),
             },
             None => Ok(sent.await),

@@ -25,12 +25,14 @@ pub fn restore_headers(headers: &mut http::HeaderMap, upgrade: HeaderValue) {
 }
 
 /// Sends the upgrade request `req` to `host`; on 101, joins the two upgraded
-/// connections in a task of their own.
+/// connections in a task of their own, until `stream_end` (the cluster's
+/// `max_stream_duration`, counted in its stats) when there is one.
 pub async fn send(
     cluster: &UpstreamCluster,
     host: &Host,
     mut req: Request<UpstreamBody>,
     stats: &ClusterStats,
+    stream_end: Option<(tokio::time::Instant, std::sync::Arc<ClusterStats>)>,
 ) -> Result<Response<Incoming>, SendError> {
     let downstream = hyper::upgrade::on(&mut req);
     stats.cx_total.inc();
@@ -75,7 +77,19 @@ pub async fn send(
                 return;
             };
             let (mut down, mut up) = (TokioIo::new(down), TokioIo::new(up));
-            let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+            let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
+            match stream_end {
+                // Both connections close when it passes, as Envoy resets the
+                // stream of an upgraded request too.
+                Some((at, stats)) => {
+                    if tokio::time::timeout_at(at, copy).await.is_err() {
+                        stats.rq_max_duration_reached.inc();
+                    }
+                }
+                None => {
+                    let _ = copy.await;
+                }
+            }
         });
     }
     Ok(resp)
