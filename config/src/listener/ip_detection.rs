@@ -40,6 +40,10 @@ pub enum IpDetection {
         /// `xff_trusted_cidrs`: when the peer is inside them, the rightmost
         /// entry outside them (a peer outside: no address).
         trusted_cidrs: Option<Vec<Cidr>>,
+        /// `skip_xff_append` set to false: the peer (Envoy's own address for
+        /// a loopback peer) is appended to `x-forwarded-for` whatever the
+        /// detection found, as Envoy 1.40 does; unset means true.
+        append: bool,
     },
     /// `envoy.extensions.http.original_ip_detection.custom_header`.
     CustomHeader {
@@ -88,11 +92,10 @@ pub fn translate(
                     "Cannot set both xff_num_trusted_hops and xff_trusted_cidrs",
                 );
             }
-            // `skip_xff_append` governs appending with `use_remote_address`,
-            // which these extensions never run with.
             out.push(IpDetection::Xff {
                 hops: x.xff_num_trusted_hops,
                 trusted_cidrs,
+                append: x.skip_xff_append.as_ref().is_some_and(|v| !v.value),
             });
         } else if any.type_url == CustomHeaderConfig::type_url() {
             let Some(c) = core::unpack::<CustomHeaderConfig>(any, &tp, ctx) else {

@@ -212,7 +212,11 @@ fn rewrite(head: &[u8], server: &[u8]) -> Option<Vec<u8>> {
     // `HTTP/1.1 400 Bad Request`: the reason phrase is Envoy's body.
     let mut words = status_line.splitn(3, |&b| b == b' ');
     let (_, code, reason) = (words.next()?, words.next()?, words.next()?);
-    if !code.starts_with(b"4") && !code.starts_with(b"5") {
+    // Only the statuses hyper's server answers a parse error with: a reply of
+    // courier's own (a `direct_response` 500 with no body under
+    // `PASS_THROUGH`, so without `server`, on a closing connection) can have
+    // the same head otherwise.
+    if !matches!(code, b"400" | b"414" | b"431") {
         return None;
     }
     // hyper's 414 is a request line over its buffer: Envoy counts the request
@@ -448,5 +452,14 @@ mod tests {
         assert!(rewrite(ours, b"envoy").is_none());
         let with_body = b"HTTP/1.1 400 Bad Request\r\nconnection: close\r\ncontent-length: 0\r\ndate: x\r\n\r\nabc";
         assert!(rewrite(with_body, b"envoy").is_none());
+        // A reply of courier's own with the same head (no `server` under
+        // `PASS_THROUGH`, a closing connection, an empty body) keeps its status
+        // and empty body: hyper answers parse errors with 400, 414 or 431 only.
+        for status in ["403 Forbidden", "500 Internal Server Error"] {
+            let ours = format!(
+                "HTTP/1.1 {status}\r\nconnection: close\r\ncontent-length: 0\r\ndate: x\r\n\r\n"
+            );
+            assert!(rewrite(ours.as_bytes(), b"").is_none(), "{status}");
+        }
     }
 }

@@ -101,17 +101,8 @@ pub fn mutate_request(
         } else {
             None
         };
-        // A pipe peer has no IP: Envoy appends nothing for it.
-        if !hcm.skip_xff_append
-            && let Some(peer) = conn.peer.ip()
-        {
-            // Envoy appends its own address for loopback peers.
-            let appended = if peer.is_loopback() {
-                local_address().or(conn.local.ip()).unwrap_or(peer)
-            } else {
-                peer
-            };
-            append_xff(headers, appended);
+        if !hcm.skip_xff_append {
+            append_peer(headers, conn);
         }
         if hops == 0 || !headers.contains_key(&XFP) {
             headers.insert(XFP, tls_proto.clone());
@@ -124,7 +115,17 @@ pub fn mutate_request(
             }
         }
     } else if !hcm.ip_detection.is_empty() {
-        detect(headers, &hcm.ip_detection, conn)?
+        let found = detect(headers, &hcm.ip_detection, conn)?;
+        // An XFF extension with `skip_xff_append: false` appends the peer
+        // after detection, found or not (as Envoy 1.40 does).
+        if hcm
+            .ip_detection
+            .iter()
+            .any(|e| matches!(e, IpDetection::Xff { append: true, .. }))
+        {
+            append_peer(headers, conn);
+        }
+        found
     } else if has_xff {
         let (ip, single) = xff_entry(headers, hops);
         (ip.map_or(Remote::None, Remote::Ip), single)
@@ -199,6 +200,19 @@ pub fn mutate_request(
 
 /// Runs the detection extensions in order: the first address found, with
 /// whether it may make the request internal; `Err` when one refuses.
+/// Appends the downstream peer to `x-forwarded-for`: Envoy's own address for a
+/// loopback peer, nothing for a pipe peer (no IP).
+fn append_peer(headers: &mut HeaderMap, conn: &ConnInfo) {
+    if let Some(peer) = conn.peer.ip() {
+        let appended = if peer.is_loopback() {
+            local_address().or(conn.local.ip()).unwrap_or(peer)
+        } else {
+            peer
+        };
+        append_xff(headers, appended);
+    }
+}
+
 fn detect(
     headers: &HeaderMap,
     extensions: &[IpDetection],
@@ -209,6 +223,7 @@ fn detect(
             IpDetection::Xff {
                 hops,
                 trusted_cidrs: None,
+                ..
             } => {
                 if let (Some(ip), single) = xff_entry(headers, *hops as usize) {
                     return Ok((Remote::Ip(ip), single));
