@@ -1,6 +1,7 @@
 //! SDS through the real binary: a listener's certificate from a
 //! `path_config_source` file, rotated by rename and by a Kubernetes-style
-//! symlink swap while a connection stays open; an upstream cluster's client
+//! symlink swap while a connection stays open and two clients keep opening
+//! new connections (no request may fail); an upstream cluster's client
 //! certificate and validation context over a gRPC SDS stream to a tonic
 //! server (requests fail as Envoy's before the secrets arrive, succeed once
 //! they do, and a NACKed secret leaves the one in force). Certificates are
@@ -74,6 +75,83 @@ async fn connect(
         .unwrap();
     let peer = s.get_ref().1.peer_certificates().unwrap()[0].clone();
     (peer, s)
+}
+
+/// One request on a new TLS connection (a new handshake): `Err` with why it
+/// failed.
+async fn one_request(
+    addr: std::net::SocketAddr,
+    roots: Arc<rustls::ClientConfig>,
+) -> Result<(), String> {
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let s = tokio_rustls::TlsConnector::from(roots)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let (mut send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    let req = http::Request::get("/")
+        .header("host", "localhost")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    match send.send_request(req).await {
+        Ok(r) if r.status() == 200 => Ok(()),
+        Ok(r) => Err(format!("status {}", r.status())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Load while certificates rotate: two clients sending one request per new
+/// connection until `stop`; the requests that succeeded and every failure.
+fn load(
+    addr: std::net::SocketAddr,
+    ca: &TestCa,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(der(&ca.pem.cert)).unwrap();
+    let config = Arc::new(
+        rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth(),
+    );
+    tokio::spawn(async move {
+        let clients: Vec<_> = (0..2)
+            .map(|_| {
+                let config = Arc::clone(&config);
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let (mut ok, mut failed) = (0u64, Vec::new());
+                    // Bounded by count as well as by `stop`.
+                    for _ in 0..100_000 {
+                        if *stop.borrow() {
+                            break;
+                        }
+                        match one_request(addr, Arc::clone(&config)).await {
+                            Ok(()) => ok += 1,
+                            Err(e) => failed.push(e),
+                        }
+                    }
+                    (ok, failed)
+                })
+            })
+            .collect();
+        let (mut ok, mut failed) = (0, Vec::new());
+        for c in clients {
+            let (o, f) = c.await.unwrap();
+            ok += o;
+            failed.extend(f);
+        }
+        (ok, failed)
+    })
 }
 
 /// GET `/` on a keep-alive connection: the status.
@@ -151,6 +229,9 @@ static_resources:
         .unwrap();
     tokio::spawn(conn);
     assert_eq!(get(&mut held).await, 200);
+    // Requests on new connections all through both rotations: none may fail.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let loaded = load(c.listener, &ca, stopped);
 
     // Rotation by rename (the file the symlinks lead to is replaced).
     replace(&v1.join("sds.json"), &cert_file("server", &b));
@@ -182,6 +263,13 @@ static_resources:
     }
     assert!(swapped, "new handshakes get certificate C after the swap");
     assert_eq!(get(&mut held).await, 200);
+    stop.send(true).unwrap();
+    let (ok, failed) = loaded.await.unwrap();
+    assert!(
+        failed.is_empty(),
+        "requests failed during rotation: {failed:?}"
+    );
+    assert!(ok > 0, "the load sent requests");
 
     // A bad file leaves the certificate in force.
     replace(&v2.join("sds.json"), "{not json");
