@@ -176,35 +176,12 @@ fn socket_cases() -> Vec<Case> {
 /// An upstream serving HTTP/1.1 and h2c (prior knowledge) on one port; its
 /// body names the version of the request.
 fn version_upstream() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            while let Ok((s, _)) = l.accept().await {
-                let svc = hyper::service::service_fn(
-                    |req: http::Request<hyper::body::Incoming>| async move {
-                        let body = format!("{:?}", req.version());
-                        Ok::<_, std::convert::Infallible>(http::Response::new(
-                            http_body_util::Full::new(bytes::Bytes::from(body)),
-                        ))
-                    },
-                );
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                    .await;
-                });
-            }
-        });
-    });
-    rx.recv().unwrap()
+    courier_tests::hyper_upstream::start(|req| {
+        http::Response::new(http_body_util::Full::new(bytes::Bytes::from(format!(
+            "{:?}",
+            req.version
+        ))))
+    })
 }
 
 fn downstream_protocol_bootstrap(upstream: SocketAddr) -> Bootstrap {

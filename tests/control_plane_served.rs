@@ -409,54 +409,31 @@ const VOLATILE: &[&str] = &[
 /// The stand-in upstream: HTTP/1.1 and h2c on one port, answering 200 with the
 /// request's method, target and headers (sorted; volatile values masked).
 fn upstream() -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            while let Ok((s, _)) = l.accept().await {
-                let svc = hyper::service::service_fn(
-                    |req: http::Request<hyper::body::Incoming>| async move {
-                        let mut lines: Vec<String> = req
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| {
-                                let v = if VOLATILE.contains(&k.as_str()) {
-                                    "<volatile>".into()
-                                } else {
-                                    String::from_utf8_lossy(v.as_bytes()).into_owned()
-                                };
-                                format!("{k}: {v}")
-                            })
-                            .collect();
-                        lines.sort();
-                        let body = format!(
-                            "{} {} {:?}\n{}\n",
-                            req.method(),
-                            req.uri(),
-                            req.version(),
-                            lines.join("\n")
-                        );
-                        Ok::<_, std::convert::Infallible>(http::Response::new(
-                            http_body_util::Full::new(bytes::Bytes::from(body)),
-                        ))
-                    },
-                );
-                tokio::spawn(async move {
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
-                    .await;
-                });
-            }
-        });
-    });
-    rx.recv().unwrap()
+    courier_tests::hyper_upstream::start(report)
+}
+
+fn report(req: &http::request::Parts) -> http::Response<http_body_util::Full<bytes::Bytes>> {
+    let mut lines: Vec<String> = req
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            let v = if VOLATILE.contains(&k.as_str()) {
+                "<volatile>".into()
+            } else {
+                String::from_utf8_lossy(v.as_bytes()).into_owned()
+            };
+            format!("{k}: {v}")
+        })
+        .collect();
+    lines.sort();
+    let body = format!(
+        "{} {} {:?}\n{}\n",
+        req.method,
+        req.uri,
+        req.version,
+        lines.join("\n")
+    );
+    http::Response::new(http_body_util::Full::new(bytes::Bytes::from(body)))
 }
 
 /// Response headers whose values differ from run to run.

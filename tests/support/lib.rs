@@ -10,6 +10,7 @@ use std::process::Command;
 pub mod client;
 pub mod differential;
 pub mod echo_upstream;
+pub mod hyper_upstream;
 pub mod proxies;
 pub mod raw_http1;
 pub mod status_upstream;
