@@ -47,12 +47,12 @@ measure() { # name, command...
   "$@" --admin-address-path "$admin_file" --concurrency 1 -c "$work/case.json" \
     --service-node cp-corpus --service-cluster cp-corpus >"$work/$name.log" 2>&1 &
   pid=$!
-  # Bounded: 30 s for the admin address and /ready.
-  for _ in $(seq 1 300); do
+  # Bounded: 30 s for the admin address and /ready (polled every 10 ms).
+  for _ in $(seq 1 3000); do
     if [ -s "$admin_file" ] && curl -sf "http://$(cat "$admin_file")/ready" >/dev/null 2>&1; then
       break
     fi
-    sleep 0.1
+    sleep 0.01
   done
   end=$(date +%s%N)
   sleep 2
