@@ -30,6 +30,7 @@ pub mod request;
 pub(crate) mod test_support;
 #[cfg(test)]
 mod timing_tests;
+pub mod upstream;
 
 pub use build::{build_chain, build_chain_full, build_chain_with};
 pub use chain::{

@@ -1,10 +1,12 @@
 //! HTTP filter configs (jwt_authn, ext_authz, rbac, compressor, router) and their per-route
 //! configs.
 
+pub mod admission_control;
 pub mod api_key_auth;
 pub mod basic_auth;
 pub mod buffer;
 pub mod compressor;
+pub mod credential_injector;
 pub mod csrf;
 pub mod custom_response;
 pub mod dynamic_forward_proxy;
@@ -453,6 +455,38 @@ pub(crate) const SUPPORT: &[Support] = &[
         ALL,
     ),
     ("envoy.extensions.compression.zstd.compressor.v3.Zstd", ALL),
+    // Upstream HTTP filters (a cluster's `http_filters`).
+    (
+        "envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.credential_injector.v3.CredentialInjector",
+        ALL,
+    ),
+    (
+        "envoy.extensions.http.injected_credentials.generic.v3.Generic",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria.HttpCriteria",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria.GrpcCriteria",
+        ALL,
+    ),
+    // No runtime layer for these: a `runtime_key` is refused.
+    ("envoy.config.core.v3.RuntimePercent", &["default_value"]),
+    ("envoy.config.core.v3.RuntimeUInt32", &["default_value"]),
 ];
 
 /// A validated HTTP filter.

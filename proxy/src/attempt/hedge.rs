@@ -38,6 +38,8 @@ struct Flight<'a> {
     soft: Option<Instant>,
     /// A retry was started (or refused) for it: it is not retried again.
     hedged: bool,
+    /// What its response must tell the cluster's upstream HTTP filters.
+    filtered: Option<courier_filters::upstream::Attempt>,
 }
 
 /// A retry waiting for its back-off.
@@ -115,7 +117,15 @@ pub(super) async fn run(
                         UpstreamBody::new(RequestBody::full(bytes::Bytes::new()), None)
                     });
                     attempt += 1;
-                    let req = one::request(&parts, b, count_upstream.then_some(attempt));
+                    let mut req = one::request(&parts, b, count_upstream.then_some(attempt));
+                    let filtered = match one::decode_filters(cluster, &mut req) {
+                        Ok(a) => a,
+                        Err(reply) => {
+                            drop(slot);
+                            fallback = Some(Final::Local(reply));
+                            continue;
+                        }
+                    };
                     tried.push(h.address);
                     let host = Arc::clone(&h);
                     last_host = Arc::clone(&h);
@@ -127,6 +137,7 @@ pub(super) async fn run(
                         slots: (slot, n.slot),
                         soft: per_try.map(|p| now + p),
                         hedged: false,
+                        filtered,
                     });
                 }
             }
@@ -232,6 +243,7 @@ pub(super) async fn run(
                 let outlier = f.soft.is_some();
                 match one::record(cluster, stats, &f.host, *result, &mut body, outlier) {
                     Ended::Response(resp, mut lease) => {
+                        one::encode_filters(cluster, f.filtered, &resp);
                         let retriable = retry.as_ref().is_some_and(|r| {
                             r.retriable(Outcome::Response(resp.status().as_u16(), resp.headers()))
                         });

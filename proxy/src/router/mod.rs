@@ -423,6 +423,8 @@ pub async fn forward(
             None
         }
         attempt::Final::Failed(e) => Some(e.status()),
+        // Not the upstream's answer.
+        attempt::Final::Local(_) => None,
         _ => Some(503),
     };
     if let Some(status) = settled {
@@ -469,6 +471,18 @@ pub async fn forward(
             "UH",
             None,
         ),
+        // A cluster's upstream filter answered: its reply goes downstream as
+        // the attempt's response (Envoy's upstream `sendLocalReply`), with no
+        // response flag and no upstream service time.
+        attempt::Final::Local(r) => {
+            let mut resp = out.local(seen.as_ref(), r.status, r.body.clone(), "-", host_text);
+            resp.extensions_mut().remove::<ResponseFlag>();
+            if logging {
+                resp.extensions_mut()
+                    .insert(crate::router::facts::Details(r.details.to_string()));
+            }
+            resp
+        }
         // A filter's request body encoder failed and answers with its own reply
         // (gRPC-Web's 400 for a body that is not base64), as Envoy's `sendLocalReply`
         // from `decodeData`: no response flag.
