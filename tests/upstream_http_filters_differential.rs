@@ -1,0 +1,276 @@
+//! A cluster's upstream HTTP filters (`HttpProtocolOptions.http_filters`,
+//! Envoy Gateway's backend credential injection and admission control) beside
+//! real Envoy: the same requests through both proxies from one bootstrap.
+//!
+//! - `credential_injector` (generic credential from a static generic secret):
+//!   what the upstream received (the injected `authorization`, a client's own
+//!   `authorization` kept with `overwrite: false`, replaced with `overwrite:
+//!   true` into a custom header with a value prefix), a secret that is only a
+//!   newline (401 `Failed to inject credential.`, or the request sent without
+//!   it under `allow_request_without_credential`);
+//! - `admission_control` before an upstream that answers 503 to everything,
+//!   with an aggression so high that any failure in the window makes rejection
+//!   certain: the first request reaches the upstream, every later one is
+//!   rejected (503, empty body, no `x-envoy-upstream-service-time`) without
+//!   reaching it; beside an upstream that succeeds, nothing is rejected;
+//!
+//! comparing statuses, bodies, headers, what the upstreams saw and the
+//! `cluster.<name>.credential_injector.*` and `.admission_control.*` counters.
+//! Without Envoy (`COURIER_ENVOY`) only courier is checked.
+//!
+//! ```text
+//! cargo build -p courier
+//! COURIER_ENVOY=/work/main/.venv/bin/envoy cargo test -p courier-tests --test upstream_http_filters_differential -- --nocapture
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use courier_tests::client::{self, Protocol, Request};
+use courier_tests::differential::{bootstrap, hcm_listener, indent, loopback_cluster};
+use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::{courier_bin, echo_upstream, envoy_bin, status_upstream};
+use std::sync::atomic::Ordering;
+
+const VHOSTS: &str = r#"- name: all
+  domains: ["*"]
+  routes:
+  - match: { prefix: "/cred-over" }
+    route: { cluster: cred_over }
+  - match: { prefix: "/cred-empty" }
+    route: { cluster: cred_empty }
+  - match: { prefix: "/cred-allow" }
+    route: { cluster: cred_allow }
+  - match: { prefix: "/cred" }
+    route: { cluster: cred }
+  - match: { prefix: "/fail" }
+    route: { cluster: ac_fail }
+  - match: { prefix: "/ok" }
+    route: { cluster: ac_ok }
+"#;
+
+const SECRETS: &str = r#"  secrets:
+  - name: token
+    generic_secret: { secret: { inline_string: "Bearer s3cret\n" } }
+  - name: key
+    generic_secret: { secret: { inline_bytes: "a2V5LTEyMw==" } }
+  - name: blank
+    generic_secret: { secret: { inline_string: "\n" } }
+"#;
+
+const CODEC: &str = r#"- name: envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec
+  typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec }
+"#;
+
+/// A credential_injector filter of the generic credential `secret`; `extra`:
+/// the filter's other fields, `generic`: the credential's.
+fn credential(secret: &str, extra: &str, generic: &str) -> String {
+    format!(
+        r#"- name: envoy.filters.http.credential_injector
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector
+{extra}    credential:
+      name: envoy.http.injected_credentials.generic
+      typed_config:
+        "@type": type.googleapis.com/envoy.extensions.http.injected_credentials.generic.v3.Generic
+        credential: {{ name: {secret} }}
+{generic}"#
+    )
+}
+
+/// An admission_control filter: `extra` are its fields besides the criteria.
+fn admission(extra: &str) -> String {
+    format!(
+        r#"- name: envoy.filters.http.admission_control
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.filters.http.admission_control.v3.AdmissionControl
+    success_criteria: {{}}
+{extra}"#
+    )
+}
+
+/// The `typed_extension_protocol_options` of a cluster with `filters` (and the codec).
+fn with_filters(filters: &[String]) -> String {
+    let list: String = filters.iter().map(String::as_str).chain([CODEC]).collect();
+    format!(
+        "  typed_extension_protocol_options:\n    envoy.extensions.upstreams.http.v3.HttpProtocolOptions:\n      \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions\n      explicit_http_config: {{ http_protocol_options: {{}} }}\n      http_filters:\n{}\n",
+        indent(&list, 6)
+    )
+}
+
+fn yaml(echo: u16, failing: u16) -> String {
+    // Rejection is certain once the window holds a failure: p^(1/1e9) rounds
+    // to 1 at Envoy's four figures, and the cap is 100%.
+    let certain = admission(
+        "    aggression: { default_value: 1000000000 }\n    max_rejection_probability: { default_value: { value: 100 } }\n",
+    );
+    let clusters = [
+        loopback_cluster("cred", echo, &with_filters(&[credential("token", "", "")])),
+        loopback_cluster(
+            "cred_over",
+            echo,
+            &with_filters(&[credential(
+                "key",
+                "    overwrite: true\n",
+                "        header: X-Api-Key\n        header_value_prefix: \"Key \"\n",
+            )]),
+        ),
+        loopback_cluster(
+            "cred_empty",
+            echo,
+            &with_filters(&[credential("blank", "", "")]),
+        ),
+        loopback_cluster(
+            "cred_allow",
+            echo,
+            &with_filters(&[credential(
+                "blank",
+                "    allow_request_without_credential: true\n",
+                "",
+            )]),
+        ),
+        loopback_cluster(
+            "ac_fail",
+            failing,
+            &with_filters(&[credential("token", "", ""), certain.clone()]),
+        ),
+        loopback_cluster(
+            "ac_ok",
+            echo,
+            &with_filters(&[certain, credential("token", "", "")]),
+        ),
+    ];
+    let b = bootstrap(&[hcm_listener("l", "", VHOSTS)]);
+    format!(
+        "{b}{SECRETS}  clusters:\n{}\n",
+        clusters
+            .iter()
+            .map(|c| indent(c, 2))
+            .collect::<Vec<_>>()
+            .join("\n")
+    )
+}
+
+/// Requests: path, headers.
+const CASES: &[(&str, &[(&str, &str)])] = &[
+    ("/cred", &[]),
+    ("/cred", &[("authorization", "Basic mine")]),
+    ("/cred-over", &[]),
+    (
+        "/cred-over",
+        &[("x-api-key", "old"), ("authorization", "Basic mine")],
+    ),
+    ("/cred-empty", &[]),
+    ("/cred-empty", &[("authorization", "Basic mine")]),
+    ("/cred-allow", &[]),
+    ("/ok/1", &[]),
+    ("/ok/2", &[]),
+    ("/fail/1", &[]),
+    ("/fail/2", &[]),
+    ("/fail/3", &[]),
+    ("/ok/3", &[]),
+    ("/fail/4", &[]),
+];
+
+fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
+    let echo = echo_upstream::start(&["authorization", "x-api-key"]);
+    let (failing, seen) = status_upstream::start(503);
+    let p = Proxy::start(kind, bin, &yaml(echo.port(), failing.port()), &["l"]).unwrap();
+    let mut out = Vec::new();
+    for (path, headers) in CASES {
+        let r = client::send(
+            p.listener("l").unwrap(),
+            Protocol::Http1,
+            &Request {
+                method: "GET".into(),
+                path: (*path).into(),
+                authority: "example.com".into(),
+                headers: headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                body: Vec::new(),
+            },
+        )
+        .unwrap();
+        out.push(format!(
+            "{path} {headers:?} -> {} content-type={:?} upstream-time={} {:?}",
+            r.status,
+            r.header("content-type"),
+            r.header("x-envoy-upstream-service-time").is_some(),
+            String::from_utf8_lossy(&r.body)
+        ));
+    }
+    let stats = client::get(&p.admin, "/stats").unwrap();
+    out.extend(
+        String::from_utf8_lossy(&stats.body)
+            .lines()
+            .filter(|l| {
+                l.contains(".credential_injector.")
+                    || l.contains(".admission_control.")
+                    || l.starts_with("cluster.ac_fail.upstream_rq_503")
+            })
+            .map(str::to_string),
+    );
+    (out, seen.load(Ordering::Relaxed))
+}
+
+#[test]
+fn upstream_http_filters_as_envoy() {
+    let (c, c_seen) = run(Kind::Courier, &courier_bin());
+    println!("courier:\n{}", c.join("\n"));
+    let expect = [
+        "/cred [] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Bearer s3cret\\n\"",
+        "/cred [(\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Basic mine\\n\"",
+        "/cred-over [] -> 200 content-type=None upstream-time=true \"/cred-over\\nx-api-key: Key key-123\\n\"",
+        "/cred-over [(\"x-api-key\", \"old\"), (\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred-over\\nauthorization: Basic mine\\nx-api-key: Key key-123\\n\"",
+    ];
+    for (i, e) in expect.iter().enumerate() {
+        assert_eq!(c[i], *e);
+    }
+    assert!(
+        c[4].starts_with("/cred-empty [] -> 401 ")
+            && c[4].ends_with("\"Failed to inject credential.\""),
+        "{}",
+        c[4]
+    );
+    assert!(c[6].ends_with("\"/cred-allow\\n\""), "{}", c[6]);
+    // The first failure reaches the upstream; then every request is rejected.
+    assert!(
+        c[9].starts_with("/fail/1 [] -> 503 ") && c[9].contains("upstream-time=true"),
+        "{}",
+        c[9]
+    );
+    for i in [10, 11, 13] {
+        assert!(
+            c[i].ends_with("-> 503 content-type=None upstream-time=false \"\""),
+            "{}",
+            c[i]
+        );
+    }
+    assert!(c[12].starts_with("/ok/3 [] -> 200 "), "{}", c[12]);
+    assert_eq!(c_seen, 1);
+    for stat in [
+        "cluster.ac_fail.admission_control.rq_failure: 1",
+        "cluster.ac_fail.admission_control.rq_rejected: 3",
+        "cluster.ac_fail.admission_control.rq_success: 0",
+        "cluster.ac_ok.admission_control.rq_success: 3",
+        "cluster.cred.credential_injector.already_exists: 1",
+        "cluster.cred.credential_injector.injected: 1",
+        "cluster.cred_empty.credential_injector.failed: 1",
+        "cluster.cred_empty.credential_injector.already_exists: 1",
+        "cluster.cred_over.credential_injector.injected: 2",
+    ] {
+        assert!(c.iter().any(|l| l == stat), "{stat} missing");
+    }
+    let Some(envoy) = envoy_bin() else {
+        eprintln!("SKIPPED the Envoy comparison: no Envoy (set COURIER_ENVOY)");
+        return;
+    };
+    let (e, e_seen) = run(Kind::Envoy, &envoy);
+    println!("envoy:\n{}", e.join("\n"));
+    for (c, e) in c.iter().zip(&e) {
+        assert_eq!(c, e);
+    }
+    assert_eq!(c.len(), e.len());
+    assert_eq!(c_seen, e_seen);
+}
