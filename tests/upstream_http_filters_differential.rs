@@ -27,7 +27,7 @@
 
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{bootstrap, hcm_listener, indent, loopback_cluster};
-use courier_tests::proxies::{Kind, Proxy};
+use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, echo_upstream, envoy_bin, status_upstream};
 use std::sync::atomic::Ordering;
 
@@ -46,6 +46,17 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: ac_fail }
   - match: { prefix: "/ok" }
     route: { cluster: ac_ok }
+"#;
+
+/// The access log: each reply's flags and details.
+const LOG: &str = r#"access_log:
+- name: envoy.access_loggers.file
+  typed_config:
+    "@type": type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog
+    path: l.log
+    log_format:
+      text_format_source:
+        inline_string: "%REQ(:PATH)% %RESPONSE_CODE% %RESPONSE_FLAGS% %RESPONSE_CODE_DETAILS%\n"
 "#;
 
 const SECRETS: &str = r#"  secrets:
@@ -139,7 +150,7 @@ fn yaml(echo: u16, failing: u16) -> String {
             &with_filters(&[certain, credential("token", "", "")]),
         ),
     ];
-    let b = bootstrap(&[hcm_listener("l", "", VHOSTS)]);
+    let b = bootstrap(&[hcm_listener("l", LOG, VHOSTS)]);
     format!(
         "{b}{SECRETS}  clusters:\n{}\n",
         clusters
@@ -211,6 +222,22 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
             })
             .map(str::to_string),
     );
+    // Envoy flushes log files every 10 s, and on exit.
+    let quit = Request {
+        method: "POST".into(),
+        path: "/quitquitquit".into(),
+        authority: p.admin.clone(),
+        headers: Vec::new(),
+        body: Vec::new(),
+    };
+    client::send(&p.admin, Protocol::Http1, &quit).unwrap();
+    let log = poll(500, || {
+        let text = std::fs::read_to_string(p.dir().join("l.log")).ok()?;
+        let lines: Vec<String> = text.lines().map(|l| format!("log: {l}")).collect();
+        (lines.len() >= CASES.len()).then_some(lines)
+    })
+    .unwrap_or_else(|| panic!("{kind:?}: l.log is short"));
+    out.extend(log);
     (out, seen.load(Ordering::Relaxed))
 }
 
@@ -249,6 +276,14 @@ fn upstream_http_filters_as_envoy() {
     }
     assert!(c[12].starts_with("/ok/3 [] -> 200 "), "{}", c[12]);
     assert_eq!(c_seen, 1);
+    assert!(
+        c.iter()
+            .any(|l| l == "log: /fail/2 503 - denied_by_admission_control")
+    );
+    assert!(
+        c.iter()
+            .any(|l| l == "log: /cred-empty 401 - failed_to_inject_credential")
+    );
     for stat in [
         "cluster.ac_fail.admission_control.rq_failure: 1",
         "cluster.ac_fail.admission_control.rq_rejected: 3",
