@@ -14,8 +14,12 @@
 //!   rejected (503, empty body, no `x-envoy-upstream-service-time`) without
 //!   reaching it; beside an upstream that succeeds, nothing is rejected;
 //!
-//! comparing statuses, bodies, headers, what the upstreams saw and the
-//! `cluster.<name>.credential_injector.*` and `.admission_control.*` counters.
+//! - and `credential_injector` as a connection manager's filter (Envoy runs
+//!   it downstream too), counting under `http.<stat_prefix>.`;
+//!
+//! comparing statuses, bodies, headers, what the upstreams saw, the access
+//! log's flags and details, and the `cluster.<name>.credential_injector.*`,
+//! `.admission_control.*` and `http.d.credential_injector.*` counters.
 //! Without Envoy (`COURIER_ENVOY`) only courier is checked.
 //!
 //! ```text
@@ -26,7 +30,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use courier_tests::client::{self, Protocol, Request};
-use courier_tests::differential::{bootstrap, hcm_listener, indent, loopback_cluster};
+use courier_tests::differential::{
+    bootstrap, hcm_listener, hcm_listener_filters, indent, loopback_cluster,
+};
 use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, echo_upstream, envoy_bin, status_upstream};
 use std::sync::atomic::Ordering;
@@ -115,6 +121,7 @@ fn yaml(echo: u16, failing: u16) -> String {
         "    aggression: { default_value: 1000000000 }\n    max_rejection_probability: { default_value: { value: 100 } }\n",
     );
     let clusters = [
+        loopback_cluster("plain", echo, ""),
         loopback_cluster("cred", echo, &with_filters(&[credential("token", "", "")])),
         loopback_cluster(
             "cred_over",
@@ -150,7 +157,16 @@ fn yaml(echo: u16, failing: u16) -> String {
             &with_filters(&[certain, credential("token", "", "")]),
         ),
     ];
-    let b = bootstrap(&[hcm_listener("l", LOG, VHOSTS)]);
+    let downstream = credential("token", "", "");
+    let b = bootstrap(&[
+        hcm_listener("l", LOG, VHOSTS),
+        hcm_listener_filters(
+            "d",
+            "",
+            &downstream,
+            "- name: all\n  domains: [\"*\"]\n  routes:\n  - match: { prefix: \"/\" }\n    route: { cluster: plain }\n",
+        ),
+    ]);
     format!(
         "{b}{SECRETS}  clusters:\n{}\n",
         clusters
@@ -182,14 +198,22 @@ const CASES: &[(&str, &[(&str, &str)])] = &[
     ("/fail/4", &[]),
 ];
 
+/// Requests to the listener with the filter downstream.
+const DOWNSTREAM: &[(&str, &[(&str, &str)])] =
+    &[("/x", &[]), ("/y", &[("authorization", "Basic mine")])];
+
 fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
     let echo = echo_upstream::start(&["authorization", "x-api-key"]);
     let (failing, seen) = status_upstream::start(503);
-    let p = Proxy::start(kind, bin, &yaml(echo.port(), failing.port()), &["l"]).unwrap();
+    let p = Proxy::start(kind, bin, &yaml(echo.port(), failing.port()), &["l", "d"]).unwrap();
     let mut out = Vec::new();
-    for (path, headers) in CASES {
+    for (listener, (path, headers)) in CASES
+        .iter()
+        .map(|c| ("l", c))
+        .chain(DOWNSTREAM.iter().map(|c| ("d", c)))
+    {
         let r = client::send(
-            p.listener("l").unwrap(),
+            p.listener(listener).unwrap(),
             Protocol::Http1,
             &Request {
                 method: "GET".into(),
@@ -204,7 +228,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
         )
         .unwrap();
         out.push(format!(
-            "{path} {headers:?} -> {} content-type={:?} upstream-time={} {:?}",
+            "{listener}{path} {headers:?} -> {} content-type={:?} upstream-time={} {:?}",
             r.status,
             r.header("content-type"),
             r.header("x-envoy-upstream-service-time").is_some(),
@@ -216,7 +240,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
         String::from_utf8_lossy(&stats.body)
             .lines()
             .filter(|l| {
-                l.contains(".credential_injector.")
+                l.contains("credential_injector.")
                     || l.contains(".admission_control.")
                     || l.starts_with("cluster.ac_fail.upstream_rq_503")
             })
@@ -246,16 +270,24 @@ fn upstream_http_filters_as_envoy() {
     let (c, c_seen) = run(Kind::Courier, &courier_bin());
     println!("courier:\n{}", c.join("\n"));
     let expect = [
-        "/cred [] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Bearer s3cret\\n\"",
-        "/cred [(\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Basic mine\\n\"",
-        "/cred-over [] -> 200 content-type=None upstream-time=true \"/cred-over\\nx-api-key: Key key-123\\n\"",
-        "/cred-over [(\"x-api-key\", \"old\"), (\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred-over\\nauthorization: Basic mine\\nx-api-key: Key key-123\\n\"",
+        "l/cred [] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Bearer s3cret\\n\"",
+        "l/cred [(\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred\\nauthorization: Basic mine\\n\"",
+        "l/cred-over [] -> 200 content-type=None upstream-time=true \"/cred-over\\nx-api-key: Key key-123\\n\"",
+        "l/cred-over [(\"x-api-key\", \"old\"), (\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/cred-over\\nauthorization: Basic mine\\nx-api-key: Key key-123\\n\"",
     ];
     for (i, e) in expect.iter().enumerate() {
         assert_eq!(c[i], *e);
     }
+    assert_eq!(
+        c[CASES.len()],
+        "d/x [] -> 200 content-type=None upstream-time=true \"/x\\nauthorization: Bearer s3cret\\n\""
+    );
+    assert_eq!(
+        c[CASES.len() + 1],
+        "d/y [(\"authorization\", \"Basic mine\")] -> 200 content-type=None upstream-time=true \"/y\\nauthorization: Basic mine\\n\""
+    );
     assert!(
-        c[4].starts_with("/cred-empty [] -> 401 ")
+        c[4].starts_with("l/cred-empty [] -> 401 ")
             && c[4].ends_with("\"Failed to inject credential.\""),
         "{}",
         c[4]
@@ -263,7 +295,7 @@ fn upstream_http_filters_as_envoy() {
     assert!(c[6].ends_with("\"/cred-allow\\n\""), "{}", c[6]);
     // The first failure reaches the upstream; then every request is rejected.
     assert!(
-        c[9].starts_with("/fail/1 [] -> 503 ") && c[9].contains("upstream-time=true"),
+        c[9].starts_with("l/fail/1 [] -> 503 ") && c[9].contains("upstream-time=true"),
         "{}",
         c[9]
     );
@@ -274,7 +306,7 @@ fn upstream_http_filters_as_envoy() {
             c[i]
         );
     }
-    assert!(c[12].starts_with("/ok/3 [] -> 200 "), "{}", c[12]);
+    assert!(c[12].starts_with("l/ok/3 [] -> 200 "), "{}", c[12]);
     assert_eq!(c_seen, 1);
     assert!(
         c.iter()
@@ -294,6 +326,8 @@ fn upstream_http_filters_as_envoy() {
         "cluster.cred_empty.credential_injector.failed: 1",
         "cluster.cred_empty.credential_injector.already_exists: 1",
         "cluster.cred_over.credential_injector.injected: 2",
+        "http.d.credential_injector.injected: 1",
+        "http.d.credential_injector.already_exists: 1",
     ] {
         assert!(c.iter().any(|l| l == stat), "{stat} missing");
     }

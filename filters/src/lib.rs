@@ -10,6 +10,7 @@ pub mod build;
 pub mod cel_attributes;
 pub mod chain;
 pub mod compressor;
+pub mod credential_injector;
 pub mod csrf;
 pub mod custom_response;
 pub mod dynamic_forward_proxy;

@@ -545,6 +545,8 @@ pub enum HttpFilterConfig {
     GrpcStats(Box<grpc::GrpcStats>),
     /// Dynamic forward proxy: the host resolved before the router goes on.
     DynamicForwardProxy(Box<dynamic_forward_proxy::DynamicForwardProxy>),
+    /// A credential set as a request header (also a cluster's upstream filter).
+    CredentialInjector(Arc<credential_injector::CredentialInjector>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -673,6 +675,12 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::DFP_FILTER {
         let m = core::unpack::<dfp_pb::FilterConfig>(any, &tp, ctx)?;
         HttpFilterConfig::DynamicForwardProxy(Box::new(dynamic_forward_proxy::translate(
+            &m, &tp, ctx,
+        )?))
+    } else if url == extensions::CREDENTIAL_INJECTOR {
+        use envoy_types::pb::envoy::extensions::filters::http::credential_injector::v3 as ci_pb;
+        let m = core::unpack::<ci_pb::CredentialInjector>(any, &tp, ctx)?;
+        HttpFilterConfig::CredentialInjector(Arc::new(credential_injector::translate(
             &m, &tp, ctx,
         )?))
     } else if url == extensions::RATELIMIT {

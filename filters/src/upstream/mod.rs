@@ -7,12 +7,11 @@
 //! (admission control's window), never behind a lock.
 
 pub mod admission_control;
-pub mod credential_injector;
 
 use crate::LocalReply;
+use crate::credential_injector::CredentialFilter;
 use admission_control::AdmissionFilter;
 use courier_config::cluster::upstream_filters::{UpstreamFilter, UpstreamFilterConfig};
-use credential_injector::CredentialFilter;
 use http::HeaderMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

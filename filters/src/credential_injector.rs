@@ -1,10 +1,17 @@
 //! `envoy.filters.http.credential_injector` (generic credential): sets the
-//! configured header to the secret on the request.
+//! configured header to the secret on the request. The same filter runs as a
+//! connection manager's HTTP filter (counting under
+//! `http.<stat_prefix>.credential_injector.`) and as a cluster's upstream
+//! filter (under `cluster.<name>.credential_injector.`).
 
 use crate::LocalReply;
+use crate::chain::{Decision, HttpFilter};
+use crate::request::RequestState;
+use courier_config::filters::PerRouteFilterConfig;
 use courier_config::filters::credential_injector::CredentialInjector;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `<prefix>credential_injector.*`.
@@ -27,7 +34,7 @@ pub struct CredentialFilter {
     overwrite: bool,
     allow_without: bool,
     /// Its counters.
-    pub stats: CredentialStats,
+    pub stats: Arc<CredentialStats>,
 }
 
 impl CredentialFilter {
@@ -45,7 +52,7 @@ impl CredentialFilter {
             value,
             overwrite: c.overwrite,
             allow_without: c.allow_request_without_credential,
-            stats: CredentialStats::default(),
+            stats: Arc::default(),
         })
     }
 
@@ -75,6 +82,19 @@ impl CredentialFilter {
                     ))
                 }
             }
+        }
+    }
+}
+
+impl HttpFilter for CredentialFilter {
+    fn decode_headers<'r>(
+        &'r self,
+        req: &'r mut RequestState<'_>,
+        _per_route: Option<&'r PerRouteFilterConfig>,
+    ) -> Decision<'r> {
+        match self.inject(&mut req.head.headers) {
+            Ok(()) => Decision::Continue,
+            Err(r) => Decision::Respond(r),
         }
     }
 }
