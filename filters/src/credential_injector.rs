@@ -58,7 +58,7 @@ impl CredentialFilter {
 
     /// Injects the credential into `headers`; `Err` is Envoy's 401 when the
     /// injection failed and requests without a credential are not allowed.
-    pub fn inject(&self, headers: &mut HeaderMap) -> Result<(), LocalReply> {
+    pub fn inject(&self, headers: &mut HeaderMap) -> Result<(), Box<LocalReply>> {
         if !self.overwrite && headers.contains_key(&self.header) {
             // Kept, and the request goes on.
             self.stats.already_exists.fetch_add(1, Ordering::Relaxed);
@@ -75,11 +75,11 @@ impl CredentialFilter {
                 if self.allow_without {
                     Ok(())
                 } else {
-                    Err(LocalReply::new(
+                    Err(Box::new(LocalReply::new(
                         StatusCode::UNAUTHORIZED,
                         "Failed to inject credential.",
                         "failed_to_inject_credential",
-                    ))
+                    )))
                 }
             }
         }
@@ -94,7 +94,7 @@ impl HttpFilter for CredentialFilter {
     ) -> Decision<'r> {
         match self.inject(&mut req.head.headers) {
             Ok(()) => Decision::Continue,
-            Err(r) => Decision::Respond(r),
+            Err(r) => Decision::Respond(*r),
         }
     }
 }

@@ -72,7 +72,7 @@ pub fn translate(
     let enabled = c
         .enabled
         .as_ref()
-        .map_or(true, |f| f.default_value.as_ref().is_none_or(|v| v.value));
+        .is_none_or(|f| f.default_value.as_ref().is_none_or(|v| v.value));
     let sampling_window = match &c.sampling_window {
         None => DEFAULT_SAMPLING_WINDOW,
         Some(d) => {

@@ -62,7 +62,7 @@ impl UpstreamFilters {
     /// Runs the filters, in order, on an attempt's request headers; `Err` is
     /// a filter's local reply, which the attempt answers with instead of
     /// sending (the filters before it have seen it as the response).
-    pub fn decode(&self, headers: &mut HeaderMap) -> Result<Attempt, LocalReply> {
+    pub fn decode(&self, headers: &mut HeaderMap) -> Result<Attempt, Box<LocalReply>> {
         let mut attempt = Attempt::default();
         for (i, f) in self.filters.iter().enumerate() {
             let reply = match f {
@@ -70,11 +70,11 @@ impl UpstreamFilters {
                 Filter::Admission(a) if !a.enabled() => None,
                 Filter::Admission(a) => {
                     if a.reject() {
-                        Some(LocalReply::new(
+                        Some(Box::new(LocalReply::new(
                             http::StatusCode::SERVICE_UNAVAILABLE,
                             "",
                             "denied_by_admission_control",
-                        ))
+                        )))
                     } else {
                         attempt.record |= 1 << i;
                         None

@@ -92,7 +92,7 @@ pub(super) fn decode_filters(
     req: &mut Request<UpstreamBody>,
 ) -> Result<Option<Attempt>, Box<LocalReply>> {
     match cluster.filters.as_deref() {
-        Some(f) => f.decode(req.headers_mut()).map(Some).map_err(Box::new),
+        Some(f) => f.decode(req.headers_mut()).map(Some),
         None => Ok(None),
     }
 }
