@@ -14,6 +14,9 @@
 //!   rejected (503, empty body, no `x-envoy-upstream-service-time`) without
 //!   reaching it; beside an upstream that succeeds, nothing is rejected;
 //!
+//! - `admission_control` before an h2c gRPC upstream whose responses fail in
+//!   their trailers (`grpc-status: 14`): the status is read from the trailers,
+//!   so the second call is rejected;
 //! - and `credential_injector` as a connection manager's filter (Envoy runs
 //!   it downstream too), counting under `http.<stat_prefix>.`;
 //!
@@ -29,13 +32,80 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use bytes::Bytes;
 use courier_tests::client::{self, Protocol, Request};
 use courier_tests::differential::{
     bootstrap, hcm_listener, hcm_listener_filters, indent, loopback_cluster,
 };
 use courier_tests::proxies::{Kind, Proxy, poll};
 use courier_tests::{courier_bin, echo_upstream, envoy_bin, status_upstream};
-use std::sync::atomic::Ordering;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// A response body: data frames then trailers.
+struct Frames(VecDeque<hyper::body::Frame<Bytes>>);
+
+impl hyper::body::Body for Frames {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(self.0.pop_front().map(Ok))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// An h2c gRPC upstream failing every call in its trailers: one empty message,
+/// then `grpc-status: 14`. Counts the calls it saw.
+fn grpc_upstream() -> (std::net::SocketAddr, Arc<AtomicUsize>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    l.set_nonblocking(true).unwrap();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).unwrap();
+            loop {
+                let Ok((s, _)) = l.accept().await else {
+                    continue;
+                };
+                let count = Arc::clone(&count);
+                let service =
+                    hyper::service::service_fn(move |_: http::Request<hyper::body::Incoming>| {
+                        count.fetch_add(1, Ordering::Relaxed);
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("14"));
+                        let frames = VecDeque::from([
+                            hyper::body::Frame::data(Bytes::from_static(&[0, 0, 0, 0, 0])),
+                            hyper::body::Frame::trailers(trailers),
+                        ]);
+                        let resp = http::Response::builder()
+                            .header("content-type", "application/grpc")
+                            .body(Frames(frames))
+                            .unwrap();
+                        async move { Ok::<_, std::convert::Infallible>(resp) }
+                    });
+                tokio::spawn(
+                    hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+                        .serve_connection(hyper_util::rt::TokioIo::new(s), service),
+                );
+            }
+        });
+    });
+    (addr, seen)
+}
 
 const VHOSTS: &str = r#"- name: all
   domains: ["*"]
@@ -52,6 +122,8 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: ac_fail }
   - match: { prefix: "/ok" }
     route: { cluster: ac_ok }
+  - match: { prefix: "/pkg." }
+    route: { cluster: ac_grpc }
 "#;
 
 /// The access log: each reply's flags and details.
@@ -114,7 +186,7 @@ fn with_filters(filters: &[String]) -> String {
     )
 }
 
-fn yaml(echo: u16, failing: u16) -> String {
+fn yaml(echo: u16, failing: u16, grpc: u16) -> String {
     // Rejection is certain once the window holds a failure: p^(1/1e9) rounds
     // to 1 at Envoy's four figures, and the cap is 100%.
     let certain = admission(
@@ -154,7 +226,13 @@ fn yaml(echo: u16, failing: u16) -> String {
         loopback_cluster(
             "ac_ok",
             echo,
-            &with_filters(&[certain, credential("token", "", "")]),
+            &with_filters(&[certain.clone(), credential("token", "", "")]),
+        ),
+        loopback_cluster(
+            "ac_grpc",
+            grpc,
+            &with_filters(&[certain])
+                .replace("http_protocol_options: {}", "http2_protocol_options: {}"),
         ),
     ];
     let downstream = credential("token", "", "");
@@ -205,7 +283,14 @@ const DOWNSTREAM: &[(&str, &[(&str, &str)])] =
 fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
     let echo = echo_upstream::start(&["authorization", "x-api-key"]);
     let (failing, seen) = status_upstream::start(503);
-    let p = Proxy::start(kind, bin, &yaml(echo.port(), failing.port()), &["l", "d"]).unwrap();
+    let (grpc, grpc_seen) = grpc_upstream();
+    let p = Proxy::start(
+        kind,
+        bin,
+        &yaml(echo.port(), failing.port(), grpc.port()),
+        &["l", "d"],
+    )
+    .unwrap();
     let mut out = Vec::new();
     for (listener, (path, headers)) in CASES
         .iter()
@@ -235,6 +320,34 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
             String::from_utf8_lossy(&r.body)
         ));
     }
+    for i in 0..3 {
+        let r = client::send(
+            p.listener("l").unwrap(),
+            Protocol::H2c,
+            &Request {
+                method: "POST".into(),
+                path: "/pkg.Svc/Call".into(),
+                authority: "example.com".into(),
+                headers: vec![
+                    ("content-type".into(), "application/grpc".into()),
+                    ("te".into(), "trailers".into()),
+                ],
+                body: vec![0, 0, 0, 0, 0],
+            },
+        )
+        .unwrap();
+        out.push(format!(
+            "grpc {i} -> {} grpc-status={:?}/{:?} {:?}",
+            r.status,
+            r.header("grpc-status"),
+            r.trailer("grpc-status"),
+            String::from_utf8_lossy(&r.body)
+        ));
+    }
+    out.push(format!(
+        "grpc upstream saw {}",
+        grpc_seen.load(Ordering::Relaxed)
+    ));
     let stats = client::get(&p.admin, "/stats").unwrap();
     out.extend(
         String::from_utf8_lossy(&stats.body)
@@ -258,7 +371,7 @@ fn run(kind: Kind, bin: &std::path::Path) -> (Vec<String>, usize) {
     let log = poll(500, || {
         let text = std::fs::read_to_string(p.dir().join("l.log")).ok()?;
         let lines: Vec<String> = text.lines().map(|l| format!("log: {l}")).collect();
-        (lines.len() >= CASES.len()).then_some(lines)
+        (lines.len() >= CASES.len() + 3).then_some(lines)
     })
     .unwrap_or_else(|| panic!("{kind:?}: l.log is short"));
     out.extend(log);
@@ -316,6 +429,17 @@ fn upstream_http_filters_as_envoy() {
         c.iter()
             .any(|l| l == "log: /cred-empty 401 - failed_to_inject_credential")
     );
+    // The gRPC failure is read from the trailers: the next calls are rejected
+    // with a trailers-only UNAVAILABLE.
+    for line in [
+        "grpc 0 -> 200 grpc-status=None/Some(\"14\") \"\\0\\0\\0\\0\\0\"",
+        "grpc 1 -> 200 grpc-status=Some(\"14\")/None \"\"",
+        "grpc upstream saw 1",
+        "cluster.ac_grpc.admission_control.rq_failure: 1",
+        "cluster.ac_grpc.admission_control.rq_rejected: 2",
+    ] {
+        assert!(c.iter().any(|l| l == line), "{line} missing");
+    }
     for stat in [
         "cluster.ac_fail.admission_control.rq_failure: 1",
         "cluster.ac_fail.admission_control.rq_rejected: 3",

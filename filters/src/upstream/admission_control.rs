@@ -179,6 +179,14 @@ impl AdmissionFilter {
         out
     }
 
+    /// Records a failure (a gRPC response whose trailers have no status).
+    pub fn record_failure(&self) {
+        self.stats.rq_failure.fetch_add(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let window = self.config.sampling_window;
+        self.with_window(|w| w.record(false, now, window));
+    }
+
     /// Records a response: its HTTP status, or its gRPC status when it is a
     /// gRPC response.
     pub fn record(&self, http: u16, grpc: Option<u32>) {

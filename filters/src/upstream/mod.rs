@@ -9,8 +9,10 @@
 pub mod admission_control;
 
 use crate::LocalReply;
+use crate::chain::{BodyEncoder, EncodeError};
 use crate::credential_injector::CredentialFilter;
 use admission_control::AdmissionFilter;
+use bytes::Bytes;
 use courier_config::cluster::upstream_filters::{UpstreamFilter, UpstreamFilterConfig};
 use http::HeaderMap;
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use std::sync::atomic::Ordering;
 #[derive(Debug)]
 enum Filter {
     Credential(CredentialFilter),
-    Admission(AdmissionFilter),
+    Admission(Arc<AdmissionFilter>),
 }
 
 /// A cluster's upstream filters, built once per cluster.
@@ -46,9 +48,9 @@ impl UpstreamFilters {
                 UpstreamFilterConfig::CredentialInjector(c) => {
                     CredentialFilter::new(c).map(Filter::Credential)
                 }
-                UpstreamFilterConfig::AdmissionControl(c) => {
-                    Some(Filter::Admission(AdmissionFilter::new(Arc::clone(c))))
-                }
+                UpstreamFilterConfig::AdmissionControl(c) => Some(Filter::Admission(Arc::new(
+                    AdmissionFilter::new(Arc::clone(c)),
+                ))),
             })
             .collect();
         Self { filters }
@@ -90,32 +92,41 @@ impl UpstreamFilters {
     }
 
     /// Tells the filters an attempt's response head (`end_stream`: it has no
-    /// body). A gRPC response whose status comes in trailers is not recorded
-    /// (courier does not pass trailers through the upstream filters).
-    pub fn encode(&self, attempt: Attempt, status: u16, headers: &HeaderMap, end_stream: bool) {
+    /// body). A gRPC response whose status is not in its headers is recorded
+    /// from its trailers: the returned recorder goes on its body.
+    pub fn encode(
+        &self,
+        attempt: Attempt,
+        status: u16,
+        headers: &HeaderMap,
+        end_stream: bool,
+    ) -> Option<GrpcTrailers> {
         if attempt.record == 0 {
-            return;
+            return None;
         }
-        let grpc = is_grpc(status, headers, end_stream);
-        let grpc_status = if grpc {
-            match headers
-                .get("grpc-status")
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<u32>().ok())
-            {
-                Some(s) => Some(s),
-                // In the trailers.
-                None => return,
-            }
-        } else {
-            None
+        let recording = || {
+            self.filters
+                .iter()
+                .enumerate()
+                .rev()
+                .filter_map(move |(i, f)| match f {
+                    Filter::Admission(a) if attempt.record & (1 << i) != 0 => Some(a),
+                    _ => None,
+                })
         };
-        for (i, f) in self.filters.iter().enumerate().rev() {
-            if let Filter::Admission(a) = f
-                && attempt.record & (1 << i) != 0
-            {
-                a.record(status, grpc_status);
+        if !is_grpc(status, headers, end_stream) {
+            recording().for_each(|a| a.record(status, None));
+            return None;
+        }
+        match grpc_status(headers) {
+            Some(g) => {
+                recording().for_each(|a| a.record(status, Some(g)));
+                None
             }
+            // In the trailers.
+            None => Some(GrpcTrailers {
+                filters: recording().cloned().collect(),
+            }),
         }
     }
 
@@ -158,6 +169,42 @@ impl UpstreamFilters {
     }
 }
 
+/// A `grpc-status` header's code.
+fn grpc_status(headers: &HeaderMap) -> Option<u32> {
+    headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u32>().ok())
+}
+
+/// The admission controllers waiting for a gRPC response's trailers (Envoy's
+/// `encodeTrailers`): a response body encoder that records the trailers'
+/// `grpc-status` (a failure without one). A body that ends without trailers
+/// records nothing, as in Envoy.
+#[derive(Debug, Clone)]
+pub struct GrpcTrailers {
+    filters: Vec<Arc<AdmissionFilter>>,
+}
+
+impl BodyEncoder for GrpcTrailers {
+    fn encode_data(&mut self, data: Bytes, _end_stream: bool) -> Result<Bytes, EncodeError> {
+        Ok(data)
+    }
+
+    fn encode_trailers(&mut self, trailers: &mut HeaderMap) -> Result<Bytes, EncodeError> {
+        let status = grpc_status(trailers);
+        for a in self.filters.drain(..) {
+            // Without a status the response is a failure (`record(0, ..)`
+            // reads no HTTP status for a gRPC response).
+            match status {
+                Some(g) => a.record(200, Some(g)),
+                None => a.record_failure(),
+            }
+        }
+        Ok(Bytes::new())
+    }
+}
+
 /// Envoy's `isGrpcResponseHeaders`: a trailers-only response (headers that
 /// end the stream and carry `grpc-status`), or a 200 with a gRPC content type.
 fn is_grpc(status: u16, headers: &HeaderMap, end_stream: bool) -> bool {
@@ -173,4 +220,66 @@ fn is_grpc(status: u16, headers: &HeaderMap, end_stream: bool) -> bool {
                     rest.is_empty() || rest.starts_with('+') || rest.starts_with(';')
                 })
             })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use courier_config::cluster::upstream_filters::UpstreamFilter;
+    use courier_config::filters::admission_control::{AdmissionControl, SuccessCriteria};
+    use std::time::Duration;
+
+    fn filters() -> UpstreamFilters {
+        UpstreamFilters::new(&[UpstreamFilter {
+            name: "ac".into(),
+            config: UpstreamFilterConfig::AdmissionControl(Arc::new(AdmissionControl {
+                enabled: true,
+                sampling_window: Duration::from_secs(30),
+                aggression: 1.0,
+                sr_threshold: 0.95,
+                rps_threshold: 0,
+                // Never rejects: every request is recorded.
+                max_rejection_probability: 0.0,
+                criteria: SuccessCriteria {
+                    http: None,
+                    grpc: vec![0],
+                },
+            })),
+        }])
+    }
+
+    fn counts(f: &UpstreamFilters) -> (u64, u64) {
+        let mut out = (0, 0);
+        f.samples(&mut |name, v| match name {
+            "admission_control.rq_success" => out.0 = v,
+            "admission_control.rq_failure" => out.1 = v,
+            _ => {}
+        });
+        out
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn grpc_statuses_from_headers_or_trailers() {
+        let f = filters();
+        let mut grpc = HeaderMap::new();
+        grpc.insert("content-type", "application/grpc".parse().unwrap());
+        // The status in the trailers: recorded when they arrive.
+        let a = f.decode(&mut HeaderMap::new()).unwrap();
+        let mut t = f.encode(a, 200, &grpc, false).unwrap();
+        assert_eq!(counts(&f), (0, 0));
+        let mut trailers = HeaderMap::new();
+        trailers.insert("grpc-status", "14".parse().unwrap());
+        t.encode_trailers(&mut trailers).unwrap();
+        assert_eq!(counts(&f), (0, 1));
+        // Trailers-only: the status in the headers.
+        let a = f.decode(&mut HeaderMap::new()).unwrap();
+        let mut only = grpc.clone();
+        only.insert("grpc-status", "0".parse().unwrap());
+        assert!(f.encode(a, 200, &only, true).is_none());
+        assert_eq!(counts(&f), (1, 1));
+        // Not gRPC (a 503 with a gRPC content type): the HTTP status decides.
+        let a = f.decode(&mut HeaderMap::new()).unwrap();
+        assert!(f.encode(a, 503, &grpc, false).is_none());
+        assert_eq!(counts(&f), (1, 2));
+    }
 }

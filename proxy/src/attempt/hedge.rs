@@ -242,8 +242,8 @@ pub(super) async fn run(
                 // A per-try timeout already counted as its outlier event.
                 let outlier = f.soft.is_some();
                 match one::record(cluster, stats, &f.host, *result, &mut body, outlier) {
-                    Ended::Response(resp, mut lease) => {
-                        one::encode_filters(cluster, f.filtered, &resp);
+                    Ended::Response(mut resp, mut lease) => {
+                        one::encode_filters(cluster, f.filtered, &mut resp);
                         let retriable = retry.as_ref().is_some_and(|r| {
                             r.retriable(Outcome::Response(resp.status().as_u16(), resp.headers()))
                         });

@@ -312,8 +312,8 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                 Ended::Overflow => return done(Final::Overflow, host, false),
                 Ended::PoolOverflow => return done(Final::PoolOverflow, host, false),
                 Ended::Failed(e, replayable) => (Final::Failed(e), replayable),
-                Ended::Response(resp, mut lease) => {
-                    one::encode_filters(cluster, filtered, &resp);
+                Ended::Response(mut resp, mut lease) => {
+                    one::encode_filters(cluster, filtered, &mut resp);
                     lease.hold(slot);
                     let whole = matches!(body, HeldBody::Whole(..));
                     (Final::Response(resp, lease), whole)

@@ -97,20 +97,20 @@ pub(super) fn decode_filters(
     }
 }
 
-/// Tells the cluster's upstream HTTP filters an attempt's response head.
+/// Tells the cluster's upstream HTTP filters an attempt's response head; a
+/// gRPC status they must read from the trailers leaves its recorder in the
+/// response's extensions, for the router to put on the body.
 pub(super) fn encode_filters(
     cluster: &UpstreamCluster,
     attempt: Option<Attempt>,
-    resp: &Response<Incoming>,
+    resp: &mut Response<Incoming>,
 ) {
     if let (Some(f), Some(a)) = (cluster.filters.as_deref(), attempt) {
         use http_body::Body as _;
-        f.encode(
-            a,
-            resp.status().as_u16(),
-            resp.headers(),
-            resp.body().is_end_stream(),
-        );
+        let end_stream = resp.body().is_end_stream();
+        if let Some(t) = f.encode(a, resp.status().as_u16(), resp.headers(), end_stream) {
+            resp.extensions_mut().insert(t);
+        }
     }
 }
 

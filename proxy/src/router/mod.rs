@@ -16,7 +16,7 @@ pub mod upgrade;
 
 use crate::attempt::{self, retry};
 use crate::request::conn::ConnInfo;
-use crate::request::local_reply::reply;
+use crate::request::local_reply::{ReplyTo, local_reply, reply};
 use crate::request::view::View;
 use crate::stats::vhost as vstats;
 use crate::stats::{ClusterStats, WorkerStats};
@@ -344,17 +344,48 @@ pub async fn forward(
         *r.headers_mut() = parts.headers.clone();
         r
     });
+    // How an upstream filter's reply answers this request (gRPC, HEAD): read
+    // only for a cluster with upstream filters.
+    let reply_to = cluster.filters.is_some().then(|| ReplyTo {
+        head: parts.method == http::Method::HEAD,
+        grpc: parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .is_some_and(|ct| crate::request::local_reply::is_grpc(ct.as_bytes())),
+    });
     let started = Instant::now();
     let done = if upgrade.is_some() {
-        let request = Request::from_parts(parts, body);
+        let mut request = Request::from_parts(parts, body);
+        // An upgrade goes through the cluster's upstream filters too.
+        let filtered = match cluster
+            .filters
+            .as_deref()
+            .map(|f| f.decode(request.headers_mut()))
+        {
+            Some(Err(reply)) => Err(reply),
+            Some(Ok(a)) => Ok(Some(a)),
+            None => Ok(None),
+        };
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats));
-        let last = match action.timeout {
-            Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
-                Ok(r) => Ok(r),
-                Err(_) => Err(attempt::Final::Timeout),
-            },
-            None => Ok(sent.await),
+        let last = match filtered {
+            Err(reply) => Err(attempt::Final::Local(reply)),
+            Ok(filtered) => {
+                let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats));
+                let last = match action.timeout {
+                    Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
+                        Ok(r) => Ok(r),
+                        Err(_) => Err(attempt::Final::Timeout),
+                    },
+                    None => Ok(sent.await),
+                };
+                if let (Ok(Ok(resp)), Some(f), Some(a)) =
+                    (&last, cluster.filters.as_deref(), filtered)
+                {
+                    // The upgraded stream has no trailers to wait for.
+                    let _ = f.encode(a, resp.status().as_u16(), resp.headers(), false);
+                }
+                last
+            }
         };
         let last = match last {
             Ok(Ok(resp)) => attempt::Final::Upgraded(resp),
@@ -475,7 +506,15 @@ pub async fn forward(
         // the attempt's response (Envoy's upstream `sendLocalReply`), with no
         // response flag and no upstream service time.
         attempt::Final::Local(r) => {
-            let mut resp = out.local(seen.as_ref(), r.status, r.body.clone(), "-", host_text);
+            let mut resp = match reply_to {
+                // A gRPC or HEAD request's reply, as Envoy's `sendLocalReply`.
+                Some(to) if to.grpc || to.head => {
+                    let mut resp = local_reply(to, r.status, r.body.clone());
+                    out.mutate(&mut resp, seen.as_ref(), host_text);
+                    resp.map(ResponseBody::from)
+                }
+                _ => out.local(seen.as_ref(), r.status, r.body.clone(), "-", host_text),
+            };
             resp.extensions_mut().remove::<ResponseFlag>();
             if logging {
                 resp.extensions_mut()
@@ -540,7 +579,11 @@ pub async fn forward(
             done.host.stats.charge(resp.status().as_u16());
             proxied(resp, None, None, &out, started, seen.as_ref(), host_text)
         }
-        attempt::Final::Response(resp, lease) => {
+        attempt::Final::Response(mut resp, lease) => {
+            // An upstream filter reads this gRPC response's status from its trailers.
+            let trailers = resp
+                .extensions_mut()
+                .remove::<courier_filters::upstream::GrpcTrailers>();
             let mut r = proxied(
                 resp,
                 Some(lease),
@@ -552,6 +595,11 @@ pub async fn forward(
             );
             if urx {
                 r.extensions_mut().insert(ResponseFlag("URX"));
+            }
+            if let Some(t) = trailers {
+                let mut encoders = courier_filters::BodyEncoders::default();
+                encoders.push(Box::new(t));
+                r = r.map(|b| b.encode(encoders));
             }
             // A generated hash cookie goes on the upstream's response.
             for c in request_hash.iter().flat_map(|h| &h.set_cookies) {
