@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod facts;
+mod filtered;
 pub mod forwarded;
 pub mod hash;
 pub mod headers;
@@ -16,7 +17,7 @@ pub mod upgrade;
 
 use crate::attempt::{self, retry};
 use crate::request::conn::ConnInfo;
-use crate::request::local_reply::{ReplyTo, local_reply, reply};
+use crate::request::local_reply::reply;
 use crate::request::view::View;
 use crate::stats::vhost as vstats;
 use crate::stats::{ClusterStats, WorkerStats};
@@ -344,49 +345,19 @@ pub async fn forward(
         *r.headers_mut() = parts.headers.clone();
         r
     });
-    // How an upstream filter's reply answers this request (gRPC, HEAD): read
-    // only for a cluster with upstream filters.
-    let reply_to = cluster.filters.is_some().then(|| ReplyTo {
-        head: parts.method == http::Method::HEAD,
-        grpc: parts
-            .headers
-            .get(http::header::CONTENT_TYPE)
-            .is_some_and(|ct| crate::request::local_reply::is_grpc(ct.as_bytes())),
-    });
+    let reply_to = filtered::reply_to(&cluster, &parts);
     let started = Instant::now();
     let done = if upgrade.is_some() {
-        let mut request = Request::from_parts(parts, body);
-        // An upgrade goes through the cluster's upstream filters too.
-        let filtered = match cluster
-            .filters
-            .as_deref()
-            .map(|f| f.decode(request.headers_mut()))
-        {
-            Some(Err(reply)) => Err(reply),
-            Some(Ok(a)) => Ok(Some(a)),
-            None => Ok(None),
-        };
+        let request = Request::from_parts(parts, body);
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let last = match filtered {
-            Err(reply) => Err(attempt::Final::Local(reply)),
-            Ok(filtered) => {
-                let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats));
-                let last = match action.timeout {
-                    Some(t) => match tokio::time::timeout(t, sent.as_mut()).await {
-                        Ok(r) => Ok(r),
-                        Err(_) => Err(attempt::Final::Timeout),
-                    },
-                    None => Ok(sent.await),
-                };
-                if let (Ok(Ok(resp)), Some(f), Some(a)) =
-                    (&last, cluster.filters.as_deref(), filtered)
-                {
-                    // The upgraded stream has no trailers to wait for.
-                    let _ = f.encode(a, resp.status().as_u16(), resp.headers(), false);
-                }
-                last
-            }
-        };
+        let last = Box::pin(filtered::upgrade(
+            &cluster,
+            &host,
+            request,
+            stats,
+            action.timeout,
+        ))
+        .await;
         let last = match last {
             Ok(Ok(resp)) => attempt::Final::Upgraded(resp),
             Ok(Err(e)) => attempt::Final::Failed(e),
@@ -506,21 +477,7 @@ pub async fn forward(
         // the attempt's response (Envoy's upstream `sendLocalReply`), with no
         // response flag and no upstream service time.
         attempt::Final::Local(r) => {
-            let mut resp = match reply_to {
-                // A gRPC or HEAD request's reply, as Envoy's `sendLocalReply`.
-                Some(to) if to.grpc || to.head => {
-                    let mut resp = local_reply(to, r.status, r.body.clone());
-                    out.mutate(&mut resp, seen.as_ref(), host_text);
-                    resp.map(ResponseBody::from)
-                }
-                _ => out.local(seen.as_ref(), r.status, r.body.clone(), "-", host_text),
-            };
-            resp.extensions_mut().remove::<ResponseFlag>();
-            if logging {
-                resp.extensions_mut()
-                    .insert(crate::router::facts::Details(r.details.to_string()));
-            }
-            resp
+            filtered::response(&out, &r, reply_to, seen.as_ref(), host_text, logging)
         }
         // A filter's request body encoder failed and answers with its own reply
         // (gRPC-Web's 400 for a body that is not base64), as Envoy's `sendLocalReply`
