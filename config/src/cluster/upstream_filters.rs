@@ -31,6 +31,9 @@ pub enum UpstreamFilterConfig {
     AdmissionControl(Arc<AdmissionControl>),
 }
 
+/// The most upstream filters a cluster may have (besides the codec).
+pub const MAX_FILTERS: usize = 64;
+
 /// Envoy's error when the chain does not end with the codec filter.
 const NO_CODEC: &str = "The codec filter is the only valid terminal upstream HTTP filter, use 'envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec'";
 
@@ -47,6 +50,14 @@ pub(super) fn translate(
         return out;
     }
     let last = list.len() - 1;
+    // An attempt keeps one bit per filter (no allocation per request).
+    if last > MAX_FILTERS {
+        ctx.unsupported(
+            path,
+            format!("more than {MAX_FILTERS} upstream HTTP filters"),
+        );
+        return out;
+    }
     for (i, f) in list.iter().enumerate() {
         let p = path.index(i);
         if f.name.is_empty() {

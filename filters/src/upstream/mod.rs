@@ -39,11 +39,13 @@ pub struct Attempt {
 }
 
 impl UpstreamFilters {
-    /// The filters of `list` (at most 64 are kept: no config has more).
+    /// The filters of `list` (the config allows at most
+    /// [`courier_config::cluster::upstream_filters::MAX_FILTERS`], one bit
+    /// each in an [`Attempt`]).
     pub fn new(list: &[UpstreamFilter]) -> Self {
         let filters = list
             .iter()
-            .take(64)
+            .take(courier_config::cluster::upstream_filters::MAX_FILTERS)
             .filter_map(|f| match &f.config {
                 UpstreamFilterConfig::CredentialInjector(c) => {
                     CredentialFilter::new(c).map(Filter::Credential)

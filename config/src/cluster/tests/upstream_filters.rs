@@ -123,6 +123,15 @@ fn refusals_carry_envoys_words_and_the_path() {
             "{AT}[0].typed_config.max_rejection_probability.runtime_key: runtime_key is not supported"
         )]
     );
+    // One bit per filter in an attempt: more are refused.
+    let many = vec![CRED; 65].join(", ");
+    assert_eq!(
+        errors(&format!("{many}, {CODEC}")),
+        [format!(
+            "{AT}: more than 64 upstream HTTP filters is not supported"
+        )]
+    );
+    assert!(errors(&format!("{}, {CODEC}", vec![CRED; 64].join(", "))).is_empty());
     // A filter courier does not run upstream.
     assert_eq!(
         errors(&format!(
