@@ -12,7 +12,8 @@
 //!   with an aggression so high that any failure in the window makes rejection
 //!   certain: the first request reaches the upstream, every later one is
 //!   rejected (503, empty body, no `x-envoy-upstream-service-time`) without
-//!   reaching it; beside an upstream that succeeds, nothing is rejected;
+//!   reaching it; beside an upstream that succeeds, nothing is rejected; with
+//!   `rps_threshold`, nothing until the window's average rate reaches it;
 //!
 //! - `admission_control` before an h2c gRPC upstream whose responses fail in
 //!   their trailers (`grpc-status: 14`): the status is read from the trailers,
@@ -120,6 +121,8 @@ const VHOSTS: &str = r#"- name: all
     route: { cluster: cred }
   - match: { prefix: "/fail" }
     route: { cluster: ac_fail }
+  - match: { prefix: "/rps" }
+    route: { cluster: ac_rps }
   - match: { prefix: "/ok" }
     route: { cluster: ac_ok }
   - match: { prefix: "/pkg." }
@@ -228,6 +231,15 @@ fn yaml(echo: u16, failing: u16, grpc: u16) -> String {
             echo,
             &with_filters(&[certain.clone(), credential("token", "", "")]),
         ),
+        // Nothing rejected until the window's average rate (its requests over
+        // the 2 s window) reaches 1 a second: the third request.
+        loopback_cluster(
+            "ac_rps",
+            failing,
+            &with_filters(&[admission(
+                "    aggression: { default_value: 1000000000 }\n    max_rejection_probability: { default_value: { value: 100 } }\n    rps_threshold: { default_value: 1 }\n    sampling_window: 2s\n",
+            )]),
+        ),
         loopback_cluster(
             "ac_grpc",
             grpc,
@@ -274,6 +286,9 @@ const CASES: &[(&str, &[(&str, &str)])] = &[
     ("/fail/3", &[]),
     ("/ok/3", &[]),
     ("/fail/4", &[]),
+    ("/rps/1", &[]),
+    ("/rps/2", &[]),
+    ("/rps/3", &[]),
 ];
 
 /// Requests to the listener with the filter downstream.
@@ -420,7 +435,14 @@ fn upstream_http_filters_as_envoy() {
         );
     }
     assert!(c[12].starts_with("l/ok/3 [] -> 200 "), "{}", c[12]);
-    assert_eq!(c_seen, 1);
+    assert!(c[15].contains("upstream-time=true"), "{}", c[15]);
+    assert!(
+        c[16].ends_with("-> 503 content-type=None upstream-time=false \"\""),
+        "{}",
+        c[16]
+    );
+    // The failing upstream saw /fail/1, /rps/1 and /rps/2.
+    assert_eq!(c_seen, 3);
     assert!(
         c.iter()
             .any(|l| l == "log: /fail/2 503 - denied_by_admission_control")
@@ -444,6 +466,8 @@ fn upstream_http_filters_as_envoy() {
         "cluster.ac_fail.admission_control.rq_failure: 1",
         "cluster.ac_fail.admission_control.rq_rejected: 3",
         "cluster.ac_fail.admission_control.rq_success: 0",
+        "cluster.ac_rps.admission_control.rq_failure: 2",
+        "cluster.ac_rps.admission_control.rq_rejected: 1",
         "cluster.ac_ok.admission_control.rq_success: 3",
         "cluster.cred.credential_injector.already_exists: 1",
         "cluster.cred.credential_injector.injected: 1",

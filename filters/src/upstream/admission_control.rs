@@ -74,16 +74,22 @@ impl Window {
         (self.requests, self.successes)
     }
 
-    /// The average rate over the window: its requests over the age of its
-    /// oldest sample in whole seconds (at least one).
-    pub(crate) fn average_rps(&self, now: Instant) -> u32 {
+    /// The average rate over the window: its requests over the window or,
+    /// when longer, the age of its oldest sample, in whole seconds (Envoy's;
+    /// at least one, where Envoy would divide by zero for a window under a
+    /// second).
+    pub(crate) fn average_rps(&self, now: Instant, window: Duration) -> u32 {
         let Some(&(at, _, _)) = self.samples.front() else {
             return 0;
         };
         if self.requests == 0 {
             return 0;
         }
-        let secs = now.saturating_duration_since(at).as_secs().max(1);
+        let secs = now
+            .saturating_duration_since(at)
+            .as_secs()
+            .max(window.as_secs())
+            .max(1);
         u32::try_from(u64::from(self.requests) / secs).unwrap_or(u32::MAX)
     }
 }
@@ -166,8 +172,12 @@ impl AdmissionFilter {
     pub fn reject(&self) -> bool {
         let c = &*self.config;
         let now = Instant::now();
-        let (rps, (total, successes)) =
-            self.with_window(|w| (w.average_rps(now), w.counts(now, c.sampling_window)));
+        let (rps, (total, successes)) = self.with_window(|w| {
+            (
+                w.average_rps(now, c.sampling_window),
+                w.counts(now, c.sampling_window),
+            )
+        });
         if rps < c.rps_threshold {
             return false;
         }
@@ -271,7 +281,7 @@ mod tests {
         assert_eq!(w.samples.len(), 1);
         w.record(false, t0 + Duration::from_secs(10), w30);
         assert_eq!(w.counts(t0 + Duration::from_secs(10), w30), (3, 1));
-        assert_eq!(w.average_rps(t0 + Duration::from_secs(10)), 0);
+        assert_eq!(w.average_rps(t0 + Duration::from_secs(10), w30), 0);
         // The first sample ages out at 30 s.
         assert_eq!(w.counts(t0 + Duration::from_secs(30), w30), (1, 0));
         assert_eq!(w.counts(t0 + Duration::from_secs(40), w30), (0, 0));
@@ -279,9 +289,15 @@ mod tests {
         for i in 0..20 {
             w.record(true, t0 + Duration::from_millis(100 * i), w30);
         }
-        // 20 requests over (at least) one second.
-        assert_eq!(w.average_rps(t0 + Duration::from_secs(1)), 20);
-        assert_eq!(w.average_rps(t0 + Duration::from_secs(4)), 5);
+        // 60 requests over the window (not the 1 s since the oldest sample).
+        for i in 20..60 {
+            w.record(true, t0 + Duration::from_millis(10 * i), w30);
+        }
+        assert_eq!(w.average_rps(t0 + Duration::from_secs(1), w30), 2);
+        // Over a 2 s window: the oldest sample's age when it is longer.
+        let w2 = Duration::from_secs(2);
+        assert_eq!(w.average_rps(t0 + Duration::from_secs(1), w2), 30);
+        assert_eq!(w.average_rps(t0 + Duration::from_secs(3), w2), 20);
     }
 
     #[tokio::test(start_paused = true)]
@@ -297,7 +313,7 @@ mod tests {
         // Once the failure leaves the window, requests pass again.
         tokio::time::advance(Duration::from_secs(30)).await;
         assert!(!f.reject());
-        // rps_threshold: one request a second is below 2.
+        // rps_threshold: one request over the 30 s window is below 2 a second.
         let mut c = config(0.95, 1e9, 1.0);
         c.rps_threshold = 2;
         let f = AdmissionFilter::new(Arc::new(c));
