@@ -181,3 +181,12 @@ pub fn http_filter_type_by_name(name: &str) -> Option<&'static str> {
         _ => return None,
     })
 }
+/// The upstream codec filter that ends a cluster's upstream HTTP filters.
+pub const UPSTREAM_CODEC: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec";
+/// The credential injector HTTP filter.
+pub const CREDENTIAL_INJECTOR: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.credential_injector.v3.CredentialInjector";
+/// The admission control HTTP filter.
+pub const ADMISSION_CONTROL: &str =
+    "type.googleapis.com/envoy.extensions.filters.http.admission_control.v3.AdmissionControl";

@@ -82,6 +82,11 @@ pub enum FilterStats {
         /// The counters, per worker.
         stats: Arc<PerWorker<CsrfStats>>,
     },
+    /// credential_injector: `http.<hcm prefix>.credential_injector.<name>`.
+    CredentialInjector {
+        /// The counters.
+        stats: Arc<crate::credential_injector::CredentialStats>,
+    },
     /// basic_auth: `http.<hcm prefix>.basic_auth.<name>`.
     BasicAuth {
         /// The counters, per worker.
@@ -207,6 +212,16 @@ pub fn build_chain_full(
                 let filter = CsrfFilter::new(Arc::new((**c).clone()));
                 stats.push(FilterStats::Csrf {
                     stats: Arc::clone(filter.stats()),
+                });
+                Box::new(filter)
+            }
+            HttpFilterConfig::CredentialInjector(c) => {
+                // The config checked the header name and value.
+                let Some(filter) = crate::credential_injector::CredentialFilter::new(c) else {
+                    return Err(format!("credential_injector {}: invalid header", f.name));
+                };
+                stats.push(FilterStats::CredentialInjector {
+                    stats: Arc::clone(&filter.stats),
                 });
                 Box::new(filter)
             }

@@ -10,6 +10,7 @@ pub mod build;
 pub mod cel_attributes;
 pub mod chain;
 pub mod compressor;
+pub mod credential_injector;
 pub mod csrf;
 pub mod custom_response;
 pub mod dynamic_forward_proxy;
@@ -30,6 +31,7 @@ pub mod request;
 pub(crate) mod test_support;
 #[cfg(test)]
 mod timing_tests;
+pub mod upstream;
 
 pub use build::{build_chain, build_chain_full, build_chain_with};
 pub use chain::{

@@ -18,6 +18,7 @@ mod proxy_socket;
 mod slow_start;
 mod socket_match;
 mod table;
+pub mod upstream_filters;
 mod values;
 mod zone_aware;
 

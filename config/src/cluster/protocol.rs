@@ -40,6 +40,8 @@ pub struct UpstreamHttp {
     /// header names HTTP/1.1 connections read kept for the client (the
     /// request's are written as the connection manager read them).
     pub header_case: HeaderCase,
+    /// `http_filters` but the terminal codec filter: run per upstream attempt.
+    pub http_filters: Vec<super::upstream_filters::UpstreamFilter>,
 }
 
 /// `UpstreamHttpProtocolOptions`: a new TLS connection's SNI and the SAN its
@@ -99,6 +101,7 @@ impl Default for UpstreamHttp {
             auto_sni: AutoSni::default(),
             enable_trailers: false,
             header_case: HeaderCase::Lower,
+            http_filters: Vec::new(),
         }
     }
 }
@@ -332,6 +335,11 @@ fn typed_options(
         ),
         enable_trailers,
         header_case,
+        http_filters: super::upstream_filters::translate(
+            &o.http_filters,
+            &path.field("http_filters"),
+            ctx,
+        ),
     }
 }
 
@@ -408,6 +416,7 @@ fn legacy(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> UpstreamHttp {
         ),
         enable_trailers,
         header_case,
+        http_filters: Vec::new(),
     }
 }
 

@@ -378,6 +378,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "use_downstream_protocol_config",
             "auto_config",
             "hash_policy",
+            "http_filters",
         ],
     ),
     (

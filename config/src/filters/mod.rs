@@ -1,10 +1,12 @@
 //! HTTP filter configs (jwt_authn, ext_authz, rbac, compressor, router) and their per-route
 //! configs.
 
+pub mod admission_control;
 pub mod api_key_auth;
 pub mod basic_auth;
 pub mod buffer;
 pub mod compressor;
+pub mod credential_injector;
 pub mod csrf;
 pub mod custom_response;
 pub mod dynamic_forward_proxy;
@@ -453,6 +455,38 @@ pub(crate) const SUPPORT: &[Support] = &[
         ALL,
     ),
     ("envoy.extensions.compression.zstd.compressor.v3.Zstd", ALL),
+    // Upstream HTTP filters (a cluster's `http_filters`).
+    (
+        "envoy.extensions.filters.http.upstream_codec.v3.UpstreamCodec",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.credential_injector.v3.CredentialInjector",
+        ALL,
+    ),
+    (
+        "envoy.extensions.http.injected_credentials.generic.v3.Generic",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria.HttpCriteria",
+        ALL,
+    ),
+    (
+        "envoy.extensions.filters.http.admission_control.v3.AdmissionControl.SuccessCriteria.GrpcCriteria",
+        ALL,
+    ),
+    // No runtime layer for these: a `runtime_key` is refused.
+    ("envoy.config.core.v3.RuntimePercent", &["default_value"]),
+    ("envoy.config.core.v3.RuntimeUInt32", &["default_value"]),
 ];
 
 /// A validated HTTP filter.
@@ -511,6 +545,8 @@ pub enum HttpFilterConfig {
     GrpcStats(Box<grpc::GrpcStats>),
     /// Dynamic forward proxy: the host resolved before the router goes on.
     DynamicForwardProxy(Box<dynamic_forward_proxy::DynamicForwardProxy>),
+    /// A credential set as a request header (also a cluster's upstream filter).
+    CredentialInjector(Arc<credential_injector::CredentialInjector>),
 }
 
 /// A validated per-route filter config (`typed_per_filter_config` entry).
@@ -639,6 +675,12 @@ pub fn http_filter(f: &hcm::HttpFilter, path: &Path<'_>, ctx: &mut Ctx) -> Optio
     } else if url == extensions::DFP_FILTER {
         let m = core::unpack::<dfp_pb::FilterConfig>(any, &tp, ctx)?;
         HttpFilterConfig::DynamicForwardProxy(Box::new(dynamic_forward_proxy::translate(
+            &m, &tp, ctx,
+        )?))
+    } else if url == extensions::CREDENTIAL_INJECTOR {
+        use envoy_types::pb::envoy::extensions::filters::http::credential_injector::v3 as ci_pb;
+        let m = core::unpack::<ci_pb::CredentialInjector>(any, &tp, ctx)?;
+        HttpFilterConfig::CredentialInjector(Arc::new(credential_injector::translate(
             &m, &tp, ctx,
         )?))
     } else if url == extensions::RATELIMIT {

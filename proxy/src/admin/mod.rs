@@ -356,6 +356,7 @@ pub(crate) fn samples(shared: &Shared) -> Vec<stats::Sample> {
     vhost_samples(shared, &mut samples);
     crate::upstream::circuit::samples(&shared.clusters, &mut samples);
     crate::upstream::outlier::samples(&shared.clusters, &mut samples);
+    crate::upstream::filter_samples(&shared.clusters, &mut samples);
     crate::upstream::socket::samples(&shared.clusters, &mut samples);
     crate::upstream::zone::samples(&shared.clusters, &mut samples);
     shared.clusters.dynamic_samples(&mut samples);

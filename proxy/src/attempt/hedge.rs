@@ -40,6 +40,8 @@ struct Flight<'a> {
     hedged: bool,
     /// When the cluster's `max_stream_duration` ends it.
     max_at: Option<Instant>,
+    /// What its response must tell the cluster's upstream HTTP filters.
+    filtered: Option<courier_filters::upstream::Attempt>,
 }
 
 /// A retry waiting for its back-off.
@@ -120,7 +122,15 @@ pub(super) async fn run(
                         UpstreamBody::new(RequestBody::full(bytes::Bytes::new()), None)
                     });
                     attempt += 1;
-                    let req = one::request(&parts, b, count_upstream.then_some(attempt));
+                    let mut req = one::request(&parts, b, count_upstream.then_some(attempt));
+                    let filtered = match one::decode_filters(cluster, &mut req) {
+                        Ok(a) => a,
+                        Err(reply) => {
+                            drop(slot);
+                            fallback = Some(Final::Local(reply));
+                            continue;
+                        }
+                    };
                     tried.push(h.address);
                     let host = Arc::clone(&h);
                     last_host = Arc::clone(&h);
@@ -133,6 +143,7 @@ pub(super) async fn run(
                         soft: per_try.map(|p| now + p),
                         hedged: false,
                         max_at: max_stream.map(|d| now + d),
+                        filtered,
                     });
                 }
             }
@@ -261,7 +272,8 @@ pub(super) async fn run(
                 // A per-try timeout already counted as its outlier event.
                 let outlier = f.soft.is_some();
                 match one::record(cluster, stats, &f.host, *result, &mut body, outlier) {
-                    Ended::Response(resp, mut lease) => {
+                    Ended::Response(mut resp, mut lease) => {
+                        one::encode_filters(cluster, f.filtered, &mut resp);
                         let retriable = retry.as_ref().is_some_and(|r| {
                             r.retriable(Outcome::Response(resp.status().as_u16(), resp.headers()))
                         });

@@ -81,6 +81,10 @@ pub enum Final {
     NoHost,
     /// `max_connection_pools` refused a new pool for the host.
     PoolOverflow,
+    /// A cluster's upstream HTTP filter answered in place of the upstream
+    /// (admission control's rejection, a credential that could not be
+    /// injected).
+    Local(Box<courier_filters::LocalReply>),
 }
 
 /// The end of the attempts.
@@ -267,12 +271,16 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
         };
         let count = count_upstream.then_some(attempt);
         // Without a retry policy the head goes once: moved, not copied.
-        let req = match (&retry, parts.as_ref()) {
+        let mut req = match (&retry, parts.as_ref()) {
             (Some(_), Some(template)) => one::request(template, b, count),
             _ => match parts.take() {
                 Some(p) => one::request_once(p, b, count),
                 None => return done(Final::Failed(SendError::Termination), host, false),
             },
+        };
+        let filtered = match one::decode_filters(cluster, &mut req) {
+            Ok(a) => a,
+            Err(reply) => return done(Final::Local(reply), host, false),
         };
         // Pinned in place and awaited once (through `timed`), so the attempt's
         // future sits only in this suspend point's part of `run`'s future: one
@@ -331,7 +339,8 @@ pub async fn run(a: Attempts<'_>, parts: Parts, body: UpstreamBody, host: Arc<Ho
                     Ended::Overflow => return done(Final::Overflow, host, false),
                     Ended::PoolOverflow => return done(Final::PoolOverflow, host, false),
                     Ended::Failed(e, replayable) => (Final::Failed(e), replayable),
-                    Ended::Response(resp, mut lease) => {
+                    Ended::Response(mut resp, mut lease) => {
+                        one::encode_filters(cluster, filtered, &mut resp);
                         lease.hold(slot);
                         let whole = matches!(body, HeldBody::Whole(..));
                         (Final::Response(resp, lease), whole)

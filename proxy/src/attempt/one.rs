@@ -14,6 +14,8 @@ use crate::upstream::host::Host;
 use crate::upstream::pool::{Failed, Lease, SendError};
 use crate::upstream::proxy_header::Downstream;
 use crate::upstream::{UpstreamCluster, outlier};
+use courier_filters::LocalReply;
+use courier_filters::upstream::Attempt;
 use http::header::HeaderValue;
 use http::request::Parts;
 use http::{Request, Response};
@@ -79,6 +81,37 @@ fn with_attempt(mut r: Request<UpstreamBody>, attempt: Option<u32>) -> Request<U
         r.headers_mut().insert(ATTEMPT_COUNT, HeaderValue::from(n));
     }
     r
+}
+
+/// Runs the cluster's upstream HTTP filters on an attempt's request head
+/// (Envoy's upstream filter chain, before the request goes to the pool):
+/// `Err` is a filter's local reply, the attempt's answer in place of the
+/// upstream's.
+pub(super) fn decode_filters(
+    cluster: &UpstreamCluster,
+    req: &mut Request<UpstreamBody>,
+) -> Result<Option<Attempt>, Box<LocalReply>> {
+    match cluster.filters.as_deref() {
+        Some(f) => f.decode(req.headers_mut()).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Tells the cluster's upstream HTTP filters an attempt's response head; a
+/// gRPC status they must read from the trailers leaves its recorder in the
+/// response's extensions, for the router to put on the body.
+pub(super) fn encode_filters(
+    cluster: &UpstreamCluster,
+    attempt: Option<Attempt>,
+    resp: &mut Response<Incoming>,
+) {
+    if let (Some(f), Some(a)) = (cluster.filters.as_deref(), attempt) {
+        use http_body::Body as _;
+        let end_stream = resp.body().is_end_stream();
+        if let Some(t) = f.encode(a, resp.status().as_u16(), resp.headers(), end_stream) {
+            resp.extensions_mut().insert(t);
+        }
+    }
 }
 
 /// An attempt's result once counted.

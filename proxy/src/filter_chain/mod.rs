@@ -401,6 +401,12 @@ impl HttpFilters {
                         }
                     }
                 }
+                FilterStats::CredentialInjector { stats } => {
+                    let p = format!("http.{hcm}.credential_injector.");
+                    add(format!("{p}injected"), &[&stats.injected]);
+                    add(format!("{p}failed"), &[&stats.failed]);
+                    add(format!("{p}already_exists"), &[&stats.already_exists]);
+                }
                 FilterStats::BasicAuth { stats } => {
                     let p = format!("http.{hcm}.basic_auth.");
                     add(format!("{p}allowed"), &stats.each(|s| &s.allowed));

@@ -87,7 +87,7 @@ fn grpc_status(status: StatusCode) -> u16 {
 }
 
 /// Envoy's `isGrpcRequest`: `application/grpc`, optionally followed by `+...` or `;...`.
-fn is_grpc(content_type: &[u8]) -> bool {
+pub(crate) fn is_grpc(content_type: &[u8]) -> bool {
     let prefix = b"application/grpc";
     content_type.len() >= prefix.len()
         && content_type[..prefix.len()].eq_ignore_ascii_case(prefix)

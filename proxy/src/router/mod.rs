@@ -7,6 +7,7 @@
 
 pub mod body;
 pub mod facts;
+mod filtered;
 pub mod forwarded;
 pub mod hash;
 pub mod headers;
@@ -346,30 +347,20 @@ pub async fn forward(
         *r.headers_mut() = parts.headers.clone();
         r
     });
+    let reply_to = filtered::reply_to(&cluster, &parts);
     let started = Instant::now();
     let done = if upgrade.is_some() {
         let request = Request::from_parts(parts, body);
-        let max_at = cluster
-            .config
-            .http
-            .common
-            .max_stream_duration
-            .map(|d| Instant::now() + d);
-        let stream_end = max_at.map(|at| (at, std::sync::Arc::clone(shared_stats)));
         // Boxed: upgrades are rare; their state stays out of every request's future.
-        let mut sent = Box::pin(upgrade::send(&cluster, &host, request, stats, stream_end));
-        let route_at = action.timeout.map(|t| Instant::now() + t);
-        let last = match route_at.into_iter().chain(max_at).min() {
-            Some(at) => match tokio::time::timeout_at(at, sent.as_mut()).await {
-                Ok(r) => Ok(r),
-                Err(_) if route_at.is_none_or(|r| max_at.is_some_and(|m| m < r)) => {
-                    stats.rq_max_duration_reached.inc();
-                    Err(attempt::Final::MaxStreamDuration)
-                }
-                Err(_) => Err(attempt::Final::Timeout),
-            },
-            None => Ok(sent.await),
-        };
+        let last = Box::pin(filtered::upgrade(
+            &cluster,
+            &host,
+            request,
+            stats,
+            shared_stats,
+            action.timeout,
+        ))
+        .await;
         let last = match last {
             Ok(Ok(resp)) => attempt::Final::Upgraded(resp),
             Ok(Err(e)) => attempt::Final::Failed(e),
@@ -441,6 +432,8 @@ pub async fn forward(
             None
         }
         attempt::Final::Failed(e) => Some(e.status()),
+        // Not the upstream's answer.
+        attempt::Final::Local(_) => None,
         _ => Some(503),
     };
     if let Some(status) = settled {
@@ -509,6 +502,12 @@ pub async fn forward(
             "UH",
             None,
         ),
+        // A cluster's upstream filter answered: its reply goes downstream as
+        // the attempt's response (Envoy's upstream `sendLocalReply`), with no
+        // response flag and no upstream service time.
+        attempt::Final::Local(r) => {
+            filtered::response(&out, &r, reply_to, seen.as_ref(), host_text, logging)
+        }
         // A filter's request body encoder failed and answers with its own reply
         // (gRPC-Web's 400 for a body that is not base64), as Envoy's `sendLocalReply`
         // from `decodeData`: no response flag.
@@ -575,10 +574,14 @@ pub async fn forward(
                 host_text,
             )
         }
-        attempt::Final::Response(resp, lease) => {
+        attempt::Final::Response(mut resp, lease) => {
             let stream_end = done
                 .stream_deadline
                 .map(|at| body::StreamEnd::new(at, std::sync::Arc::clone(shared_stats)));
+            // An upstream filter reads this gRPC response's status from its trailers.
+            let trailers = resp
+                .extensions_mut()
+                .remove::<courier_filters::upstream::GrpcTrailers>();
             let mut r = proxied(
                 resp,
                 Some(lease),
@@ -591,6 +594,11 @@ pub async fn forward(
             );
             if urx {
                 r.extensions_mut().insert(ResponseFlag("URX"));
+            }
+            if let Some(t) = trailers {
+                let mut encoders = courier_filters::BodyEncoders::default();
+                encoders.push(Box::new(t));
+                r = r.map(|b| b.encode(encoders));
             }
             // A generated hash cookie goes on the upstream's response.
             for c in request_hash.iter().flat_map(|h| &h.set_cookies) {

@@ -82,6 +82,8 @@ pub struct UpstreamCluster {
     retired: AtomicBool,
     /// A dynamic forward proxy cluster's hosts (its host set stays empty).
     pub dynamic: Option<Box<dfp::DynamicHosts>>,
+    /// Its upstream HTTP filters (`http_filters`), when it has any.
+    pub filters: Option<Box<courier_filters::upstream::UpstreamFilters>>,
 }
 
 impl UpstreamCluster {
@@ -502,6 +504,11 @@ fn build(
         ))),
         _ => None,
     };
+    let filters = Some(courier_filters::upstream::UpstreamFilters::new(
+        &config.http.http_filters,
+    ))
+    .filter(|f| !f.is_empty())
+    .map(Box::new);
     Ok(UpstreamCluster {
         index,
         lb_slot: index,
@@ -519,7 +526,19 @@ fn build(
         zone_stats: Arc::default(),
         retired: AtomicBool::new(false),
         dynamic,
+        filters,
     })
+}
+
+/// Every cluster's upstream HTTP filter counters
+/// (`cluster.<name>.credential_injector.*`, `cluster.<name>.admission_control.*`).
+pub fn filter_samples(clusters: &ClusterManager, out: &mut Vec<(String, u64)>) {
+    for c in clusters.clusters() {
+        if let Some(f) = &c.filters {
+            let name = c.config.stat_name();
+            f.samples(&mut |stat, v| out.push((format!("cluster.{name}.{stat}"), v)));
+        }
+    }
 }
 
 fn initial_hosts(c: &Cluster, sockets: &socket::HostSockets<'_>) -> HostSet {

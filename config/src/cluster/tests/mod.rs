@@ -9,6 +9,7 @@ mod policies;
 mod slow_start;
 mod socket_match;
 mod upstream;
+mod upstream_filters;
 
 /// Loads a bootstrap whose `static_resources.clusters` is `clusters` (a YAML list).
 pub(super) fn load(clusters: &str) -> Result<crate::Bootstrap, crate::ConfigError> {
