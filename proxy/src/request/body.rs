@@ -244,6 +244,8 @@ pub struct UpstreamBody {
     progress: Option<(Arc<RequestProgress>, Instant)>,
     /// Whether trailers go on to the upstream (see [`UpstreamBody::keep_trailers`]).
     keep_trailers: bool,
+    /// Body bytes sent, for a cluster's `upstream_rq_body_size`.
+    sent: Option<Arc<AtomicU64>>,
 }
 
 impl UpstreamBody {
@@ -253,6 +255,7 @@ impl UpstreamBody {
             inner,
             progress,
             keep_trailers: true,
+            sent: None,
         }
     }
 
@@ -261,6 +264,11 @@ impl UpstreamBody {
     /// trailers end the body instead, as in Envoy's HTTP/1 codec.
     pub fn keep_trailers(&mut self, keep: bool) {
         self.keep_trailers = keep;
+    }
+
+    /// Adds the body bytes sent from now on to `sent`.
+    pub fn count_sent(&mut self, sent: Arc<AtomicU64>) {
+        self.sent = Some(sent);
     }
 }
 
@@ -287,6 +295,12 @@ impl Body for UpstreamBody {
         let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
         if !this.keep_trailers {
             polled = end_at_trailers(polled);
+        }
+        if let Some(sent) = &this.sent
+            && let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            sent.fetch_add(data.len() as u64, Ordering::Relaxed);
         }
         if let Some((p, started)) = &this.progress {
             if let Poll::Ready(Some(Ok(frame))) = &polled

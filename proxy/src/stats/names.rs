@@ -85,6 +85,12 @@ impl StatNames {
         out
     }
 
+    /// The bucket bounds of the histogram named `name`
+    /// (`stats_config.histogram_bucket_settings`).
+    pub fn buckets(&self, name: &str) -> &[f64] {
+        self.config.buckets.for_stat(name)
+    }
+
     /// Drops the samples the stats matcher rejects.
     pub fn keep_existing(&self, samples: &mut Vec<Sample>) {
         let resolved = self.resolve(samples);

@@ -326,6 +326,8 @@ pub struct Lease {
     _active: ActiveRequest,
     /// The circuit-breaker request slot, held until the response ends.
     _held: Option<super::circuit::Held>,
+    /// The histograms the response records when it ends.
+    completion: Option<crate::stats::upstream_rq::Completion>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -340,8 +342,19 @@ impl Lease {
         self._held = Some(held);
     }
 
-    /// The response is complete: an HTTP/1.1 connection goes back to the pool.
+    /// `n` bytes of the response body arrived.
+    pub fn received(&mut self, n: usize) {
+        if let Some(c) = &mut self.completion {
+            c.received(n);
+        }
+    }
+
+    /// The response is complete: its histograms are recorded, and an
+    /// HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
+        if let Some(c) = self.completion.take() {
+            c.finish();
+        }
         if let Some((s, used, max, deadline)) = self.sender.take()
             && !s.is_closed()
             // At `max_requests_per_connection`, or past its
@@ -409,12 +422,23 @@ pub async fn send_attempt_at(
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
     let downstream = downstream_of(cluster, host, &req);
+    let (completion, sent) = crate::stats::upstream_rq::Completion::start(
+        &stats.hist,
+        &req,
+        cluster.config.request_response_sizes,
+    );
+    if let Some(sent) = sent {
+        req.body_mut().count_sent(sent);
+    }
     if let Some(name) = auto::request_name(cluster, host, &req) {
         // Boxed: rare, and its state would otherwise sit in every request's future.
-        return Box::pin(auto::send_named(
-            cluster, host, req, stats, high, active, name,
-        ))
-        .await;
+        return completed(
+            Box::pin(auto::send_named(
+                cluster, host, req, stats, high, active, name,
+            ))
+            .await,
+            completion,
+        );
     }
     let key = (
         cluster.index,
@@ -424,7 +448,7 @@ pub async fn send_attempt_at(
         host.socket,
         Downstream::pool_id(downstream.as_ref()),
     );
-    match cluster.config.http.protocol {
+    let result = match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // Boxed: ALPN picks the protocol of each new connection.
         UpstreamProtocol::Auto => {
@@ -439,7 +463,21 @@ pub async fn send_attempt_at(
             chunk_unknown_length(&mut req);
             send_h1(cluster, host, key, req, stats, active).await
         }
-    }
+    };
+    completed(result, completion)
+}
+
+/// A sent request's result, its response carrying `completion` to its end.
+#[allow(clippy::result_large_err)]
+fn completed(
+    r: Result<(Response<Incoming>, Lease), Failed>,
+    mut completion: crate::stats::upstream_rq::Completion,
+) -> Result<(Response<Incoming>, Lease), Failed> {
+    r.map(|(resp, mut lease)| {
+        completion.response(&resp);
+        lease.completion = Some(completion);
+        (resp, lease)
+    })
 }
 
 /// The downstream connection a request's PROXY header names, when the host's
@@ -495,6 +533,7 @@ async fn send_h1(
         _stream: None,
         _active: active,
         _held: None,
+        completion: None,
     };
     // Set once the request waits for a connection (see `pending`).
     let mut pending: Option<Pending<'_>> = None;
@@ -746,6 +785,7 @@ async fn send_h2_on(
                 _stream: Some(guard),
                 _active: active,
                 _held: None,
+                completion: None,
             },
         )),
         Err(e) => Err((from_hyper(&e), None)),
@@ -805,6 +845,7 @@ pub(crate) async fn connect(
     downstream: Option<Downstream>,
 ) -> Result<UpstreamStream, SendError> {
     let addr = host.address;
+    let began = tokio::time::Instant::now();
     stats.cx_total.inc();
     host.stats.cx_total.fetch_add(1, Ordering::Relaxed);
     let open = async {
@@ -862,7 +903,13 @@ pub(crate) async fn connect(
         }
     };
     match tokio::time::timeout(cluster.config.connect_timeout, open).await {
-        Ok(Ok(s)) => Ok(s),
+        Ok(Ok(s)) => {
+            stats
+                .hist
+                .cx_connect_ms
+                .record(began.elapsed().as_millis() as u64);
+            Ok(s)
+        }
         Ok(Err(why)) => {
             stats.cx_connect_fail.inc();
             host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);
