@@ -38,18 +38,17 @@ pub struct ClusterHistograms {
 
 impl ClusterHistograms {
     /// The histograms every cluster has, by Envoy name.
-    fn timing(&self) -> [(&'static str, &Histogram); 2] {
-        [
-            ("upstream_cx_connect_ms", &self.cx_connect_ms),
-            ("upstream_rq_time", &self.rq_time),
-        ]
+    fn timing(&self) -> [(&'static str, &Histogram); 1] {
+        [("upstream_cx_connect_ms", &self.cx_connect_ms)]
     }
 
-    /// Those Envoy makes at their first value.
-    fn dynamic(&self) -> [(&'static str, &Histogram); 2] {
+    /// Those Envoy makes at their first value (the response timing stats
+    /// are named when a response is charged).
+    fn dynamic(&self) -> [(&'static str, &Histogram); 3] {
         [
             ("external.upstream_rq_time", &self.external_rq_time),
             ("internal.upstream_rq_time", &self.internal_rq_time),
+            ("upstream_rq_time", &self.rq_time),
         ]
     }
 
