@@ -9,8 +9,9 @@
 //! `upstream_{rq,rs}_headers_count`) are deterministic: their Prometheus
 //! bucket counts, sums and counts, and their `/stats` text and JSON
 //! quantiles, must be Envoy's exactly. The time histograms
-//! (`downstream_rq_time`, `upstream_rq_time`, `external.upstream_rq_time`,
-//! `upstream_cx_connect_ms`) must have Envoy's TYPE lines, names, labels,
+//! (`downstream_rq_time`, `downstream_cx_length_ms` of the connection
+//! manager and the listener, `upstream_rq_time`, `external.upstream_rq_time`,
+//! `upstream_cx_connect_ms`, `upstream_cx_length_ms`) must have Envoy's TYPE lines, names, labels,
 //! bucket bounds and counts. `?usedonly` must drop the same histograms. Envoy
 //! shows histograms at its stats flush: the bootstrap flushes every 100 ms
 //! and the test polls.
@@ -127,11 +128,14 @@ const SIZE_FAMILIES: [&str; 6] = [
     "envoy_cluster_upstream_rs_headers_count",
     "envoy_cluster_upstream_rs_headers_size",
 ];
-const TIME_FAMILIES: [&str; 4] = [
+const TIME_FAMILIES: [&str; 7] = [
     "envoy_cluster_external_upstream_rq_time",
     "envoy_cluster_upstream_cx_connect_ms",
+    "envoy_cluster_upstream_cx_length_ms",
     "envoy_cluster_upstream_rq_time",
+    "envoy_http_downstream_cx_length_ms",
     "envoy_http_downstream_rq_time",
+    "envoy_listener_downstream_cx_length_ms",
 ];
 
 /// The lines of `family` in a Prometheus text, in order.
@@ -176,7 +180,8 @@ struct Seen {
     used_only: Vec<String>,
 }
 
-const FILTER: &str = "filter=%5E(cluster%5C.(up%7Cplain%7Cidle)%5C.%7Chttp%5C.in%5C.)";
+const FILTER: &str =
+    "filter=%5E(cluster%5C.(up%7Cplain%7Cidle)%5C.%7Chttp%5C.in%5C.%7Clistener%5C.127)";
 
 fn run(kind: Kind, bin: &std::path::Path, up: SocketAddr) -> Seen {
     let p = Proxy::start(kind, bin, &yaml(up), &["in"]).unwrap();
@@ -212,6 +217,10 @@ fn run(kind: Kind, bin: &std::path::Path, up: SocketAddr) -> Seen {
             .contains("envoy_cluster_upstream_rs_body_size_count{envoy_cluster_name=\"up\"} 5")
             && prom.contains(
                 "envoy_http_downstream_rq_time_count{envoy_http_conn_manager_prefix=\"in\"} 6",
+            )
+            // Each request came on a connection of its own, closed after it.
+            && prom.contains(
+                "envoy_http_downstream_cx_length_ms_count{envoy_http_conn_manager_prefix=\"in\"} 6",
             )
             && text.contains("cluster.up.upstream_rs_body_size: P0(nan,");
         done.then_some((prom, text))
@@ -320,6 +329,9 @@ fn histograms_as_envoy() {
         "envoy_http_downstream_rq_time_bucket{envoy_http_conn_manager_prefix=\"in\",le=\"2.5\"}",
         "envoy_http_downstream_rq_time_count{envoy_http_conn_manager_prefix=\"in\"} 6",
         "envoy_cluster_upstream_cx_connect_ms_bucket{envoy_cluster_name=\"up\",le=\"3600000\"}",
+        "envoy_cluster_upstream_cx_length_ms_count{envoy_cluster_name=\"up\"} 0",
+        "envoy_http_downstream_cx_length_ms_count{envoy_http_conn_manager_prefix=\"in\"} 6",
+        "envoy_listener_downstream_cx_length_ms_count{envoy_listener_address=\"127.0.0.1_0\"} 6",
         "# TYPE envoy_cluster_upstream_rq_time histogram",
     ] {
         has(&courier.times, line);

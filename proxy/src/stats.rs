@@ -87,6 +87,8 @@ pub struct HcmStats {
     pub tracing: trace::TracingStats,
     /// `downstream_rq_time`: ms from a request's arrival to its response.
     pub rq_time: histogram::Histogram,
+    /// `downstream_cx_length_ms`: ms from a connection's accept to its end.
+    pub cx_length_ms: histogram::Histogram,
 }
 
 impl HcmStats {
@@ -261,6 +263,8 @@ pub struct ListenerStats {
     /// `downstream_cx_transport_socket_connect_timeout`: closed because the
     /// TLS handshake outlasted the chain's `transport_socket_connect_timeout`.
     pub cx_transport_socket_connect_timeout: Counter,
+    /// `downstream_cx_length_ms`: ms from a connection's accept to its close.
+    pub cx_length_ms: histogram::Histogram,
 }
 
 /// A listener's configured address as Envoy writes it in stat names

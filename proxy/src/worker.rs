@@ -304,12 +304,16 @@ struct AcceptCtx {
     worker: usize,
 }
 
-/// A connection counted in its listener's `downstream_cx_active` until dropped.
-struct ActiveCx(Arc<ListenerStats>);
+/// A connection counted in its listener's `downstream_cx_active` until
+/// dropped, when its `downstream_cx_length_ms` records how long it lived.
+struct ActiveCx(Arc<ListenerStats>, tokio::time::Instant);
 
 impl Drop for ActiveCx {
     fn drop(&mut self) {
         self.0.cx_active.dec();
+        self.0
+            .cx_length_ms
+            .record(self.1.elapsed().as_millis() as u64);
     }
 }
 
@@ -440,7 +444,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
         };
         listener_stats.cx_total.inc();
         listener_stats.cx_active.inc();
-        let active_cx = ActiveCx(Arc::clone(&listener_stats));
+        let active_cx = ActiveCx(Arc::clone(&listener_stats), tokio::time::Instant::now());
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
         let clusters = Arc::clone(&ctx.clusters);

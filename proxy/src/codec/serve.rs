@@ -400,6 +400,7 @@ where
         h1: Some(Box::pin(crate::codec::h1::serve(io, service, h1))),
         h2: None,
         stats,
+        started: tokio::time::Instant::now(),
     }
 }
 
@@ -410,6 +411,8 @@ struct Serving<F> {
     h1: Option<Pin<Box<F>>>,
     h2: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     stats: Arc<HcmStats>,
+    /// The connection's start, for `downstream_cx_length_ms`.
+    started: tokio::time::Instant,
 }
 
 impl<F, S, Svc, B> Future for Serving<F>
@@ -439,6 +442,9 @@ where
             this.h2 = None;
         }
         this.stats.cx_active.dec();
+        this.stats
+            .cx_length_ms
+            .record(this.started.elapsed().as_millis() as u64);
         std::task::Poll::Ready(())
     }
 }

@@ -1,7 +1,8 @@
 //! The histograms courier keeps, by Envoy name, and their listing: the
+//! listener's and the connection manager's `downstream_cx_length_ms`, the
 //! connection manager's `downstream_rq_time`, each cluster's
 //! `upstream_rq_time` (and `external.`/`internal.` by the request's
-//! `x-envoy-internal`), `upstream_cx_connect_ms` and, with
+//! `x-envoy-internal`), `upstream_cx_connect_ms`, `upstream_cx_length_ms` and, with
 //! `track_cluster_stats.request_response_sizes`, the request and response
 //! header and body sizes. Values are recorded by the workers (see
 //! [`super::histogram`]); admin merges them when stats are listed.
@@ -21,6 +22,8 @@ pub struct ClusterHistograms {
     pub internal_rq_time: Histogram,
     /// `upstream_cx_connect_ms`: ms to establish a connection (TLS included).
     pub cx_connect_ms: Histogram,
+    /// `upstream_cx_length_ms`: ms from a pooled connection's connect to its close.
+    pub cx_length_ms: Histogram,
     /// `upstream_rq_headers_size`: bytes of the request headers (names and
     /// values, pseudo-headers included).
     pub rq_headers_size: Histogram,
@@ -38,8 +41,11 @@ pub struct ClusterHistograms {
 
 impl ClusterHistograms {
     /// The histograms every cluster has, by Envoy name.
-    fn timing(&self) -> [(&'static str, &Histogram); 1] {
-        [("upstream_cx_connect_ms", &self.cx_connect_ms)]
+    fn timing(&self) -> [(&'static str, &Histogram); 2] {
+        [
+            ("upstream_cx_connect_ms", &self.cx_connect_ms),
+            ("upstream_cx_length_ms", &self.cx_length_ms),
+        ]
     }
 
     /// Those Envoy makes at their first value (the response timing stats
@@ -80,9 +86,19 @@ pub fn collect(
 ) -> Vec<HistSample> {
     let mut out: std::collections::BTreeMap<String, Snapshot> = Default::default();
     for w in workers {
+        for (addr, s) in w.listener_cx.load().iter() {
+            s.cx_length_ms.add_to(
+                out.entry(format!("listener.{addr}.downstream_cx_length_ms"))
+                    .or_default(),
+            );
+        }
         for (prefix, s) in w.listeners.load().iter() {
             s.rq_time.add_to(
                 out.entry(format!("http.{prefix}.downstream_rq_time"))
+                    .or_default(),
+            );
+            s.cx_length_ms.add_to(
+                out.entry(format!("http.{prefix}.downstream_cx_length_ms"))
                     .or_default(),
             );
         }

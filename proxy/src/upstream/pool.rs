@@ -70,8 +70,13 @@ struct HostPool {
 const HOST_GONE_SWEEPS: u8 = 3;
 
 /// One connection of a [`HostPool`], open or opening; the pool goes away with
-/// its last one.
-pub(super) struct PoolConn(Key);
+/// its last one. Its cluster's `upstream_cx_length_ms` records its life, from
+/// the connect on, when it goes.
+pub(super) struct PoolConn(
+    Key,
+    Arc<crate::stats::histograms::ClusterHistograms>,
+    tokio::time::Instant,
+);
 
 impl PoolConn {
     /// Registers a connection about to be opened for `key`, creating the pool if
@@ -79,9 +84,10 @@ impl PoolConn {
     fn open(cluster: &UpstreamCluster, key: Key, stats: &ClusterStats) -> Option<PoolConn> {
         POOLS.with(|p| {
             let mut p = p.borrow_mut();
+            let conn = PoolConn(key, Arc::clone(&stats.hist), tokio::time::Instant::now());
             if let Some(pool) = p.get_mut(&key) {
                 pool.conns += 1;
-                return Some(PoolConn(key));
+                return Some(conn);
             }
             let Some(slot) = cluster.circuit.try_pool(key.2) else {
                 stats.cx_pool_overflow.inc();
@@ -98,13 +104,16 @@ impl PoolConn {
                     slot,
                 },
             );
-            Some(PoolConn(key))
+            Some(conn)
         })
     }
 }
 
 impl Drop for PoolConn {
     fn drop(&mut self) {
+        self.1
+            .cx_length_ms
+            .record(self.2.elapsed().as_millis() as u64);
         // try_with: a connection task may end while the worker's thread-locals
         // are being torn down.
         let _ = POOLS.try_with(|p| {
