@@ -85,7 +85,8 @@ pub struct HcmStats {
     pub edge: EdgeStats,
     /// Tracing decisions (`tracing.*`).
     pub tracing: trace::TracingStats,
-    /// `downstream_rq_time`: ms from a request's arrival to its response.
+    /// `downstream_rq_time`: ms from a request's arrival to its response's
+    /// end (recorded by the response body's tracker).
     pub rq_time: histogram::Histogram,
     /// `downstream_cx_length_ms`: ms from a connection's accept to its end.
     pub cx_length_ms: histogram::Histogram,

@@ -331,6 +331,9 @@ struct Guards {
 /// A connection's task: accepting (boxed), then serving in its place, so the
 /// task's cell is the size of the serving future (a few pointers), not of
 /// the accept state.
+// Serving is the task's whole life and Accepting only its start: boxing the
+// serving state would allocate once more per connection for nothing.
+#[allow(clippy::large_enum_variant)]
 enum ConnTask<A, T> {
     Accepting(Pin<Box<A>>),
     Serving { serving: T, _guards: Guards },

@@ -356,7 +356,8 @@ where
                     .map_or(max_stream, |p| p.max_stream_duration(max_stream));
                 let deadline = max_stream.map(|t| (started + t, Arc::clone(&shared.stats)));
                 Ok(resp.map(|b| {
-                    let body = Tracked::new(b, stream, stream_idle, progress, deadline);
+                    let timed = (started, Arc::clone(&shared.stats));
+                    let body = Tracked::new(b, stream, stream_idle, progress, deadline, timed);
                     if h1 && !h1_trailers {
                         body.without_trailers()
                     } else {

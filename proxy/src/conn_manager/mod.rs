@@ -83,7 +83,6 @@ pub async fn handle(
     server: Option<&crate::request::headers::ServerHeader>,
 ) -> (Response<LoggedBody<ResponseBody>>, Option<Arc<Progress>>) {
     stats.rq_total.inc();
-    let started = tokio::time::Instant::now();
     let hcm = crate::request::conn::chain_at(&info.listener, info.filter_chain_index)
         .and_then(|fc| fc.hcm());
     let logging = hcm.is_some_and(|h| !h.access_log.is_empty());
@@ -205,9 +204,6 @@ pub async fn handle(
         s.apply(resp.headers_mut());
     }
     stats.response(resp.status().as_u16());
-    // Envoy records it when the response ends; courier when its head is
-    // ready (the same for responses that are not streamed).
-    stats.rq_time.record(started.elapsed().as_millis() as u64);
     crate::request::reason::envoy_phrase(&mut resp);
     let Some(pending) = guard.0.take() else {
         return (resp.map(LoggedBody::plain), streaming);
