@@ -244,8 +244,9 @@ pub struct UpstreamBody {
     progress: Option<(Arc<RequestProgress>, Instant)>,
     /// Whether trailers go on to the upstream (see [`UpstreamBody::keep_trailers`]).
     keep_trailers: bool,
-    /// Body bytes sent, for a cluster's `upstream_rq_body_size`.
-    sent: Option<Arc<AtomicU64>>,
+    /// What is sent and when it ends, for the cluster's `upstream_rq_time`
+    /// and `upstream_rq_body_size`.
+    sent: Option<Arc<crate::stats::upstream_rq::BodySent>>,
 }
 
 impl UpstreamBody {
@@ -266,8 +267,8 @@ impl UpstreamBody {
         self.keep_trailers = keep;
     }
 
-    /// Adds the body bytes sent from now on to `sent`.
-    pub fn count_sent(&mut self, sent: Arc<AtomicU64>) {
+    /// Reports the bytes sent from now on, and the end, to `sent`.
+    pub fn count_sent(&mut self, sent: Arc<crate::stats::upstream_rq::BodySent>) {
         self.sent = Some(sent);
     }
 }
@@ -296,11 +297,19 @@ impl Body for UpstreamBody {
         if !this.keep_trailers {
             polled = end_at_trailers(polled);
         }
-        if let Some(sent) = &this.sent
-            && let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            sent.fetch_add(data.len() as u64, Ordering::Relaxed);
+        if let Some(sent) = &this.sent {
+            match &polled {
+                Poll::Ready(None) => sent.ended(),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        sent.sent(data.len());
+                    }
+                    if this.inner.is_end_stream() {
+                        sent.ended();
+                    }
+                }
+                _ => {}
+            }
         }
         if let Some((p, started)) = &this.progress {
             if let Poll::Ready(Some(Ok(frame))) = &polled
