@@ -36,7 +36,7 @@ pub(super) fn gather(
         filter.is_none_or(|re| re.is_match(name)) && (!used_only || snap.count() > 0)
     });
     let as_samples: Vec<crate::stats::Sample> = hists.iter().map(|(n, _)| (n.clone(), 0)).collect();
-    let resolved = shared.stat_names.resolve(&as_samples);
+    let resolved = shared.stat_names.resolve_part(&as_samples);
     let mut rejected = resolved.iter().map(|r| r.rejected);
     hists.retain(|_| !rejected.next().unwrap_or(false));
     hists

@@ -123,7 +123,7 @@ pub fn render(samples: &[Sample], names: &StatNames) -> String {
 /// `_sum` (Envoy's approximation, as `%.32g`) and `_count`.
 pub fn render_histograms(hists: &[HistSample], names: &StatNames) -> String {
     let as_samples: Vec<Sample> = hists.iter().map(|(n, _)| (n.clone(), 0)).collect();
-    let resolved = names.resolve(&as_samples);
+    let resolved = names.resolve_part(&as_samples);
     type HistSeries<'a> = Vec<(Vec<&'a str>, &'a str, &'a HistSample)>;
     let mut families: BTreeMap<&str, HistSeries<'_>> = BTreeMap::new();
     for (h, r) in hists.iter().zip(&resolved) {
