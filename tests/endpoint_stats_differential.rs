@@ -165,7 +165,9 @@ fn run(kind: Kind, bin: &std::path::Path, u: &Upstreams) -> Seen {
         .unwrap_or(0);
     let last_other = lines
         .iter()
-        .rposition(|l| !l.contains(".endpoint.") && !l.contains("No recorded values"))
+        .rposition(|l| {
+            !l.contains(".endpoint.") && !l.contains("No recorded values") && !l.contains(": P0(")
+        })
         .unwrap_or(usize::MAX);
     assert!(
         first > last_other,

@@ -5,7 +5,8 @@
 //! both, and then:
 //!
 //! - every stat both list in `/stats` gets the same Prometheus series
-//!   (metric name and labels, in order) and type (counter or gauge) from
+//!   (metric name and labels, in order; a histogram's bucket bounds) and
+//!   type (counter, gauge or histogram) from
 //!   `/stats/prometheus?filter=^name$`;
 //! - the stats matcher keeps and drops the same stats: of the stats both list
 //!   without a `stats_config`, each is listed with Istio's inclusion list by
@@ -205,16 +206,8 @@ fn start(kind: Kind, bin: &std::path::Path, yaml: &str) -> Run {
     let names = String::from_utf8_lossy(&text.body)
         .lines()
         .filter_map(|l| l.split_once(": ").map(|(n, _)| n.to_string()))
-        // Envoy's histograms (`P0(…)` values) have no counterpart in courier.
-        .filter(|n| !text_is_histogram(&text.body, n))
         .collect();
     Run { proxy, names }
-}
-
-fn text_is_histogram(body: &[u8], name: &str) -> bool {
-    String::from_utf8_lossy(body).lines().any(|l| {
-        l.starts_with(&format!("{name}: P0(")) || l == format!("{name}: No recorded values")
-    })
 }
 
 /// `^name$` as a regex, percent-encoded for a query string.
@@ -270,7 +263,10 @@ fn prometheus_problems(text: &str) -> Vec<String> {
     for line in text.lines() {
         if let Some(rest) = line.strip_prefix("# TYPE ") {
             let (name, kind) = rest.split_once(' ').unwrap_or((rest, ""));
-            if !name_ok(name) || !matches!(kind, "counter" | "gauge") || !typed.insert(name) {
+            if !name_ok(name)
+                || !matches!(kind, "counter" | "gauge" | "histogram")
+                || !typed.insert(name)
+            {
                 problems.push(format!("bad TYPE line: {line}"));
             }
             continue;

@@ -3,9 +3,12 @@
 
 pub mod edge;
 pub mod h2_floods;
+pub mod histogram;
+pub mod histograms;
 pub mod names;
 pub mod prometheus;
 pub mod trace;
+pub mod upstream_rq;
 pub mod vhost;
 
 use arc_swap::ArcSwap;
@@ -82,6 +85,11 @@ pub struct HcmStats {
     pub edge: EdgeStats,
     /// Tracing decisions (`tracing.*`).
     pub tracing: trace::TracingStats,
+    /// `downstream_rq_time`: ms from a request's arrival to its response's
+    /// end (recorded by the response body's tracker).
+    pub rq_time: histogram::Histogram,
+    /// `downstream_cx_length_ms`: ms from a connection's accept to its end.
+    pub cx_length_ms: histogram::Histogram,
 }
 
 impl HcmStats {
@@ -145,6 +153,9 @@ pub struct ClusterStats {
     /// `upstream_cx_connect_attempts_exceeded`: TCP proxy connections that
     /// gave up after `max_connect_attempts` failed connects.
     pub cx_connect_attempts_exceeded: Counter,
+    /// The cluster's histograms (shared with the responses that record
+    /// into them when they end).
+    pub hist: Arc<histograms::ClusterHistograms>,
 }
 
 impl Default for ClusterStats {
@@ -171,6 +182,7 @@ impl Default for ClusterStats {
             cx_overflow: Counter::default(),
             cx_pool_overflow: Counter::default(),
             cx_connect_attempts_exceeded: Counter::default(),
+            hist: Arc::default(),
         }
     }
 }
@@ -261,6 +273,8 @@ pub struct ListenerStats {
     /// `downstream_cx_transport_socket_connect_timeout`: closed because the
     /// TLS handshake outlasted the chain's `transport_socket_connect_timeout`.
     pub cx_transport_socket_connect_timeout: Counter,
+    /// `downstream_cx_length_ms`: ms from a connection's accept to its close.
+    pub cx_length_ms: histogram::Histogram,
 }
 
 /// A listener's configured address as Envoy writes it in stat names
@@ -451,14 +465,14 @@ pub fn render_text(samples: &[Sample]) -> String {
     s
 }
 
-/// Renders samples in Envoy's `/stats?format=json` form
+/// Samples in Envoy's `/stats?format=json` form
 /// (`{"stats":[{"name":…,"value":…},…]}`).
-pub fn render_json(samples: &[Sample]) -> String {
+pub fn json_value(samples: &[Sample]) -> serde_json::Value {
     let stats: Vec<serde_json::Value> = samples
         .iter()
         .map(|(name, value)| serde_json::json!({ "name": name, "value": value }))
         .collect();
-    format!("{:#}\n", serde_json::json!({ "stats": stats }))
+    serde_json::json!({ "stats": stats })
 }
 
 #[cfg(test)]

@@ -304,12 +304,16 @@ struct AcceptCtx {
     worker: usize,
 }
 
-/// A connection counted in its listener's `downstream_cx_active` until dropped.
-struct ActiveCx(Arc<ListenerStats>);
+/// A connection counted in its listener's `downstream_cx_active` until
+/// dropped, when its `downstream_cx_length_ms` records how long it lived.
+struct ActiveCx(Arc<ListenerStats>, tokio::time::Instant);
 
 impl Drop for ActiveCx {
     fn drop(&mut self) {
         self.0.cx_active.dec();
+        self.0
+            .cx_length_ms
+            .record(self.1.elapsed().as_millis() as u64);
     }
 }
 
@@ -327,6 +331,9 @@ struct Guards {
 /// A connection's task: accepting (boxed), then serving in its place, so the
 /// task's cell is the size of the serving future (a few pointers), not of
 /// the accept state.
+// Serving is the task's whole life and Accepting only its start: boxing the
+// serving state would allocate once more per connection for nothing.
+#[allow(clippy::large_enum_variant)]
 enum ConnTask<A, T> {
     Accepting(Pin<Box<A>>),
     Serving { serving: T, _guards: Guards },
@@ -440,7 +447,7 @@ async fn accept_loop(listener: Listening, current: Arc<ArcSwap<ActiveListener>>,
         };
         listener_stats.cx_total.inc();
         listener_stats.cx_active.inc();
-        let active_cx = ActiveCx(Arc::clone(&listener_stats));
+        let active_cx = ActiveCx(Arc::clone(&listener_stats), tokio::time::Instant::now());
         ctx.tracker.open.fetch_add(1, Ordering::AcqRel);
         let open = Open(Arc::clone(&ctx.tracker));
         let clusters = Arc::clone(&ctx.clusters);

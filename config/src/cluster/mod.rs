@@ -107,6 +107,10 @@ pub struct Cluster {
     /// listed as `cluster.<name>.endpoint.<address>.*` by admin's stats
     /// endpoints (Envoy's names and Prometheus labels).
     pub per_endpoint_stats: bool,
+    /// `track_cluster_stats.request_response_sizes`: the cluster keeps the
+    /// `upstream_{rq,rs}_{headers,body}_size` and `upstream_{rq,rs}_headers_count`
+    /// histograms.
+    pub request_response_sizes: bool,
 }
 
 /// `TcpKeepalive`: `SO_KEEPALIVE` on, and each setting the kernel's default
@@ -286,6 +290,10 @@ pub fn translate(c: &pb::Cluster, path: &Path<'_>, ctx: &mut Ctx) -> Option<Clus
             .track_cluster_stats
             .as_ref()
             .is_some_and(|t| t.per_endpoint_stats),
+        request_response_sizes: c
+            .track_cluster_stats
+            .as_ref()
+            .is_some_and(|t| t.request_response_sizes),
     };
     dfp::finish(c, &mut cluster, path, ctx);
     Some(cluster)

@@ -45,10 +45,10 @@ pub(crate) const SUPPORT: &[Support] = &[
         ],
     ),
     (
-        // `timeout_budgets` and `request_response_sizes` are histograms,
-        // which courier does not keep: refused by their absence.
+        // `timeout_budgets` (the `upstream_rq_timeout_budget_*` histograms)
+        // is refused by its absence.
         "envoy.config.cluster.v3.TrackClusterStats",
-        &["per_endpoint_stats"],
+        &["per_endpoint_stats", "request_response_sizes"],
     ),
     (
         "envoy.config.cluster.v3.Cluster.TransportSocketMatch",

@@ -4,7 +4,7 @@
 //! (`envoy.extensions.filters.http.grpc_stats.v3.FilterConfig`).
 //!
 //! `enable_upstream_stats` is refused with its path by the field walker: its only stat,
-//! `upstream_rq_time`, is a histogram and courier has none yet.
+//! the per-stream `upstream_rq_time` histogram, is not kept.
 
 use crate::ctx::Ctx;
 use crate::path::Path;

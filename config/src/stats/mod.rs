@@ -3,6 +3,7 @@
 //! that decides which stats exist at all. Both are compiled here, once per
 //! bootstrap; the proxy applies them when stats are listed, never per request.
 
+mod buckets;
 mod defaults;
 mod ecma;
 pub mod sinks;
@@ -12,6 +13,7 @@ use crate::ctx::Ctx;
 use crate::matcher::{self, StringMatcher};
 use crate::path::Path;
 use crate::support::Support;
+pub use buckets::{DEFAULT_BUCKETS, HistogramBuckets};
 use envoy_types::pb::envoy::config::metrics::v3 as pb;
 use tags::{Extractor, Pattern};
 pub use tags::{Tag, TagProducer};
@@ -20,7 +22,19 @@ pub use tags::{Tag, TagProducer};
 pub(crate) const SUPPORT: &[Support] = &[
     (
         "envoy.config.metrics.v3.StatsConfig",
-        &["stats_tags", "use_all_default_tags", "stats_matcher"],
+        &[
+            "stats_tags",
+            "use_all_default_tags",
+            "stats_matcher",
+            "histogram_bucket_settings",
+        ],
+    ),
+    (
+        // `bins` only sizes Envoy's per-thread histogram at creation (its
+        // values and buckets do not depend on it); courier's bins are
+        // allocated a decade at a time whatever it says.
+        "envoy.config.metrics.v3.HistogramBucketSettings",
+        &["match", "buckets", "bins"],
     ),
     (
         "envoy.config.metrics.v3.TagSpecifier",
@@ -66,6 +80,8 @@ pub struct StatsConfig {
     pub tags: TagProducer,
     /// Which stats exist.
     pub matcher: StatsMatcher,
+    /// Each histogram's bucket bounds (`histogram_bucket_settings`).
+    pub buckets: HistogramBuckets,
 }
 
 impl Default for StatsConfig {
@@ -78,6 +94,7 @@ impl Default for StatsConfig {
         Self {
             tags,
             matcher: StatsMatcher::All,
+            buckets: HistogramBuckets::default(),
         }
     }
 }
@@ -101,7 +118,16 @@ pub fn translate(sc: &pb::StatsConfig, path: &Path<'_>, ctx: &mut Ctx) -> StatsC
         .as_ref()
         .map(|m| stats_matcher(m, &path.field("stats_matcher"), ctx))
         .unwrap_or_default();
-    StatsConfig { tags, matcher }
+    let buckets = buckets::translate(
+        &sc.histogram_bucket_settings,
+        &path.field("histogram_bucket_settings"),
+        ctx,
+    );
+    StatsConfig {
+        tags,
+        matcher,
+        buckets,
+    }
 }
 
 /// One `stats_tags` entry: a regex, a fixed value, or (no regex) Envoy's

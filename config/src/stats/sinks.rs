@@ -32,7 +32,7 @@ pub(crate) const SUPPORT: &[Support] = &[
             "report_counters_as_deltas",
         ],
     ),
-    // `report_histograms_as_deltas` (courier keeps no histograms),
+    // `report_histograms_as_deltas` (courier's sinks send no histograms),
     // `custom_metric_conversions`, `max_data_points_per_request` and `http_service`
     // are refused by their absence.
     (

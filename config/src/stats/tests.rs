@@ -340,8 +340,20 @@ fn envoys_errors_with_paths() {
             "stats_config.stats_matcher.inclusion_list.patterns: value must contain at least 1 item(s)",
         ),
         (
-            r#"{"histogram_bucket_settings": [{"match": {"prefix": "a"}, "buckets": [1]}]}"#,
-            "stats_config.histogram_bucket_settings",
+            r#"{"histogram_bucket_settings": [{"match": {"prefix": "a"}, "buckets": [1, 0]}]}"#,
+            "stats_config.histogram_bucket_settings[0].buckets[1]: value must be greater than 0",
+        ),
+        (
+            r#"{"histogram_bucket_settings": [{"match": {"prefix": "a"}, "buckets": [1, 1]}]}"#,
+            "stats_config.histogram_bucket_settings[0].buckets[1]: repeated value must contain unique items",
+        ),
+        (
+            r#"{"histogram_bucket_settings": [{"buckets": [1]}]}"#,
+            "stats_config.histogram_bucket_settings[0].match: value is required",
+        ),
+        (
+            r#"{"histogram_bucket_settings": [{"match": {"prefix": "a"}, "bins": 0}]}"#,
+            "stats_config.histogram_bucket_settings[0].bins: value must be inside range (0, 46082]",
         ),
     ];
     for (json, want) in cases {
@@ -361,4 +373,25 @@ fn ecmascript_syntax_only() {
         assert!(ecma::compile(bad).is_err(), "{bad} accepted");
     }
     let _ = Ctx::new();
+}
+
+#[test]
+fn histogram_buckets_first_match_sorted_else_default() {
+    let sc = load(
+        r#"{"histogram_bucket_settings": [
+            {"match": {"suffix": "_size"}, "buckets": [1000, 10, 100]},
+            {"match": {"prefix": "cluster."}, "buckets": [2.5], "bins": 10}
+        ]}"#,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        sc.buckets.for_stat("cluster.a.upstream_rq_body_size"),
+        [10.0, 100.0, 1000.0]
+    );
+    assert_eq!(sc.buckets.for_stat("cluster.a.upstream_rq_time"), [2.5]);
+    assert_eq!(
+        sc.buckets.for_stat("http.in.downstream_rq_time"),
+        super::DEFAULT_BUCKETS
+    );
+    assert_eq!(super::DEFAULT_BUCKETS.len(), 19);
 }

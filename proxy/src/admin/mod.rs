@@ -8,6 +8,7 @@ mod clusters;
 pub(crate) mod config_dump;
 pub mod deferred_stats;
 mod endpoint_stats;
+mod histograms;
 pub mod otlp_sink;
 mod profiler;
 pub mod runtime;
@@ -172,20 +173,30 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
             let endpoints = endpoint_stats::samples(&shared.clusters, &|n| {
                 filter.as_ref().is_none_or(|re| re.is_match(n))
             });
+            let hists = histograms::gather(shared, filter.as_ref(), has("usedonly"));
             if query.split('&').any(|p| p == "format=prometheus") {
-                return prometheus(&samples, &endpoints, shared);
+                return prometheus(&samples, &hists, &endpoints, shared);
             }
             // After every other stat, as Envoy lists them.
             samples.extend(endpoint_stats::named(&endpoints));
             if query.split('&').any(|p| p == "format=json") {
-                let mut r = reply(StatusCode::OK, stats::render_json(&samples));
+                let mut v = stats::json_value(&samples);
+                if let (Some(h), Some(list)) = (
+                    histograms::json(&hists),
+                    v.get_mut("stats").and_then(|s| s.as_array_mut()),
+                ) {
+                    list.push(h);
+                }
+                let mut r = reply(StatusCode::OK, format!("{v:#}\n"));
                 r.headers_mut().insert(
                     header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json"),
                 );
                 r
             } else {
-                reply(StatusCode::OK, stats::render_text(&samples))
+                let mut text = stats::render_text(&samples);
+                text.push_str(&histograms::text(&hists));
+                reply(StatusCode::OK, text)
             }
         }
         "/stats/prometheus" => match stat_filter(query) {
@@ -194,7 +205,8 @@ fn handle(req: &Request<Incoming>, shared: &Shared) -> Response<Body> {
                 let endpoints = endpoint_stats::samples(&shared.clusters, &|n| {
                     filter.as_ref().is_none_or(|re| re.is_match(n))
                 });
-                prometheus(&samples, &endpoints, shared)
+                let hists = histograms::gather(shared, filter.as_ref(), has("usedonly"));
+                prometheus(&samples, &hists, &endpoints, shared)
             }
             Err(e) => e.reply(),
         },
@@ -445,10 +457,15 @@ fn filtered(mut samples: Vec<stats::Sample>, filter: Option<&regex::Regex>) -> V
 
 fn prometheus(
     samples: &[stats::Sample],
+    hists: &[stats::histograms::HistSample],
     endpoints: &[endpoint_stats::EndpointSample],
     shared: &Shared,
 ) -> Response<Body> {
     let mut text = stats::prometheus::render(samples, &shared.stat_names);
+    text.push_str(&stats::prometheus::render_histograms(
+        hists,
+        &shared.stat_names,
+    ));
     // After every other family, as Envoy writes them.
     text.push_str(&endpoint_stats::prometheus(endpoints));
     let mut r = reply(StatusCode::OK, text);

@@ -9,8 +9,8 @@
 //! ([`super::otlp_sink`]). A sink that is down loses that flush; the stream is
 //! opened again at the next one.
 //!
-//! courier keeps no histograms, so neither sink gets the timers
-//! (`downstream_rq_time`, ...) Envoy's send.
+//! The sinks get counters and gauges only: the histograms admin lists
+//! (`downstream_rq_time`, ...) are not sent as the timers Envoy's send.
 
 use crate::stats::Sample;
 use crate::stats::prometheus::is_gauge;

@@ -181,6 +181,18 @@ pub struct Tracked<B> {
     deadline: Option<(Instant, Arc<HcmStats>)>,
     /// Whether the body's trailers are sent (see [`Tracked::without_trailers`]).
     keep_trailers: bool,
+    /// The stream's start and the connection manager whose
+    /// `downstream_rq_time` records the stream's length when the body goes
+    /// (sent whole, or the stream reset), as Envoy records it at the
+    /// stream's end.
+    timed: (Instant, Arc<HcmStats>),
+}
+
+impl<B> Drop for Tracked<B> {
+    fn drop(&mut self) {
+        let (started, stats) = &self.timed;
+        stats.rq_time.record(started.elapsed().as_millis() as u64);
+    }
 }
 
 impl<B> Tracked<B> {
@@ -199,6 +211,7 @@ impl<B> Tracked<B> {
         idle_timeout: Option<Duration>,
         request: Option<Arc<Progress>>,
         deadline: Option<(Instant, Arc<HcmStats>)>,
+        timed: (Instant, Arc<HcmStats>),
     ) -> Self {
         // The route's `idle_timeout`, when it set one, replaces the connection manager's.
         let idle_timeout = match &request {
@@ -217,6 +230,7 @@ impl<B> Tracked<B> {
             request,
             deadline,
             keep_trailers: true,
+            timed,
         }
     }
 }

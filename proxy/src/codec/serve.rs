@@ -356,7 +356,8 @@ where
                     .map_or(max_stream, |p| p.max_stream_duration(max_stream));
                 let deadline = max_stream.map(|t| (started + t, Arc::clone(&shared.stats)));
                 Ok(resp.map(|b| {
-                    let body = Tracked::new(b, stream, stream_idle, progress, deadline);
+                    let timed = (started, Arc::clone(&shared.stats));
+                    let body = Tracked::new(b, stream, stream_idle, progress, deadline, timed);
                     if h1 && !h1_trailers {
                         body.without_trailers()
                     } else {
@@ -400,6 +401,7 @@ where
         h1: Some(Box::pin(crate::codec::h1::serve(io, service, h1))),
         h2: None,
         stats,
+        started: tokio::time::Instant::now(),
     }
 }
 
@@ -410,6 +412,8 @@ struct Serving<F> {
     h1: Option<Pin<Box<F>>>,
     h2: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     stats: Arc<HcmStats>,
+    /// The connection's start, for `downstream_cx_length_ms`.
+    started: tokio::time::Instant,
 }
 
 impl<F, S, Svc, B> Future for Serving<F>
@@ -439,6 +443,9 @@ where
             this.h2 = None;
         }
         this.stats.cx_active.dec();
+        this.stats
+            .cx_length_ms
+            .record(this.started.elapsed().as_millis() as u64);
         std::task::Poll::Ready(())
     }
 }

@@ -244,6 +244,9 @@ pub struct UpstreamBody {
     progress: Option<(Arc<RequestProgress>, Instant)>,
     /// Whether trailers go on to the upstream (see [`UpstreamBody::keep_trailers`]).
     keep_trailers: bool,
+    /// What is sent and when it ends, for the cluster's `upstream_rq_time`
+    /// and `upstream_rq_body_size`.
+    sent: Option<Arc<crate::stats::upstream_rq::BodySent>>,
 }
 
 impl UpstreamBody {
@@ -253,6 +256,7 @@ impl UpstreamBody {
             inner,
             progress,
             keep_trailers: true,
+            sent: None,
         }
     }
 
@@ -261,6 +265,11 @@ impl UpstreamBody {
     /// trailers end the body instead, as in Envoy's HTTP/1 codec.
     pub fn keep_trailers(&mut self, keep: bool) {
         self.keep_trailers = keep;
+    }
+
+    /// Reports the bytes sent from now on, and the end, to `sent`.
+    pub fn count_sent(&mut self, sent: Arc<crate::stats::upstream_rq::BodySent>) {
+        self.sent = Some(sent);
     }
 }
 
@@ -287,6 +296,20 @@ impl Body for UpstreamBody {
         let mut polled = Pin::new(&mut this.inner).poll_frame(cx);
         if !this.keep_trailers {
             polled = end_at_trailers(polled);
+        }
+        if let Some(sent) = &this.sent {
+            match &polled {
+                Poll::Ready(None) => sent.ended(),
+                Poll::Ready(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        sent.sent(data.len());
+                    }
+                    if this.inner.is_end_stream() {
+                        sent.ended();
+                    }
+                }
+                _ => {}
+            }
         }
         if let Some((p, started)) = &this.progress {
             if let Poll::Ready(Some(Ok(frame))) = &polled

@@ -12,6 +12,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// A downstream response body.
+// The upstream variant carries its lease inline: boxing it would allocate
+// per response.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum ResponseBody {
     /// Bytes courier produced itself.
@@ -187,6 +190,11 @@ impl Body for ResponseBody {
                         let at = tokio::time::Instant::now() + i.every;
                         i.sleep.as_mut().reset(at);
                     }
+                }
+                if let (Poll::Ready(Some(Ok(f))), Some(l)) = (&polled, lease.as_mut())
+                    && let Some(data) = f.data_ref()
+                {
+                    l.received(data.len());
                 }
                 let done = match &polled {
                     Poll::Ready(None) => true,

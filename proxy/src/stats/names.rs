@@ -56,6 +56,16 @@ impl StatNames {
 
     /// Each sample's name resolved, in order.
     pub fn resolve(&self, samples: &[Sample]) -> Vec<Arc<Resolved>> {
+        self.resolve_listing(samples, true)
+    }
+
+    /// [`Self::resolve`] for a part of a listing (the histograms): never
+    /// prunes the names the rest of the listing keeps resolved.
+    pub fn resolve_part(&self, samples: &[Sample]) -> Vec<Arc<Resolved>> {
+        self.resolve_listing(samples, false)
+    }
+
+    fn resolve_listing(&self, samples: &[Sample], prune: bool) -> Vec<Arc<Resolved>> {
         let known = self.known.load();
         let mut fresh = false;
         let out: Vec<Arc<Resolved>> = samples
@@ -73,16 +83,23 @@ impl StatNames {
                 .iter()
                 .zip(&out)
                 .map(|((name, _), r)| (name.clone(), Arc::clone(r)));
-            let next: HashMap<String, Arc<Resolved>> = if known.len() > 2 * samples.len() + 1024 {
-                listed.collect()
-            } else {
-                let mut next = HashMap::clone(&known);
-                next.extend(listed);
-                next
-            };
+            let next: HashMap<String, Arc<Resolved>> =
+                if prune && known.len() > 2 * samples.len() + 1024 {
+                    listed.collect()
+                } else {
+                    let mut next = HashMap::clone(&known);
+                    next.extend(listed);
+                    next
+                };
             self.known.store(Arc::new(next));
         }
         out
+    }
+
+    /// The bucket bounds of the histogram named `name`
+    /// (`stats_config.histogram_bucket_settings`).
+    pub fn buckets(&self, name: &str) -> &[f64] {
+        self.config.buckets.for_stat(name)
     }
 
     /// Drops the samples the stats matcher rejects.
@@ -124,5 +141,18 @@ mod tests {
         assert!(Arc::ptr_eq(&first[1], &again[1]));
         n.keep_existing(&mut samples);
         assert_eq!(samples, [("cluster.a.upstream_rq_200".to_string(), 2)]);
+    }
+
+    #[test]
+    fn a_part_of_a_listing_keeps_the_rest_resolved() {
+        let n = names("");
+        let many: Vec<Sample> = (0..3000)
+            .map(|i| (format!("cluster.c{i}.upstream_rq_total"), 0))
+            .collect();
+        let first = n.resolve(&many);
+        // The histograms, resolved on their own after the counters.
+        n.resolve_part(&[("cluster.c0.upstream_rq_time".to_string(), 0)]);
+        let again = n.resolve(&many);
+        assert!(Arc::ptr_eq(&first[2999], &again[2999]));
     }
 }

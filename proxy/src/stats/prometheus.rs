@@ -2,11 +2,14 @@
 //! through the bootstrap's tag producer (`stats_config.stats_tags` and Envoy's
 //! default extractors): the tag-extracted name, sanitised and prefixed
 //! `envoy_`, is the metric family; the tags are its labels, in extraction
-//! order. Families are written counters first, then gauges, each family sorted
-//! by name with its series sorted by their full stat name, as Envoy writes them.
+//! order. Families are written counters first, then gauges, then histograms,
+//! each family sorted by name with its series sorted by their full stat name,
+//! as Envoy writes them.
 //! This runs when admin is scraped, never on the request path.
 
 use super::Sample;
+use super::histogram::format_g32;
+use super::histograms::HistSample;
 use super::names::StatNames;
 use courier_config::stats::Tag;
 use std::collections::BTreeMap;
@@ -110,6 +113,48 @@ pub fn render(samples: &[Sample], names: &StatNames) -> String {
             for (_, labels, value) in series {
                 out.push_str(&format!("{family}{{{labels}}} {value}\n"));
             }
+        }
+    }
+    out
+}
+
+/// Renders histograms (already filtered) as Prometheus histogram families:
+/// cumulative `_bucket` lines for the stat's bucket bounds and `+Inf`, then
+/// `_sum` (Envoy's approximation, as `%.32g`) and `_count`.
+pub fn render_histograms(hists: &[HistSample], names: &StatNames) -> String {
+    let as_samples: Vec<Sample> = hists.iter().map(|(n, _)| (n.clone(), 0)).collect();
+    let resolved = names.resolve_part(&as_samples);
+    type HistSeries<'a> = Vec<(Vec<&'a str>, &'a str, &'a HistSample)>;
+    let mut families: BTreeMap<&str, HistSeries<'_>> = BTreeMap::new();
+    for (h, r) in hists.iter().zip(&resolved) {
+        families.entry(r.tag_extracted.as_str()).or_default().push((
+            h.0.split('.').collect(),
+            r.labels.as_str(),
+            h,
+        ));
+    }
+    let mut out = String::new();
+    for (extracted, mut series) in families {
+        let family = metric_name(extracted);
+        out.push_str(&format!("# TYPE {family} histogram\n"));
+        series.sort_by(|a, b| a.0.cmp(&b.0));
+        for (_, labels, (name, snap)) in series {
+            let sep = if labels.is_empty() { "" } else { "," };
+            for b in names.buckets(name) {
+                out.push_str(&format!(
+                    "{family}_bucket{{{labels}{sep}le=\"{b}\"}} {}\n",
+                    snap.count_below(*b)
+                ));
+            }
+            let count = snap.count();
+            out.push_str(&format!(
+                "{family}_bucket{{{labels}{sep}le=\"+Inf\"}} {count}\n"
+            ));
+            out.push_str(&format!(
+                "{family}_sum{{{labels}}} {}\n",
+                format_g32(snap.sum())
+            ));
+            out.push_str(&format!("{family}_count{{{labels}}} {count}\n"));
         }
     }
     out

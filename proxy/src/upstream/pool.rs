@@ -70,8 +70,13 @@ struct HostPool {
 const HOST_GONE_SWEEPS: u8 = 3;
 
 /// One connection of a [`HostPool`], open or opening; the pool goes away with
-/// its last one.
-pub(super) struct PoolConn(Key);
+/// its last one. Its cluster's `upstream_cx_length_ms` records its life, from
+/// the connect on, when it goes.
+pub(super) struct PoolConn(
+    Key,
+    Arc<crate::stats::histograms::ClusterHistograms>,
+    tokio::time::Instant,
+);
 
 impl PoolConn {
     /// Registers a connection about to be opened for `key`, creating the pool if
@@ -79,9 +84,10 @@ impl PoolConn {
     fn open(cluster: &UpstreamCluster, key: Key, stats: &ClusterStats) -> Option<PoolConn> {
         POOLS.with(|p| {
             let mut p = p.borrow_mut();
+            let conn = PoolConn(key, Arc::clone(&stats.hist), tokio::time::Instant::now());
             if let Some(pool) = p.get_mut(&key) {
                 pool.conns += 1;
-                return Some(PoolConn(key));
+                return Some(conn);
             }
             let Some(slot) = cluster.circuit.try_pool(key.2) else {
                 stats.cx_pool_overflow.inc();
@@ -98,13 +104,16 @@ impl PoolConn {
                     slot,
                 },
             );
-            Some(PoolConn(key))
+            Some(conn)
         })
     }
 }
 
 impl Drop for PoolConn {
     fn drop(&mut self) {
+        self.1
+            .cx_length_ms
+            .record(self.2.elapsed().as_millis() as u64);
         // try_with: a connection task may end while the worker's thread-locals
         // are being torn down.
         let _ = POOLS.try_with(|p| {
@@ -326,6 +335,8 @@ pub struct Lease {
     _active: ActiveRequest,
     /// The circuit-breaker request slot, held until the response ends.
     _held: Option<super::circuit::Held>,
+    /// The histograms the response records when it ends.
+    completion: Option<crate::stats::upstream_rq::Completion>,
 }
 
 impl std::fmt::Debug for Lease {
@@ -340,8 +351,19 @@ impl Lease {
         self._held = Some(held);
     }
 
-    /// The response is complete: an HTTP/1.1 connection goes back to the pool.
+    /// `n` bytes of the response body arrived.
+    pub fn received(&mut self, n: usize) {
+        if let Some(c) = &mut self.completion {
+            c.received(n);
+        }
+    }
+
+    /// The response is complete: its histograms are recorded, and an
+    /// HTTP/1.1 connection goes back to the pool.
     pub fn release(mut self) {
+        if let Some(c) = self.completion.take() {
+            c.finish();
+        }
         if let Some((s, used, max, deadline)) = self.sender.take()
             && !s.is_closed()
             // At `max_requests_per_connection`, or past its
@@ -409,12 +431,23 @@ pub async fn send_attempt_at(
 ) -> Result<(Response<Incoming>, Lease), Failed> {
     let active = host.start_request();
     let downstream = downstream_of(cluster, host, &req);
+    let (completion, sent) = crate::stats::upstream_rq::Completion::start(
+        &stats.hist,
+        &req,
+        cluster.config.request_response_sizes,
+    );
+    if let Some(sent) = sent {
+        req.body_mut().count_sent(sent);
+    }
     if let Some(name) = auto::request_name(cluster, host, &req) {
         // Boxed: rare, and its state would otherwise sit in every request's future.
-        return Box::pin(auto::send_named(
-            cluster, host, req, stats, high, active, name,
-        ))
-        .await;
+        return completed(
+            Box::pin(auto::send_named(
+                cluster, host, req, stats, high, active, name,
+            ))
+            .await,
+            completion,
+        );
     }
     let key = (
         cluster.index,
@@ -424,7 +457,7 @@ pub async fn send_attempt_at(
         host.socket,
         Downstream::pool_id(downstream.as_ref()),
     );
-    match cluster.config.http.protocol {
+    let result = match cluster.config.http.protocol {
         UpstreamProtocol::Http2 => send_h2(cluster, host, key, req, stats, active).await,
         // Boxed: ALPN picks the protocol of each new connection.
         UpstreamProtocol::Auto => {
@@ -439,7 +472,21 @@ pub async fn send_attempt_at(
             chunk_unknown_length(&mut req);
             send_h1(cluster, host, key, req, stats, active).await
         }
-    }
+    };
+    completed(result, completion)
+}
+
+/// A sent request's result, its response carrying `completion` to its end.
+#[allow(clippy::result_large_err)]
+fn completed(
+    r: Result<(Response<Incoming>, Lease), Failed>,
+    mut completion: crate::stats::upstream_rq::Completion,
+) -> Result<(Response<Incoming>, Lease), Failed> {
+    r.map(|(resp, mut lease)| {
+        completion.response(&resp);
+        lease.completion = Some(completion);
+        (resp, lease)
+    })
 }
 
 /// The downstream connection a request's PROXY header names, when the host's
@@ -495,6 +542,7 @@ async fn send_h1(
         _stream: None,
         _active: active,
         _held: None,
+        completion: None,
     };
     // Set once the request waits for a connection (see `pending`).
     let mut pending: Option<Pending<'_>> = None;
@@ -746,6 +794,7 @@ async fn send_h2_on(
                 _stream: Some(guard),
                 _active: active,
                 _held: None,
+                completion: None,
             },
         )),
         Err(e) => Err((from_hyper(&e), None)),
@@ -805,6 +854,7 @@ pub(crate) async fn connect(
     downstream: Option<Downstream>,
 ) -> Result<UpstreamStream, SendError> {
     let addr = host.address;
+    let began = tokio::time::Instant::now();
     stats.cx_total.inc();
     host.stats.cx_total.fetch_add(1, Ordering::Relaxed);
     let open = async {
@@ -862,7 +912,13 @@ pub(crate) async fn connect(
         }
     };
     match tokio::time::timeout(cluster.config.connect_timeout, open).await {
-        Ok(Ok(s)) => Ok(s),
+        Ok(Ok(s)) => {
+            stats
+                .hist
+                .cx_connect_ms
+                .record(began.elapsed().as_millis() as u64);
+            Ok(s)
+        }
         Ok(Err(why)) => {
             stats.cx_connect_fail.inc();
             host.stats.cx_connect_fail.fetch_add(1, Ordering::Relaxed);

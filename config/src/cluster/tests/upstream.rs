@@ -399,13 +399,18 @@ fn track_cluster_stats_per_endpoint_only() {
         ))
         .per_endpoint_stats
     );
-    // The histogram-backed switches are refused: courier keeps no histograms.
+    let sizes = cluster(&with_ep(
+        "  track_cluster_stats: {request_response_sizes: true}\n",
+    ));
+    assert!(sizes.request_response_sizes && !sizes.per_endpoint_stats);
+    assert!(!cluster(&with_ep("")).request_response_sizes);
+    // The timeout budget histograms are not kept.
     assert_eq!(
         errors(&with_ep(
-            "  track_cluster_stats: {per_endpoint_stats: true, request_response_sizes: true}\n"
+            "  track_cluster_stats: {per_endpoint_stats: true, timeout_budgets: true}\n"
         )),
         [
-            "static_resources.clusters[0].track_cluster_stats.request_response_sizes: request_response_sizes is not supported"
+            "static_resources.clusters[0].track_cluster_stats.timeout_budgets: timeout_budgets is not supported"
         ]
     );
 }
