@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 /// Cases (of those Envoy accepts) courier must load: the count this
 /// repository reached, so that nothing that loads stops loading.
-const LOADED_AT_LEAST: usize = 196;
+const LOADED_AT_LEAST: usize = 200;
 
 /// One row of `MANIFEST.tsv`.
 struct Case {
