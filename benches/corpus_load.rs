@@ -26,7 +26,7 @@ fn cases_by_size(dir: &Path) -> Vec<(u64, PathBuf)> {
             }
         }
     }
-    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
     out
 }
 
