@@ -30,8 +30,9 @@ pub enum ResponseBody {
         /// upstream sends nothing for this long.
         idle: Option<Idle>,
         /// The cluster's `max_stream_duration`: the stream is reset when the
-        /// body has not ended by then.
-        end: Option<StreamEnd>,
+        /// body has not ended by then (boxed: rare, and every response body
+        /// would otherwise carry its room).
+        end: Option<Box<StreamEnd>>,
         /// Whether its trailers go on: not from an HTTP/1.1 connection of a
         /// cluster without `enable_trailers` (Envoy's codec drops them).
         keep_trailers: bool,
@@ -110,7 +111,7 @@ impl ResponseBody {
                 every,
                 sleep: Box::pin(tokio::time::sleep(every)),
             }),
-            end,
+            end: end.map(Box::new),
             keep_trailers,
         }
     }
